@@ -1,0 +1,42 @@
+// Package generator owns firn's bit layouts and the snowflake core: Layout
+// (presets, validation, the canonical string), Encode/Decode, and Generator,
+// which issues IDs for one worker lease.
+//
+// It imports only the standard library and never reads the wall clock: the
+// clock is injected (Clock), and the core function takes the clock reading
+// as an argument.
+//
+// # Invariants
+//
+// A Generator serves one lease for life. With L its logical time (the time
+// field of the last ID issued):
+//
+//   - L = max(L_prev, now, Floor+1): L never decreases, and no ID has a time
+//     at or below Floor (the previous holder's reservation);
+//   - no ID has a time above the reservation bound (Reserved, raised from
+//     outside with SetReserved as the coordinator confirms reservations);
+//   - within one L the sequence numbers are distinct and increasing, so the
+//     IDs of one generator strictly increase;
+//   - L runs ahead of the clock ("borrowing", on sequence exhaustion) by at
+//     most MaxLead; there the generator waits.
+//
+// Together with the coordinator's fences these make every ID unique within
+// one (coordinator, cluster, generator), whatever any clock does.
+//
+// # Clock steps
+//
+// Between two reads the step size is s = monotonic delta − wall delta. A
+// backward step s <= MaxLead is absorbed: calls wait while L − now >
+// MaxLead (a delay of at most s) and none fails. A backward step s > MaxLead
+// fails closed: calls return *RollbackError{Step, Limit} until L − now <=
+// MaxLead again. Forward steps are followed (L jumps with the clock). A clock
+// outside the layout's range fails with *RangeError; nothing is ever issued
+// past the layout's last time.
+//
+// # Hazards
+//
+// Encoding never masks: a value too wide for its field is an error, never
+// silently truncated into someone else's ID space. An ID that sets bits above
+// the layout (the sign bit included) is refused by Decode. Waits honour the
+// caller's context; a wait that would outlast its deadline returns at once.
+package generator

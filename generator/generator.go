@@ -1,0 +1,446 @@
+package generator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Clock is the clock the generator reads: the wall reading (no monotonic
+// component) and a monotonic reading taken at the same instant. The
+// clockguard package's clocks satisfy it.
+type Clock interface {
+	Now() (wall time.Time, mono time.Duration)
+}
+
+// Errors returned by a Generator. Typed errors below also match these with
+// errors.Is.
+var (
+	// ErrRetired: the generator's lease is over; build a new generator
+	// from a fresh acquisition.
+	ErrRetired = errors.New("generator: retired")
+	// ErrRollback: the clock stepped back further than MaxLead.
+	ErrRollback = errors.New("generator: clock rolled back")
+	// ErrClockRange: the clock lies outside the layout's range.
+	ErrClockRange = errors.New("generator: clock outside layout range")
+	// ErrReservation: the next time needed lies past the reservation and
+	// the reservation did not move in time.
+	ErrReservation = errors.New("generator: reservation exhausted")
+	// ErrAhead: the logical time is further ahead of the clock than
+	// MaxLead allows and the wait would outlast the caller's deadline.
+	ErrAhead = errors.New("generator: logical time ahead of the clock")
+	// ErrConfig marks a refused Config.
+	ErrConfig = errors.New("generator: invalid config")
+)
+
+// RollbackError reports a backward step of the wall clock larger than
+// MaxLead. The generator returns it until its logical time is within Limit
+// of the clock again.
+type RollbackError struct {
+	Step  time.Duration // size of the backward step(s) detected
+	Limit time.Duration // MaxLead
+}
+
+func (e *RollbackError) Error() string {
+	return fmt.Sprintf("clock rolled back %v, limit %v", e.Step.Round(time.Millisecond), e.Limit)
+}
+
+// Is makes errors.Is(err, ErrRollback) true.
+func (e *RollbackError) Is(target error) bool { return target == ErrRollback }
+
+// RangeError reports a clock reading outside the layout's range.
+type RangeError struct {
+	Clock      time.Time
+	Epoch, End time.Time
+}
+
+func (e *RangeError) Error() string {
+	return fmt.Sprintf("clock outside layout range: %s not in [%s, %s)",
+		formatTime(e.Clock), formatTime(e.Epoch), formatTime(e.End))
+}
+
+// Is makes errors.Is(err, ErrClockRange) true.
+func (e *RangeError) Is(target error) bool { return target == ErrClockRange }
+
+// ReservationError reports that the time needed lies past the reservation.
+type ReservationError struct {
+	Need, Reserved int64 // time-field values
+	Err            error // why the wait ended (the context's error)
+}
+
+func (e *ReservationError) Error() string {
+	return fmt.Sprintf("reservation exhausted: need time %d, reserved up to %d", e.Need, e.Reserved)
+}
+
+// Is makes errors.Is(err, ErrReservation) true.
+func (e *ReservationError) Is(target error) bool { return target == ErrReservation }
+
+// Unwrap returns the context error that ended the wait.
+func (e *ReservationError) Unwrap() error { return e.Err }
+
+// AheadError reports a wait for the clock that would outlast the deadline.
+type AheadError struct {
+	Lead, Limit time.Duration
+	Err         error
+}
+
+func (e *AheadError) Error() string {
+	return fmt.Sprintf("logical time %v ahead of the clock, limit %v", e.Lead.Round(time.Millisecond), e.Limit)
+}
+
+// Is makes errors.Is(err, ErrAhead) true.
+func (e *AheadError) Is(target error) bool { return target == ErrAhead }
+
+// Unwrap returns the context error.
+func (e *AheadError) Unwrap() error { return e.Err }
+
+// NoReservation is a Reserved bound that never binds, for uses with no
+// coordinator (benchmarks, tests of pure generation).
+const NoReservation int64 = math.MaxInt64
+
+// Config configures one Generator, which serves one lease for life.
+type Config struct {
+	// Layout of the IDs. Required; must pass Validate.
+	Layout Layout
+	// Worker and Datacenter fill their fields. Required to fit them.
+	Worker, Datacenter uint64
+	// Clock is read once per call. Required.
+	Clock Clock
+	// Floor: the generator never emits a time <= Floor (the reservation
+	// of the previous holder of this worker, or the node's own). -1 when
+	// there is none.
+	Floor int64
+	// Reserved is the largest time the coordinator has durably reserved
+	// for this holder; the generator never passes it. Raise it with
+	// SetReserved. Use NoReservation only where no coordinator exists.
+	Reserved int64
+	// MaxLead bounds how far the logical time may run ahead of the clock
+	// (borrowing on sequence exhaustion, and absorbing backward steps).
+	// Zero means the default: max(1s, 2 units). At least 2 units.
+	MaxLead time.Duration
+}
+
+// DefaultMaxLead is max(1s, 2 units) for the layout.
+func DefaultMaxLead(l Layout) time.Duration { return max(time.Second, 2*l.Unit) }
+
+// Generator issues IDs for one worker (one lease). It is safe for
+// concurrent use. The zero value is not usable: create one with New.
+type Generator struct {
+	layout    Layout
+	clock     Clock
+	worker    uint64
+	dc        uint64
+	floor     int64
+	maxLead   time.Duration
+	leadUnits int64
+	maxSeq    uint64
+	maxTime   int64
+	end       time.Time
+
+	mu       sync.Mutex
+	last     int64  // L: the logical time of the last ID issued
+	seq      uint64 // next sequence number within last
+	prevWall time.Time
+	prevMono time.Duration
+	havePrev bool
+	rollback time.Duration // > 0 while a backward step beyond MaxLead holds
+
+	reserved atomic.Int64
+	highest  atomic.Int64 // == last, readable without the lock; -1 before the first ID
+	issued   atomic.Uint64
+	retired  atomic.Bool
+	waits    atomic.Uint64 // waits on the reservation
+
+	resMu   sync.Mutex
+	resCh   chan struct{} // closed and replaced on every raise and on Retire
+	retireC chan struct{}
+}
+
+// New returns a generator for one lease. It returns an error wrapping
+// ErrConfig (or ErrLayout) when the layout is invalid for the clock's
+// current reading, Worker or Datacenter do not fit, Clock is nil, MaxLead is
+// below 2 units, or Floor and Reserved lie outside the layout's range.
+func New(cfg Config) (*Generator, error) {
+	if cfg.Clock == nil {
+		return nil, fmt.Errorf("%w: Clock is nil", ErrConfig)
+	}
+	wall, _ := cfg.Clock.Now()
+	l := cfg.Layout
+	if err := l.Validate(wall); err != nil {
+		return nil, err
+	}
+	if cfg.Worker > maxOf(l.WorkerBits) {
+		return nil, fmt.Errorf("%w: worker %d exceeds %d (%d bits)", ErrConfig, cfg.Worker, maxOf(l.WorkerBits), l.WorkerBits)
+	}
+	if cfg.Datacenter > maxOf(l.DatacenterBits) {
+		return nil, fmt.Errorf("%w: datacenter %d exceeds %d (%d bits)", ErrConfig, cfg.Datacenter, maxOf(l.DatacenterBits), l.DatacenterBits)
+	}
+	lead := cfg.MaxLead
+	if lead == 0 {
+		lead = DefaultMaxLead(l)
+	}
+	if lead < 2*l.Unit {
+		return nil, fmt.Errorf("%w: max-lead %v is below 2 time units (%v)", ErrConfig, lead, 2*l.Unit)
+	}
+	if cfg.Floor < -1 || cfg.Floor >= l.MaxTime() {
+		return nil, fmt.Errorf("%w: floor %d outside [-1, %d)", ErrConfig, cfg.Floor, l.MaxTime())
+	}
+	if cfg.Reserved < 0 {
+		return nil, fmt.Errorf("%w: reserved %d is negative", ErrConfig, cfg.Reserved)
+	}
+	g := &Generator{
+		layout:    l,
+		clock:     cfg.Clock,
+		worker:    cfg.Worker,
+		dc:        cfg.Datacenter,
+		floor:     cfg.Floor,
+		maxLead:   lead,
+		leadUnits: int64(lead / l.Unit),
+		maxSeq:    l.MaxSequence(),
+		maxTime:   l.MaxTime(),
+		end:       l.End(),
+		last:      -1,
+		seq:       0,
+		resCh:     make(chan struct{}),
+		retireC:   make(chan struct{}),
+	}
+	g.reserved.Store(cfg.Reserved)
+	g.highest.Store(-1)
+	return g, nil
+}
+
+// Layout returns the generator's layout.
+func (g *Generator) Layout() Layout { return g.layout }
+
+// Worker returns the worker field value.
+func (g *Generator) Worker() uint64 { return g.worker }
+
+// Datacenter returns the datacenter field value.
+func (g *Generator) Datacenter() uint64 { return g.dc }
+
+// Floor returns the floor the generator was built with.
+func (g *Generator) Floor() int64 { return g.floor }
+
+// MaxLead returns the lead limit in force.
+func (g *Generator) MaxLead() time.Duration { return g.maxLead }
+
+// Highest is the time field of the last ID issued, or -1 before the first.
+// After Retire returns, it is final: no later ID exists.
+func (g *Generator) Highest() int64 { return g.highest.Load() }
+
+// Logical is the logical time L the generator stands at: the time of the
+// last ID, or, before the first, the floor. Reservations are kept ahead of
+// max(Logical, now).
+func (g *Generator) Logical() int64 { return max(g.highest.Load(), g.floor) }
+
+// Issued counts the IDs issued.
+func (g *Generator) Issued() uint64 { return g.issued.Load() }
+
+// ReservationWaits counts the calls that waited on the reservation.
+func (g *Generator) ReservationWaits() uint64 { return g.waits.Load() }
+
+// Reserved returns the reservation bound in force.
+func (g *Generator) Reserved() int64 { return g.reserved.Load() }
+
+// Lead returns how far the logical time stands ahead of the given wall
+// reading (negative when behind).
+func (g *Generator) Lead(wall time.Time) time.Duration {
+	return g.layout.UnitStart(g.Logical()).Sub(wall)
+}
+
+// SetReserved raises the reservation bound to r, waking waiters. A lower r
+// is ignored: a reservation never moves back under a running generator.
+func (g *Generator) SetReserved(r int64) {
+	for {
+		cur := g.reserved.Load()
+		if r <= cur {
+			return
+		}
+		if g.reserved.CompareAndSwap(cur, r) {
+			break
+		}
+	}
+	g.resMu.Lock()
+	close(g.resCh)
+	g.resCh = make(chan struct{})
+	g.resMu.Unlock()
+}
+
+// Retire ends the generator: every later call returns ErrRetired and
+// waiters wake. When Retire returns no ID is being issued, so Highest is
+// final.
+func (g *Generator) Retire() {
+	g.mu.Lock()
+	if !g.retired.Swap(true) {
+		close(g.retireC)
+	}
+	g.mu.Unlock()
+}
+
+// Retired reports whether Retire was called.
+func (g *Generator) Retired() bool { return g.retired.Load() }
+
+// waitKind says what a call must wait for when it issued nothing.
+type waitKind uint8
+
+const (
+	waitNone waitKind = iota
+	waitClock
+	waitReservation
+)
+
+// wait is what fill asks for when it issued nothing and found no error.
+type wait struct {
+	kind waitKind
+	d    time.Duration // waitClock: how long until the clock allows more
+	need int64         // waitReservation: the time the reservation must reach
+}
+
+// Next returns one ID. It waits (honouring ctx) while the logical time is
+// more than MaxLead ahead of the clock after a step back of at most
+// MaxLead, while the sequence is exhausted at the lead limit, and while the
+// reservation has not reached the next time; it returns *RollbackError,
+// *RangeError, *ReservationError, *AheadError or ErrRetired otherwise.
+func (g *Generator) Next(ctx context.Context) (uint64, error) {
+	var one [1]uint64
+	if _, err := g.NextBatch(ctx, one[:]); err != nil {
+		return 0, err
+	}
+	return one[0], nil
+}
+
+// NextBatch fills dst with as many IDs as the current time unit allows, with
+// one clock read, and returns how many it wrote (at least one unless it
+// returns an error). The IDs increase. It waits and fails as Next does.
+func (g *Generator) NextBatch(ctx context.Context, dst []uint64) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	for {
+		wall, mono := g.clock.Now()
+		n, w, err := g.fill(wall, mono, dst)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		switch w.kind {
+		case waitClock:
+			if err := g.sleep(ctx, w.d); err != nil {
+				return 0, &AheadError{Lead: g.Lead(wall), Limit: g.maxLead, Err: err}
+			}
+		case waitReservation:
+			if err := g.awaitReservation(ctx, w.need); err != nil {
+				return 0, err
+			}
+		}
+	}
+}
+
+// fill is the core: time is its argument. It issues up to len(dst) IDs in
+// one time unit, or says what to wait for, or returns an error.
+func (g *Generator) fill(wall time.Time, mono time.Duration, dst []uint64) (int, wait, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.retired.Load() {
+		return 0, wait{}, ErrRetired
+	}
+	// Step detection: s = monotonic delta − wall delta; s > 0 is a
+	// backward step of the wall clock.
+	if g.havePrev {
+		if s := (mono - g.prevMono) - wall.Sub(g.prevWall); s > 0 && (s > g.maxLead || g.rollback > 0) {
+			g.rollback += s
+		}
+	}
+	g.prevWall, g.prevMono, g.havePrev = wall, mono, true
+
+	now := g.layout.Units(wall)
+	if now < 0 || now > g.maxTime {
+		return 0, wait{}, &RangeError{Clock: wall, Epoch: g.layout.Epoch, End: g.end}
+	}
+	L, seq := g.last, g.seq
+	if now > L {
+		L, seq = now, 0
+	}
+	if g.floor+1 > L {
+		L, seq = g.floor+1, 0
+	}
+	if L-now > g.leadUnits {
+		if g.rollback > 0 {
+			return 0, wait{}, &RollbackError{Step: g.rollback, Limit: g.maxLead}
+		}
+		return 0, wait{kind: waitClock, d: g.layout.UnitStart(L - g.leadUnits).Sub(wall)}, nil
+	}
+	g.rollback = 0
+	if seq > g.maxSeq {
+		// Borrow the next unit, within the lead and the layout.
+		if L+1-now > g.leadUnits {
+			return 0, wait{kind: waitClock, d: g.layout.UnitStart(L + 1 - g.leadUnits).Sub(wall)}, nil
+		}
+		if L+1 > g.maxTime {
+			return 0, wait{}, &RangeError{Clock: g.layout.UnitStart(L + 1), Epoch: g.layout.Epoch, End: g.end}
+		}
+		L, seq = L+1, 0
+	}
+	if res := g.reserved.Load(); L > res {
+		return 0, wait{kind: waitReservation, need: L}, nil
+	}
+	n := uint64(len(dst))
+	if room := g.maxSeq - seq + 1; n > room {
+		n = room
+	}
+	base := g.layout.encode(L, g.dc, g.worker, 0)
+	for i := uint64(0); i < n; i++ {
+		dst[i] = base | (seq + i)
+	}
+	g.last, g.seq = L, seq+n
+	g.highest.Store(L)
+	g.issued.Add(n)
+	return int(n), wait{}, nil
+}
+
+func (g *Generator) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		return context.DeadlineExceeded
+	}
+	if ctx.Done() == nil {
+		time.Sleep(d)
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-g.retireC:
+		return ErrRetired
+	}
+}
+
+// awaitReservation waits until the reservation reaches need.
+func (g *Generator) awaitReservation(ctx context.Context, need int64) error {
+	g.waits.Add(1)
+	for {
+		g.resMu.Lock()
+		ch := g.resCh
+		g.resMu.Unlock()
+		res := g.reserved.Load()
+		if res >= need {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return &ReservationError{Need: need, Reserved: g.reserved.Load(), Err: ctx.Err()}
+		case <-g.retireC:
+			return ErrRetired
+		}
+	}
+}
