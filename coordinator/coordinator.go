@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -25,7 +26,102 @@ var (
 	// ErrNameInUse: a live owner record carries this node's name with a
 	// different instance ID.
 	ErrNameInUse = errors.New("coordinator: node name held by another instance")
+	// ErrRolledBack: the coordinator shows a reservation below one this
+	// node saw acknowledged (a restored snapshot, or a write behind the
+	// node's back). The node must not serve until an operator bumps the
+	// reservations. The text is the serving-state reason.
+	ErrRolledBack = errors.New("coordinator state rolled back")
+	// ErrRecreated: the generator's pin has another incarnation ID than the
+	// one this node remembers (the coordinator's data was wiped). The text
+	// is the serving-state reason.
+	ErrRecreated = errors.New("coordinator state recreated")
+	// ErrInvalidSpec: a Spec or a configuration value is out of bounds; the
+	// wrapping error names the field and the bound.
+	ErrInvalidSpec = errors.New("coordinator: invalid argument")
 )
+
+// TakeBackAge is how old the heartbeat of a live owner record carrying the
+// taker's own instance ID must be before Acquire takes that worker back (a
+// restart after a crash, before the old lease expired). The age is measured
+// on the taker's clock against the heartbeat's wall reading.
+const TakeBackAge = 2 * time.Second
+
+// LayoutMismatchError is returned by Acquire when the generator's pin holds
+// another layout or another fixed datacenter. It matches ErrLayoutMismatch.
+type LayoutMismatchError struct {
+	Generator                          string
+	Pinned, Wanted                     string // canonical layouts
+	PinnedDatacenter, WantedDatacenter int64  // -1: allocated from the cursor
+}
+
+func (e *LayoutMismatchError) Error() string {
+	if e.Pinned != e.Wanted {
+		return fmt.Sprintf("coordinator: generator %q is pinned to layout %q, this node asks for %q",
+			e.Generator, e.Pinned, e.Wanted)
+	}
+	return fmt.Sprintf("coordinator: generator %q is pinned to datacenter %d, this node asks for %d (-1: from the cursor)",
+		e.Generator, e.PinnedDatacenter, e.WantedDatacenter)
+}
+
+func (e *LayoutMismatchError) Is(target error) bool { return target == ErrLayoutMismatch }
+
+// ExhaustedError is returned by Acquire when no slot can be taken. It
+// matches ErrExhausted and names the limit and the live holders.
+type ExhaustedError struct {
+	Generator string
+	Limit     uint64   // number of slots (workers × datacenters, or workers)
+	Live      []Holder // slots with a live owner
+	TooFar    int      // free slots skipped because R > Spec.MaxFloor
+}
+
+func (e *ExhaustedError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "coordinator: worker IDs exhausted for generator %q: limit %d, %d live holders, %d free slots reserved past max-lead",
+		e.Generator, e.Limit, len(e.Live), e.TooFar)
+	for i, h := range e.Live {
+		if i == 8 {
+			fmt.Fprintf(&b, "; and %d more", len(e.Live)-i)
+			break
+		}
+		fmt.Fprintf(&b, "; %s held by %q (%s)", h.Slot, h.Heartbeat.Node.Name, h.Heartbeat.Node.Address)
+	}
+	return b.String()
+}
+
+func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }
+
+// NameInUseError is returned by Acquire when a live owner record of the
+// generator carries this node's name with another instance ID. It matches
+// ErrNameInUse.
+type NameInUseError struct {
+	Name     string
+	Slot     Slot
+	Instance string // the holder's instance ID
+	Address  string // the holder's address
+}
+
+func (e *NameInUseError) Error() string {
+	return fmt.Sprintf("coordinator: node name %q is held by instance %s at %q (%s)",
+		e.Name, e.Instance, e.Address, e.Slot)
+}
+
+func (e *NameInUseError) Is(target error) bool { return target == ErrNameInUse }
+
+// RolledBackError says which reservation went backwards. It matches
+// ErrRolledBack.
+type RolledBackError struct {
+	Generator string
+	Slot      Slot
+	Seen      int64 // the coordinator's value
+	Acked     int64 // the value this node saw acknowledged
+}
+
+func (e *RolledBackError) Error() string {
+	return fmt.Sprintf("coordinator state rolled back: generator %q %s: coordinator shows reservation %d, this node saw %d acknowledged",
+		e.Generator, e.Slot, e.Seen, e.Acked)
+}
+
+func (e *RolledBackError) Is(target error) bool { return target == ErrRolledBack }
 
 // SchemaVersion is the pin schema this binary writes and understands.
 const SchemaVersion = 1
@@ -73,6 +169,60 @@ type Slot struct {
 
 func (s Slot) String() string { return fmt.Sprintf("dc=%d worker=%d", s.Datacenter, s.Worker) }
 
+// Slots is the number of slots the cursor walks: WorkerLimit, times
+// DatacenterLimit when the datacenter comes from the cursor.
+func (s Spec) Slots() uint64 {
+	if s.Datacenter >= 0 {
+		return s.WorkerLimit
+	}
+	return s.WorkerLimit * s.DatacenterLimit
+}
+
+// SlotAt is the slot at cursor position pos (any non-negative position;
+// it wraps at Slots). Workers vary fastest: dc 0 workers 0..W-1, then dc 1.
+func (s Spec) SlotAt(pos uint64) Slot {
+	i := pos % s.Slots()
+	if s.Datacenter >= 0 {
+		return Slot{Datacenter: uint64(s.Datacenter), Worker: i}
+	}
+	return Slot{Datacenter: i / s.WorkerLimit, Worker: i % s.WorkerLimit}
+}
+
+// Index is the inverse of SlotAt within one lap.
+func (s Spec) Index(slot Slot) uint64 {
+	if s.Datacenter >= 0 {
+		return slot.Worker
+	}
+	return slot.Datacenter*s.WorkerLimit + slot.Worker
+}
+
+// maxSlots bounds the slot space a coordinator will walk (2^22 covers every
+// layout with at most 22 node bits).
+const maxSlots = 1 << 22
+
+// Validate checks a Spec; errors match ErrInvalidSpec and name the field.
+func (s Spec) Validate() error {
+	switch {
+	case s.Generator == "" || strings.ContainsAny(s.Generator, "/\x00") || len(s.Generator) > 128:
+		return fmt.Errorf("%w: Spec.Generator %q must be 1..128 bytes without '/'", ErrInvalidSpec, s.Generator)
+	case s.Layout == "":
+		return fmt.Errorf("%w: Spec.Layout is empty", ErrInvalidSpec)
+	case s.WorkerLimit < 1:
+		return fmt.Errorf("%w: Spec.WorkerLimit %d must be at least 1", ErrInvalidSpec, s.WorkerLimit)
+	case s.DatacenterLimit < 1:
+		return fmt.Errorf("%w: Spec.DatacenterLimit %d must be at least 1", ErrInvalidSpec, s.DatacenterLimit)
+	case s.Datacenter < -1 || (s.Datacenter >= 0 && uint64(s.Datacenter) >= s.DatacenterLimit):
+		return fmt.Errorf("%w: Spec.Datacenter %d must be -1 or in [0, %d)", ErrInvalidSpec, s.Datacenter, s.DatacenterLimit)
+	case s.WorkerLimit > maxSlots || s.DatacenterLimit > maxSlots || s.Slots() > maxSlots:
+		return fmt.Errorf("%w: Spec slots %d×%d exceed %d", ErrInvalidSpec, s.WorkerLimit, s.DatacenterLimit, maxSlots)
+	case s.MaxFloor < 0:
+		return fmt.Errorf("%w: Spec.MaxFloor %d must be >= 0", ErrInvalidSpec, s.MaxFloor)
+	case s.LocalFloor < -1:
+		return fmt.Errorf("%w: Spec.LocalFloor %d must be >= -1", ErrInvalidSpec, s.LocalFloor)
+	}
+	return nil
+}
+
 // Heartbeat is what a holder writes with each reservation.
 type Heartbeat struct {
 	Node NodeInfo
@@ -103,6 +253,13 @@ type PeerBeat struct {
 type Lease interface {
 	WorkerID() uint64
 	Datacenter() uint64
+	// Slot is (Datacenter(), WorkerID()).
+	Slot() Slot
+	// ReadReserved is the reservation R read in the step that took
+	// ownership (-1 if the slot was never reserved), before LocalFloor is
+	// applied: the node-local state compares it with the last R it saw
+	// acknowledged for this slot.
+	ReadReserved() int64
 	// Floor is the largest of the reservation read when ownership was
 	// taken and Spec.LocalFloor: the holder never emits a time <= Floor.
 	Floor() int64
@@ -111,7 +268,11 @@ type Lease interface {
 	// Reserve durably raises reserved[w] to until (never lowers it) in a
 	// write fenced on ownership; the heartbeat rides in the same write.
 	// It returns ErrLeaseLost when ownership is gone or cannot be
-	// confirmed. Only after it returns nil may times <= until be used.
+	// confirmed, ErrUnavailable (ownership in doubt: treat as not
+	// extended) on a timeout, and a RolledBackError when the value it
+	// replaced was below one already acknowledged to this lease (the write
+	// still raised it). Only after it returns nil may times <= until be
+	// used. until must be >= 0.
 	Reserve(ctx context.Context, until int64, hb Heartbeat) error
 	// Reserved is the last reservation acknowledged by the coordinator.
 	Reserved() int64
