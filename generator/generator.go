@@ -144,10 +144,8 @@ type Generator struct {
 	mu       sync.Mutex
 	last     int64  // L: the logical time of the last ID issued
 	seq      uint64 // next sequence number within last
-	prevWall time.Time
-	prevMono time.Duration
-	havePrev bool
-	rollback time.Duration // > 0 while a backward step beyond MaxLead holds
+	base     time.Duration // wall − mono at the last reading within the lead
+	haveBase bool
 
 	reserved atomic.Int64
 	highest  atomic.Int64 // == last, readable without the lock; -1 before the first ID
@@ -347,19 +345,7 @@ func (g *Generator) fill(wall time.Time, mono time.Duration, dst []uint64) (int,
 	if g.retired.Load() {
 		return 0, wait{}, ErrRetired
 	}
-	// Step detection: s = monotonic delta − wall delta; s > 0 is a
-	// backward step of the wall clock.
-	if g.havePrev {
-		if s := (mono - g.prevMono) - wall.Sub(g.prevWall); s > 0 && (s > g.maxLead || g.rollback > 0) {
-			g.rollback += s
-		}
-	}
-	g.prevWall, g.prevMono, g.havePrev = wall, mono, true
-
 	now := g.layout.Units(wall)
-	if now < 0 || now > g.maxTime {
-		return 0, wait{}, &RangeError{Clock: wall, Epoch: g.layout.Epoch, End: g.end}
-	}
 	L, seq := g.last, g.seq
 	if now > L {
 		L, seq = now, 0
@@ -368,12 +354,33 @@ func (g *Generator) fill(wall time.Time, mono time.Duration, dst []uint64) (int,
 		L, seq = g.floor+1, 0
 	}
 	if L-now > g.leadUnits {
-		if g.rollback > 0 {
-			return 0, wait{}, &RollbackError{Step: g.rollback, Limit: g.maxLead}
+		// Too far ahead of this reading. It may be stale (read before
+		// waiting for the lock, or with the thread descheduled between
+		// its wall and monotonic halves): read again before deciding.
+		wall, mono = g.clock.Now()
+		now = g.layout.Units(wall)
+		if now > L {
+			L, seq = now, 0
+		}
+	}
+	if now < 0 || now > g.maxTime {
+		return 0, wait{}, &RangeError{Clock: wall, Epoch: g.layout.Epoch, End: g.end}
+	}
+	// The step since the last good reading: s = monotonic delta − wall
+	// delta, i.e. how far the wall clock moved back against the monotonic
+	// clock (s < 0: it moved forward).
+	offset := time.Duration(wall.UnixNano()) - mono
+	if L-now > g.leadUnits {
+		if g.haveBase {
+			if s := g.base - offset; s > g.maxLead {
+				return 0, wait{}, &RollbackError{Step: s, Limit: g.maxLead}
+			}
 		}
 		return 0, wait{kind: waitClock, d: g.layout.UnitStart(L - g.leadUnits).Sub(wall)}, nil
 	}
-	g.rollback = 0
+	// Within the lead: this reading is the new baseline (forward steps and
+	// absorbed backward steps are followed).
+	g.base, g.haveBase = offset, true
 	if seq > g.maxSeq {
 		// Borrow the next unit, within the lead and the layout.
 		if L+1-now > g.leadUnits {
