@@ -142,8 +142,8 @@ type Generator struct {
 	end       time.Time
 
 	mu       sync.Mutex
-	last     int64  // L: the logical time of the last ID issued
-	seq      uint64 // next sequence number within last
+	last     int64         // L: the logical time of the last ID issued
+	seq      uint64        // next sequence number within last
 	base     time.Duration // wall − mono at the last reading within the lead
 	haveBase bool
 
