@@ -1,0 +1,189 @@
+package ringbuffer
+
+import (
+	"math"
+	"time"
+)
+
+// sampler estimates recent demand (IDs per second) from the consumed
+// counter, as an exponentially weighted rate with time constant tau.
+type sampler struct {
+	have     bool
+	at       time.Duration // monotonic reading of the last sample
+	consumed uint64
+	rate     float64
+}
+
+const demandTau = 200 * time.Millisecond
+
+func (s *sampler) update(mono time.Duration, consumed uint64) float64 {
+	if !s.have {
+		s.have, s.at, s.consumed = true, mono, consumed
+		return s.rate
+	}
+	dt := mono - s.at
+	if dt <= 0 {
+		return s.rate
+	}
+	inst := float64(consumed-s.consumed) / dt.Seconds()
+	decay := math.Exp(-float64(dt) / float64(demandTau))
+	s.rate = s.rate*decay + inst*(1-decay)
+	if inst > s.rate {
+		// Follow a rise at once; decay slowly.
+		s.rate = inst
+	}
+	if s.rate < 1 {
+		s.rate = 0
+	}
+	s.at, s.consumed = mono, consumed
+	return s.rate
+}
+
+// Start runs the filler goroutine. Call Close to stop it.
+func (b *Buffer) Start() {
+	if b.started.Swap(true) {
+		return
+	}
+	go b.run()
+}
+
+// Close stops the filler and retires the source. Takes after Close return
+// what is still buffered, then ErrEmpty; Generate returns ErrNoSource.
+func (b *Buffer) Close() {
+	if b.isClose.Swap(true) {
+		return
+	}
+	close(b.closed)
+	b.Reset(nil)
+	if b.started.Load() {
+		<-b.done
+	}
+}
+
+func (b *Buffer) run() {
+	defer close(b.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var timerC <-chan time.Time
+	for {
+		select {
+		case <-b.closed:
+			timer.Stop()
+			return
+		case <-b.wake:
+		case <-timerC:
+			timerC = nil
+		}
+		if b.round() {
+			if timerC == nil {
+				timer.Reset(b.tickDur)
+				timerC = timer.C
+			}
+		} else if timerC != nil {
+			timer.Stop()
+			timerC = nil
+		}
+	}
+}
+
+// round advances the freshness tick, drops stale IDs, resizes the target
+// to demand and refills under half of it. It reports whether the timer must
+// keep running: while the ring holds IDs (their age must be tracked) or
+// demand is not zero.
+func (b *Buffer) round() bool {
+	_, mono := b.clock.Now()
+	tick := int64(mono / b.tickDur)
+	b.tick.Store(tick)
+	b.purgeStale(tick)
+
+	st := b.Stats()
+	// Empty hits count as demand too: each wanted at least one ID.
+	rate := b.lastSample.update(mono, st.Taken+st.Direct+st.EmptyHits)
+	target := int64(rate * b.maxStaleness().Seconds() / 2)
+	if rate > 0 {
+		target = max(target, 2*blockSize)
+	}
+	target = min(target, int64(b.size))
+	b.target.Store(target)
+	if avail := int64(b.Len()); avail*2 < target {
+		b.fill(int(target - avail))
+	}
+	return b.Len() > 0 || rate > 0
+}
+
+func (b *Buffer) maxStaleness() time.Duration { return time.Duration(b.staleTicks+1) * b.tickDur }
+
+// purgeStale drops stale IDs at the head of the ring. Only the filler
+// writes slots, and this runs on the filler, so reading unclaimed slots is
+// safe.
+func (b *Buffer) purgeStale(tick int64) {
+	oldest := tick - b.staleTicks
+	for {
+		h, t := b.head.Load(), b.tail.Load()
+		k := uint64(0)
+		for h+k < t && b.slots[(h+k)&b.mask].stamp < oldest {
+			k++
+		}
+		if k == 0 {
+			return
+		}
+		if b.head.CompareAndSwap(h, h+k) {
+			b.release(h, k)
+			b.droppedStale.Add(k)
+			return
+		}
+	}
+}
+
+// writable returns how many positions from t (up to want) the filler may
+// write: a slot is written only after every slot of its block from the
+// previous lap was released by its taker.
+func (b *Buffer) writable(t uint64, want int) int {
+	n := 0
+	for n < want {
+		p := t + uint64(n)
+		lap := p >> b.lapShift
+		blk := (p & b.mask) / blockSize
+		if b.released[blk].Load() < lap*blockSize {
+			break
+		}
+		n += int(min(uint64(want-n), blockSize-p%blockSize))
+	}
+	return n
+}
+
+// fill adds up to k IDs from the source, chunk by chunk.
+func (b *Buffer) fill(k int) {
+	b.fillMu.Lock()
+	defer b.fillMu.Unlock()
+	src, ctx := b.src, b.srcCtx
+	if src == nil {
+		return
+	}
+	epoch := b.epoch.Load()
+	written := 0
+	for written < k {
+		t := b.tail.Load()
+		room := b.writable(t, min(b.chunk, k-written))
+		if room == 0 {
+			break
+		}
+		// Stamp before generating: an ID is never younger than its stamp.
+		stamp := b.nowTick()
+		n, err := src.NextBatch(ctx, b.scratch[:room])
+		if err != nil {
+			b.refillErrors.Add(1)
+			break
+		}
+		for i := 0; i < n; i++ {
+			p := t + uint64(i)
+			s := &b.slots[p&b.mask]
+			s.id, s.stamp, s.lap, s.epoch = b.scratch[i], stamp, uint32(p>>b.lapShift), epoch
+		}
+		b.tail.Store(t + uint64(n))
+		written += n
+	}
+	if written > 0 {
+		b.refills.Add(1)
+	}
+}

@@ -1,0 +1,395 @@
+package ringbuffer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Source produces IDs in increasing order. The generator's NextBatch
+// satisfies it: it fills dst with as many IDs as one time unit allows and
+// may wait (honouring ctx).
+type Source interface {
+	NextBatch(ctx context.Context, dst []uint64) (int, error)
+}
+
+// Clock supplies the monotonic reading that stamps refill chunks. The
+// clockguard clocks satisfy it; the wall reading is not used.
+type Clock interface {
+	Now() (wall time.Time, mono time.Duration)
+}
+
+// Errors, checked with errors.Is.
+var (
+	// ErrEmpty: the buffer holds no fresh ID right now. Take returns it at
+	// once; callers generate directly (Generate) instead.
+	ErrEmpty = errors.New("ringbuffer: empty")
+	// ErrNoSource: there is no source (none set, or Reset with nil).
+	ErrNoSource = errors.New("ringbuffer: no source")
+	// ErrClosed: the buffer was closed.
+	ErrClosed = errors.New("ringbuffer: closed")
+	// ErrConfig marks a refused Config.
+	ErrConfig = errors.New("ringbuffer: invalid config")
+)
+
+// blockSize is the release granularity: takers release slots to the filler
+// by adding to one counter per block of this many slots.
+const blockSize = 64
+
+// Config configures a Buffer.
+type Config struct {
+	// Size is the number of slots: a power of two, at least 2×64.
+	// Zero means 65536.
+	Size int
+	// MaxStaleness bounds the age of any ID handed out (plus one Tick).
+	// Required.
+	MaxStaleness time.Duration
+	// Tick is the coarse freshness tick. Zero means MaxStaleness/4,
+	// at least 1ms. Must not exceed MaxStaleness/2.
+	Tick time.Duration
+	// Clock stamps refill chunks with its monotonic reading. Required.
+	Clock Clock
+	// Chunk is how many IDs one refill asks of the source at a time.
+	// Zero means min(4096, Size/2).
+	Chunk int
+}
+
+// Stats are plain counters; the node turns them into metrics.
+type Stats struct {
+	Capacity     int    // slots
+	Available    int    // IDs buffered now (stale ones included until dropped)
+	Target       int    // what the filler keeps ready, sized to demand
+	Taken        uint64 // IDs handed out from the ring
+	Direct       uint64 // IDs generated directly by Generate
+	DroppedStale uint64 // IDs dropped for exceeding MaxStaleness
+	DroppedReset uint64 // IDs dropped by Reset (a retired source)
+	EmptyHits    uint64 // takes that found the ring empty
+	Refills      uint64 // refill rounds that added IDs
+	RefillErrors uint64 // refill rounds the source refused
+}
+
+type slot struct {
+	id    uint64
+	stamp int64  // freshness tick of the chunk this ID came from
+	lap   uint32 // position / size, as written by the filler
+	epoch uint32 // Reset generation the ID belongs to
+}
+
+type pad [64]byte
+
+// Buffer is a ring of pre-generated IDs with one filler and many
+// concurrent takers. Taking takes no lock. Create one with New, then
+// Start it.
+type Buffer struct {
+	slots    []slot
+	released []atomic.Uint64 // per block: slots released, cumulative
+	mask     uint64
+	size     uint64
+	lapShift uint
+
+	_    pad
+	head atomic.Uint64 // next position to take (takers CAS it)
+	_    pad
+	tail atomic.Uint64 // next position to fill (written by the filler only)
+	_    pad
+	tick atomic.Int64 // coarse freshness tick, advanced by the filler
+	// epoch is the current Reset generation.
+	epoch atomic.Uint32
+	// target is the fill target; takers wake the filler under half of it.
+	target atomic.Int64
+	_      pad
+
+	emptyHits    atomic.Uint64
+	droppedStale atomic.Uint64
+	droppedReset atomic.Uint64
+	direct       atomic.Uint64
+	refills      atomic.Uint64
+	refillErrors atomic.Uint64
+
+	staleTicks int64
+	tickDur    time.Duration
+	chunk      int
+	clock      Clock
+
+	fillMu     sync.Mutex // held while filling and by Generate and Reset
+	src        Source
+	srcCancel  context.CancelFunc
+	srcCtx     context.Context
+	scratch    []uint64
+	lastSample sampler
+
+	wake    chan struct{}
+	closed  chan struct{}
+	done    chan struct{}
+	started atomic.Bool
+	isClose atomic.Bool
+
+	// testHookClaimed, when set, runs after a taker claimed positions and
+	// before it copies them (tests park takers there).
+	testHookClaimed func()
+}
+
+// New returns a buffer with no source. It returns an error wrapping
+// ErrConfig when Size is not a power of two of at least 128, MaxStaleness
+// is not positive, Tick exceeds MaxStaleness, or Clock is nil.
+func New(cfg Config) (*Buffer, error) {
+	if cfg.Size == 0 {
+		cfg.Size = 1 << 16
+	}
+	if cfg.Size < 2*blockSize || cfg.Size&(cfg.Size-1) != 0 || cfg.Size > 1<<30 {
+		return nil, fmt.Errorf("%w: ring-size %d is not a power of two in [%d, %d]", ErrConfig, cfg.Size, 2*blockSize, 1<<30)
+	}
+	if cfg.MaxStaleness <= 0 {
+		return nil, fmt.Errorf("%w: max-staleness %v must be positive", ErrConfig, cfg.MaxStaleness)
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = max(cfg.MaxStaleness/4, time.Millisecond)
+	}
+	if cfg.Tick <= 0 || 2*cfg.Tick > cfg.MaxStaleness {
+		return nil, fmt.Errorf("%w: tick %v outside (0, max-staleness/2 = %v]", ErrConfig, cfg.Tick, cfg.MaxStaleness/2)
+	}
+	if cfg.Clock == nil {
+		return nil, fmt.Errorf("%w: Clock is nil", ErrConfig)
+	}
+	if cfg.Chunk == 0 {
+		cfg.Chunk = min(4096, cfg.Size/2)
+	}
+	if cfg.Chunk < 1 || cfg.Chunk > cfg.Size {
+		return nil, fmt.Errorf("%w: chunk %d outside [1, %d]", ErrConfig, cfg.Chunk, cfg.Size)
+	}
+	shift := uint(0)
+	for 1<<shift < cfg.Size {
+		shift++
+	}
+	b := &Buffer{
+		srcCtx:     context.Background(),
+		slots:      make([]slot, cfg.Size),
+		released:   make([]atomic.Uint64, cfg.Size/blockSize),
+		mask:       uint64(cfg.Size - 1),
+		size:       uint64(cfg.Size),
+		lapShift:   shift,
+		// One tick of margin for a timer that fires late: an ID is kept
+		// while tick − stamp < MaxStaleness/Tick, so its age stays under
+		// MaxStaleness plus one tick even when the tick lags by up to one.
+		staleTicks: int64(cfg.MaxStaleness/cfg.Tick) - 1,
+		tickDur:    cfg.Tick,
+		chunk:      cfg.Chunk,
+		clock:      cfg.Clock,
+		scratch:    make([]uint64, cfg.Chunk),
+		wake:       make(chan struct{}, 1),
+		closed:     make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	b.tick.Store(b.nowTick())
+	return b, nil
+}
+
+func (b *Buffer) nowTick() int64 {
+	_, mono := b.clock.Now()
+	return int64(mono / b.tickDur)
+}
+
+// Cap returns the number of slots.
+func (b *Buffer) Cap() int { return int(b.size) }
+
+// Len returns the number of IDs buffered (stale ones until dropped).
+func (b *Buffer) Len() int {
+	h := b.head.Load()
+	t := b.tail.Load()
+	if t < h {
+		return 0
+	}
+	return int(t - h)
+}
+
+// Take hands out one ID, or ErrEmpty at once.
+func (b *Buffer) Take() (uint64, error) {
+	var one [1]uint64
+	if _, err := b.TakeN(one[:]); err != nil {
+		return 0, err
+	}
+	return one[0], nil
+}
+
+// TakeN hands out up to len(dst) IDs, reserving them in one step, and
+// returns how many it wrote, or ErrEmpty at once when it has none. The IDs
+// written are increasing.
+func (b *Buffer) TakeN(dst []uint64) (int, error) {
+	n, err := b.takeN(dst)
+	if err != nil {
+		b.emptyHits.Add(1)
+		b.poke()
+	}
+	return n, err
+}
+
+func (b *Buffer) takeN(dst []uint64) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	got := 0
+	for got == 0 {
+		var h, n uint64
+		for {
+			h = b.head.Load()
+			t := b.tail.Load()
+			if h >= t {
+				return 0, ErrEmpty
+			}
+			n = min(uint64(len(dst)), t-h)
+			if b.head.CompareAndSwap(h, h+n) {
+				break
+			}
+		}
+		if hook := b.testHookClaimed; hook != nil {
+			hook()
+		}
+		got = b.copyOut(h, n, dst)
+		if left := int64(b.tail.Load() - b.head.Load()); left*2 < b.target.Load() {
+			b.poke()
+		}
+	}
+	return got, nil
+}
+
+// copyOut copies the claimed positions [h, h+n) into dst, skipping stale
+// and retired IDs, then releases the slots to the filler.
+func (b *Buffer) copyOut(h, n uint64, dst []uint64) int {
+	epoch := b.epoch.Load()
+	oldest := b.tick.Load() - b.staleTicks
+	got := 0
+	var stale, retired uint64
+	for pos := h; pos < h+n; pos++ {
+		s := &b.slots[pos&b.mask]
+		if s.lap != uint32(pos>>b.lapShift) {
+			// Cannot happen: the filler writes a slot only after its
+			// previous taker released it, and publishes it before any
+			// taker can claim it.
+			panic(fmt.Sprintf("ringbuffer: slot for position %d holds lap %d", pos, s.lap))
+		}
+		switch {
+		case s.epoch != epoch:
+			retired++
+		case s.stamp < oldest:
+			stale++
+		default:
+			dst[got] = s.id
+			got++
+		}
+	}
+	b.release(h, n)
+	if stale > 0 {
+		b.droppedStale.Add(stale)
+	}
+	if retired > 0 {
+		b.droppedReset.Add(retired)
+	}
+	return got
+}
+
+// release returns positions [h, h+n) to the filler, one atomic add per
+// block touched.
+func (b *Buffer) release(h, n uint64) {
+	for n > 0 {
+		inBlock := min(n, blockSize-h%blockSize)
+		b.released[(h&b.mask)/blockSize].Add(inBlock)
+		h += inBlock
+		n -= inBlock
+	}
+}
+
+func (b *Buffer) poke() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Generate fills dst directly from the source under the filler's lock,
+// bypassing the ring: the server uses it for what the ring could not give,
+// so a caller never sees ErrEmpty. It returns how many IDs it wrote (fewer
+// than len(dst) only with an error, the source's).
+//
+// Under the lock it first drains what the ring holds, so every ID it
+// returns is newer than any the same caller took before, and older than
+// any the filler publishes after.
+func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
+	b.fillMu.Lock()
+	src := b.src
+	got := 0
+	var err error
+	if src == nil {
+		err = ErrNoSource
+	}
+	for err == nil && got < len(dst) {
+		n, terr := b.takeN(dst[got:])
+		if terr != nil {
+			break
+		}
+		got += n
+	}
+	fromRing := got
+	for err == nil && got < len(dst) {
+		var n int
+		n, err = src.NextBatch(ctx, dst[got:])
+		got += n
+	}
+	b.fillMu.Unlock()
+	b.direct.Add(uint64(got - fromRing))
+	b.poke()
+	return got, err
+}
+
+// Reset retires the current source and installs src (nil: none). The epoch
+// advances instead of the ring rewinding: every ID buffered from the old
+// source is dropped (also by a taker that claimed it before the Reset and
+// copies it after), and no refill from the old source is published.
+func (b *Buffer) Reset(src Source) {
+	b.fillMu.Lock()
+	if b.srcCancel != nil {
+		b.srcCancel()
+	}
+	b.epoch.Add(1)
+	b.src = src
+	b.srcCtx, b.srcCancel = context.WithCancel(context.Background())
+	b.fillMu.Unlock()
+	b.drain()
+	b.poke()
+}
+
+// drain claims and releases everything buffered, counting it as retired.
+func (b *Buffer) drain() {
+	for {
+		h := b.head.Load()
+		t := b.tail.Load()
+		if h >= t {
+			return
+		}
+		if b.head.CompareAndSwap(h, t) {
+			b.release(h, t-h)
+			b.droppedReset.Add(t - h)
+			return
+		}
+	}
+}
+
+// Stats returns the counters.
+func (b *Buffer) Stats() Stats {
+	h := b.head.Load()
+	ds, dr := b.droppedStale.Load(), b.droppedReset.Load()
+	return Stats{
+		Capacity:     int(b.size),
+		Available:    b.Len(),
+		Target:       int(b.target.Load()),
+		Taken:        h - min(h, ds+dr),
+		Direct:       b.direct.Load(),
+		DroppedStale: ds,
+		DroppedReset: dr,
+		EmptyHits:    b.emptyHits.Load(),
+		Refills:      b.refills.Load(),
+		RefillErrors: b.refillErrors.Load(),
+	}
+}

@@ -1,0 +1,470 @@
+package ringbuffer
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// counter is a Source of increasing IDs, perCall at a time.
+type counter struct {
+	next    atomic.Uint64
+	perCall int
+	fail    atomic.Bool
+}
+
+func (c *counter) NextBatch(ctx context.Context, dst []uint64) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if c.fail.Load() {
+		return 0, errors.New("source refuses")
+	}
+	n := min(len(dst), c.perCall)
+	start := c.next.Add(uint64(n)) - uint64(n)
+	for i := range n {
+		dst[i] = start + uint64(i) + 1
+	}
+	return n, nil
+}
+
+type fakeClock struct {
+	mu   sync.Mutex
+	mono time.Duration
+}
+
+func (c *fakeClock) Now() (time.Time, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Unix(0, int64(c.mono)), c.mono
+}
+func (c *fakeClock) Advance(d time.Duration) { c.mu.Lock(); c.mono += d; c.mu.Unlock() }
+
+type sysClock struct{ origin time.Time }
+
+func (c sysClock) Now() (time.Time, time.Duration) {
+	t := time.Now()
+	return t.Round(0), t.Sub(c.origin)
+}
+
+func newBuf(t testing.TB, cfg Config) *Buffer {
+	t.Helper()
+	if cfg.Clock == nil {
+		cfg.Clock = sysClock{time.Now()}
+	}
+	if cfg.MaxStaleness == 0 {
+		cfg.MaxStaleness = time.Second
+	}
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+func TestNewRefuses(t *testing.T) {
+	clk := &fakeClock{}
+	cases := []struct {
+		name string
+		cfg  Config
+	}{
+		{"not a power of two", Config{Size: 1000, MaxStaleness: time.Second, Clock: clk}},
+		{"too small", Config{Size: 64, MaxStaleness: time.Second, Clock: clk}},
+		{"no staleness", Config{Size: 1024, Clock: clk}},
+		{"tick above staleness", Config{Size: 1024, MaxStaleness: time.Millisecond, Tick: time.Second, Clock: clk}},
+		{"no clock", Config{Size: 1024, MaxStaleness: time.Second}},
+		{"chunk above size", Config{Size: 1024, MaxStaleness: time.Second, Clock: clk, Chunk: 2048}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := New(c.cfg); !errors.Is(err, ErrConfig) {
+				t.Fatalf("New = %v, want ErrConfig", err)
+			}
+		})
+	}
+}
+
+func TestEmptyAtOnceAndGenerate(t *testing.T) {
+	b := newBuf(t, Config{Size: 1024})
+	if _, err := b.Take(); !errors.Is(err, ErrEmpty) {
+		t.Fatalf("Take on a new buffer = %v, want ErrEmpty", err)
+	}
+	dst := make([]uint64, 10)
+	if _, err := b.Generate(context.Background(), dst); !errors.Is(err, ErrNoSource) {
+		t.Fatalf("Generate without source = %v", err)
+	}
+	src := &counter{perCall: 3}
+	b.Reset(src)
+	n, err := b.Generate(context.Background(), dst)
+	if err != nil || n != 10 || dst[0] != 1 || dst[9] != 10 {
+		t.Fatalf("Generate = %d %v %v", n, err, dst)
+	}
+	if s := b.Stats(); s.Direct != 10 || s.EmptyHits != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestFillAndTake(t *testing.T) {
+	b := newBuf(t, Config{Size: 1024, Chunk: 100})
+	b.Reset(&counter{perCall: 37})
+	b.target.Store(600)
+	b.fill(600)
+	if b.Len() != 600 {
+		t.Fatalf("Len after fill = %d", b.Len())
+	}
+	dst := make([]uint64, 250)
+	var all []uint64
+	for {
+		n, err := b.TakeN(dst)
+		if errors.Is(err, ErrEmpty) {
+			break
+		}
+		all = append(all, dst[:n]...)
+	}
+	if len(all) != 600 {
+		t.Fatalf("took %d, want 600", len(all))
+	}
+	for i, id := range all {
+		if id != uint64(i+1) {
+			t.Fatalf("ID %d = %d", i, id)
+		}
+	}
+	if s := b.Stats(); s.Taken != 600 || s.Refills != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestConcurrentTakers: one running filler, many takers mixing Take, TakeN
+// and Generate; no ID twice, each taker's IDs strictly increase.
+func TestConcurrentTakers(t *testing.T) {
+	b := newBuf(t, Config{Size: 4096, Chunk: 512})
+	src := &counter{perCall: 512}
+	b.Reset(src)
+	b.Start()
+	const takers, each = 8, 100_000
+	out := make([][]uint64, takers)
+	var wg sync.WaitGroup
+	for w := range takers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids := make([]uint64, 0, each)
+			dst := make([]uint64, 1+w*37)
+			for len(ids) < each {
+				want := dst[:min(len(dst), each-len(ids))]
+				var n int
+				var err error
+				if len(want) == 1 {
+					var id uint64
+					id, err = b.Take()
+					want[0], n = id, 1
+				} else {
+					n, err = b.TakeN(want)
+				}
+				if errors.Is(err, ErrEmpty) {
+					n, err = b.Generate(context.Background(), want)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids = append(ids, want[:n]...)
+			}
+			out[w] = ids
+		}()
+	}
+	wg.Wait()
+	checkUnique(t, out)
+	if s := b.Stats(); s.Refills == 0 || s.Taken == 0 {
+		t.Fatalf("filler never served: %+v", s)
+	}
+}
+
+func checkUnique(t *testing.T, out [][]uint64) {
+	t.Helper()
+	var all []uint64
+	for w, ids := range out {
+		for i := 1; i < len(ids); i++ {
+			if ids[i] <= ids[i-1] {
+				t.Fatalf("taker %d: %d after %d", w, ids[i], ids[i-1])
+			}
+		}
+		all = append(all, ids...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	for i := 1; i < len(all); i++ {
+		if all[i] == all[i-1] {
+			t.Fatalf("ID %d handed out twice", all[i])
+		}
+	}
+}
+
+// TestParkedTaker is the ring's one hard case: a taker parked between
+// claiming and copying while the filler wraps the ring and Reset runs. No
+// ID is returned twice, and the filler never writes over the parked slots.
+func TestParkedTaker(t *testing.T) {
+	b := newBuf(t, Config{Size: 256, Chunk: 64})
+	src := &counter{perCall: 64}
+	b.Reset(src)
+	b.fill(256) // ring full: positions 0..255 hold IDs 1..256
+
+	parked := make(chan struct{})
+	release := make(chan struct{})
+	var once sync.Once
+	b.testHookClaimed = func() {
+		once.Do(func() {
+			close(parked)
+			<-release
+		})
+	}
+	var parkedIDs []uint64
+	parkedDone := make(chan struct{})
+	go func() {
+		defer close(parkedDone)
+		dst := make([]uint64, 10)
+		n, err := b.TakeN(dst) // claims positions 0..9, then parks
+		if err == nil {
+			parkedIDs = append(parkedIDs, dst[:n]...)
+		}
+	}()
+	<-parked
+	b.testHookClaimed = nil // other takers do not park
+
+	var others []uint64
+	take := func() {
+		dst := make([]uint64, 7)
+		for {
+			n, err := b.TakeN(dst)
+			if err != nil {
+				return
+			}
+			others = append(others, dst[:n]...)
+		}
+	}
+	take() // drains positions 10..255
+	// The filler wraps to block 0, which the parked taker still holds: it
+	// writes nothing there (nor past it: the ring is in order).
+	b.fill(256)
+	if got := b.Len(); got != 0 {
+		t.Fatalf("filler wrote %d slots over or past a parked taker", got)
+	}
+	take()
+	// Reset while the taker is parked: its IDs belong to a retired epoch.
+	b.Reset(&counter{perCall: 64, next: atomicAt(1_000_000)})
+	b.fill(256)
+	take()
+	close(release)
+	<-parkedDone
+	if len(parkedIDs) != 0 {
+		t.Fatalf("parked taker returned retired IDs %v", parkedIDs)
+	}
+	// Once released, the filler reaches block 0 again.
+	b.fill(256)
+	take()
+	checkUnique(t, [][]uint64{others})
+	if s := b.Stats(); s.DroppedReset == 0 {
+		t.Fatalf("no retired IDs counted: %+v", s)
+	}
+}
+
+// TestParkedTakerNoReset: the parked taker's IDs are still handed out (to it
+// alone) when no Reset intervenes.
+func TestParkedTakerNoReset(t *testing.T) {
+	b := newBuf(t, Config{Size: 128, Chunk: 64})
+	b.Reset(&counter{perCall: 64})
+	b.fill(128)
+	parked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.testHookClaimed = func() { once.Do(func() { close(parked); <-release }) }
+	var got []uint64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dst := make([]uint64, 5)
+		n, _ := b.TakeN(dst)
+		got = dst[:n]
+	}()
+	<-parked
+	b.testHookClaimed = nil
+	var others []uint64
+	for round := 0; round < 5; round++ {
+		dst := make([]uint64, 3)
+		for {
+			n, err := b.TakeN(dst)
+			if err != nil {
+				break
+			}
+			others = append(others, dst[:n]...)
+		}
+		b.fill(128)
+	}
+	close(release)
+	<-done
+	if len(got) != 5 || got[0] != 1 {
+		t.Fatalf("parked taker got %v", got)
+	}
+	checkUnique(t, [][]uint64{append(append([]uint64{}, got...), others...)})
+}
+
+func atomicAt(v uint64) (a atomic.Uint64) { a.Store(v); return }
+
+func TestResetRejectsRetiredSource(t *testing.T) {
+	b := newBuf(t, Config{Size: 1024, Chunk: 64})
+	old := &counter{perCall: 64}
+	b.Reset(old)
+	b.fill(512)
+	b.Reset(&counter{perCall: 64, next: atomicAt(10_000)})
+	if b.Len() != 0 {
+		t.Fatalf("Reset left %d retired IDs", b.Len())
+	}
+	b.fill(128)
+	id, err := b.Take()
+	if err != nil || id <= 10_000 {
+		t.Fatalf("after Reset Take = %d, %v; want an ID of the new source", id, err)
+	}
+	if s := b.Stats(); s.DroppedReset != 512 {
+		t.Fatalf("DroppedReset = %d", s.DroppedReset)
+	}
+}
+
+func TestStaleDropped(t *testing.T) {
+	clk := &fakeClock{}
+	b := newBuf(t, Config{Size: 1024, MaxStaleness: 100 * time.Millisecond, Tick: 10 * time.Millisecond, Clock: clk, Chunk: 64})
+	b.Reset(&counter{perCall: 64})
+	b.fill(128)
+	clk.Advance(50 * time.Millisecond)
+	b.tick.Store(b.nowTick())
+	if _, err := b.Take(); err != nil {
+		t.Fatalf("50ms old: %v", err)
+	}
+	// Age 110 ms > MaxStaleness: dropped at take, even before the filler
+	// purges.
+	clk.Advance(60 * time.Millisecond)
+	b.tick.Store(b.nowTick())
+	if id, err := b.Take(); !errors.Is(err, ErrEmpty) {
+		t.Fatalf("stale Take = %d, %v; want ErrEmpty", id, err)
+	}
+	if s := b.Stats(); s.DroppedStale != 127 {
+		t.Fatalf("DroppedStale = %d, want 127", s.DroppedStale)
+	}
+	// The filler's round purges stale chunks at the head.
+	b.fill(64)
+	clk.Advance(200 * time.Millisecond)
+	b.round()
+	if b.Len() != 0 {
+		t.Fatalf("round left %d stale IDs", b.Len())
+	}
+}
+
+// TestFreshnessBound: with a running filler on the real clock, no ID is
+// handed out later than MaxStaleness + one tick after its chunk was made.
+func TestFreshnessBound(t *testing.T) {
+	const stale, tick = 40 * time.Millisecond, 10 * time.Millisecond
+	origin := time.Now()
+	b := newBuf(t, Config{Size: 1024, MaxStaleness: stale, Tick: tick, Clock: sysClock{origin}, Chunk: 64})
+	src := &stampSource{origin: origin}
+	b.Reset(src)
+	b.Start()
+	deadline := time.Now().Add(600 * time.Millisecond)
+	for i := 0; time.Now().Before(deadline); i++ {
+		id, err := b.Take()
+		if errors.Is(err, ErrEmpty) {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		age := time.Since(origin) - time.Duration(id)
+		if age > stale+tick {
+			t.Fatalf("ID made %v ago handed out (bound %v)", age, stale+tick)
+		}
+		if i%50 == 0 {
+			time.Sleep(70 * time.Millisecond) // let buffered IDs age
+		}
+	}
+	if b.Stats().DroppedStale == 0 {
+		t.Fatal("nothing went stale: the test did not exercise the bound")
+	}
+}
+
+// stampSource makes IDs that are their own creation time (ns since origin),
+// kept increasing.
+type stampSource struct {
+	origin time.Time
+	last   uint64
+}
+
+func (s *stampSource) NextBatch(_ context.Context, dst []uint64) (int, error) {
+	now := uint64(time.Since(s.origin))
+	for i := range dst {
+		now = max(now, s.last+1)
+		dst[i], s.last = now, now
+	}
+	return len(dst), nil
+}
+
+func TestDemandSizedAndIdle(t *testing.T) {
+	clk := &fakeClock{}
+	b := newBuf(t, Config{Size: 1 << 14, MaxStaleness: 100 * time.Millisecond, Clock: clk})
+	b.Reset(&counter{perCall: 4096})
+	b.round()
+	if b.Len() != 0 || b.target.Load() != 0 {
+		t.Fatalf("no demand yet, but target %d len %d", b.target.Load(), b.Len())
+	}
+	// 20,000 IDs in 100 ms: 200k IDs/s → target 10,000.
+	dst := make([]uint64, 1000)
+	for range 20 {
+		b.Generate(context.Background(), dst)
+	}
+	clk.Advance(100 * time.Millisecond)
+	if !b.round() {
+		t.Fatal("timer stopped under demand")
+	}
+	if tg := b.target.Load(); tg < 9000 || tg > 11000 {
+		t.Fatalf("target %d, want about 10000", tg)
+	}
+	if b.Len() < 9000 {
+		t.Fatalf("filled %d", b.Len())
+	}
+	// Demand stops: stale IDs are purged, the target falls to zero and
+	// the timer stops.
+	idle := false
+	for range 100 {
+		clk.Advance(100 * time.Millisecond)
+		if !b.round() {
+			idle = true
+			break
+		}
+	}
+	if !idle || b.Len() != 0 || b.target.Load() != 0 {
+		t.Fatalf("not idle: len %d target %d", b.Len(), b.target.Load())
+	}
+}
+
+func TestTakeAllocatesNothing(t *testing.T) {
+	b := newBuf(t, Config{Size: 1 << 16, Chunk: 4096})
+	b.Reset(&counter{perCall: 4096})
+	b.fill(1 << 16)
+	dst := make([]uint64, 100)
+	if a := testing.AllocsPerRun(200, func() { b.TakeN(dst) }); a != 0 {
+		t.Fatalf("TakeN allocates %v", a)
+	}
+	if a := testing.AllocsPerRun(200, func() { b.Take() }); a != 0 {
+		t.Fatalf("Take allocates %v", a)
+	}
+}
+
+func BenchmarkTake(b *testing.B) {
+	buf := newBuf(b, Config{Size: 1 << 16, Chunk: 4096})
+	buf.Reset(&counter{perCall: 4096})
+	buf.Start()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := buf.Take(); err != nil {
+			buf.Generate(context.Background(), make([]uint64, 1))
+		}
+	}
+}
