@@ -165,12 +165,12 @@ func New(cfg Config) (*Buffer, error) {
 		shift++
 	}
 	b := &Buffer{
-		srcCtx:     context.Background(),
-		slots:      make([]slot, cfg.Size),
-		released:   make([]atomic.Uint64, cfg.Size/blockSize),
-		mask:       uint64(cfg.Size - 1),
-		size:       uint64(cfg.Size),
-		lapShift:   shift,
+		srcCtx:   context.Background(),
+		slots:    make([]slot, cfg.Size),
+		released: make([]atomic.Uint64, cfg.Size/blockSize),
+		mask:     uint64(cfg.Size - 1),
+		size:     uint64(cfg.Size),
+		lapShift: shift,
 		// One tick of margin for a timer that fires late: an ID is kept
 		// while tick − stamp < MaxStaleness/Tick, so its age stays under
 		// MaxStaleness plus one tick even when the tick lags by up to one.
@@ -207,11 +207,39 @@ func (b *Buffer) Len() int {
 
 // Take hands out one ID, or ErrEmpty at once.
 func (b *Buffer) Take() (uint64, error) {
-	var one [1]uint64
-	if _, err := b.TakeN(one[:]); err != nil {
-		return 0, err
+	for {
+		h := b.head.Load()
+		t := b.tail.Load()
+		if h >= t {
+			b.emptyHits.Add(1)
+			b.poke()
+			return 0, ErrEmpty
+		}
+		if !b.head.CompareAndSwap(h, h+1) {
+			continue
+		}
+		if hook := b.testHookClaimed; hook != nil {
+			hook()
+		}
+		s := &b.slots[h&b.mask]
+		if s.lap != uint32(h>>b.lapShift) {
+			panic(fmt.Sprintf("ringbuffer: slot for position %d holds lap %d", h, s.lap))
+		}
+		id, fresh := s.id, s.epoch == b.epoch.Load() && s.stamp >= b.tick.Load()-b.staleTicks
+		retired := s.epoch != b.epoch.Load()
+		b.released[(h&b.mask)/blockSize].Add(1)
+		if (int64(t-h)-1)*2 < b.target.Load() {
+			b.poke()
+		}
+		if fresh {
+			return id, nil
+		}
+		if retired {
+			b.droppedReset.Add(1)
+		} else {
+			b.droppedStale.Add(1)
+		}
 	}
-	return one[0], nil
 }
 
 // TakeN hands out up to len(dst) IDs, reserving them in one step, and
@@ -232,10 +260,10 @@ func (b *Buffer) takeN(dst []uint64) (int, error) {
 	}
 	got := 0
 	for got == 0 {
-		var h, n uint64
+		var h, n, t uint64
 		for {
 			h = b.head.Load()
-			t := b.tail.Load()
+			t = b.tail.Load()
 			if h >= t {
 				return 0, ErrEmpty
 			}
@@ -248,7 +276,7 @@ func (b *Buffer) takeN(dst []uint64) (int, error) {
 			hook()
 		}
 		got = b.copyOut(h, n, dst)
-		if left := int64(b.tail.Load() - b.head.Load()); left*2 < b.target.Load() {
+		if left := int64(t - h - n); left*2 < b.target.Load() {
 			b.poke()
 		}
 	}
