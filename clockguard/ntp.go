@@ -55,7 +55,7 @@ type OffsetError struct {
 }
 
 func (e *OffsetError) Error() string {
-	return fmt.Sprintf("clockguard: clock offset %s from NTP, limit %s", signed(e.Offset), e.Limit)
+	return fmt.Sprintf("clockguard: clock offset %s from NTP, limit %s", signed(e.Offset.Round(time.Microsecond)), e.Limit)
 }
 
 // Unwrap makes errors.Is(err, ErrOffsetTooLarge) true.
