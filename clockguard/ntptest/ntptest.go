@@ -9,7 +9,8 @@
 //	srv.SetOffset(1500 * time.Millisecond)       // the server's time runs 1.5s ahead
 //	cfg := clockguard.DefaultNTPConfig(srv.Addr())
 //
-// Outside a test (a helper process of a chaos test), use Start and Close.
+// Outside a test (a separate process started by a chaos test), use Start
+// and Close.
 //
 // The server's time is its clock's wall reading plus the offset, read once
 // per request (receive and transmit timestamps are equal), so a client on
