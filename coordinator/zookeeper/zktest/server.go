@@ -184,7 +184,7 @@ func newServer(tb testing.TB, root string, id int, ps []ports) (*Server, error) 
 	// small preallocated log.
 	b.WriteString("forceSync=no\npreAllocSize=1024\n")
 	if len(ps) > 1 {
-		b.WriteString("initLimit=20\nsyncLimit=10\n")
+		b.WriteString("initLimit=20\nsyncLimit=5\n")
 		for i, p := range ps {
 			fmt.Fprintf(&b, "server.%d=127.0.0.1:%d:%d\n", i+1, p.quorum, p.election)
 		}

@@ -121,14 +121,28 @@ func TestEnsembleFreezeFailover(t *testing.T) {
 	if _, err := e.Leader(); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := connect(t, e.Addrs(), 4*time.Second, nil, nil)
+	// Freeze a follower the client is connected to (a frozen leader is a
+	// different story: the followers notice it only after syncLimit).
+	var c *zk.Conn
+	var srv *zktest.Server
+	for i := 0; i < 20 && srv == nil; i++ {
+		cc, _ := connect(t, e.Addrs(), 4*time.Second, nil, nil)
+		s := e.ByAddr(cc.Server())
+		if s == nil {
+			t.Fatalf("client server %q not in %v", cc.Server(), e.Addrs())
+		}
+		if m, err := s.Mode(); err == nil && m == "follower" {
+			c, srv = cc, s
+			break
+		}
+		cc.Close()
+	}
+	if srv == nil {
+		t.Fatal("never connected to a follower")
+	}
 	id := c.SessionID()
 	if _, err := c.Create("/e", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
-	}
-	srv := e.ByAddr(c.Server())
-	if srv == nil {
-		t.Fatalf("client server %q not in %v", c.Server(), e.Addrs())
 	}
 	srv.Freeze()
 	deadline := time.Now().Add(15 * time.Second)
