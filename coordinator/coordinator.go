@@ -35,6 +35,8 @@ var (
 	// one this node remembers (the coordinator's data was wiped). The text
 	// is the serving-state reason.
 	ErrRecreated = errors.New("coordinator state recreated")
+	// ErrNotHeld: ForceRelease found no owner for the slot.
+	ErrNotHeld = errors.New("coordinator: slot has no owner")
 	// ErrInvalidSpec: a Spec or a configuration value is out of bounds; the
 	// wrapping error names the field and the bound.
 	ErrInvalidSpec = errors.New("coordinator: invalid argument")

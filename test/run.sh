@@ -32,6 +32,33 @@ fi
 echo "== go test -race"
 go test -race -timeout 20m ./...
 
+echo "== fence tests must fail under -tags firn_weakfence"
+# Each TestFence test in ./coordinator/... runs alone against a build whose
+# fence is deliberately weakened; the script fails if any of them passes
+# (a fence test that cannot fail proves nothing). A build failure is an
+# error too, not a pass.
+fences=0; weak_passed=()
+for pkg in $(go list ./coordinator/...); do
+	list=$(go test -tags firn_weakfence -list '^TestFence' "$pkg")
+	for t in $(printf '%s\n' "$list" | grep '^TestFence' || true); do
+		fences=$((fences + 1))
+		out=$(go test -race -count=1 -tags firn_weakfence -run "^${t}\$" "$pkg" 2>&1 || true)
+		if printf '%s\n' "$out" | grep -q -- "^--- FAIL: ${t} "; then
+			echo "ok: $pkg $t fails under the weak fence"
+		else
+			echo "$out" | tail -20
+			weak_passed+=("$pkg $t")
+		fi
+	done
+done
+if [ "$fences" -eq 0 ]; then
+	echo "fence step: no TestFence tests found under ./coordinator/..."; exit 1
+fi
+if [ ${#weak_passed[@]} -gt 0 ]; then
+	echo "fence step: these fence tests did not fail under the weak fence:"
+	printf '  %s\n' "${weak_passed[@]}"; exit 1
+fi
+
 echo "== fuzz seeds (brief)"
 for f in FuzzParseLayout FuzzDecode FuzzRoundTrip; do
 	go test -run '^$' -fuzz "^${f}\$" -fuzztime 5s ./generator >/dev/null

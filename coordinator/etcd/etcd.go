@@ -1,0 +1,327 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+)
+
+// Coordinator is the etcd backend. All its leases share one etcd lease (a
+// session, granted on first use and again after it is lost), kept alive by
+// the client; ownership of each slot is its own owner key, fenced by that
+// key's create revision.
+type Coordinator struct {
+	cfg   Config
+	cli   *clientv3.Client
+	clock clockguard.Clock
+	log   *slog.Logger
+	root  string // "/<prefix>/<cluster>/"
+
+	grantMu sync.Mutex // serialises session grants
+	mu      sync.Mutex
+	sess    *session
+	closed  bool
+
+	peersOnce  sync.Once
+	peersReady chan struct{}
+	peersMu    sync.Mutex
+	peers      map[string]coordinator.PeerBeat
+	peersErr   error
+
+	stop context.CancelFunc // ends background work
+	bg   context.Context
+	wg   sync.WaitGroup
+}
+
+var _ coordinator.Coordinator = (*Coordinator)(nil)
+
+// session is one etcd lease with its keepalive.
+type session struct {
+	id   clientv3.LeaseID
+	done chan struct{} // closed when the keepalive ends: the lease is gone
+	stop context.CancelFunc
+}
+
+// New connects to etcd. It returns an error matching
+// coordinator.ErrInvalidSpec for a bad configuration, or one matching
+// coordinator.ErrUnavailable when no endpoint answers within DialTimeout.
+func New(cfg Config) (*Coordinator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tc, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            cfg.Endpoints,
+		DialTimeout:          cfg.DialTimeout,
+		DialKeepAliveTime:    cfg.KeepAlive,
+		DialKeepAliveTimeout: cfg.KeepAlive,
+		PermitWithoutStream:  true,
+		Username:             cfg.Username,
+		Password:             cfg.Password,
+		TLS:                  tc,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: etcd connect %v: %w", coordinator.ErrUnavailable, cfg.Endpoints, err)
+	}
+	// clientv3.New does not wait for a connection; one bounded read makes
+	// a wrong endpoint or wrong credentials fail here, with its reason.
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
+	_, err = cli.Get(ctx, "/"+strings.Trim(cfg.Prefix, "/")+"/", clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("%w: etcd %v: %w", coordinator.ErrUnavailable, cfg.Endpoints, err)
+	}
+	bg, stop := context.WithCancel(context.Background())
+	return &Coordinator{
+		cfg:        cfg,
+		cli:        cli,
+		clock:      cfg.Clock,
+		log:        log.With("coordinator", "etcd", "cluster", cfg.Cluster),
+		root:       "/" + strings.Trim(cfg.Prefix, "/") + "/" + cfg.Cluster + "/",
+		peersReady: make(chan struct{}),
+		peers:      map[string]coordinator.PeerBeat{},
+		bg:         bg,
+		stop:       stop,
+	}, nil
+}
+
+// Client is the underlying etcd client (for tools and tests).
+func (c *Coordinator) Client() *clientv3.Client { return c.cli }
+
+// Root is the key prefix of this cluster, "/<prefix>/<cluster>/".
+func (c *Coordinator) Root() string { return c.root }
+
+// Close stops background work and closes the client. Leases not released
+// stay owned until their TTL runs out (as after a crash); their
+// reservations are kept.
+func (c *Coordinator) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	s := c.sess
+	c.mu.Unlock()
+	if s != nil {
+		// Revoking frees the owner keys now instead of after the TTL; the
+		// reservations are separate keys and stay.
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timing.Timeout)
+		_, _ = c.cli.Revoke(ctx, s.id)
+		cancel()
+		s.stop()
+	}
+	c.stop()
+	err := c.cli.Close()
+	c.wg.Wait()
+	return err
+}
+
+// Abandon stops the coordinator abruptly, as a crashed process would: no
+// revoke, no release, no more keepalives; its ownership lingers until the
+// TTL runs out. For tests and fault injection.
+func (c *Coordinator) Abandon() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	s := c.sess
+	c.mu.Unlock()
+	if s != nil {
+		s.stop()
+	}
+	c.stop()
+	_ = c.cli.Close()
+	c.wg.Wait()
+}
+
+// call bounds one etcd request by the coordinator timeout.
+func (c *Coordinator) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.Timing.Timeout)
+}
+
+// unavailable wraps an etcd error. A permission or auth error is not
+// retried by callers, but still wraps ErrUnavailable: the coordinator did
+// not do what was asked.
+func unavailable(op string, err error) error {
+	return fmt.Errorf("%w: etcd %s: %w", coordinator.ErrUnavailable, op, err)
+}
+
+// getSession returns the live session, granting a new lease if there is
+// none.
+func (c *Coordinator) getSession(ctx context.Context) (*session, error) {
+	c.grantMu.Lock()
+	defer c.grantMu.Unlock()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: etcd coordinator closed", coordinator.ErrUnavailable)
+	}
+	if s := c.sess; s != nil {
+		select {
+		case <-s.done:
+			c.sess = nil
+		default:
+			c.mu.Unlock()
+			return s, nil
+		}
+	}
+	c.mu.Unlock()
+
+	cctx, cancel := c.call(ctx)
+	g, err := c.cli.Grant(cctx, int64(c.cfg.Timing.LeaseTTL/time.Second))
+	cancel()
+	if err != nil {
+		return nil, unavailable("grant", err)
+	}
+	kctx, stop := context.WithCancel(c.bg)
+	ch, err := c.cli.KeepAlive(kctx, g.ID)
+	if err != nil {
+		stop()
+		return nil, unavailable("keepalive", err)
+	}
+	s := &session{id: g.ID, done: make(chan struct{}), stop: stop}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for range ch {
+		}
+		close(s.done)
+		c.log.Info("etcd lease ended", "lease", fmt.Sprintf("%x", int64(s.id)))
+	}()
+	c.mu.Lock()
+	c.sess = s
+	c.mu.Unlock()
+	c.log.Info("etcd lease granted", "lease", fmt.Sprintf("%x", int64(g.ID)), "ttl", g.TTL)
+	return s, nil
+}
+
+// --- keys and values -------------------------------------------------------
+
+type keys struct{ base string }
+
+func (c *Coordinator) keys(generator string) keys { return keys{base: c.root + generator + "/"} }
+
+func (k keys) pin() string          { return k.base + "pin" }
+func (k keys) cursor() string       { return k.base + "cursor" }
+func (k keys) owners() string       { return k.base + "owner/" }
+func (k keys) reservations() string { return k.base + "reserved/" }
+func (k keys) owner(s coordinator.Slot) string {
+	return k.owners() + slotName(s)
+}
+func (k keys) reserved(s coordinator.Slot) string {
+	return k.reservations() + slotName(s)
+}
+
+func slotName(s coordinator.Slot) string { return fmt.Sprintf("%d-%d", s.Datacenter, s.Worker) }
+
+func parseSlot(name string) (coordinator.Slot, bool) {
+	d, w, ok := strings.Cut(name, "-")
+	if !ok {
+		return coordinator.Slot{}, false
+	}
+	dc, err1 := strconv.ParseUint(d, 10, 64)
+	wk, err2 := strconv.ParseUint(w, 10, 64)
+	return coordinator.Slot{Datacenter: dc, Worker: wk}, err1 == nil && err2 == nil
+}
+
+// pad encodes a non-negative value as 19 decimal digits, so that etcd's
+// byte-wise value compare orders values numerically.
+func pad(v int64) string { return fmt.Sprintf("%019d", v) }
+
+func parseValue(b []byte) (int64, error) {
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// pin is the generator's pin record.
+type pin struct {
+	Layout      string `json:"layout"`
+	Datacenter  int64  `json:"datacenter"` // -1: from the cursor
+	Incarnation string `json:"incarnation"`
+	Schema      int    `json:"schema"`
+}
+
+// ownerRecord is the value of owner/<slot>: the holder and its heartbeat.
+type ownerRecord struct {
+	Name      string    `json:"name"`
+	Instance  string    `json:"instance"`
+	Address   string    `json:"address"`
+	StartTime time.Time `json:"start"`
+	Wall      time.Time `json:"heartbeat"`
+}
+
+func newOwnerRecord(hb coordinator.Heartbeat) string {
+	b, _ := json.Marshal(ownerRecord{
+		Name: hb.Node.Name, Instance: hb.Node.InstanceID, Address: hb.Node.Address,
+		StartTime: hb.Node.StartTime, Wall: hb.Wall,
+	})
+	return string(b)
+}
+
+func (r ownerRecord) heartbeat() coordinator.Heartbeat {
+	return coordinator.Heartbeat{
+		Node: coordinator.NodeInfo{Name: r.Name, InstanceID: r.Instance, Address: r.Address, StartTime: r.StartTime},
+		Wall: r.Wall,
+	}
+}
+
+// raiseTo is the nested txn that sets key to v only when it is absent or
+// lower: a value is never lowered by it.
+func raiseTo(key string, v int64) clientv3.Op {
+	p := pad(v)
+	return clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(key, p)},
+		[]clientv3.Op{clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "<", p)},
+			[]clientv3.Op{clientv3.OpPut(key, p)}, nil)},
+	)
+}
+
+// isPermanent reports etcd errors a retry cannot fix.
+func isPermanent(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "permission denied") || strings.Contains(s, "authentication failed") ||
+		strings.Contains(s, "user name is empty") || strings.Contains(s, "invalid auth token") ||
+		errors.Is(err, context.Canceled)
+}
+
+// ReservedKey is the key of reserved[slot] of generator under root (see
+// Coordinator.Root), for tools and tests that read or write it directly.
+func ReservedKey(root, generator string, slot coordinator.Slot) string {
+	return keys{base: root + generator + "/"}.reserved(slot)
+}
+
+// OwnerKey is the key of owner[slot] of generator under root.
+func OwnerKey(root, generator string, slot coordinator.Slot) string {
+	return keys{base: root + generator + "/"}.owner(slot)
+}
+
+// EncodeReserved is how a reservation value is stored.
+func EncodeReserved(v int64) string { return pad(v) }
+
+// DecodeReserved parses a stored reservation value.
+func DecodeReserved(b []byte) (int64, error) { return parseValue(b) }

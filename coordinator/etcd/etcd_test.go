@@ -1,0 +1,201 @@
+package etcd_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/coordtest"
+	"github.com/firnid/firn/coordinator/etcd"
+	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+)
+
+// testTTL is the lease TTL of the harness's coordinators: short, so the
+// frozen-holder cases wait little, yet well above keepalive jitter.
+const testTTL = 3 * time.Second
+
+func TestMain(m *testing.M) { coordtest.Main(m, &etcdtest.Backend{}) }
+
+// embeddedBackend starts one in-process member for t.
+func embeddedBackend(t *testing.T) *etcdtest.Backend {
+	srv := etcdtest.StartEmbedded(t)
+	b := &etcdtest.Backend{Endpoints: srv.Endpoints, TTL: testTTL}
+	t.Cleanup(b.Close)
+	return b
+}
+
+// TestHarness runs the shared cases on an embedded single member.
+func TestHarness(t *testing.T) { coordtest.Run(t, embeddedBackend(t)) }
+
+// TestHarnessCluster runs the shared cases on a 3-member cluster of
+// Debian's etcd binary.
+func TestHarnessCluster(t *testing.T) {
+	p := etcdtest.StartCluster(t, 3)
+	b := &etcdtest.Backend{Endpoints: p.Endpoints(), TTL: testTTL}
+	t.Cleanup(b.Close)
+	coordtest.Run(t, b)
+}
+
+func TestFenceReacquire(t *testing.T) { coordtest.FenceReacquire(t, embeddedBackend(t)) }
+
+func TestFenceTakeBackFrozen(t *testing.T) { coordtest.FenceTakeBackFrozen(t, embeddedBackend(t)) }
+
+// TestFenceTakeBackFrozenCluster runs the take-back fence on the 3-member
+// cluster of processes.
+func TestFenceTakeBackFrozenCluster(t *testing.T) {
+	p := etcdtest.StartCluster(t, 3)
+	b := &etcdtest.Backend{Endpoints: p.Endpoints(), TTL: testTTL}
+	t.Cleanup(b.Close)
+	coordtest.FenceTakeBackFrozen(t, b)
+}
+
+func newCoord(t *testing.T, cfg etcd.Config) *etcd.Coordinator {
+	t.Helper()
+	c, err := etcd.New(cfg)
+	if err != nil {
+		t.Fatalf("etcd.New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func baseConfig(endpoints []string) etcd.Config {
+	cfg := etcd.DefaultConfig()
+	cfg.Endpoints = endpoints
+	cfg.Clock = clockguard.NewSystem()
+	cfg.Cluster = "secure"
+	return cfg
+}
+
+// TestSecure: TLS with a client certificate plus username/password works;
+// a wrong password, no TLS, or no client certificate is refused.
+func TestSecure(t *testing.T) {
+	p := etcdtest.StartSecure(t)
+	cfg := baseConfig(p.Endpoints())
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile = p.Certs.CA, p.Certs.ClientCert, p.Certs.ClientKey
+	cfg.Username, cfg.Password = p.User, p.Password
+	c := newCoord(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n := coordtest.Node("tls")
+	l, err := c.Acquire(ctx, coordtest.Spec("gen", 4), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reserve(ctx, 42, coordtest.Beat(n)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx, 40); err != nil {
+		t.Fatal(err)
+	}
+
+	bad := cfg
+	bad.Password = "wrong"
+	bad.DialTimeout = 3 * time.Second
+	if _, err := etcd.New(bad); err == nil || !strings.Contains(err.Error(), "authentication failed") {
+		t.Fatalf("wrong password: %v, want an authentication failure", err)
+	}
+	noAuth := cfg
+	noAuth.Username, noAuth.Password = "", ""
+	if c2, err := etcd.New(noAuth); err == nil {
+		_, err = c2.Acquire(ctx, coordtest.Spec("gen", 4), coordtest.Node("anon"))
+		c2.Close()
+		if err == nil {
+			t.Fatal("acquire without credentials succeeded with auth enabled")
+		}
+	}
+	noCert := cfg
+	noCert.CertFile, noCert.KeyFile = "", ""
+	noCert.DialTimeout = 3 * time.Second
+	if c3, err := etcd.New(noCert); err == nil {
+		c3.Close()
+		t.Fatal("connected without a client certificate to a server requiring one")
+	}
+	plain := cfg
+	plain.CAFile, plain.CertFile, plain.KeyFile = "", "", ""
+	plain.Endpoints = []string{strings.Replace(p.Endpoints()[0], "https://", "http://", 1)}
+	plain.DialTimeout = 3 * time.Second
+	if c4, err := etcd.New(plain); err == nil {
+		c4.Close()
+		t.Fatal("connected in plain text to a TLS-only server")
+	}
+}
+
+// TestFrozenMemberFailover: with one member of three frozen by SIGSTOP,
+// a Reserve fails at most for a call timeout or two and then succeeds on
+// another member, within the reservation window (RECIPES FAILED 2).
+func TestFrozenMemberFailover(t *testing.T) {
+	p := etcdtest.StartCluster(t, 3)
+	cfg := baseConfig(p.Endpoints())
+	cfg.Cluster = "failover"
+	c := newCoord(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n := coordtest.Node("f")
+	l, err := c.Acquire(ctx, coordtest.Spec("gen", 4), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range p.Members {
+		m.Freeze(t)
+		failed := 0
+		var firstOK time.Duration
+		start := time.Now()
+		for j := 0; j < 5; j++ {
+			err := l.Reserve(ctx, int64(100*(i+1)+j), coordtest.Beat(n))
+			switch {
+			case err == nil:
+				if firstOK == 0 {
+					firstOK = time.Since(start)
+				}
+			case errors.Is(err, coordinator.ErrUnavailable):
+				failed++
+			default:
+				t.Fatalf("member %s frozen: Reserve: %v", m.Name, err)
+			}
+		}
+		m.Thaw(t)
+		if firstOK == 0 || firstOK > cfg.Timing.ReservationWindow {
+			t.Fatalf("member %s frozen: first success after %v (%d failures), want within the window %v",
+				m.Name, firstOK, failed, cfg.Timing.ReservationWindow)
+		}
+		t.Logf("member %s frozen: %d failed calls, first success after %v", m.Name, failed, firstOK)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := baseConfig([]string{"127.0.0.1:1"})
+	if err := good.Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		mod  func(*etcd.Config)
+		want string
+	}{
+		{"no endpoints", func(c *etcd.Config) { c.Endpoints = nil }, "endpoints"},
+		{"no clock", func(c *etcd.Config) { c.Clock = nil }, "Clock"},
+		{"bad cluster", func(c *etcd.Config) { c.Cluster = "a/b" }, "cluster"},
+		{"cert without key", func(c *etcd.Config) { c.CertFile = "x.pem" }, "key"},
+		{"short ttl", func(c *etcd.Config) { c.Timing.LeaseTTL = time.Second }, "lease TTL"},
+		{"window too short", func(c *etcd.Config) { c.Timing.ReservationWindow = 3 * time.Second }, "2 × coordinator timeout"},
+		{"timeout vs window", func(c *etcd.Config) { c.Timing.Timeout = 2 * time.Second }, "shorter than"},
+	} {
+		c := good
+		tc.mod(&c)
+		err := c.Validate()
+		if !errors.Is(err, coordinator.ErrInvalidSpec) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want ErrInvalidSpec naming %q", tc.name, err, tc.want)
+		}
+	}
+	short := good
+	short.Timing.ReservationWindow = 200 * time.Millisecond
+	short.Timing.AllowShortWindow = true
+	if err := short.Validate(); err != nil {
+		t.Errorf("short window with the test-only lift: %v", err)
+	}
+}
