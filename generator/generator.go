@@ -98,6 +98,13 @@ func (e *AheadError) Is(target error) bool { return target == ErrAhead }
 // Unwrap returns the context error.
 func (e *AheadError) Unwrap() error { return e.Err }
 
+// FastClock is an optional Clock extension: a monotonic-only reading that
+// costs one clock read instead of two. ok is false when the clock cannot
+// offer it (then the generator reads the clock in full every time).
+type FastClock interface {
+	FastMono() (mono time.Duration, ok bool)
+}
+
 // NoReservation is a Reserved bound that never binds, for uses with no
 // coordinator (benchmarks, tests of pure generation).
 const NoReservation int64 = math.MaxInt64
@@ -148,9 +155,26 @@ type Generator struct {
 	haveBase bool
 
 	reserved atomic.Int64
-	highest  atomic.Int64 // == last, readable without the lock; -1 before the first ID
-	issued   atomic.Uint64
-	retired  atomic.Bool
+	issued   uint64
+	// anchor: the last full clock reading; within monoWindow of it, a
+	// monotonic-only reading extrapolates the wall clock (fast clocks only).
+	anchorWall int64 // Unix ns
+	anchorMono time.Duration
+	haveAnchor bool
+
+	fast       FastClock // nil unless the clock offers cheap monotonic reads
+	monoWindow time.Duration
+	epochNs    int64
+	unitNs     int64
+	timeShift  uint8
+	nodeBits   uint64 // the datacenter and worker fields, in place
+	full       bool   // the last read was a full one (not extrapolated)
+	// unit cache for units(): the time-field value whose unit began at
+	// unitStart (Unix ns).
+	unit, unitStart int64
+	haveUnit        bool
+
+	retired atomic.Bool
 	waits    atomic.Uint64 // waits on the reservation
 
 	resMu   sync.Mutex
@@ -207,7 +231,13 @@ func New(cfg Config) (*Generator, error) {
 		retireC:   make(chan struct{}),
 	}
 	g.reserved.Store(cfg.Reserved)
-	g.highest.Store(-1)
+	g.epochNs, g.unitNs = l.Epoch.UnixNano(), int64(l.Unit)
+	g.timeShift = l.DatacenterBits + l.WorkerBits + l.SequenceBits
+	g.nodeBits = l.encode(0, cfg.Datacenter, cfg.Worker, 0)
+	if fc, ok := cfg.Clock.(FastClock); ok {
+		g.fast = fc
+		g.monoWindow = min(l.Unit, time.Millisecond)
+	}
 	return g, nil
 }
 
@@ -228,15 +258,23 @@ func (g *Generator) MaxLead() time.Duration { return g.maxLead }
 
 // Highest is the time field of the last ID issued, or -1 before the first.
 // After Retire returns, it is final: no later ID exists.
-func (g *Generator) Highest() int64 { return g.highest.Load() }
+func (g *Generator) Highest() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.last
+}
 
 // Logical is the logical time L the generator stands at: the time of the
 // last ID, or, before the first, the floor. Reservations are kept ahead of
 // max(Logical, now).
-func (g *Generator) Logical() int64 { return max(g.highest.Load(), g.floor) }
+func (g *Generator) Logical() int64 { return max(g.Highest(), g.floor) }
 
 // Issued counts the IDs issued.
-func (g *Generator) Issued() uint64 { return g.issued.Load() }
+func (g *Generator) Issued() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.issued
+}
 
 // ReservationWaits counts the calls that waited on the reservation.
 func (g *Generator) ReservationWaits() uint64 { return g.waits.Load() }
@@ -304,6 +342,31 @@ type wait struct {
 // reservation has not reached the next time; it returns *RollbackError,
 // *RangeError, *ReservationError, *AheadError or ErrRetired otherwise.
 func (g *Generator) Next(ctx context.Context) (uint64, error) {
+	// The fast path: the case where fill would issue one ID at once
+	// (within the lead, the sequence, the reservation and the layout),
+	// written out so the common call costs one clock read and a lock.
+	// Everything else goes through fill.
+	g.mu.Lock()
+	if !g.retired.Load() {
+		wall, mono := g.read()
+		now := g.units(wall)
+		L, seq := g.last, g.seq
+		if now > L {
+			L, seq = now, 0
+		}
+		if now >= 0 && L > g.floor && L-now <= g.leadUnits && seq <= g.maxSeq &&
+			L <= g.maxTime && L <= g.reserved.Load() {
+			if g.full {
+				g.base, g.haveBase = time.Duration(wall)-mono, true
+			}
+			g.last, g.seq = L, seq+1
+			g.issued++
+			id := uint64(L)<<g.timeShift | g.nodeBits | seq
+			g.mu.Unlock()
+			return id, nil
+		}
+	}
+	g.mu.Unlock()
 	var one [1]uint64
 	if _, err := g.NextBatch(ctx, one[:]); err != nil {
 		return 0, err
@@ -319,15 +382,14 @@ func (g *Generator) NextBatch(ctx context.Context, dst []uint64) (int, error) {
 		return 0, nil
 	}
 	for {
-		wall, mono := g.clock.Now()
-		n, w, err := g.fill(wall, mono, dst)
+		n, w, wall, err := g.next(dst)
 		if n > 0 || err != nil {
 			return n, err
 		}
 		switch w.kind {
 		case waitClock:
 			if err := g.sleep(ctx, w.d); err != nil {
-				return 0, &AheadError{Lead: g.Lead(wall), Limit: g.maxLead, Err: err}
+				return 0, &AheadError{Lead: g.Lead(time.Unix(0, wall)), Limit: g.maxLead, Err: err}
 			}
 		case waitReservation:
 			if err := g.awaitReservation(ctx, w.need); err != nil {
@@ -337,15 +399,73 @@ func (g *Generator) NextBatch(ctx context.Context, dst []uint64) (int, error) {
 	}
 }
 
-// fill is the core: time is its argument. It issues up to len(dst) IDs in
-// one time unit, or says what to wait for, or returns an error.
-func (g *Generator) fill(wall time.Time, mono time.Duration, dst []uint64) (int, wait, error) {
+// next reads the clock and runs fill, under the lock.
+func (g *Generator) next(dst []uint64) (int, wait, int64, error) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.retired.Load() {
-		return 0, wait{}, ErrRetired
+		g.mu.Unlock()
+		return 0, wait{}, 0, ErrRetired
 	}
-	now := g.layout.Units(wall)
+	wall, mono := g.read()
+	n, w, err := g.fill(wall, mono, dst)
+	g.mu.Unlock()
+	return n, w, wall, err
+}
+
+// read returns the clock's readings. With a FastClock, a monotonic-only
+// reading within monoWindow of the last full reading extrapolates the wall
+// clock from it; otherwise it reads the clock in full. So a real step of the
+// wall clock reaches the policy within monoWindow (at most 1 ms).
+func (g *Generator) read() (int64, time.Duration) {
+	if g.fast != nil && g.haveAnchor {
+		if m, ok := g.fast.FastMono(); ok {
+			if d := m - g.anchorMono; d >= 0 && d < g.monoWindow {
+				g.full = false
+				return g.anchorWall + int64(d), m
+			}
+		}
+	}
+	return g.fullRead()
+}
+
+// fullRead reads the clock in full; the wall reading in Unix nanoseconds.
+func (g *Generator) fullRead() (int64, time.Duration) {
+	wall, mono := g.clock.Now()
+	ns := wall.UnixNano()
+	g.anchorWall, g.anchorMono, g.haveAnchor, g.full = ns, mono, true, true
+	return ns, mono
+}
+
+// units is Layout.Units on Unix nanoseconds, with a one-unit cache: most
+// calls fall in the unit of the call before, and skip the division.
+func (g *Generator) units(wallNs int64) int64 {
+	if g.haveUnit && wallNs >= g.unitStart && wallNs-g.unitStart < g.unitNs {
+		return g.unit
+	}
+	u := g.divUnits(wallNs)
+	g.unit, g.unitStart, g.haveUnit = u, g.epochNs+u*g.unitNs, true
+	return u
+}
+
+func (g *Generator) divUnits(wallNs int64) int64 {
+	d := wallNs - g.epochNs
+	u := d / g.unitNs
+	if d < 0 && d%g.unitNs != 0 {
+		u--
+	}
+	return u
+}
+
+// until is how long from wallNs until time-field value u begins.
+func (g *Generator) until(u int64, wallNs int64) time.Duration {
+	return time.Duration(g.epochNs + u*g.unitNs - wallNs)
+}
+
+// fill is the core, called with the lock held; the clock reading is its
+// argument. It issues up to len(dst) IDs in one time unit, or says what to
+// wait for, or returns an error.
+func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64) (int, wait, error) {
+	now := g.units(wall)
 	L, seq := g.last, g.seq
 	if now > L {
 		L, seq = now, 0
@@ -354,37 +474,40 @@ func (g *Generator) fill(wall time.Time, mono time.Duration, dst []uint64) (int,
 		L, seq = g.floor+1, 0
 	}
 	if L-now > g.leadUnits {
-		// Too far ahead of this reading. It may be stale (read before
-		// waiting for the lock, or with the thread descheduled between
-		// its wall and monotonic halves): read again before deciding.
-		wall, mono = g.clock.Now()
-		now = g.layout.Units(wall)
+		// Too far ahead of this reading. It may be extrapolated, or
+		// stale (the thread descheduled between its wall and monotonic
+		// halves): read the clock in full again before deciding.
+		wall, mono = g.fullRead()
+		now = g.units(wall)
 		if now > L {
 			L, seq = now, 0
 		}
 	}
 	if now < 0 || now > g.maxTime {
-		return 0, wait{}, &RangeError{Clock: wall, Epoch: g.layout.Epoch, End: g.end}
+		return 0, wait{}, &RangeError{Clock: time.Unix(0, wall), Epoch: g.layout.Epoch, End: g.end}
 	}
 	// The step since the last good reading: s = monotonic delta − wall
 	// delta, i.e. how far the wall clock moved back against the monotonic
 	// clock (s < 0: it moved forward).
-	offset := time.Duration(wall.UnixNano()) - mono
+	offset := time.Duration(wall) - mono
 	if L-now > g.leadUnits {
 		if g.haveBase {
 			if s := g.base - offset; s > g.maxLead {
 				return 0, wait{}, &RollbackError{Step: s, Limit: g.maxLead}
 			}
 		}
-		return 0, wait{kind: waitClock, d: g.layout.UnitStart(L - g.leadUnits).Sub(wall)}, nil
+		return 0, wait{kind: waitClock, d: g.until(L-g.leadUnits, wall)}, nil
 	}
 	// Within the lead: this reading is the new baseline (forward steps and
-	// absorbed backward steps are followed).
-	g.base, g.haveBase = offset, true
+	// absorbed backward steps are followed). An extrapolated reading has
+	// the offset of its full reading, already taken.
+	if g.full {
+		g.base, g.haveBase = offset, true
+	}
 	if seq > g.maxSeq {
 		// Borrow the next unit, within the lead and the layout.
 		if L+1-now > g.leadUnits {
-			return 0, wait{kind: waitClock, d: g.layout.UnitStart(L + 1 - g.leadUnits).Sub(wall)}, nil
+			return 0, wait{kind: waitClock, d: g.until(L+1-g.leadUnits, wall)}, nil
 		}
 		if L+1 > g.maxTime {
 			return 0, wait{}, &RangeError{Clock: g.layout.UnitStart(L + 1), Epoch: g.layout.Epoch, End: g.end}
@@ -398,13 +521,16 @@ func (g *Generator) fill(wall time.Time, mono time.Duration, dst []uint64) (int,
 	if room := g.maxSeq - seq + 1; n > room {
 		n = room
 	}
-	base := g.layout.encode(L, g.dc, g.worker, 0)
-	for i := uint64(0); i < n; i++ {
-		dst[i] = base | (seq + i)
+	base := uint64(L)<<g.timeShift | g.nodeBits
+	if n == 1 {
+		dst[0] = base | seq
+	} else {
+		for i := uint64(0); i < n; i++ {
+			dst[i] = base | (seq + i)
+		}
 	}
 	g.last, g.seq = L, seq+n
-	g.highest.Store(L)
-	g.issued.Add(n)
+	g.issued += n
 	return int(n), wait{}, nil
 }
 

@@ -486,3 +486,56 @@ func TestConcurrentUnique(t *testing.T) {
 		t.Fatalf("fields %+v", p)
 	}
 }
+
+// fastManual is a manual clock that also offers monotonic-only reads, as
+// the system clock does.
+type fastManual struct {
+	manualClock
+	fullReads int
+}
+
+func (c *fastManual) Now() (time.Time, time.Duration) {
+	c.mu.Lock()
+	c.fullReads++
+	c.mu.Unlock()
+	return c.manualClock.Now()
+}
+
+func (c *fastManual) FastMono() (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mono, true
+}
+
+// TestFastClockStepReachesPolicy: with monotonic-only reads, the wall clock
+// is read in full at least once a millisecond, so a real step reaches the
+// clock policy within that window.
+func TestFastClockStepReachesPolicy(t *testing.T) {
+	c := &fastManual{manualClock: manualClock{wall: tiny.Epoch.Add(5 * 365 * 24 * time.Hour)}}
+	g, err := New(Config{Layout: tiny, Worker: 1, Clock: c, Floor: -1, Reserved: NoReservation, MaxLead: tinyLead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	next := func() error { _, err := g.Next(ctx); return err }
+	if err := next(); err != nil {
+		t.Fatal(err)
+	}
+	reads := c.fullReads
+	c.Advance(100 * time.Microsecond)
+	if err := next(); err != nil || c.fullReads != reads {
+		t.Fatalf("within the window: err %v, full reads %d -> %d", err, reads, c.fullReads)
+	}
+	c.Step(-10 * time.Second)
+	// Within the window the step is not seen yet; the IDs stay unique.
+	if err := next(); err != nil {
+		t.Fatalf("extrapolated read: %v", err)
+	}
+	c.Advance(time.Millisecond)
+	if err := next(); !errors.Is(err, ErrRollback) {
+		t.Fatalf("one window after a 10s step back: %v, want ErrRollback", err)
+	}
+	if c.fullReads <= reads {
+		t.Fatal("no full read after the window")
+	}
+}
