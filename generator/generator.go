@@ -175,7 +175,7 @@ type Generator struct {
 	haveUnit        bool
 
 	retired atomic.Bool
-	waits    atomic.Uint64 // waits on the reservation
+	waits   atomic.Uint64 // waits on the reservation
 
 	resMu   sync.Mutex
 	resCh   chan struct{} // closed and replaced on every raise and on Retire
