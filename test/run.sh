@@ -13,6 +13,8 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/timestamp.proto ] || need+=(libprotobuf-dev)
 if [ "${FIRN_SKIP_INSTALL:-0}" != 1 ] && [ ${#need[@]} -gt 0 ]; then
 	echo "test/run.sh: installing ${need[*]}"
 	export DEBIAN_FRONTEND=noninteractive
