@@ -1,0 +1,54 @@
+// Package grpcopt holds the gRPC server options every firn listener uses —
+// the node and the no-op floor server of `firn bench` alike, so that the
+// two are measured with the same settings.
+package grpcopt
+
+import (
+	"crypto/tls"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+)
+
+const (
+	// MaxRecvMsgSize bounds a request: firn's requests are a few bytes, so
+	// anything larger is refused with RESOURCE_EXHAUSTED.
+	MaxRecvMsgSize = 64 << 10
+	// MaxSendMsgSize bounds a response: 100,000 packed fixed64 IDs are
+	// 800 kB; the bound leaves room for the largest --max-batch of 1 M.
+	MaxSendMsgSize = 9 << 20
+	// KeepaliveMinTime is the shortest client ping interval accepted; a
+	// client pinging faster is sent away (GOAWAY "too_many_pings").
+	KeepaliveMinTime = 10 * time.Second
+	// KeepaliveTime and KeepaliveTimeout: the server pings an idle
+	// connection after KeepaliveTime and closes it if no answer comes
+	// within KeepaliveTimeout.
+	KeepaliveTime    = 30 * time.Second
+	KeepaliveTimeout = 10 * time.Second
+	// MaxConcurrentStreams per connection.
+	MaxConcurrentStreams = 1024
+)
+
+// ServerOptions returns the options for a firn gRPC server; tlsConfig nil
+// means plaintext.
+func ServerOptions(tlsConfig *tls.Config) []grpc.ServerOption {
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.MaxSendMsgSize(MaxSendMsgSize),
+		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             KeepaliveMinTime,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:    KeepaliveTime,
+			Timeout: KeepaliveTimeout,
+		}),
+	}
+	if tlsConfig != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+	}
+	return opts
+}
