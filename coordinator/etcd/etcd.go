@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -25,6 +26,7 @@ import (
 type Coordinator struct {
 	cfg   Config
 	cli   *clientv3.Client
+	kaCli *clientv3.Client // lease renewals only
 	clock clockguard.Clock
 	log   *slog.Logger
 	root  string // "/<prefix>/<cluster>/"
@@ -69,7 +71,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	ccfg := clientv3.Config{
 		Endpoints:            cfg.Endpoints,
 		DialTimeout:          cfg.DialTimeout,
 		DialKeepAliveTime:    cfg.KeepAlive,
@@ -79,8 +81,17 @@ func New(cfg Config) (*Coordinator, error) {
 		Password:             cfg.Password,
 		TLS:                  tc,
 		Logger:               zap.NewNop(),
-	})
+	}
+	cli, err := clientv3.New(ccfg)
 	if err != nil {
+		return nil, fmt.Errorf("%w: etcd connect %v: %w", coordinator.ErrUnavailable, cfg.Endpoints, err)
+	}
+	// Lease renewals get a client of their own: the balancer rotates
+	// members per call, and other traffic interleaved with the renewals
+	// could keep sending each retry to the same frozen member.
+	kaCli, err := clientv3.New(ccfg)
+	if err != nil {
+		cli.Close()
 		return nil, fmt.Errorf("%w: etcd connect %v: %w", coordinator.ErrUnavailable, cfg.Endpoints, err)
 	}
 	// clientv3.New does not wait for a connection; one bounded read makes
@@ -90,12 +101,14 @@ func New(cfg Config) (*Coordinator, error) {
 	cancel()
 	if err != nil {
 		cli.Close()
+		kaCli.Close()
 		return nil, fmt.Errorf("%w: etcd %v: %w", coordinator.ErrUnavailable, cfg.Endpoints, err)
 	}
 	bg, stop := context.WithCancel(context.Background())
 	return &Coordinator{
 		cfg:        cfg,
 		cli:        cli,
+		kaCli:      kaCli,
 		clock:      cfg.Clock,
 		log:        log.With("coordinator", "etcd", "cluster", cfg.Cluster),
 		root:       "/" + strings.Trim(cfg.Prefix, "/") + "/" + cfg.Cluster + "/",
@@ -134,6 +147,7 @@ func (c *Coordinator) Close() error {
 	}
 	c.stop()
 	err := c.cli.Close()
+	c.kaCli.Close()
 	c.wg.Wait()
 	return err
 }
@@ -155,6 +169,7 @@ func (c *Coordinator) Abandon() {
 	}
 	c.stop()
 	_ = c.cli.Close()
+	_ = c.kaCli.Close()
 	c.wg.Wait()
 }
 
@@ -198,25 +213,64 @@ func (c *Coordinator) getSession(ctx context.Context) (*session, error) {
 		return nil, unavailable("grant", err)
 	}
 	kctx, stop := context.WithCancel(c.bg)
-	ch, err := c.cli.KeepAlive(kctx, g.ID)
-	if err != nil {
-		stop()
-		return nil, unavailable("keepalive", err)
-	}
 	s := &session{id: g.ID, done: make(chan struct{}), stop: stop}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		for range ch {
-		}
+		why := c.keepAlive(kctx, g.ID)
 		close(s.done)
-		c.log.Info("etcd lease ended", "lease", fmt.Sprintf("%x", int64(s.id)))
+		c.log.Info("etcd lease ended", "lease", fmt.Sprintf("%x", int64(s.id)), "reason", why)
 	}()
 	c.mu.Lock()
 	c.sess = s
 	c.mu.Unlock()
 	c.log.Info("etcd lease granted", "lease", fmt.Sprintf("%x", int64(g.ID)), "ttl", g.TTL)
 	return s, nil
+}
+
+// keepAlive renews the lease every TTL/5 with KeepAliveOnce, each bounded
+// by min(call timeout, TTL/10) and retried at once after a failure, until kctx ends or the lease is gone. It does not use
+// the client's long-lived keepalive stream: a stream stuck on a frozen
+// member is only dropped after the gRPC keepalive fires and may be re-opened
+// on the same member, while each KeepAliveOnce is a new stream that the
+// balancer sends to the next member. The lease is declared lost (the return)
+// once TTL has passed since the last renewal that was acknowledged, counted
+// from when it was sent: the server may have expired it by then.
+func (c *Coordinator) keepAlive(kctx context.Context, id clientv3.LeaseID) string {
+	ttl := c.cfg.Timing.LeaseTTL
+	interval := ttl / 5
+	// A renewal answers in milliseconds; a short bound per attempt gives
+	// many attempts, on different members, within one TTL.
+	attempt := min(c.cfg.Timing.Timeout, interval/2)
+	lastSent := time.Now()
+	wait := interval
+	for {
+		select {
+		case <-kctx.Done():
+			return "stopped"
+		case <-time.After(wait):
+		}
+		sent := time.Now()
+		cctx, cancel := context.WithTimeout(kctx, attempt)
+		resp, err := c.kaCli.KeepAliveOnce(cctx, id)
+		cancel()
+		switch {
+		case err == nil && resp.TTL > 0:
+			lastSent, wait = sent, interval
+			continue
+		case err == nil:
+			return "lease expired"
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return "lease not found"
+		case kctx.Err() != nil:
+			return "stopped"
+		}
+		if time.Since(lastSent) >= ttl {
+			return fmt.Sprintf("no renewal acknowledged for %v: %v", ttl, err)
+		}
+		c.log.Warn("etcd lease renewal failed", "lease", fmt.Sprintf("%x", int64(id)), "err", err)
+		wait = 0
+	}
 }
 
 // --- keys and values -------------------------------------------------------

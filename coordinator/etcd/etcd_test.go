@@ -140,30 +140,33 @@ func TestFrozenMemberFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The availability property: the longest stretch without an
+	// acknowledged reservation stays below the window, so a generator
+	// never runs out of reserved time while one member is frozen.
 	for i, m := range p.Members {
 		m.Freeze(t)
 		failed := 0
-		var firstOK time.Duration
-		start := time.Now()
-		for j := 0; j < 5; j++ {
+		var longest time.Duration
+		last := time.Now()
+		for j := 0; j < 8; j++ {
 			err := l.Reserve(ctx, int64(100*(i+1)+j), coordtest.Beat(n))
 			switch {
 			case err == nil:
-				if firstOK == 0 {
-					firstOK = time.Since(start)
-				}
+				longest = max(longest, time.Since(last))
+				last = time.Now()
 			case errors.Is(err, coordinator.ErrUnavailable):
 				failed++
 			default:
 				t.Fatalf("member %s frozen: Reserve: %v", m.Name, err)
 			}
+			time.Sleep(200 * time.Millisecond)
 		}
+		longest = max(longest, time.Since(last))
 		m.Thaw(t)
-		if firstOK == 0 || firstOK > cfg.Timing.ReservationWindow {
-			t.Fatalf("member %s frozen: first success after %v (%d failures), want within the window %v",
-				m.Name, firstOK, failed, cfg.Timing.ReservationWindow)
+		t.Logf("member %s frozen: %d of 8 Reserve calls failed, longest stretch without an ack %v", m.Name, failed, longest)
+		if longest >= cfg.Timing.ReservationWindow {
+			t.Fatalf("member %s frozen: %v without an acknowledged reservation, window %v", m.Name, longest, cfg.Timing.ReservationWindow)
 		}
-		t.Logf("member %s frozen: %d failed calls, first success after %v", m.Name, failed, firstOK)
 	}
 }
 

@@ -106,15 +106,25 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 	}
 	acked := l.acked.Load()
 	v := max(until, acked)
-	cctx, cancel := l.c.call(ctx)
-	resp, err := l.c.cli.Txn(cctx).
-		If(ownerGuard(l.ownerKey, l.rev, l.guardLease)).
-		Then(
-			clientv3.OpGet(l.resKey),
-			raiseTo(l.resKey, v),
-			clientv3.OpPut(l.ownerKey, newOwnerRecord(hb), clientv3.WithIgnoreLease()),
-		).Commit()
-	cancel()
+	var resp *clientv3.TxnResponse
+	var err error
+	// One retry after a timeout: a frozen member is dropped by the gRPC
+	// keepalive meanwhile, and the retry goes to another one. The txn is
+	// safe to repeat (same guard, same value).
+	for attempt := 0; attempt < 2; attempt++ {
+		cctx, cancel := l.c.call(ctx)
+		resp, err = l.c.cli.Txn(cctx).
+			If(ownerGuard(l.ownerKey, l.rev, l.guardLease)).
+			Then(
+				clientv3.OpGet(l.resKey),
+				raiseTo(l.resKey, v),
+				clientv3.OpPut(l.ownerKey, newOwnerRecord(hb), clientv3.WithIgnoreLease()),
+			).Commit()
+		cancel()
+		if err == nil || ctx.Err() != nil || l.isDone() || isPermanent(err) {
+			break
+		}
+	}
 	if err != nil {
 		if l.isDone() {
 			return l.lost("lease ended during reserve")
@@ -161,9 +171,16 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 				[]clientv3.Op{clientv3.OpPut(l.resKey, p)}, nil)},
 		))
 	}
-	cctx, cancel := l.c.call(ctx)
-	resp, err := l.c.cli.Txn(cctx).If(ownerGuard(l.ownerKey, l.rev, l.guardLease)).Then(then...).Commit()
-	cancel()
+	var resp *clientv3.TxnResponse
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		cctx, cancel := l.c.call(ctx)
+		resp, err = l.c.cli.Txn(cctx).If(ownerGuard(l.ownerKey, l.rev, l.guardLease)).Then(then...).Commit()
+		cancel()
+		if err == nil || ctx.Err() != nil || isPermanent(err) {
+			break
+		}
+	}
 	if err != nil {
 		return unavailable("release", err)
 	}

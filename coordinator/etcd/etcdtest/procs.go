@@ -135,7 +135,7 @@ func StartCluster(t testing.TB, n int) *Procs { return start(t, n, nil) }
 // and a user "firn" allowed every key, and stops it at cleanup.
 func StartSecure(t testing.TB) *Procs {
 	t.Helper()
-	certs := MakeCerts(t, "firn")
+	certs := MakeCerts(t, "firn-client") // not a user: the password decides
 	p := start(t, 1, certs)
 	p.User, p.Password, p.RootPassword = "firn", "firn-secret-pw", "root-secret-pw"
 	cli := p.client(t, "", "")
