@@ -11,6 +11,7 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/local"
 )
 
 // Run runs every shared case that is not a fence case as a subtest, each on
@@ -34,6 +35,7 @@ func Run(t *testing.T, b Backend) {
 		{"ReleaseLowersAndRestartServes", ReleaseLowersAndRestartServes},
 		{"TakeBackOwnStaleWorker", TakeBackOwnStaleWorker},
 		{"RolledBackDetected", RolledBackDetected},
+		{"LocalStateRefuses", LocalStateRefuses},
 		{"WorkersAndForceRelease", WorkersAndForceRelease},
 		{"Bump", Bump},
 		{"Peers", Peers},
@@ -739,5 +741,60 @@ func checkAbove(t testing.TB, ch *child, l coordinator.Lease) {
 			t.Fatalf("old holder had %d acknowledged, above the new holder's read R %d / Floor %d (child output %q)",
 				a, l.ReadReserved(), l.Floor(), ch.output())
 		}
+	}
+}
+
+// LocalStateRefuses: the node-local state refuses a lease whose
+// reservation was lowered behind the node's back while it was away
+// ("coordinator state rolled back"), and a pin with another incarnation
+// ("coordinator state recreated").
+func LocalStateRefuses(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	st, err := local.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := st.Generator("localgen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := Node("local")
+	n.InstanceID = st.InstanceID()
+	spec := Spec("localgen", 1)
+	c := cl.Connect(t, sysClock)
+	spec.LocalFloor = g.LocalFloor()
+	l := mustAcquire(t, c, spec, n)
+	if err := g.Check(l); err != nil {
+		t.Fatalf("first check: %v", err)
+	}
+	for _, until := range []int64{4000, 4100} {
+		if err := g.BeforeReserve(l.Slot(), until); err != nil {
+			t.Fatal(err)
+		}
+		mustReserve(t, l, until, n)
+		g.Acked(l.Slot(), until)
+	}
+	if err := g.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	cl.Expire(t, l) // the node goes away without a release
+	waitDone(t, l, 3*cl.TTL())
+	cl.SetReserved(t, "localgen", l.Slot(), 3000) // a restored snapshot
+
+	spec.LocalFloor = g.LocalFloor()
+	l2 := mustAcquire(t, c, spec, n)
+	if l2.Floor() < 4100 {
+		t.Fatalf("Floor %d after restart, want >= the node's own last reservation 4100", l2.Floor())
+	}
+	err = g.Check(l2)
+	if !errors.Is(err, coordinator.ErrRolledBack) || !strings.Contains(err.Error(), "coordinator state rolled back") {
+		t.Fatalf("check after the rollback: %v, want coordinator state rolled back", err)
+	}
+
+	// Another cluster is another pin: its incarnation differs.
+	other := b.NewCluster(t)
+	l3 := mustAcquire(t, other.Connect(t, sysClock), spec, n)
+	if err := g.Check(l3); !errors.Is(err, coordinator.ErrRecreated) || !strings.Contains(err.Error(), "coordinator state recreated") {
+		t.Fatalf("check on a recreated pin: %v, want coordinator state recreated", err)
 	}
 }

@@ -1,0 +1,255 @@
+package local
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/firnid/firn/coordinator"
+)
+
+// ErrCorrupt: a state file cannot be read. The node must not guess.
+var ErrCorrupt = errors.New("local: coordinator state file unreadable")
+
+// State is the coordinator state of one data directory. It is safe for
+// concurrent use.
+type State struct {
+	dir      string
+	instance string
+	mu       sync.Mutex
+	gens     map[string]*Gen
+}
+
+// Open opens (creating if needed) the state under dataDir/coordinator and
+// creates the instance ID at first use.
+func Open(dataDir string) (*State, error) {
+	if dataDir == "" {
+		return nil, fmt.Errorf("%w: data dir is empty", coordinator.ErrInvalidSpec)
+	}
+	dir := filepath.Join(dataDir, "coordinator")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	s := &State{dir: dir, gens: map[string]*Gen{}}
+	path := filepath.Join(dir, "instance")
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		s.instance = strings.TrimSpace(string(b))
+		if len(s.instance) != 32 {
+			return nil, fmt.Errorf("%w: %s holds %q", ErrCorrupt, path, b)
+		}
+	case errors.Is(err, os.ErrNotExist):
+		var r [16]byte
+		_, _ = rand.Read(r[:])
+		s.instance = hex.EncodeToString(r[:])
+		if err := WriteFileAtomic(path, []byte(s.instance+"\n")); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	return s, nil
+}
+
+// InstanceID identifies this data directory (NodeInfo.InstanceID).
+func (s *State) InstanceID() string { return s.instance }
+
+// Dir is the state directory.
+func (s *State) Dir() string { return s.dir }
+
+// genFile is one generator's persisted state.
+type genFile struct {
+	// Incarnation is the pin's incarnation ID last seen ("" before the
+	// first acquisition).
+	Incarnation string `json:"incarnation"`
+	// LastReservation is the node's own last reservation (-1: none).
+	LastReservation int64 `json:"last_reservation"`
+	// Acked maps "<dc>-<worker>" to the last R acknowledged for that slot.
+	Acked map[string]int64 `json:"acked"`
+}
+
+// Gen is one generator's state.
+type Gen struct {
+	s    *State
+	name string
+	path string
+	mu   sync.Mutex
+	f    genFile
+}
+
+// Generator returns the state of one generator, loading it from disk.
+func (s *State) Generator(name string) (*Gen, error) {
+	if name == "" || strings.ContainsAny(name, "/\\\x00") || name == "." || name == ".." {
+		return nil, fmt.Errorf("%w: generator name %q", coordinator.ErrInvalidSpec, name)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.gens[name]; g != nil {
+		return g, nil
+	}
+	g := &Gen{s: s, name: name, path: filepath.Join(s.dir, "gen-"+name+".json"),
+		f: genFile{LastReservation: -1, Acked: map[string]int64{}}}
+	b, err := os.ReadFile(g.path)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(b, &g.f); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, g.path, err)
+		}
+		if g.f.Acked == nil {
+			g.f.Acked = map[string]int64{}
+		}
+	case errors.Is(err, os.ErrNotExist):
+	default:
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	s.gens[name] = g
+	return g, nil
+}
+
+func slotKey(s coordinator.Slot) string { return fmt.Sprintf("%d-%d", s.Datacenter, s.Worker) }
+
+// LocalFloor is the node's own last reservation (-1 if none), for
+// Spec.LocalFloor.
+func (g *Gen) LocalFloor() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.f.LastReservation
+}
+
+// Incarnation is the pin incarnation remembered ("" if none yet).
+func (g *Gen) Incarnation() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.f.Incarnation
+}
+
+// AckedFor is the last R acknowledged for slot (-1 if none).
+func (g *Gen) AckedFor(slot coordinator.Slot) int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if v, ok := g.f.Acked[slotKey(slot)]; ok {
+		return v
+	}
+	return -1
+}
+
+// Check is called right after an acquisition, before the lease is used.
+// It refuses (and the node must not serve) when the pin's incarnation
+// changed (an error matching coordinator.ErrRecreated) or when the
+// reservation read at acquisition is below the last one acknowledged for
+// that slot (a *coordinator.RolledBackError). On success it remembers the
+// incarnation.
+func (g *Gen) Check(l coordinator.Lease) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.f.Incarnation != "" && g.f.Incarnation != l.Incarnation() {
+		return fmt.Errorf("%w: generator %q: pin incarnation is %s, this data dir knows %s",
+			coordinator.ErrRecreated, g.name, l.Incarnation(), g.f.Incarnation)
+	}
+	if acked, ok := g.f.Acked[slotKey(l.Slot())]; ok && l.ReadReserved() < acked {
+		return &coordinator.RolledBackError{Generator: g.name, Slot: l.Slot(), Seen: l.ReadReserved(), Acked: acked}
+	}
+	if g.f.Incarnation == l.Incarnation() {
+		return nil
+	}
+	g.f.Incarnation = l.Incarnation()
+	return g.save()
+}
+
+// BeforeReserve durably raises the node's last reservation to until; call
+// it before the Reserve is sent.
+func (g *Gen) BeforeReserve(slot coordinator.Slot, until int64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if until <= g.f.LastReservation {
+		return nil
+	}
+	g.f.LastReservation = until
+	return g.save()
+}
+
+// Acked remembers R as acknowledged for slot; it is persisted with the
+// next write.
+func (g *Gen) Acked(slot coordinator.Slot, r int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k := slotKey(slot)
+	if v, ok := g.f.Acked[k]; !ok || r > v {
+		g.f.Acked[k] = r
+	}
+}
+
+// BeforeRelease durably lowers the node's last reservation and slot's
+// acknowledged R to highest (the highest time the stopped generator
+// produced; the release writes max(highest, Floor)); call it before the
+// Release is sent. Lowering first is safe: no time above highest was used.
+func (g *Gen) BeforeRelease(slot coordinator.Slot, value int64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.f.LastReservation = value
+	g.f.Acked[slotKey(slot)] = value
+	return g.save()
+}
+
+// Flush persists what Acked recorded.
+func (g *Gen) Flush() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.save()
+}
+
+func (g *Gen) save() error {
+	b, err := json.MarshalIndent(g.f, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(g.path, append(b, '\n'))
+}
+
+// WriteFileAtomic replaces path with data: a temporary file in the same
+// directory is written and fsynced, renamed over path, and the directory
+// is fsynced.
+func WriteFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("local: writing %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("local: fsync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	ok = true
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("local: fsync dir %s: %w", dir, err)
+	}
+	return nil
+}
