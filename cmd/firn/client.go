@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/firnid/firn/generator"
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
+)
+
+// dialFlags are the connection flags of the client commands.
+type dialFlags struct {
+	addr, ca, cert, key string
+	timeout             time.Duration
+}
+
+func (d *dialFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&d.addr, "addr", envOr("FIRN_ADDR", "127.0.0.1:7300"), "node gRPC address")
+	fs.StringVar(&d.ca, "tls-ca", "", "CA of the node's certificate (turns on TLS)")
+	fs.StringVar(&d.cert, "tls-cert", "", "client certificate (mTLS)")
+	fs.StringVar(&d.key, "tls-key", "", "client key (mTLS)")
+	fs.DurationVar(&d.timeout, "timeout", 5*time.Second, "call timeout")
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func (d *dialFlags) tlsConfig() (*tls.Config, error) {
+	if d.ca == "" && d.cert == "" {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12}
+	if d.ca != "" {
+		pem, err := os.ReadFile(d.ca)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca: %s holds no PEM certificate", d.ca)
+		}
+		c.RootCAs = pool
+	}
+	if d.cert != "" {
+		kp, err := tls.LoadX509KeyPair(d.cert, d.key)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert: %w", err)
+		}
+		c.Certificates = []tls.Certificate{kp}
+	}
+	return c, nil
+}
+
+func (d *dialFlags) dial() (firnv1.IDServiceClient, func(), error) {
+	tc, err := d.tlsConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	creds := insecure.NewCredentials()
+	if tc != nil {
+		creds = credentials.NewTLS(tc)
+	}
+	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, nil, fmt.Errorf("--addr %s: %w", d.addr, err)
+	}
+	return firnv1.NewIDServiceClient(conn), func() { conn.Close() }, nil
+}
+
+// rpcFail prints a gRPC error in one line with a meaningful exit code.
+func rpcFail(stderr io.Writer, what string, err error) int {
+	st := status.Convert(err)
+	code := exitFailure
+	switch st.Code() {
+	case codes.Unavailable:
+		code = exitNotReady
+	case codes.InvalidArgument, codes.NotFound:
+		code = exitUsage
+	}
+	return fail(stderr, code, "%s: %s: %s", what, st.Code(), st.Message())
+}
+
+func cmdNext(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("firn next", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var d dialFlags
+	d.register(fs)
+	n := fs.Int("n", 1, "how many IDs")
+	gen := fs.String("generator", "", "generator name (default: the node's default)")
+	if err := fs.Parse(args); err != nil {
+		if isHelp(err) {
+			return exitOK
+		}
+		return fail(stderr, exitUsage, "next: %v", err)
+	}
+	if *n < 1 {
+		return fail(stderr, exitUsage, "next: -n %d must be at least 1", *n)
+	}
+	cli, closeFn, err := d.dial()
+	if err != nil {
+		return fail(stderr, exitUsage, "next: %v", err)
+	}
+	defer closeFn()
+	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
+	defer cancel()
+	if *n == 1 {
+		resp, err := cli.NextID(ctx, &firnv1.NextIDRequest{Generator: *gen})
+		if err != nil {
+			return rpcFail(stderr, "next", err)
+		}
+		fmt.Fprintln(stdout, resp.GetId())
+		return exitOK
+	}
+	resp, err := cli.NextIDs(ctx, &firnv1.NextIDsRequest{Generator: *gen, Count: uint32(min(*n, 1<<31))})
+	if err != nil {
+		return rpcFail(stderr, "next", err)
+	}
+	var b strings.Builder
+	for _, id := range resp.GetIds() {
+		b.WriteString(strconv.FormatUint(id, 10))
+		b.WriteByte('\n')
+	}
+	io.WriteString(stdout, b.String())
+	return exitOK
+}
+
+func cmdDecode(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("firn decode", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var d dialFlags
+	d.register(fs)
+	gen := fs.String("generator", "", "decode with this generator's layout, asking the node")
+	layout := fs.String("layout", "", "decode locally with this layout (preset or canonical string)")
+	if err := fs.Parse(args); err != nil {
+		if isHelp(err) {
+			return exitOK
+		}
+		return fail(stderr, exitUsage, "decode: %v", err)
+	}
+	if fs.NArg() != 1 {
+		return fail(stderr, exitUsage, "decode: want one ID argument (firn decode [--generator G | --layout L] ID)")
+	}
+	id, err := strconv.ParseUint(fs.Arg(0), 10, 64)
+	if err != nil {
+		return fail(stderr, exitUsage, "decode: %q is not a decimal 64-bit unsigned integer", fs.Arg(0))
+	}
+	if *layout != "" && *gen != "" {
+		return fail(stderr, exitUsage, "decode: --layout and --generator exclude each other")
+	}
+	if *layout != "" {
+		l, err := generator.ParseLayout(*layout)
+		if err != nil {
+			return fail(stderr, exitUsage, "decode: --layout: %v", err)
+		}
+		p, err := l.Decode(id)
+		if err != nil {
+			return fail(stderr, exitUsage, "decode: %v", err)
+		}
+		fmt.Fprintf(stdout, "time=%s datacenter=%d worker=%d sequence=%d\n", p.Time.UTC().Format(time.RFC3339Nano), p.Datacenter, p.Worker, p.Sequence)
+		return exitOK
+	}
+	cli, closeFn, err := d.dial()
+	if err != nil {
+		return fail(stderr, exitUsage, "decode: %v", err)
+	}
+	defer closeFn()
+	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
+	defer cancel()
+	resp, err := cli.Decode(ctx, &firnv1.DecodeRequest{Generator: *gen, Id: id})
+	if err != nil {
+		return rpcFail(stderr, "decode", err)
+	}
+	fmt.Fprintf(stdout, "time=%s datacenter=%d worker=%d sequence=%d\n",
+		resp.GetTime().AsTime().UTC().Format(time.RFC3339Nano), resp.GetDatacenter(), resp.GetWorker(), resp.GetSequence())
+	return exitOK
+}
+
+func cmdInfo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("firn info", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var d dialFlags
+	d.register(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		if isHelp(err) {
+			return exitOK
+		}
+		return fail(stderr, exitUsage, "info: %v", err)
+	}
+	cli, closeFn, err := d.dial()
+	if err != nil {
+		return fail(stderr, exitUsage, "info: %v", err)
+	}
+	defer closeFn()
+	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
+	defer cancel()
+	resp, err := cli.Info(ctx, &firnv1.InfoRequest{})
+	if err != nil {
+		return rpcFail(stderr, "info", err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(resp)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "node %s (instance %s, version %s), cluster %s, coordinator %s\n",
+		resp.GetNodeName(), resp.GetInstanceId(), resp.GetVersion(), resp.GetCluster(), resp.GetCoordinator())
+	if u := resp.GetEmbeddedEtcdUrl(); u != "" {
+		fmt.Fprintf(stdout, "embedded etcd: %s\n", u)
+	}
+	for _, g := range resp.GetGenerators() {
+		state := "SERVING"
+		if !g.GetServing() {
+			state = "NOT SERVING: " + g.GetReason()
+		}
+		def := ""
+		if g.GetIsDefault() {
+			def = " (default)"
+		}
+		fmt.Fprintf(stdout, "generator %s%s: %s\n  layout %s\n  worker %d datacenter %d, reserved until %s, clock lead %s (max-lead %s), max batch %d, issued %d\n",
+			g.GetName(), def, state, g.GetLayout(), g.GetWorker(), g.GetDatacenter(),
+			g.GetReservedUntil().AsTime().UTC().Format(time.RFC3339Nano), g.GetClockLead().AsDuration(), g.GetMaxLead().AsDuration(),
+			g.GetMaxBatch(), g.GetIdsIssued())
+		if g.GetNtpChecked() {
+			fmt.Fprintf(stdout, "  NTP offset %s\n", g.GetNtpOffset().AsDuration())
+		}
+	}
+	return exitOK
+}
+
+func cmdFault(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "clock" {
+		return fail(stderr, exitUsage, "fault: want \"firn fault clock --addr ADDR --offset D\"")
+	}
+	fs := flag.NewFlagSet("firn fault clock", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:7302", "the node's --fault-addr")
+	offset := fs.String("offset", "", "clock offset, a Go duration (absolute; 0 clears it)")
+	if err := fs.Parse(args[1:]); err != nil {
+		if isHelp(err) {
+			return exitOK
+		}
+		return fail(stderr, exitUsage, "fault clock: %v", err)
+	}
+	if _, err := time.ParseDuration(*offset); err != nil {
+		return fail(stderr, exitUsage, "fault clock: --offset %q is not a Go duration (e.g. -5s)", *offset)
+	}
+	resp, err := http.PostForm("http://"+*addr+"/debug/fault/clock-offset", url.Values{"offset": {*offset}})
+	if err != nil {
+		return fail(stderr, exitFailure, "fault clock: %v (is the node running with --enable-fault-injection?)", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return fail(stderr, exitFailure, "fault clock: %s: %s", resp.Status, body)
+	}
+	fmt.Fprintf(stdout, "%s", body)
+	return exitOK
+}

@@ -1,0 +1,195 @@
+// Command firn is the single binary of the firn ID service: `firn serve`
+// runs a node; the other subcommands talk to one (next, info, decode,
+// fault), to the coordinator (workers, coordinator bump), or measure
+// (bench).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitFailure  = 1 // the command ran and failed
+	exitUsage    = 2 // bad flags or arguments
+	exitNotReady = 3 // the node answered that it is not serving
+)
+
+var version = "dev"
+
+const usage = `firn — a distributed 64-bit ID service that never issues an ID twice.
+
+Usage: firn <command> [flags]
+
+Commands:
+  serve                 run a node (no flags: the embedded coordinator in ./firn-data)
+  next                  get IDs from a node            firn next [-n N] [--generator G] [--addr A]
+  decode                split an ID into its fields    firn decode [--generator G | --layout L] ID
+  info                  describe a node and its generators
+  workers               list worker IDs; "workers release W" frees one (fenced)
+  coordinator bump      raise every reservation after a coordinator restore
+  fault clock           set a node's injected clock offset (fault injection)
+  bench                 load a node, or the gRPC no-op floor, and measure
+  version               print the version
+
+Run "firn <command> --help" for a command's flags. Every serve flag can also be
+set as FIRN_<FLAG> in the environment (dashes become underscores) and as a key of
+the YAML file given by --config; a flag beats the environment, which beats the
+file, which beats the default.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return cmdServe(rest, stdout, stderr)
+	case "next":
+		return cmdNext(rest, stdout, stderr)
+	case "decode":
+		return cmdDecode(rest, stdout, stderr)
+	case "info":
+		return cmdInfo(rest, stdout, stderr)
+	case "workers":
+		return cmdWorkers(rest, stdout, stderr)
+	case "coordinator":
+		return cmdCoordinator(rest, stdout, stderr)
+	case "fault":
+		return cmdFault(rest, stdout, stderr)
+	case "bench":
+		return cmdBench(rest, stdout, stderr)
+	case benchChildCommand:
+		return cmdBenchChild(rest, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "firn", version)
+		return exitOK
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "firn: unknown command %q (run firn --help)\n", cmd)
+	return exitUsage
+}
+
+// parseLayered parses args into fs with the precedence flag > environment
+// (FIRN_<FLAG>) > YAML file (--config) > default. repeatable names flags
+// whose values accumulate; their environment values separate with ';'.
+func parseLayered(fs *flag.FlagSet, args []string, configPath *string, repeatable map[string]bool, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	apply := func(name string, values []string, from string) error {
+		for _, v := range values {
+			if err := fs.Set(name, v); err != nil {
+				return fmt.Errorf("%s: --%s: %v", from, name, err)
+			}
+		}
+		return nil
+	}
+	// The environment.
+	fromEnv := map[string]bool{}
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || envErr != nil {
+			return
+		}
+		key := "FIRN_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v := getenv(key)
+		if v == "" {
+			return
+		}
+		vals := []string{v}
+		if repeatable[f.Name] {
+			vals = strings.Split(v, ";")
+		}
+		envErr = apply(f.Name, vals, "environment "+key)
+		fromEnv[f.Name] = true
+	})
+	if envErr != nil {
+		return envErr
+	}
+	// The file.
+	if configPath == nil || *configPath == "" {
+		return nil
+	}
+	b, err := os.ReadFile(*configPath)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("--config %s: %w", *configPath, err)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		f := fs.Lookup(k)
+		if f == nil || k == "config" {
+			return fmt.Errorf("--config %s: unknown key %q (keys are serve flag names, e.g. grpc-addr)", *configPath, k)
+		}
+		if set[k] || fromEnv[k] {
+			continue
+		}
+		var vals []string
+		switch v := m[k].(type) {
+		case []any:
+			if !repeatable[k] {
+				parts := make([]string, len(v))
+				for i, x := range v {
+					parts[i] = fmt.Sprint(x)
+				}
+				vals = []string{strings.Join(parts, ",")}
+			} else {
+				for _, x := range v {
+					vals = append(vals, fmt.Sprint(x))
+				}
+			}
+		case nil:
+			continue
+		case float64:
+			if v == float64(int64(v)) {
+				vals = []string{fmt.Sprint(int64(v))}
+			} else {
+				vals = []string{fmt.Sprint(v)}
+			}
+		default:
+			vals = []string{fmt.Sprint(v)}
+		}
+		if err := apply(k, vals, "--config "+*configPath); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fail prints one line on stderr and returns the code.
+func fail(stderr io.Writer, code int, format string, args ...any) int {
+	msg := fmt.Sprintf(format, args...)
+	msg = strings.ReplaceAll(strings.TrimSpace(msg), "\n", " ")
+	fmt.Fprintln(stderr, "firn:", msg)
+	return code
+}
+
+func isHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }

@@ -1,0 +1,113 @@
+package server
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
+)
+
+// idService implements firn.v1.IDService over the node's generators.
+type idService struct {
+	firnv1.UnimplementedIDServiceServer
+	node *Node
+	pool sync.Pool // *[]uint64 scratch for NextIDs
+}
+
+var _ firnv1.IDServiceServer = (*idService)(nil)
+
+func (s *idService) NextID(ctx context.Context, req *firnv1.NextIDRequest) (*firnv1.NextIDResponse, error) {
+	rt, err := s.node.lookup(req.GetGenerator())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	id, err := rt.issueOne(ctx)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &firnv1.NextIDResponse{Id: id}, nil
+}
+
+func (s *idService) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*firnv1.NextIDsResponse, error) {
+	rt, err := s.node.lookup(req.GetGenerator())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	if err := checkCount(rt, int64(req.GetCount())); err != nil {
+		return nil, grpcError(err)
+	}
+	ids := make([]uint64, req.GetCount())
+	if err := rt.issue(ctx, ids); err != nil {
+		return nil, grpcError(err)
+	}
+	return &firnv1.NextIDsResponse{Ids: ids}, nil
+}
+
+func checkCount(rt *genRuntime, count int64) error {
+	if count < 1 || count > int64(rt.maxBatch) {
+		return badRequest("count %d outside [1, %d] for generator %q (min(--max-batch, sequence per unit × units in max-lead))",
+			count, rt.maxBatch, rt.cfg.Name)
+	}
+	return nil
+}
+
+func (s *idService) Decode(ctx context.Context, req *firnv1.DecodeRequest) (*firnv1.DecodeResponse, error) {
+	rt, err := s.node.lookup(req.GetGenerator())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	p, err := rt.cfg.Layout.Decode(req.GetId())
+	if err != nil {
+		return nil, grpcError(badRequest("%v", err))
+	}
+	return &firnv1.DecodeResponse{
+		Time:       timestamppb.New(p.Time),
+		Datacenter: uint32(p.Datacenter),
+		Worker:     uint32(p.Worker),
+		Sequence:   uint32(p.Sequence),
+	}, nil
+}
+
+func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.InfoResponse, error) {
+	n := s.node
+	resp := &firnv1.InfoResponse{
+		NodeName:        n.nodeInfo.Name,
+		InstanceId:      n.nodeInfo.InstanceID,
+		Version:         n.cfg.Version,
+		EmbeddedEtcdUrl: n.embeddedURL,
+		Cluster:         n.cfg.Cluster,
+		Coordinator:     n.coordName,
+	}
+	wall, _ := n.clock.Now()
+	ntpOffset, ntpOK := n.lastNTPOffset()
+	for _, rt := range n.gens {
+		st := rt.status(wall)
+		gi := &firnv1.GeneratorInfo{
+			Name:         st.Name,
+			Layout:       st.Layout,
+			IsDefault:    st.IsDefault,
+			Worker:       uint32(st.Worker),
+			Datacenter:   uint32(st.Datacenter),
+			Serving:      st.Serving,
+			State:        st.State,
+			Reason:       st.Reason,
+			ClockLead:    durationpb.New(st.ClockLead),
+			MaxBatch:     uint32(st.MaxBatch),
+			MaxLead:      durationpb.New(st.MaxLead),
+			MaxStaleness: durationpb.New(st.MaxStaleness),
+			IdsIssued:    st.Issued,
+			NtpChecked:   ntpOK,
+		}
+		if ntpOK {
+			gi.NtpOffset = durationpb.New(ntpOffset)
+		}
+		if !st.ReservedUntil.IsZero() {
+			gi.ReservedUntil = timestamppb.New(st.ReservedUntil)
+		}
+		resp.Generators = append(resp.Generators, gi)
+	}
+	return resp, nil
+}

@@ -1,0 +1,159 @@
+package server
+
+import (
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/firnid/firn/clockguard"
+)
+
+// metrics are the node's Prometheus metrics, on a registry the node owns.
+// Event counters are incremented where the events happen; everything that
+// is state is read at scrape time by the collector below, so the domain
+// types stay ignorant of Prometheus.
+type metrics struct {
+	grpc         *grpcprom.ServerMetrics
+	steps        *prometheus.CounterVec
+	lastStep     prometheus.Gauge
+	ntpFailures  prometheus.Counter
+	coordLatency *prometheus.HistogramVec
+	coordErrors  *prometheus.CounterVec
+	transitions  *prometheus.CounterVec
+	peerSkew     prometheus.Gauge
+}
+
+func newMetrics(n *Node) *metrics {
+	m := &metrics{
+		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+			grpcprom.WithHistogramBuckets([]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}))),
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_clock_steps_total",
+			Help: "Steps of the wall clock against the monotonic clock, by direction."}, []string{"direction"}),
+		lastStep: prometheus.NewGauge(prometheus.GaugeOpts{Name: "firn_clock_last_step_seconds",
+			Help: "Size of the last clock step (negative: backward)."}),
+		ntpFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "firn_ntp_check_failures_total",
+			Help: "NTP checks that failed (unreachable, too few answers, or offset beyond the limit)."}),
+		coordLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "firn_coordinator_operation_duration_seconds",
+			Help:    "Latency of coordinator operations.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}, []string{"op"}),
+		coordErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_coordinator_errors_total",
+			Help: "Coordinator operations that failed."}, []string{"op"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_state_transitions_total",
+			Help: "Serving-state transitions, by generator and new state."}, []string{"generator", "state"}),
+		peerSkew: prometheus.NewGauge(prometheus.GaugeOpts{Name: "firn_peer_clock_skew_seconds",
+			Help: "This node's clock minus the median of its live peers' clocks."}),
+	}
+	for _, d := range []string{"backward", "forward"} {
+		m.steps.WithLabelValues(d)
+	}
+	for _, op := range []string{"acquire", "reserve"} {
+		m.coordErrors.WithLabelValues(op)
+	}
+	n.reg.MustRegister(m.grpc, m.steps, m.lastStep, m.ntpFailures, m.coordLatency, m.coordErrors,
+		m.transitions, m.peerSkew, &nodeCollector{n: n},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+var (
+	descIssued       = prometheus.NewDesc("firn_ids_issued_total", "IDs handed out, by generator.", []string{"generator"}, nil)
+	descRingCap      = prometheus.NewDesc("firn_ringbuffer_capacity", "Ring buffer slots.", []string{"generator"}, nil)
+	descRingAvail    = prometheus.NewDesc("firn_ringbuffer_available", "IDs buffered now.", []string{"generator"}, nil)
+	descRingTarget   = prometheus.NewDesc("firn_ringbuffer_target", "IDs the filler keeps ready, sized to demand.", []string{"generator"}, nil)
+	descRingEmpty    = prometheus.NewDesc("firn_ringbuffer_empty_hits_total", "Takes that found the ring empty (served by direct generation).", []string{"generator"}, nil)
+	descRingStale    = prometheus.NewDesc("firn_ringbuffer_stale_dropped_total", "Buffered IDs dropped for exceeding max-staleness.", []string{"generator"}, nil)
+	descRingRefills  = prometheus.NewDesc("firn_ringbuffer_refills_total", "Refill rounds that added IDs.", []string{"generator"}, nil)
+	descServing      = prometheus.NewDesc("firn_serving", "1 while the generator serves.", []string{"generator"}, nil)
+	descNotServing   = prometheus.NewDesc("firn_not_serving_reason", "1 for each source holding a not-serving generator out, with its reason.", []string{"generator", "source", "reason"}, nil)
+	descState        = prometheus.NewDesc("firn_state", "1 for the generator's current state.", []string{"generator", "state"}, nil)
+	descWorker       = prometheus.NewDesc("firn_worker_id", "Worker ID held (-1: none).", []string{"generator"}, nil)
+	descDatacenter   = prometheus.NewDesc("firn_datacenter_id", "Datacenter value held (-1: none).", []string{"generator"}, nil)
+	descInUse        = prometheus.NewDesc("firn_worker_ids_in_use", "Worker slots with a live owner in the cluster (as last listed).", []string{"generator"}, nil)
+	descLimit        = prometheus.NewDesc("firn_worker_id_limit", "Worker slots of the layout.", []string{"generator"}, nil)
+	descResLeft      = prometheus.NewDesc("firn_reservation_remaining_seconds", "Time until the reservation ends (negative: exhausted).", []string{"generator"}, nil)
+	descLead         = prometheus.NewDesc("firn_clock_lead_seconds", "How far the logical time stands ahead of the clock.", []string{"generator"}, nil)
+	descMaxLead      = prometheus.NewDesc("firn_max_lead_seconds", "Configured max-lead.", []string{"generator"}, nil)
+	descLayoutLeft   = prometheus.NewDesc("firn_layout_seconds_remaining", "Time until the layout's time field runs out.", []string{"generator"}, nil)
+	descMaxOffset    = prometheus.NewDesc("firn_max_clock_offset_seconds", "Configured --max-clock-offset.", nil, nil)
+	descNTPOffset    = prometheus.NewDesc("firn_ntp_offset_seconds", "Last NTP offset (clock minus NTP).", nil, nil)
+	descNTPUnchecked = prometheus.NewDesc("firn_ntp_unchecked", "1 when no NTP server is configured: drift is unchecked.", nil, nil)
+	descFault        = prometheus.NewDesc("firn_fault_injection_enabled", "1 when the fault-injection listener is on.", nil, nil)
+	descFaultOffset  = prometheus.NewDesc("firn_fault_clock_offset_seconds", "Injected clock offset.", nil, nil)
+	descBuild        = prometheus.NewDesc("firn_build_info", "Build and node identity.", []string{"cluster", "node", "version"}, nil)
+)
+
+// nodeCollector reads the node's state at scrape time.
+type nodeCollector struct{ n *Node }
+
+func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descIssued, descRingCap, descRingAvail, descRingTarget, descRingEmpty,
+		descRingStale, descRingRefills, descServing, descNotServing, descState, descWorker, descDatacenter,
+		descInUse, descLimit, descResLeft, descLead, descMaxLead, descLayoutLeft, descMaxOffset, descNTPOffset,
+		descNTPUnchecked, descFault, descFaultOffset, descBuild} {
+		ch <- d
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.n
+	wall, _ := n.clock.Now()
+	g := prometheus.MustNewConstMetric
+	for _, rt := range n.gens {
+		name := rt.cfg.Name
+		st := rt.status(wall)
+		ch <- g(descIssued, prometheus.CounterValue, float64(st.Issued), name)
+		ch <- g(descRingCap, prometheus.GaugeValue, float64(st.Ring.Capacity), name)
+		ch <- g(descRingAvail, prometheus.GaugeValue, float64(st.Ring.Available), name)
+		ch <- g(descRingTarget, prometheus.GaugeValue, float64(st.Ring.Target), name)
+		ch <- g(descRingEmpty, prometheus.CounterValue, float64(st.Ring.EmptyHits), name)
+		ch <- g(descRingStale, prometheus.CounterValue, float64(st.Ring.DroppedStale), name)
+		ch <- g(descRingRefills, prometheus.CounterValue, float64(st.Ring.Refills), name)
+		ch <- g(descServing, prometheus.GaugeValue, b2f(st.Serving), name)
+		snap := rt.state.Snapshot()
+		for _, cause := range snap.Causes {
+			ch <- g(descNotServing, prometheus.GaugeValue, 1, name, string(cause.Source), cause.Reason)
+		}
+		for _, s := range []clockguard.State{clockguard.StateStarting, clockguard.StateChecking, clockguard.StateServing,
+			clockguard.StateNotServing, clockguard.StateDraining, clockguard.StateStopped} {
+			ch <- g(descState, prometheus.GaugeValue, b2f(snap.State == s), name, s.String())
+		}
+		w, dc := -1.0, -1.0
+		resLeft := 0.0
+		if st.HasLease {
+			w, dc = float64(st.Worker), float64(st.Datacenter)
+			resLeft = st.ReservedUntil.Sub(wall).Seconds()
+		}
+		ch <- g(descWorker, prometheus.GaugeValue, w, name)
+		ch <- g(descDatacenter, prometheus.GaugeValue, dc, name)
+		ch <- g(descInUse, prometheus.GaugeValue, float64(rt.inUse.Load()), name)
+		ch <- g(descLimit, prometheus.GaugeValue, float64(rt.cfg.Layout.WorkerLimit()*rt.slotsPerWorker()), name)
+		ch <- g(descResLeft, prometheus.GaugeValue, resLeft, name)
+		ch <- g(descLead, prometheus.GaugeValue, st.ClockLead.Seconds(), name)
+		ch <- g(descMaxLead, prometheus.GaugeValue, rt.cfg.MaxLead.Seconds(), name)
+		ch <- g(descLayoutLeft, prometheus.GaugeValue, st.LayoutEnd.Sub(wall).Seconds(), name)
+	}
+	ch <- g(descMaxOffset, prometheus.GaugeValue, n.cfg.MaxClockOffset.Seconds())
+	off, ok := n.lastNTPOffset()
+	if ok {
+		ch <- g(descNTPOffset, prometheus.GaugeValue, off.Seconds())
+	} else {
+		ch <- g(descNTPOffset, prometheus.GaugeValue, 0)
+	}
+	ch <- g(descNTPUnchecked, prometheus.GaugeValue, b2f(len(n.cfg.NTP) == 0))
+	ch <- g(descFault, prometheus.GaugeValue, b2f(n.cfg.EnableFaultInjection))
+	fo := time.Duration(0)
+	if n.offset != nil {
+		fo = n.offset.CurrentOffset()
+	}
+	ch <- g(descFaultOffset, prometheus.GaugeValue, fo.Seconds())
+	ch <- g(descBuild, prometheus.GaugeValue, 1, n.cfg.Cluster, n.nodeInfo.Name, n.cfg.Version)
+}

@@ -1,0 +1,193 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/ringbuffer"
+)
+
+// holding is one lease and the generator built for it, for life.
+type holding struct {
+	gen   *generator.Generator
+	lease coordinator.Lease
+	// reserved is the last reservation acknowledged (time-field units).
+	reserved atomic.Int64
+	started  time.Time
+}
+
+// genRuntime is one named generator of the node: its serving state, its
+// ring buffer (for the node's life; Reset on each new lease) and the
+// current holding.
+type genRuntime struct {
+	cfg       GeneratorConfig
+	isDefault bool
+	maxBatch  int
+	state     *clockguard.ServingState
+	ring      *ringbuffer.Buffer
+	held      atomic.Pointer[holding]
+	issued    atomic.Uint64
+	// inUse is the number of live owners in the cluster, as last listed.
+	inUse atomic.Int64
+	// datacenterFixed: the datacenter comes from --datacenter, so the
+	// slot space is the worker field alone.
+	datacenterFixed bool
+
+	// rollback: the step size reported while the clock-rollback reason is
+	// held (for recovery and the status page).
+	mu          sync.Mutex
+	rollbackErr string
+	manualHold  bool
+	events      []event // recent state changes, newest last
+}
+
+type event struct {
+	At     time.Time
+	From   string
+	To     string
+	Reason string
+}
+
+const maxEvents = 20
+
+// slotsPerWorker is how many slots share one worker value: the datacenter
+// values, unless the datacenter is fixed.
+func (rt *genRuntime) slotsPerWorker() uint64 {
+	if rt.datacenterFixed {
+		return 1
+	}
+	return rt.cfg.Layout.DatacenterLimit()
+}
+
+func (rt *genRuntime) recordEvent(e event) {
+	rt.mu.Lock()
+	rt.events = append(rt.events, e)
+	if len(rt.events) > maxEvents {
+		rt.events = rt.events[len(rt.events)-maxEvents:]
+	}
+	rt.mu.Unlock()
+}
+
+func (rt *genRuntime) recentEvents() []event {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return append([]event(nil), rt.events...)
+}
+
+// issue fills dst with IDs: what the ring holds first, the rest generated
+// directly under the filler's lock, so a caller never sees the ring's
+// ErrEmpty and never an ID older than one it got before from this node.
+func (rt *genRuntime) issue(ctx context.Context, dst []uint64) error {
+	if !rt.state.Serving() {
+		return &NotServingError{Generator: rt.cfg.Name, Reason: rt.state.Reason()}
+	}
+	n, _ := rt.ring.TakeN(dst)
+	if n < len(dst) {
+		m, err := rt.ring.Generate(ctx, dst[n:])
+		n += m
+		if err != nil {
+			rt.noteError(err)
+			return err
+		}
+	}
+	rt.issued.Add(uint64(n))
+	return nil
+}
+
+// issueOne is issue for a single ID without a slice.
+func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
+	if !rt.state.Serving() {
+		return 0, &NotServingError{Generator: rt.cfg.Name, Reason: rt.state.Reason()}
+	}
+	id, err := rt.ring.Take()
+	if err != nil {
+		var one [1]uint64
+		if _, err = rt.ring.Generate(ctx, one[:]); err != nil {
+			rt.noteError(err)
+			return 0, err
+		}
+		id = one[0]
+	}
+	rt.issued.Add(1)
+	return id, nil
+}
+
+// noteError feeds the serving state from the generator's typed errors.
+func (rt *genRuntime) noteError(err error) {
+	var rb *generator.RollbackError
+	switch {
+	case errors.As(err, &rb):
+		rt.setRollback(rb.Error())
+	case errors.Is(err, generator.ErrClockRange):
+		rt.state.Set(clockguard.SourceClockRange, err.Error())
+	}
+}
+
+func (rt *genRuntime) setRollback(reason string) {
+	rt.mu.Lock()
+	rt.rollbackErr = reason
+	rt.mu.Unlock()
+	rt.state.Set(clockguard.SourceClockRollback, reason)
+}
+
+// Info is a snapshot of one generator for Info, /readyz and the status
+// page.
+type GeneratorStatus struct {
+	Name          string
+	Layout        string
+	IsDefault     bool
+	Serving       bool
+	State         string
+	Reason        string
+	Worker        uint64
+	Datacenter    uint64
+	HasLease      bool
+	ReservedUntil time.Time
+	ReservedUnits int64
+	ClockLead     time.Duration
+	MaxLead       time.Duration
+	MaxStaleness  time.Duration
+	MaxBatch      int
+	Issued        uint64
+	Ring          ringbuffer.Stats
+	Events        []event
+	LayoutEnd     time.Time
+}
+
+func (rt *genRuntime) status(wall time.Time) GeneratorStatus {
+	s := GeneratorStatus{
+		Name:         rt.cfg.Name,
+		Layout:       rt.cfg.Layout.String(),
+		IsDefault:    rt.isDefault,
+		Serving:      rt.state.Serving(),
+		State:        rt.state.State().String(),
+		Reason:       rt.state.Reason(),
+		MaxLead:      rt.cfg.MaxLead,
+		MaxStaleness: rt.cfg.MaxStaleness,
+		MaxBatch:     rt.maxBatch,
+		Issued:       rt.issued.Load(),
+		Ring:         rt.ring.Stats(),
+		Events:       rt.recentEvents(),
+		LayoutEnd:    rt.cfg.Layout.End(),
+	}
+	if h := rt.held.Load(); h != nil {
+		s.HasLease = true
+		s.Worker, s.Datacenter = h.gen.Worker(), h.gen.Datacenter()
+		r := h.reserved.Load()
+		s.ReservedUnits = r
+		if r >= 0 {
+			// The end of the last reserved unit.
+			s.ReservedUntil = rt.cfg.Layout.UnitStart(r + 1)
+		}
+		if h.gen.Highest() >= 0 {
+			s.ClockLead = max(h.gen.Lead(wall), 0) // behind the clock (idle) reads as 0
+		}
+	}
+	return s
+}
