@@ -1,0 +1,164 @@
+package embedded_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/coordtest"
+	"github.com/firnid/firn/coordinator/embedded"
+	"github.com/firnid/firn/coordinator/etcd"
+	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+)
+
+func TestMain(m *testing.M) { coordtest.Main(m, &etcdtest.Backend{}) }
+
+func start(t *testing.T, cfg embedded.Config) *embedded.Server {
+	t.Helper()
+	s, err := embedded.Start(cfg)
+	if err != nil {
+		t.Fatalf("embedded.Start: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestHarnessEmbedded runs every shared case on the embedded default.
+func TestHarnessEmbedded(t *testing.T) {
+	s := start(t, embedded.Config{DataDir: t.TempDir()})
+	if !strings.HasPrefix(s.ClientURL(), "http://127.0.0.1:") {
+		t.Fatalf("client URL %q is not loopback", s.ClientURL())
+	}
+	b := &etcdtest.Backend{Endpoints: s.Endpoints(), TTL: 3 * time.Second}
+	t.Cleanup(b.Close)
+	coordtest.Run(t, b)
+}
+
+func connect(t *testing.T, s *embedded.Server) *etcd.Coordinator {
+	t.Helper()
+	cfg := etcd.DefaultConfig()
+	cfg.Endpoints, cfg.Clock = s.Endpoints(), clockguard.NewSystem()
+	c, err := etcd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestStateSurvivesRestart: pins, reservations and the client URL survive
+// a restart of the embedded member on the same data dir.
+func TestStateSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	s, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, inst := s.ClientURL(), s.InstanceID()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := connect(t, s)
+	n := coordtest.Node("emb")
+	n.InstanceID = inst
+	l, err := c.Acquire(ctx, coordtest.Spec("g", 4), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reserve(ctx, 1234, coordtest.Beat(n)); err != nil {
+		t.Fatal(err)
+	}
+	incarnation := l.Incarnation()
+	c.Abandon()
+	s.Close()
+
+	s2 := start(t, embedded.Config{DataDir: dir})
+	if s2.ClientURL() != url || s2.InstanceID() != inst {
+		t.Fatalf("after restart URL %q instance %q, want %q %q", s2.ClientURL(), s2.InstanceID(), url, inst)
+	}
+	c2 := connect(t, s2)
+	defer c2.Close()
+	hs, err := c2.Workers(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || hs[0].Reserved != 1234 {
+		t.Fatalf("after restart Workers = %+v, want one slot reserved at 1234", hs)
+	}
+	spec := coordtest.Spec("g", 4)
+	other := coordtest.Node("other")
+	l2, err := c2.Acquire(ctx, spec, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Incarnation() != incarnation {
+		t.Fatalf("incarnation %q after restart, want %q", l2.Incarnation(), incarnation)
+	}
+}
+
+// TestMovedRefused: a data dir moved to another path, or seen from another
+// machine, is refused with reason "data dir copied or moved" unless
+// accepted.
+func TestMovedRefused(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "a")
+	s, err := embedded.Start(embedded.Config{DataDir: dir, MachineID: func() (string, error) { return "m-1", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	_, err = embedded.Start(embedded.Config{DataDir: dir, MachineID: func() (string, error) { return "m-2", nil }})
+	var me *embedded.MovedError
+	if !errors.As(err, &me) || !errors.Is(err, embedded.ErrMoved) || me.Field != "machine ID" ||
+		!strings.Contains(err.Error(), "data dir copied or moved") {
+		t.Fatalf("other machine: %v, want data dir copied or moved (machine ID)", err)
+	}
+
+	moved := filepath.Join(base, "b")
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	_, err = embedded.Start(embedded.Config{DataDir: moved, MachineID: func() (string, error) { return "m-1", nil }})
+	if !errors.As(err, &me) || me.Field != "data dir path" {
+		t.Fatalf("moved dir: %v, want data dir copied or moved (data dir path)", err)
+	}
+	s2, err := embedded.Start(embedded.Config{DataDir: moved, AcceptMoved: true, MachineID: func() (string, error) { return "m-1", nil }})
+	if err != nil {
+		t.Fatalf("accepted move: %v", err)
+	}
+	s2.Close()
+	// Accepting records the new place: a plain start now works.
+	s3 := start(t, embedded.Config{DataDir: moved, MachineID: func() (string, error) { return "m-1", nil }})
+	_ = s3
+}
+
+func TestLoopbackOnly(t *testing.T) {
+	_, err := embedded.Start(embedded.Config{DataDir: t.TempDir(), ClientAddr: "0.0.0.0:0"})
+	if !errors.Is(err, coordinator.ErrInvalidSpec) || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("non-loopback client address: %v, want ErrInvalidSpec naming loopback", err)
+	}
+	for _, tc := range []struct {
+		addrs  map[string]string
+		remote bool
+		ok     bool
+	}{
+		{map[string]string{"--grpc-addr": "127.0.0.1:7300", "--http-addr": "localhost:7301"}, false, true},
+		{map[string]string{"--grpc-addr": "[::1]:7300"}, false, true},
+		{map[string]string{"--grpc-addr": "0.0.0.0:7300"}, false, false},
+		{map[string]string{"--http-addr": ":7301"}, false, false},
+		{map[string]string{"--grpc-addr": "0.0.0.0:7300"}, true, true},
+	} {
+		err := embedded.CheckServeAddrs(tc.remote, tc.addrs)
+		if (err == nil) != tc.ok {
+			t.Errorf("CheckServeAddrs(%v, %v) = %v, want ok=%v", tc.remote, tc.addrs, err, tc.ok)
+		}
+		if err != nil && (!errors.Is(err, coordinator.ErrInvalidSpec) || !strings.Contains(err.Error(), "--embedded-serve-remote")) {
+			t.Errorf("error %q does not name --embedded-serve-remote", err)
+		}
+	}
+}
