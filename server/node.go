@@ -21,33 +21,12 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/local"
 	"github.com/firnid/firn/generator"
 	firnv1 "github.com/firnid/firn/proto/firn/v1"
 	"github.com/firnid/firn/ringbuffer"
 	"github.com/firnid/firn/server/grpcopt"
 )
-
-// LocalState is the node's own record in its data dir: its identity and,
-// per generator, its last reservation (fsynced before each Reserve is
-// sent), so that a restart starts above everything it ever reserved.
-type LocalState interface {
-	// InstanceID identifies this data dir.
-	InstanceID() string
-	// LastReservation is the node's own last reservation for a generator
-	// (-1 when none).
-	LastReservation(generator string) int64
-	// RecordReservation durably raises the record before Reserve is sent.
-	RecordReservation(generator string, r int64) error
-	// LowerReservation lowers the record after a Release lowered the
-	// slot's reservation to r.
-	LowerReservation(generator string, slot coordinator.Slot, r int64) error
-	// CheckAcquired checks a new lease against what the node remembers
-	// (the pin's incarnation, the last acknowledged reservation of the
-	// slot): coordinator.ErrRecreated or coordinator.ErrRolledBack.
-	CheckAcquired(generator string, lease coordinator.Lease) error
-	// RecordAck remembers a reservation the coordinator acknowledged.
-	RecordAck(generator string, slot coordinator.Slot, r int64) error
-}
 
 // Option configures optional collaborators of a Node.
 type Option func(*Node)
@@ -70,7 +49,7 @@ func WithOffsetClock(o *clockguard.Offset) Option { return func(n *Node) { n.off
 type Node struct {
 	cfg         Config
 	coord       coordinator.Coordinator
-	local       LocalState
+	local       *local.State
 	clock       clockguard.Clock
 	offset      *clockguard.Offset
 	log         *slog.Logger
@@ -114,10 +93,11 @@ type Node struct {
 	started time.Time
 }
 
-// New builds a node over a coordinator and its data-dir state. cfg must
-// have passed Finish. Required collaborators are positional; clock is the
-// node's clock source (an Offset clock when fault injection is on).
-func New(cfg Config, coord coordinator.Coordinator, local LocalState, clock clockguard.Clock, name string, opts ...Option) (*Node, error) {
+// New builds a node over a coordinator and its data-dir state (its own last
+// reservations, fsynced before each Reserve). cfg must have passed Finish.
+// Required collaborators are positional; clock is the node's clock source
+// (an Offset clock when fault injection is on).
+func New(cfg Config, coord coordinator.Coordinator, st *local.State, clock clockguard.Clock, name string, opts ...Option) (*Node, error) {
 	if len(cfg.Generators) == 0 {
 		return nil, fmt.Errorf("%w: no generators (call Config.Finish)", ErrConfig)
 	}
@@ -125,7 +105,7 @@ func New(cfg Config, coord coordinator.Coordinator, local LocalState, clock cloc
 	n := &Node{
 		cfg:     cfg,
 		coord:   coord,
-		local:   local,
+		local:   st,
 		clock:   clock,
 		log:     slog.Default(),
 		byName:  map[string]*genRuntime{},
@@ -137,7 +117,7 @@ func New(cfg Config, coord coordinator.Coordinator, local LocalState, clock cloc
 	for _, o := range opts {
 		o(n)
 	}
-	n.nodeInfo = coordinator.NodeInfo{Name: name, InstanceID: local.InstanceID(), Address: cfg.GRPCAddr, StartTime: wall}
+	n.nodeInfo = coordinator.NodeInfo{Name: name, InstanceID: st.InstanceID(), Address: cfg.GRPCAddr, StartTime: wall}
 	for i, gc := range cfg.Generators {
 		ring, err := ringbuffer.New(ringbuffer.Config{Size: cfg.RingSize, MaxStaleness: gc.MaxStaleness, Clock: clock})
 		if err != nil {
@@ -392,7 +372,7 @@ func (n *Node) acquire(ctx context.Context, rt *genRuntime) (*holding, error) {
 		DatacenterLimit: l.DatacenterLimit(),
 		Datacenter:      n.cfg.Datacenter,
 		MaxFloor:        max(0, l.Units(wall)+leadUnits),
-		LocalFloor:      n.local.LastReservation(rt.cfg.Name),
+		LocalFloor:      rt.local.LocalFloor(),
 	}
 	actx, cancel := context.WithTimeout(ctx, 4*n.cfg.CoordinatorTimeout)
 	start := time.Now()
@@ -408,7 +388,7 @@ func (n *Node) acquire(ctx context.Context, rt *genRuntime) (*holding, error) {
 		cancel()
 		return nil, err
 	}
-	if err := n.local.CheckAcquired(rt.cfg.Name, lease); err != nil {
+	if err := rt.local.Check(lease); err != nil {
 		return fail(err)
 	}
 	floor := lease.Floor()
@@ -537,7 +517,7 @@ func (n *Node) reserve(ctx context.Context, rt *genRuntime, h *holding) error {
 		target = h.reserved.Load()
 	}
 	target = max(target, h.reserved.Load())
-	if err := n.local.RecordReservation(rt.cfg.Name, target); err != nil {
+	if err := rt.local.BeforeReserve(h.lease.Slot(), target); err != nil {
 		rt.state.Set(clockguard.SourceReservation, "cannot record the reservation in the data dir: "+err.Error())
 		return err
 	}
@@ -561,9 +541,7 @@ func (n *Node) reserve(ctx context.Context, rt *genRuntime, h *holding) error {
 	}
 	h.reserved.Store(target)
 	h.gen.SetReserved(target)
-	if err := n.local.RecordAck(rt.cfg.Name, h.lease.Slot(), target); err != nil {
-		n.log.Warn("cannot record the acknowledged reservation", "generator", rt.cfg.Name, "err", err)
-	}
+	rt.local.Acked(h.lease.Slot(), target)
 	rt.state.Clear(clockguard.SourceReservation)
 	return nil
 }
@@ -576,12 +554,13 @@ func (n *Node) release(rt *genRuntime, h *holding) {
 	highest := max(h.gen.Highest(), h.lease.Floor())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.CoordinatorTimeout)
 	defer cancel()
+	if err := rt.local.BeforeRelease(h.lease.Slot(), highest); err != nil {
+		n.log.Warn("cannot lower the data-dir reservation; the lease is left to expire", "generator", rt.cfg.Name, "err", err)
+		return
+	}
 	if err := h.lease.Release(ctx, highest); err != nil {
 		n.log.Warn("lease not released; it will expire", "generator", rt.cfg.Name, "worker", h.lease.WorkerID(), "err", err)
 		return
-	}
-	if err := n.local.LowerReservation(rt.cfg.Name, h.lease.Slot(), highest); err != nil {
-		n.log.Warn("cannot lower the data-dir reservation", "generator", rt.cfg.Name, "err", err)
 	}
 	n.log.Info("lease released", "generator", rt.cfg.Name, "worker", h.lease.WorkerID(), "highest", highest)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/local"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
 )
@@ -27,6 +28,7 @@ type holding struct {
 // current holding.
 type genRuntime struct {
 	cfg       GeneratorConfig
+	local     *local.Gen // the data-dir record of this generator
 	isDefault bool
 	maxBatch  int
 	state     *clockguard.ServingState

@@ -17,6 +17,7 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/etcd"
+	"github.com/firnid/firn/coordinator/local"
 	"github.com/firnid/firn/server"
 )
 
@@ -75,13 +76,13 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, cfg.LogLevel)
 	slog.SetDefault(log)
 
-	dd, err := server.OpenDataDir(cfg.DataDir, cfg.AcceptMovedDataDir)
+	dd, err := local.Open(cfg.DataDir)
 	if err != nil {
-		return fail(stderr, exitFailure, "serve: %v", err)
+		return fail(stderr, exitFailure, "serve: --data-dir: %v", err)
 	}
 	name := cfg.NodeName
 	if name == "" {
-		name = defaultNodeName(dd.Path())
+		name = defaultNodeName(dd.Dir())
 	}
 
 	opts := []server.Option{server.WithLogger(log)}
@@ -104,7 +105,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		endpoints := cfg.Etcd
 		coordName := "etcd " + strings.Join(endpoints, ",")
 		if cfg.Embedded() {
-			url, stop, err := startEmbeddedEtcd(dd.Path(), sf.embeddedClientAddr, sf.embeddedPeerAddr)
+			url, stop, err := startEmbeddedEtcd(dd.Dir(), sf.embeddedClientAddr, sf.embeddedPeerAddr)
 			if err != nil {
 				return fail(stderr, exitFailure, "serve: embedded etcd: %v", err)
 			}
