@@ -1,0 +1,54 @@
+package coordinator
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestSpecSlotOrder(t *testing.T) {
+	s := Spec{Generator: "g", Layout: "l", WorkerLimit: 3, DatacenterLimit: 2, Datacenter: -1}
+	want := []Slot{{0, 0}, {0, 1}, {0, 2}, {1, 0}, {1, 1}, {1, 2}, {0, 0}}
+	for i, w := range want {
+		if got := s.SlotAt(uint64(i)); got != w {
+			t.Fatalf("SlotAt(%d) = %v, want %v", i, got, w)
+		}
+		if i < 6 && s.Index(w) != uint64(i) {
+			t.Fatalf("Index(%v) = %d, want %d", w, s.Index(w), i)
+		}
+	}
+	s.Datacenter = 1
+	if s.Slots() != 3 || s.SlotAt(4) != (Slot{1, 1}) {
+		t.Fatalf("fixed datacenter: Slots %d SlotAt(4) %v", s.Slots(), s.SlotAt(4))
+	}
+}
+
+func TestSpecValidate(t *testing.T) {
+	ok := Spec{Generator: "g", Layout: "l", WorkerLimit: 1024, DatacenterLimit: 1, Datacenter: -1, MaxFloor: 0, LocalFloor: -1}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	big := ok
+	big.WorkerLimit, big.DatacenterLimit = 1<<20, 1<<10
+	if err := big.Validate(); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "exceed") {
+		t.Fatalf("huge slot space: %v", err)
+	}
+}
+
+func TestTypedErrors(t *testing.T) {
+	ex := &ExhaustedError{Generator: "g", Limit: 2, Live: []Holder{{Slot: Slot{0, 1}, Heartbeat: Heartbeat{Node: NodeInfo{Name: "a", Address: "x:1"}}}}}
+	if !errors.Is(ex, ErrExhausted) || !strings.Contains(ex.Error(), `"a"`) || !strings.Contains(ex.Error(), "limit 2") {
+		t.Fatalf("ExhaustedError: %v", ex)
+	}
+	lm := &LayoutMismatchError{Generator: "g", Pinned: "P", Wanted: "W"}
+	if !errors.Is(lm, ErrLayoutMismatch) || !strings.Contains(lm.Error(), `"P"`) || !strings.Contains(lm.Error(), `"W"`) {
+		t.Fatalf("LayoutMismatchError: %v", lm)
+	}
+	rb := &RolledBackError{Generator: "g", Seen: 1, Acked: 2}
+	if !errors.Is(rb, ErrRolledBack) || !strings.HasPrefix(rb.Error(), "coordinator state rolled back") {
+		t.Fatalf("RolledBackError: %v", rb)
+	}
+	if !errors.Is(&NameInUseError{Name: "n"}, ErrNameInUse) {
+		t.Fatal("NameInUseError does not match ErrNameInUse")
+	}
+}
