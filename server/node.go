@@ -123,8 +123,13 @@ func New(cfg Config, coord coordinator.Coordinator, st *local.State, clock clock
 		if err != nil {
 			return nil, configErr("ring-size", "%v", err)
 		}
+		lg, err := st.Generator(gc.Name)
+		if err != nil {
+			return nil, fmt.Errorf("--data-dir: %w", err)
+		}
 		rt := &genRuntime{
 			cfg:             gc,
+			local:           lg,
 			isDefault:       i == 0,
 			maxBatch:        cfg.MaxBatchFor(gc),
 			ring:            ring,
