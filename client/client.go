@@ -1,0 +1,431 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
+)
+
+// maxCallRecvMsgSize admits the largest NextIDs response a node sends
+// (1 M fixed64 IDs, with room to spare).
+const maxCallRecvMsgSize = 16 << 20
+
+// Client hands out IDs from a local prefetch buffer that one refill
+// goroutine keeps filled from the endpoints. It is safe for concurrent use.
+type Client struct {
+	// The take path reads cur and tick; each sits on its own cache line.
+	cur  atomic.Pointer[batch]
+	_    [cacheLine - 8]byte
+	tick atomic.Int64 // coarse time: monotonic reading / tickLen
+	_    [cacheLine - 8]byte
+
+	kickC chan struct{} // wakes the refiller; buffered 1
+
+	opts      options
+	clock     Clock
+	tickLen   time.Duration
+	ageTicks  int64
+	log       *slog.Logger
+	endpoints []*endpoint
+	active    atomic.Int32 // index of the endpoint last served from
+	empty     *batch
+
+	mu      sync.Mutex
+	queue   []*batch      // fetched batches waiting behind cur
+	notify  chan struct{} // closed when a batch arrives or a round fails
+	failGen uint64        // counts failed rounds
+	lastErr error         // the last failed round's error
+	retired int64         // IDs served from retired batches
+	waiters int           // callers waiting in the slow path
+	starved int64         // times a caller found the buffer empty
+	closed  bool
+
+	stats struct {
+		fetches     atomic.Uint64
+		fetchedIDs  atomic.Uint64
+		fetchErrors atomic.Uint64
+		failovers   atomic.Uint64
+		dropped     atomic.Uint64
+		ticks       atomic.Uint64
+		measures    atomic.Uint64 // rate updates
+		batchSize   atomic.Int64
+		rate        atomic.Uint64 // float64 bits
+	}
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Stats is a snapshot of a client's counters.
+type Stats struct {
+	// Buffered is how many fresh IDs the buffer holds.
+	Buffered int64
+	// BatchSize is the count the next refill asks for.
+	BatchSize int
+	// Rate is the measured demand in IDs per second.
+	Rate float64
+	// Fetches and FetchedIDs count successful NextIDs calls and their IDs
+	// (refills and NextN's direct fetches); FetchErrors counts failed
+	// attempts, Failovers the times a fetch moved to another endpoint.
+	Fetches, FetchedIDs, FetchErrors, Failovers uint64
+	// Dropped counts IDs dropped unserved because they outlived MaxAge.
+	Dropped uint64
+	// Ticks counts the refiller's timer ticks.
+	Ticks uint64
+	// Endpoint is the endpoint the client last got IDs from.
+	Endpoint string
+}
+
+// New returns a client of the firn nodes at endpoints (gRPC targets such
+// as "127.0.0.1:7300"). It does not wait for a connection: the first
+// refill starts on the first Next. Errors: ErrInvalidOption (no endpoint, a
+// duplicate or empty one, an option out of bounds, naming it), or the
+// error of grpc.NewClient.
+func New(endpoints []string, opts ...Option) (*Client, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(endpoints) == 0 {
+		return nil, optionErr("endpoints: need at least 1")
+	}
+	seen := map[string]bool{}
+	for i, e := range endpoints {
+		if e == "" {
+			return nil, optionErr("endpoints[%d] is empty", i)
+		}
+		if seen[e] {
+			return nil, optionErr("endpoints[%d] %q given twice", i, e)
+		}
+		seen[e] = true
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.clock == nil {
+		o.clock = newSystemClock()
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	c := &Client{
+		kickC:   make(chan struct{}, 1),
+		opts:    o,
+		clock:   o.clock,
+		tickLen: o.maxAge / 8,
+		log:     o.logger.With("component", "firn-client"),
+		notify:  make(chan struct{}),
+		empty:   newEmptyBatch(),
+	}
+	c.ageTicks = int64(o.maxAge / c.tickLen)
+	c.cur.Store(c.empty)
+	c.stats.batchSize.Store(int64(o.minBatch))
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	_, mono := c.clock.Now()
+	c.tick.Store(int64(mono / c.tickLen))
+
+	creds := insecure.NewCredentials()
+	if o.tlsConfig != nil {
+		creds = credentials.NewTLS(o.tlsConfig)
+	}
+	dial := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxCallRecvMsgSize)),
+		// The node refuses pings more often than every 10 s.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 5 * time.Second}),
+	}, o.dialOptions...)
+	for i, addr := range endpoints {
+		conn, err := grpc.NewClient(addr, dial...)
+		if err != nil {
+			for _, ep := range c.endpoints {
+				ep.conn.Close()
+			}
+			c.cancel()
+			return nil, fmt.Errorf("client: endpoints[%d] %q: %w", i, addr, err)
+		}
+		c.endpoints = append(c.endpoints, newEndpoint(i, addr, conn))
+	}
+	if o.health {
+		for _, ep := range c.endpoints {
+			c.wg.Add(1)
+			go c.watchHealth(ep)
+		}
+	}
+	c.wg.Add(1)
+	go c.refill()
+	return c, nil
+}
+
+// Next returns one ID. While the buffer holds fresh IDs it takes no lock,
+// reads no clock and does not allocate (ctx is not even looked at); when
+// the buffer is empty it waits for a refill, until ctx is done or a whole
+// failover round failed (ErrUnavailable, wrapping the last endpoint's
+// error). IDs from one client are distinct; across a failover they are not
+// in order.
+func (c *Client) Next(ctx context.Context) (uint64, error) {
+	b := c.cur.Load()
+	if b.expire >= c.tick.Load() {
+		i := b.pos.Add(1) - 1
+		if i < b.n {
+			if i == b.half {
+				c.kick()
+			}
+			return b.ids[i], nil
+		}
+	}
+	return c.nextSlow(ctx)
+}
+
+func (c *Client) nextSlow(ctx context.Context) (uint64, error) {
+	for {
+		if err := c.waitBatch(ctx); err != nil {
+			return 0, err
+		}
+		b := c.cur.Load()
+		if b.expire >= c.tick.Load() {
+			i := b.pos.Add(1) - 1
+			if i < b.n {
+				if i == b.half {
+					c.kick()
+				}
+				return b.ids[i], nil
+			}
+		}
+	}
+}
+
+// NextN returns n distinct IDs (1 ≤ n ≤ MaxNextN), not necessarily in
+// order: from the buffer while it holds them, the rest fetched directly
+// (with failover) when they are more than a batch. Errors as for Next, and
+// ErrInvalidCount for n out of bounds.
+func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
+	if n < 1 || n > MaxNextN {
+		return nil, fmt.Errorf("%w: n %d outside [1, %d]", ErrInvalidCount, n, MaxNextN)
+	}
+	out := make([]uint64, 0, n)
+	for len(out) < n {
+		need := int64(n - len(out))
+		b := c.cur.Load()
+		if b.expire >= c.tick.Load() {
+			end := b.pos.Add(need)
+			start := end - need
+			if start < b.n {
+				hi := min(end, b.n)
+				out = append(out, b.ids[start:hi]...)
+				if start <= b.half && b.half < hi {
+					c.kick()
+				}
+				continue
+			}
+		}
+		if need > c.stats.batchSize.Load() {
+			ids, err := c.fetchDirect(ctx, int(need))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ids...)
+			continue
+		}
+		if err := c.waitBatch(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// waitBatch returns nil once cur may hold fresh IDs, after waiting for a
+// refill if need be. It returns ctx's error, ErrClosed, or the error of a
+// failover round that failed while it waited.
+func (c *Client) waitBatch(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if c.installLocked() {
+		c.mu.Unlock()
+		return nil
+	}
+	ch, gen := c.notify, c.failGen
+	c.waiters++
+	c.starved++
+	c.mu.Unlock()
+	c.kick()
+
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.waiters--
+	switch {
+	case c.closed:
+		return ErrClosed
+	case err != nil:
+		return err
+	case c.installLocked():
+		return nil
+	case c.failGen != gen:
+		return c.lastErr
+	}
+	return nil
+}
+
+// installLocked makes cur a batch with fresh IDs if the buffer has one,
+// retiring an exhausted or stale cur and dropping stale queued batches. It
+// reports whether cur now holds fresh IDs. Call with mu held.
+func (c *Client) installLocked() bool {
+	t := c.tick.Load()
+	b := c.cur.Load()
+	if b.expire >= t && b.pos.Load() < b.n {
+		return true
+	}
+	c.retireLocked(b)
+	for len(c.queue) > 0 {
+		nb := c.queue[0]
+		copy(c.queue, c.queue[1:])
+		c.queue[len(c.queue)-1] = nil
+		c.queue = c.queue[:len(c.queue)-1]
+		if nb.expire < t {
+			c.stats.dropped.Add(uint64(nb.n))
+			continue
+		}
+		c.cur.Store(nb)
+		return true
+	}
+	if b != c.empty {
+		c.cur.Store(c.empty)
+	}
+	return false
+}
+
+// retireLocked accounts for b's served IDs and makes sure no later take
+// gets any of its IDs. Call with mu held.
+func (c *Client) retireLocked(b *batch) {
+	if b.retired {
+		return
+	}
+	b.retired = true
+	served := b.pos.Load()
+	if served < b.n {
+		// Stale with IDs left: push pos past n so every later add lands
+		// beyond the batch; adds before this one keep their indexes.
+		served = min(b.pos.Add(b.n)-b.n, b.n)
+	}
+	served = min(served, b.n)
+	c.retired += served
+	c.stats.dropped.Add(uint64(b.n - served))
+}
+
+// bufferedLocked counts the fresh IDs in cur and the queue.
+func (c *Client) bufferedLocked() int64 {
+	t := c.tick.Load()
+	var n int64
+	if b := c.cur.Load(); b.expire >= t {
+		n += b.remaining()
+	}
+	for _, b := range c.queue {
+		if b.expire >= t {
+			n += b.n
+		}
+	}
+	return n
+}
+
+func (c *Client) kick() {
+	select {
+	case c.kickC <- struct{}{}:
+	default:
+	}
+}
+
+// Info returns the Info of the first endpoint that answers.
+func (c *Client) Info(ctx context.Context) (*firnv1.InfoResponse, error) {
+	var resp *firnv1.InfoResponse
+	err := c.each(ctx, func(ctx context.Context, ep *endpoint) (err error) {
+		resp, err = ep.ids.Info(ctx, &firnv1.InfoRequest{})
+		return err
+	})
+	return resp, err
+}
+
+// Decode splits id into its fields under the client's generator, asking
+// the first endpoint that answers.
+func (c *Client) Decode(ctx context.Context, id uint64) (*firnv1.DecodeResponse, error) {
+	var resp *firnv1.DecodeResponse
+	err := c.each(ctx, func(ctx context.Context, ep *endpoint) (err error) {
+		resp, err = ep.ids.Decode(ctx, &firnv1.DecodeRequest{Generator: c.opts.generator, Id: id})
+		return err
+	})
+	return resp, err
+}
+
+// Stats returns a snapshot of the client's counters.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	buffered := c.bufferedLocked()
+	c.mu.Unlock()
+	return Stats{
+		Buffered:    buffered,
+		BatchSize:   int(c.stats.batchSize.Load()),
+		Rate:        c.rate(),
+		Fetches:     c.stats.fetches.Load(),
+		FetchedIDs:  c.stats.fetchedIDs.Load(),
+		FetchErrors: c.stats.fetchErrors.Load(),
+		Failovers:   c.stats.failovers.Load(),
+		Dropped:     c.stats.dropped.Load(),
+		Ticks:       c.stats.ticks.Load(),
+		Endpoint:    c.endpoints[c.active.Load()].addr,
+	}
+}
+
+// Close stops the refiller and the health watches and closes the
+// connections. IDs still buffered are dropped. Calls after Close return
+// ErrClosed. Close returns the connections' close errors, and nil on later
+// calls.
+func (c *Client) Close() error {
+	first := false
+	c.closeOnce.Do(func() {
+		first = true
+		c.mu.Lock()
+		c.closed = true
+		c.retireLocked(c.cur.Load())
+		c.cur.Store(c.empty)
+		for _, b := range c.queue {
+			c.stats.dropped.Add(uint64(b.n))
+		}
+		c.queue = nil
+		close(c.notify)
+		c.mu.Unlock()
+		c.cancel()
+		c.wg.Wait()
+		var errs []error
+		for _, ep := range c.endpoints {
+			if err := ep.conn.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("client: close %s: %w", ep.addr, err))
+			}
+		}
+		c.closeErr = errors.Join(errs...)
+	})
+	if !first {
+		return nil
+	}
+	return c.closeErr
+}

@@ -1,0 +1,559 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/firnid/firn/clockguard"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newClient(t *testing.T, endpoints []string, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(endpoints, append([]Option{WithLogger(quiet)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// rangeOf names the test server whose range holds id.
+func rangeOf(id uint64, servers map[string]*testService) string {
+	for name, s := range servers {
+		if s.owns(id) {
+			return name
+		}
+	}
+	return "none"
+}
+
+func checkDistinct(t *testing.T, ids []uint64) {
+	t.Helper()
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	for i := 1; i < len(s); i++ {
+		if s[i] == s[i-1] {
+			t.Fatalf("ID %d handed out twice (of %d)", s[i], len(s))
+		}
+	}
+}
+
+func TestNewRefusesBadOptions(t *testing.T) {
+	cases := []struct {
+		name      string
+		endpoints []string
+		opts      []Option
+		want      string
+	}{
+		{"no endpoints", nil, nil, "endpoints: need at least 1"},
+		{"empty endpoint", []string{""}, nil, "endpoints[0] is empty"},
+		{"duplicate endpoint", []string{"127.0.0.1:1", "127.0.0.1:1"}, nil, "endpoints[1] \"127.0.0.1:1\" given twice"},
+		{"max age too short", []string{"127.0.0.1:1"}, []Option{WithMaxAge(time.Millisecond)}, "MaxAge 1ms outside [8ms, 1h0m0s]"},
+		{"window above half max age", []string{"127.0.0.1:1"}, []Option{WithBatchWindow(60 * time.Millisecond)}, "BatchWindow 60ms above half of MaxAge (50ms)"},
+		{"window too short", []string{"127.0.0.1:1"}, []Option{WithBatchWindow(time.Microsecond)}, "BatchWindow 1µs below 100µs"},
+		{"min batch zero", []string{"127.0.0.1:1"}, []Option{WithBatchBounds(0, 10)}, "min batch 0 below 1"},
+		{"min above max", []string{"127.0.0.1:1"}, []Option{WithBatchBounds(20, 10)}, "min batch 20 above max batch 10"},
+		{"max batch too large", []string{"127.0.0.1:1"}, []Option{WithBatchBounds(1, 2_000_000)}, "max batch 2000000 above 1000000"},
+		{"call timeout too short", []string{"127.0.0.1:1"}, []Option{WithCallTimeout(time.Millisecond)}, "CallTimeout 1ms outside [10ms, 5m0s]"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(tc.endpoints, tc.opts...)
+			if err == nil {
+				c.Close()
+				t.Fatal("New accepted it")
+			}
+			if !errors.Is(err, ErrInvalidOption) {
+				t.Fatalf("error %v does not wrap ErrInvalidOption", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNextConcurrentDistinct(t *testing.T) {
+	ts, addr := startService(t, 1000, nil)
+	c := newClient(t, []string{addr})
+	ctx := ctxFor(t, 20*time.Second)
+	const callers, each = 8, 5000
+	got := make([][]uint64, callers)
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				id, err := c.Next(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				got[i] = append(got[i], id)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	all := slices.Concat(got...)
+	if len(all) != callers*each {
+		t.Fatalf("got %d IDs, want %d", len(all), callers*each)
+	}
+	checkDistinct(t, all)
+	for _, id := range all {
+		if !ts.owns(id) {
+			t.Fatalf("ID %d was never issued by the server", id)
+		}
+	}
+	if st := c.Stats(); st.FetchedIDs < uint64(len(all)) || st.Fetches == 0 {
+		t.Fatalf("stats %+v: fetched fewer IDs than were served", st)
+	}
+}
+
+func TestNextN(t *testing.T) {
+	ts, addr := startService(t, 1, nil)
+	ts.hideInfo.Store(true) // the client learns the bound from INVALID_ARGUMENT
+	ts.maxBatch.Store(300)
+	c := newClient(t, []string{addr})
+	ctx := ctxFor(t, 20*time.Second)
+
+	var all []uint64
+	for _, n := range []int{1, 5, 16, 40, 2000} {
+		ids, err := c.NextN(ctx, n)
+		if err != nil {
+			t.Fatalf("NextN(%d): %v", n, err)
+		}
+		if len(ids) != n {
+			t.Fatalf("NextN(%d) returned %d IDs", n, len(ids))
+		}
+		all = append(all, ids...)
+	}
+	checkDistinct(t, all)
+	if m := ts.maxCount(); m <= 300 {
+		t.Fatalf("largest count asked %d: the direct fetch never tried above the bound", m)
+	}
+	if last := ts.lastCount(); last > 300 {
+		t.Fatalf("last count asked %d: the client did not lower its batch under the bound 300", last)
+	}
+	for _, n := range []int{0, -1, MaxNextN + 1} {
+		if _, err := c.NextN(ctx, n); !errors.Is(err, ErrInvalidCount) {
+			t.Fatalf("NextN(%d) error %v, want ErrInvalidCount", n, err)
+		}
+	}
+}
+
+// TestFailoverKilledMidStream kills one of two server processes while
+// callers take IDs: the callers see no error, and no ID repeats.
+func TestFailoverKilledMidStream(t *testing.T) {
+	const baseA, baseB = 1 << 40, 2 << 40
+	a := startChild(t, baseA)
+	b := startChild(t, baseB)
+	c := newClient(t, []string{a.addr, b.addr}, WithMaxAge(time.Second), WithBatchWindow(5*time.Millisecond))
+	ctx := ctxFor(t, 30*time.Second)
+
+	const callers = 4
+	var (
+		mu     sync.Mutex
+		all    []uint64
+		killed bool
+		after  int // IDs served after the kill
+	)
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				id, err := c.Next(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				all = append(all, id)
+				if killed {
+					after++
+				}
+				n, done := len(all), killed && after >= 50_000
+				if n == 30_000 && !killed {
+					a.kill(t)
+					killed = true
+				}
+				mu.Unlock()
+				if done {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a caller saw an error while the other endpoint served: %v", err)
+	}
+	checkDistinct(t, all)
+	var fromA, fromB int
+	for _, id := range all {
+		switch {
+		case id >= baseA && id < baseB:
+			fromA++
+		case id >= baseB && id < baseB+baseA:
+			fromB++
+		default:
+			t.Fatalf("ID %d from neither server's range", id)
+		}
+	}
+	if fromA == 0 || fromB == 0 {
+		t.Fatalf("IDs from A %d, from B %d: want both", fromA, fromB)
+	}
+	if st := c.Stats(); st.Endpoint != b.addr {
+		t.Fatalf("serving from %s after A died, want B %s", st.Endpoint, b.addr)
+	}
+}
+
+// TestFailoverUnavailable: an endpoint that answers UNAVAILABLE is left
+// for the next one without an error to the caller.
+func TestFailoverUnavailable(t *testing.T) {
+	a, addrA := startService(t, 1<<40, nil)
+	b, addrB := startService(t, 2<<40, nil)
+	servers := map[string]*testService{"A": a, "B": b}
+	c := newClient(t, []string{addrA, addrB}, WithoutHealthCheck())
+	ctx := ctxFor(t, 20*time.Second)
+
+	id, err := c.Next(ctx)
+	if err != nil || rangeOf(id, servers) != "A" {
+		t.Fatalf("first ID %d (%s), %v: want one from A", id, rangeOf(id, servers), err)
+	}
+	a.down.Store(true)
+	var all []uint64
+	for range 2000 {
+		id, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next while B serves: %v", err)
+		}
+		all = append(all, id)
+	}
+	if got := rangeOf(all[len(all)-1], servers); got != "B" {
+		t.Fatalf("last ID from %s, want B", got)
+	}
+	checkDistinct(t, all)
+	if c.Stats().Failovers == 0 {
+		t.Fatal("no failover counted")
+	}
+}
+
+// TestAllUnavailable: with every endpoint down, Next fails with
+// ErrUnavailable carrying the servers' reason and code.
+func TestAllUnavailable(t *testing.T) {
+	a, addrA := startService(t, 1<<40, nil)
+	b, addrB := startService(t, 2<<40, nil)
+	a.down.Store(true)
+	b.down.Store(true)
+	c := newClient(t, []string{addrA, addrB})
+	ctx := ctxFor(t, 20*time.Second)
+	_, err := c.Next(ctx)
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Next error %v, want ErrUnavailable", err)
+	}
+	if code := status.Code(err); code != codes.Unavailable {
+		t.Fatalf("code %v, want Unavailable", code)
+	}
+	if !strings.Contains(err.Error(), "test: not serving") {
+		t.Fatalf("error %q lacks the server's reason", err)
+	}
+	var epErr *EndpointError
+	if !errors.As(err, &epErr) || (epErr.Endpoint != addrA && epErr.Endpoint != addrB) {
+		t.Fatalf("error %v names no endpoint", err)
+	}
+	// Recovery: once one serves again, Next succeeds.
+	b.down.Store(false)
+	waitFor(t, 10*time.Second, "Next to succeed after B came back", func() bool {
+		_, err = c.Next(ctx)
+		return err == nil
+	})
+}
+
+// TestHealthAware: an endpoint whose health says NOT_SERVING is skipped
+// even though it would answer; when health flips, the client follows.
+func TestHealthAware(t *testing.T) {
+	a, addrA := startService(t, 1<<40, nil)
+	b, addrB := startService(t, 2<<40, nil)
+	servers := map[string]*testService{"A": a, "B": b}
+	a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	c := newClient(t, []string{addrA, addrB})
+	ctx := ctxFor(t, 20*time.Second)
+	for range 500 {
+		id, err := c.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rangeOf(id, servers); got != "B" {
+			t.Fatalf("ID %d from %s while A is NOT_SERVING", id, got)
+		}
+	}
+	if a.issued() != 0 {
+		t.Fatalf("A issued %d IDs while NOT_SERVING", a.issued())
+	}
+
+	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	b.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	b.down.Store(true) // as a node does: health and calls agree
+	var sawA bool
+	for range 20_000 {
+		id, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("Next while A serves: %v", err)
+		}
+		if rangeOf(id, servers) == "A" {
+			sawA = true
+			break
+		}
+	}
+	if !sawA {
+		t.Fatal("no ID from A after the health flip")
+	}
+}
+
+func TestTLS(t *testing.T) {
+	certs := writeCerts(t)
+	caOnly, err := LoadTLS(certs.ca, "", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mtls, err := LoadTLS(certs.ca, certs.clientCert, certs.clientKey, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addrTLS := startService(t, 1, tlsServer(t, certs.serverCert, certs.serverKey, nil))
+	_, addrMTLS := startService(t, 1<<40, tlsServer(t, certs.serverCert, certs.serverKey, caOnly))
+	ctx := ctxFor(t, 20*time.Second)
+
+	for _, tc := range []struct {
+		name string
+		addr string
+		cfg  *Option
+		ok   bool
+	}{
+		{"tls", addrTLS, ptr(WithTLS(caOnly)), true},
+		{"mtls", addrMTLS, ptr(WithTLS(mtls)), true},
+		{"mtls without client cert", addrMTLS, ptr(WithTLS(caOnly)), false},
+		{"plaintext to tls", addrTLS, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []Option{WithCallTimeout(2 * time.Second)}
+			if tc.cfg != nil {
+				opts = append(opts, *tc.cfg)
+			}
+			c := newClient(t, []string{tc.addr}, opts...)
+			_, err := c.Next(ctx)
+			if tc.ok && err != nil {
+				t.Fatalf("Next: %v", err)
+			}
+			if !tc.ok && !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("Next error %v, want ErrUnavailable", err)
+			}
+		})
+	}
+	if _, err := LoadTLS(certs.ca, certs.clientCert, "", ""); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("LoadTLS with a cert and no key: %v", err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestClose(t *testing.T) {
+	_, addr := startService(t, 1, nil)
+	c, err := New([]string{addr}, WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxFor(t, 10*time.Second)
+	if _, err := c.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Next(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Next after Close: %v, want ErrClosed", err)
+	}
+	if _, err := c.NextN(ctx, 3); !errors.Is(err, ErrClosed) {
+		t.Fatalf("NextN after Close: %v, want ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestNextWaitsForContext: with the only endpoint silent (it accepts TCP
+// connections and never answers) and a long call timeout, Next returns
+// when its context ends.
+func TestNextWaitsForContext(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, conn)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		lis.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	c := newClient(t, []string{lis.Addr().String()}, WithCallTimeout(time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next error %v, want the context's deadline", err)
+	}
+}
+
+// newFakeClock returns clockguard's manual clock; tests advance it.
+func newFakeClock() *clockguard.Fake {
+	return clockguard.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+}
+
+// waitFor polls cond every millisecond for up to d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(d)
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// advance moves the fake clock by d, wakes the refiller and waits until
+// it measured the rate over the step.
+func advance(t *testing.T, c *Client, clk *clockguard.Fake, d time.Duration) {
+	t.Helper()
+	m := c.stats.measures.Load()
+	clk.Advance(d)
+	c.kick()
+	waitFor(t, 5*time.Second, "a rate measurement", func() bool { return c.stats.measures.Load() > m })
+}
+
+// TestStaleDropped: IDs older than MaxAge are dropped, never served.
+func TestStaleDropped(t *testing.T) {
+	ts, addr := startService(t, 1, nil)
+	clk := newFakeClock()
+	c := newClient(t, []string{addr}, WithClock(clk), WithMaxAge(80*time.Millisecond), WithBatchWindow(10*time.Millisecond))
+	ctx := ctxFor(t, 10*time.Second)
+	first, err := c.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstBatch := uint64(ts.lastCount())
+	if firstBatch < 2 {
+		t.Fatalf("first batch of %d", firstBatch)
+	}
+	// Still fresh: the next ID comes from the same batch.
+	second, err := c.Next(ctx)
+	if err != nil || second >= first+firstBatch {
+		t.Fatalf("second ID %d (%v) not from the first batch [%d, %d)", second, err, first, first+firstBatch)
+	}
+	// Age the batch past MaxAge and let the refiller see the new tick.
+	clk.Advance(80*time.Millisecond + 2*c.tickLen)
+	want := int64((80*time.Millisecond + 2*c.tickLen) / c.tickLen)
+	waitFor(t, 5*time.Second, "the tick to advance", func() bool { return c.tick.Load() >= want })
+	third, err := c.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third < first+firstBatch {
+		t.Fatalf("ID %d from the stale batch [%d, %d) served", third, first, first+firstBatch)
+	}
+	if d := c.Stats().Dropped; d < firstBatch-2 {
+		t.Fatalf("dropped %d IDs, want at least %d", d, firstBatch-2)
+	}
+}
+
+// TestBatchSizing: batches grow under a demand above 1 M IDs/s and shrink
+// to at most 64 when the caller stops. The demand is measured on the
+// injected clock, so the test drives the rate it wants.
+func TestBatchSizing(t *testing.T) {
+	ts, addr := startService(t, 1, nil)
+	clk := newFakeClock()
+	c := newClient(t, []string{addr}, WithClock(clk), WithMaxAge(80*time.Millisecond), WithBatchWindow(10*time.Millisecond))
+	ctx := ctxFor(t, 30*time.Second)
+
+	// 20,000 IDs per 10 ms of clock time: 2 M IDs/s.
+	for range 6 {
+		for range 20_000 {
+			if _, err := c.Next(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		advance(t, c, clk, 10*time.Millisecond)
+	}
+	st := c.Stats()
+	if st.Rate < 1e6 {
+		t.Fatalf("measured rate %.0f IDs/s, want at least 1 M", st.Rate)
+	}
+	if st.BatchSize < 10_000 {
+		t.Fatalf("batch size %d under 2 M IDs/s, want at least 10,000", st.BatchSize)
+	}
+	if m := ts.maxCount(); m < 10_000 {
+		t.Fatalf("largest batch asked %d, want at least 10,000", m)
+	}
+
+	// Idle: the rate decays and the batch falls back to the minimum.
+	for i := 0; c.Stats().BatchSize > 64 || c.Stats().Rate >= 100; i++ {
+		if i == 200 {
+			t.Fatalf("after %d idle ticks: %+v", i, c.Stats())
+		}
+		advance(t, c, clk, c.tickLen)
+	}
+	// After the idle stretch the buffer is stale; the next fetch is small.
+	advance(t, c, clk, 2*time.Second)
+	waitFor(t, 5*time.Second, "the stale buffer to drop", func() bool { return c.Stats().Buffered == 0 })
+	if _, err := c.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if last := ts.lastCount(); last > 64 {
+		t.Fatalf("idle client asked for %d IDs, want at most 64", last)
+	}
+}

@@ -1,0 +1,312 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
+)
+
+// Health of an endpoint as its grpc.health.v1 service last said.
+const (
+	healthUnknown    int32 = iota // not heard yet, no health service, or the watch broke
+	healthServing                 // SERVING
+	healthNotServing              // NOT_SERVING
+)
+
+const (
+	// downFor is how long an endpoint whose RPC failed on the connection
+	// or with UNAVAILABLE is tried only after the others.
+	downFor = time.Second
+	// Health watches that break retry from watchRetryMin to watchRetryMax.
+	watchRetryMin = 100 * time.Millisecond
+	watchRetryMax = 5 * time.Second
+)
+
+type endpoint struct {
+	index  int
+	addr   string
+	conn   *grpc.ClientConn
+	ids    firnv1.IDServiceClient
+	health healthpb.HealthClient
+
+	status    atomic.Int32 // healthUnknown, healthServing, healthNotServing
+	heard     atomic.Bool  // the watch (or a Check) delivered a status
+	downUntil atomic.Int64 // mono nanoseconds
+	// maxBatch is the endpoint's largest NextIDs count: 0 not asked yet,
+	// -1 unknown (no Info), else from Info or lowered by INVALID_ARGUMENT.
+	maxBatch atomic.Int64
+}
+
+func newEndpoint(index int, addr string, conn *grpc.ClientConn) *endpoint {
+	return &endpoint{
+		index:  index,
+		addr:   addr,
+		conn:   conn,
+		ids:    firnv1.NewIDServiceClient(conn),
+		health: healthpb.NewHealthClient(conn),
+	}
+}
+
+// usable reports whether ep is worth trying in a round's first pass.
+func (ep *endpoint) usable(mono time.Duration) bool {
+	if ep.status.Load() == healthNotServing {
+		return false
+	}
+	if int64(mono) < ep.downUntil.Load() {
+		return false
+	}
+	return ep.conn.GetState() != connectivity.TransientFailure
+}
+
+func healthStatus(s healthpb.HealthCheckResponse_ServingStatus) int32 {
+	switch s {
+	case healthpb.HealthCheckResponse_SERVING:
+		return healthServing
+	case healthpb.HealthCheckResponse_NOT_SERVING:
+		return healthNotServing
+	}
+	// SERVICE_UNKNOWN, UNKNOWN: the ID calls will tell.
+	return healthUnknown
+}
+
+func (c *Client) service() string { return c.opts.generator }
+
+// watchHealth follows ep's grpc.health.v1 Watch for the client's
+// generator, reconnecting with backoff when the stream breaks. A server
+// without a health service leaves the endpoint's health unknown.
+func (c *Client) watchHealth(ep *endpoint) {
+	defer c.wg.Done()
+	retry := watchRetryMin
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		stream, err := ep.health.Watch(c.ctx, &healthpb.HealthCheckRequest{Service: c.service()})
+		for err == nil {
+			var resp *healthpb.HealthCheckResponse
+			resp, err = stream.Recv()
+			if err == nil {
+				c.setHealth(ep, healthStatus(resp.GetStatus()))
+				retry = watchRetryMin
+			}
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.Unimplemented {
+			c.log.Info("endpoint has no health service", "endpoint", ep.addr)
+			c.setHealth(ep, healthUnknown)
+			return
+		}
+		c.setHealth(ep, healthUnknown)
+		timer.Reset(retry)
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		retry = min(2*retry, watchRetryMax)
+	}
+}
+
+func (c *Client) setHealth(ep *endpoint, s int32) {
+	ep.heard.Store(s != healthUnknown)
+	if old := ep.status.Swap(s); old != s {
+		names := [...]string{"unknown", "serving", "not-serving"}
+		c.log.Info("endpoint health", "endpoint", ep.addr, "health", names[s], "was", names[old])
+	}
+}
+
+// order lists the endpoints for one round: the active one first, then the
+// others in turn; usable ones before the rest (health may be stale, so an
+// unusable endpoint is still tried last).
+func (c *Client) order(mono time.Duration) []*endpoint {
+	n := len(c.endpoints)
+	first := int(c.active.Load())
+	out := make([]*endpoint, 0, n)
+	var later []*endpoint
+	for i := range n {
+		ep := c.endpoints[(first+i)%n]
+		if ep.usable(mono) {
+			out = append(out, ep)
+		} else {
+			later = append(later, ep)
+		}
+	}
+	return append(out, later...)
+}
+
+// failover reports whether err from one endpoint sends the request to the
+// next: UNAVAILABLE (not serving, or the connection failed), and a call
+// that ran out of its per-endpoint time while the caller still waits.
+func failover(ctx context.Context, err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return true
+	case codes.DeadlineExceeded, codes.Canceled:
+		return ctx.Err() == nil
+	}
+	return false
+}
+
+// fetch gets count IDs (fewer if an endpoint's bound is lower) from the
+// first endpoint that serves them, trying each at most once. It returns
+// the tick at the start of the successful RPC, and on failure
+// ErrUnavailable wrapping the last endpoint's error, or the error of an
+// endpoint that refused the request (NOT_FOUND, INVALID_ARGUMENT for a
+// count of 1, ...), or ctx's error.
+func (c *Client) fetch(ctx context.Context, count int) ([]uint64, int64, error) {
+	_, mono := c.clock.Now()
+	var last error
+	for i, ep := range c.order(mono) {
+		if i > 0 {
+			c.stats.failovers.Add(1)
+		}
+		ids, tick, err := c.fetchFrom(ctx, ep, count)
+		if err == nil {
+			if prev := c.active.Swap(int32(ep.index)); int(prev) != ep.index {
+				c.log.Info("serving from endpoint", "endpoint", ep.addr, "was", c.endpoints[prev].addr)
+			}
+			c.stats.fetches.Add(1)
+			c.stats.fetchedIDs.Add(uint64(len(ids)))
+			return ids, tick, nil
+		}
+		c.stats.fetchErrors.Add(1)
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		last = &EndpointError{Endpoint: ep.addr, Err: err}
+		if !failover(ctx, err) {
+			return nil, 0, last
+		}
+		_, mono = c.clock.Now()
+		ep.downUntil.Store(int64(mono + downFor))
+		c.log.Warn("endpoint failed", "endpoint", ep.addr, "code", status.Code(err).String(), "err", err)
+	}
+	return nil, 0, fmt.Errorf("%w (%d endpoints tried): %w", ErrUnavailable, len(c.endpoints), last)
+}
+
+// errNotServing is a health Check's NOT_SERVING, treated as UNAVAILABLE.
+var errNotServing = status.Error(codes.Unavailable, "health check: NOT_SERVING")
+
+// fetchFrom asks one endpoint for count IDs. Before the first use of an
+// endpoint it learns its batch bound (Info) and, if the health watch has
+// not spoken yet, checks its health once. An INVALID_ARGUMENT or
+// RESOURCE_EXHAUSTED for a count above 1 halves the endpoint's bound and
+// retries.
+func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]uint64, int64, error) {
+	if c.opts.health && !ep.heard.Load() {
+		if err := c.check(ctx, ep); err != nil {
+			return nil, 0, err
+		}
+	}
+	if ep.maxBatch.Load() == 0 {
+		if err := c.learnMaxBatch(ctx, ep); err != nil {
+			return nil, 0, err
+		}
+	}
+	for {
+		if mb := ep.maxBatch.Load(); mb > 0 {
+			count = int(min(int64(count), mb))
+		}
+		_, mono := c.clock.Now()
+		tick := int64(mono / c.tickLen)
+		actx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
+		resp, err := ep.ids.NextIDs(actx, &firnv1.NextIDsRequest{Generator: c.opts.generator, Count: uint32(count)})
+		cancel()
+		if err == nil {
+			if len(resp.GetIds()) == 0 {
+				return nil, 0, status.Error(codes.Internal, "NextIDs answered no IDs")
+			}
+			return resp.GetIds(), tick, nil
+		}
+		code := status.Code(err)
+		if (code == codes.InvalidArgument || code == codes.ResourceExhausted) && count > 1 {
+			ep.maxBatch.Store(int64(count / 2))
+			c.log.Warn("endpoint refused batch size; halving", "endpoint", ep.addr, "count", count, "err", err)
+			continue
+		}
+		return nil, 0, err
+	}
+}
+
+// check asks ep's health service once; NOT_SERVING is an UNAVAILABLE.
+func (c *Client) check(ctx context.Context, ep *endpoint) error {
+	actx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
+	defer cancel()
+	resp, err := ep.health.Check(actx, &healthpb.HealthCheckRequest{Service: c.service()})
+	switch {
+	case status.Code(err) == codes.Unimplemented || status.Code(err) == codes.NotFound:
+		return nil // no health service, or it does not know the name
+	case err != nil:
+		return err
+	}
+	s := healthStatus(resp.GetStatus())
+	if !ep.heard.Load() {
+		c.setHealth(ep, s)
+	}
+	if s == healthNotServing {
+		return errNotServing
+	}
+	return nil
+}
+
+// learnMaxBatch reads the endpoint's bound for the generator from Info.
+func (c *Client) learnMaxBatch(ctx context.Context, ep *endpoint) error {
+	actx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
+	defer cancel()
+	info, err := ep.ids.Info(actx, &firnv1.InfoRequest{})
+	if err != nil {
+		if failover(ctx, err) {
+			return err
+		}
+		ep.maxBatch.CompareAndSwap(0, -1)
+		return nil
+	}
+	for _, g := range info.GetGenerators() {
+		if (c.opts.generator == "" && g.GetIsDefault()) || (c.opts.generator != "" && g.GetName() == c.opts.generator) {
+			if mb := g.GetMaxBatch(); mb > 0 {
+				ep.maxBatch.CompareAndSwap(0, int64(mb))
+				return nil
+			}
+		}
+	}
+	ep.maxBatch.CompareAndSwap(0, -1)
+	return nil
+}
+
+// each runs call against the endpoints in order until one answers without
+// an error that fails over.
+func (c *Client) each(ctx context.Context, call func(context.Context, *endpoint) error) error {
+	if c.ctx.Err() != nil {
+		return ErrClosed
+	}
+	_, mono := c.clock.Now()
+	var last error
+	for _, ep := range c.order(mono) {
+		actx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
+		err := call(actx, ep)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = &EndpointError{Endpoint: ep.addr, Err: err}
+		if !failover(ctx, err) {
+			return last
+		}
+	}
+	if errors.Is(last, context.Canceled) && c.ctx.Err() != nil {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w (%d endpoints tried): %w", ErrUnavailable, len(c.endpoints), last)
+}

@@ -1,0 +1,215 @@
+package client
+
+import (
+	"context"
+	"math"
+	"time"
+)
+
+const (
+	// maxInFlight bounds concurrent refill fetches: one while the buffer
+	// keeps up, two while it starves, so the server generates the next
+	// batch while the last one travels.
+	maxInFlight = 2
+	// rateKeep is how much of the old rate an update keeps when demand
+	// falls (demand that rises is taken at once).
+	rateKeep = 0.7
+	// Failed rounds back off from minBackoff, doubling to maxBackoff.
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+type fetchResult struct {
+	ids   []uint64
+	tick  int64 // the tick when the successful RPC started
+	count int64
+	err   error
+}
+
+// refiller is the state the refill goroutine alone owns.
+type refiller struct {
+	results     chan fetchResult
+	inFlight    int
+	inFlightIDs int64
+	rate        float64 // IDs per second
+	batch       int64
+	lastMono    time.Duration
+	lastTotal   int64
+	lastStarved int64
+	backoff     time.Duration
+	retryAt     time.Duration // mono; no fetch before it after a failed round
+	ticker      *time.Ticker
+	ticking     bool
+}
+
+// refill is the refill goroutine: it advances the tick, measures the
+// demand, sizes batches, drops stale ones and launches fetches. It wakes
+// on a kick (a caller reached half of a batch or found the buffer empty),
+// on a fetch result, and on its timer, which runs only while there is
+// something to age or measure: an idle client with an empty buffer has no
+// timer.
+func (c *Client) refill() {
+	defer c.wg.Done()
+	r := &refiller{
+		results: make(chan fetchResult, maxInFlight),
+		batch:   int64(c.opts.minBatch),
+		ticker:  time.NewTicker(c.tickLen),
+		ticking: true,
+	}
+	defer r.ticker.Stop()
+	_, r.lastMono = c.clock.Now()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.kickC:
+		case <-r.ticker.C:
+			c.stats.ticks.Add(1)
+		case res := <-r.results:
+			r.inFlight--
+			r.inFlightIDs -= res.count
+			c.deliver(r, res)
+		}
+		_, mono := c.clock.Now()
+		c.tick.Store(int64(mono / c.tickLen))
+		buffered, waiters := c.measure(r, mono)
+		c.launch(r, mono, buffered, waiters)
+
+		need := buffered > 0 || r.inFlight > 0 || waiters > 0 || r.rate*c.tickLen.Seconds() >= 1
+		switch {
+		case need && !r.ticking:
+			r.ticker.Reset(c.tickLen)
+			r.ticking = true
+		case !need && r.ticking:
+			r.ticker.Stop()
+			r.ticking = false
+		}
+	}
+}
+
+// measure drops stale batches, updates the rate and the batch size, and
+// returns the fresh IDs buffered and the callers waiting.
+func (c *Client) measure(r *refiller, mono time.Duration) (buffered int64, waiters int) {
+	c.mu.Lock()
+	if b := c.cur.Load(); b.expire < c.tick.Load() && b != c.empty {
+		c.installLocked()
+	}
+	t := c.tick.Load()
+	kept := c.queue[:0]
+	for _, b := range c.queue {
+		if b.expire < t {
+			c.stats.dropped.Add(uint64(b.n))
+			continue
+		}
+		kept = append(kept, b)
+	}
+	for i := len(kept); i < len(c.queue); i++ {
+		c.queue[i] = nil
+	}
+	c.queue = kept
+	total := c.retired
+	if b := c.cur.Load(); !b.retired {
+		total += b.served()
+	}
+	starved := c.starved
+	buffered = c.bufferedLocked()
+	waiters = c.waiters
+	c.mu.Unlock()
+
+	dt := mono - r.lastMono
+	if dt < c.tickLen/2 {
+		return buffered, waiters
+	}
+	inst := float64(total-r.lastTotal) / dt.Seconds()
+	if inst >= r.rate {
+		r.rate = inst
+	} else {
+		r.rate = rateKeep*r.rate + (1-rateKeep)*inst
+	}
+	if r.rate < 1e-3 {
+		r.rate = 0
+	}
+	r.lastMono, r.lastTotal = mono, total
+	defer c.stats.measures.Add(1)
+
+	size := r.rate * c.opts.batchWindow.Seconds()
+	if starved != r.lastStarved {
+		// Callers waited: grow at least twice over, as far as the IDs
+		// would still be used before they go stale.
+		size = max(size, min(2*float64(r.batch), r.rate*c.opts.maxAge.Seconds()))
+	}
+	r.lastStarved = starved
+	r.batch = int64(min(max(size, float64(c.opts.minBatch)), float64(c.opts.maxBatch)))
+	c.stats.batchSize.Store(r.batch)
+	c.stats.rate.Store(math.Float64bits(r.rate))
+	return buffered, waiters
+}
+
+// launch starts fetches: one when callers wait on an empty buffer, and,
+// while the demand would use a batch before it goes stale, enough to keep
+// two batches buffered or on their way.
+func (c *Client) launch(r *refiller, mono time.Duration, buffered int64, waiters int) {
+	if mono < r.retryAt {
+		return
+	}
+	proactive := r.rate*c.opts.maxAge.Seconds() >= float64(r.batch)
+	for r.inFlight < maxInFlight {
+		have := buffered + r.inFlightIDs
+		if !(waiters > 0 && have == 0) && !(proactive && have < 2*r.batch) {
+			return
+		}
+		r.inFlight++
+		r.inFlightIDs += r.batch
+		count := r.batch
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			ids, tick, err := c.fetch(c.ctx, int(count))
+			r.results <- fetchResult{ids: ids, tick: tick, count: count, err: err}
+		}()
+	}
+}
+
+// deliver publishes a fetch result: a batch into the queue, or a failed
+// round to the waiting callers.
+func (c *Client) deliver(r *refiller, res fetchResult) {
+	_, mono := c.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	if res.err != nil {
+		if c.ctx.Err() != nil {
+			return
+		}
+		r.backoff = min(max(2*r.backoff, minBackoff), maxBackoff)
+		r.retryAt = mono + r.backoff
+		c.failGen++
+		c.lastErr = res.err
+	} else {
+		r.backoff = 0
+		c.queue = append(c.queue, newBatch(res.ids, res.tick+c.ageTicks))
+		c.installLocked()
+	}
+	if c.waiters > 0 {
+		close(c.notify)
+		c.notify = make(chan struct{})
+	}
+}
+
+// fetchDirect fetches n IDs for NextN straight from the endpoints, in
+// chunks no larger than the largest batch.
+func (c *Client) fetchDirect(ctx context.Context, n int) ([]uint64, error) {
+	out := make([]uint64, 0, n)
+	for len(out) < n {
+		ids, _, err := c.fetch(ctx, min(n-len(out), c.opts.maxBatch))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ids...)
+	}
+	return out, nil
+}
+
+func (c *Client) rate() float64 { return math.Float64frombits(c.stats.rate.Load()) }
