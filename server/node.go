@@ -546,6 +546,8 @@ func (n *Node) reserve(ctx context.Context, rt *genRuntime, h *holding) error {
 	}
 	h.reserved.Store(target)
 	h.gen.SetReserved(target)
+	n.log.Debug("reservation acknowledged", "event", "holder_reserve", "generator", rt.cfg.Name,
+		"worker", h.lease.WorkerID(), "datacenter", h.lease.Datacenter(), "reserved", target)
 	rt.local.Acked(h.lease.Slot(), target)
 	rt.state.Clear(clockguard.SourceReservation)
 	return nil
