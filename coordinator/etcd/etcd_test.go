@@ -53,6 +53,20 @@ func TestFenceTakeBackFrozenCluster(t *testing.T) {
 	coordtest.FenceTakeBackFrozen(t, b)
 }
 
+// TestDecisive: no ID repeats while holders churn their leases with a
+// 200 ms reservation window, on an embedded member and on a 3-member
+// cluster of processes.
+func TestDecisive(t *testing.T) {
+	coordtest.Decisive(t, embeddedBackend(t), coordtest.DecisiveOptions{})
+}
+
+func TestDecisiveCluster(t *testing.T) {
+	p := etcdtest.StartCluster(t, 3)
+	b := &etcdtest.Backend{Endpoints: p.Endpoints(), TTL: testTTL}
+	t.Cleanup(b.Close)
+	coordtest.Decisive(t, b, coordtest.DecisiveOptions{})
+}
+
 func newCoord(t *testing.T, cfg etcd.Config) *etcd.Coordinator {
 	t.Helper()
 	c, err := etcd.New(cfg)
