@@ -86,6 +86,7 @@ type Node struct {
 	peerSkew    time.Duration
 	peerCount   int
 	peerChecked bool
+	peerOver    int // consecutive checks beyond --max-peer-skew
 
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -783,6 +784,9 @@ func (n *Node) checkPeers(beats []coordinator.PeerBeat) {
 		if id == n.nodeInfo.InstanceID {
 			continue
 		}
+		if b.Received.IsZero() {
+			continue // not received as a fresh heartbeat yet
+		}
 		if old, ok := latest[id]; !ok || b.Received.After(old.Received) {
 			latest[id] = b
 		}
@@ -803,7 +807,17 @@ func (n *Node) checkPeers(beats []coordinator.PeerBeat) {
 	n.metrics.peerSkew.Set(skew.Seconds())
 	abs := max(skew, -skew)
 	var reason string
+	// One reading beyond the limit may be a heartbeat read at start rather
+	// than received fresh; act on two in a row.
+	n.peerMu.Lock()
 	if abs > n.cfg.MaxPeerSkew {
+		n.peerOver++
+	} else {
+		n.peerOver = 0
+	}
+	over := n.peerOver
+	n.peerMu.Unlock()
+	if abs > n.cfg.MaxPeerSkew && over >= 2 {
 		if len(offsets) >= 3 {
 			reason = fmt.Sprintf("clock %v from the peer median of %d nodes, beyond --max-peer-skew %v",
 				skew.Round(time.Millisecond), len(offsets), n.cfg.MaxPeerSkew)
