@@ -1,0 +1,471 @@
+package load
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/firnid/firn/client"
+)
+
+// Exit codes of Main.
+const (
+	exitOK        = 0
+	exitFailed    = 1 // the run could not be made
+	exitUsage     = 2 // bad flags
+	exitDuplicate = 3 // the run received the same ID twice
+)
+
+const minPairs = 5
+
+// Report is what Main prints with --json: one of Run, Compare or Idle.
+type Report struct {
+	Run     *Result     `json:"run,omitempty"`
+	Compare *Comparison `json:"compare,omitempty"`
+	Idle    *IdleResult `json:"idle,omitempty"`
+	Pin     string      `json:"pin,omitempty"`
+}
+
+// Comparison is node-versus-noop over interleaved pairs of runs.
+type Comparison struct {
+	Pairs  []Pair `json:"pairs"`
+	Median Ratios `json:"median"`
+}
+
+// Pair is one node run and the noop run after it, with their ratios.
+type Pair struct {
+	Node   *Result `json:"node"`
+	Noop   *Result `json:"noop"`
+	Ratios Ratios  `json:"ratios"`
+}
+
+// Ratios are node / noop.
+type Ratios struct {
+	RPC  float64 `json:"rpc_per_s"`
+	IDs  float64 `json:"ids_per_s"`
+	P50  float64 `json:"p50"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p999"`
+}
+
+// IdleResult is a process's CPU and memory over a window without calls.
+type IdleResult struct {
+	PID         int     `json:"pid"`
+	Seconds     float64 `json:"seconds"`
+	CPUSeconds  float64 `json:"cpu_seconds"`
+	CPUPercent  float64 `json:"cpu_percent"` // of one core
+	RSSMaxBytes int64   `json:"rss_max_bytes"`
+	RSSEndBytes int64   `json:"rss_end_bytes"`
+}
+
+type flags struct {
+	target, generator, mode, compare      string
+	batch, callers, conns, pairs, pid     int
+	duration, warmup, idle, timeout       time.Duration
+	pin, json, quiet                      bool
+	tlsCA, tlsCert, tlsKey, tlsServerName string
+	noopTLS                               string
+	record                                int
+	noopDupAt                             uint64
+}
+
+// Main is `firn bench`: args are those after "bench". It writes the
+// report to stdout and progress to stderr, and returns the exit code: 0,
+// 1 when the run could not be made, 2 for bad flags, 3 when an ID was
+// received twice. With NoopCommand as args[0] it runs the no-op server
+// instead (NoopMain).
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == NoopCommand {
+		return NoopMain(args[1:], stdout, stderr)
+	}
+	var f flags
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `usage: firn bench [flags]
+
+Drives a firn node's gRPC API (or the no-op floor server, --target noop, a
+child process serving the same API with the same gRPC server options) with
+K callers over C connections and reports RPC/s, IDs/s, latency
+percentiles, errors by gRPC code and duplicate IDs received.
+
+  firn bench --target 127.0.0.1:7300 --callers 16 --conns 4 --duration 10s
+  firn bench --target 127.0.0.1:7300 --mode batch --batch 1000 --callers 8
+  firn bench --target 127.0.0.1:7300 --compare noop --pin --callers 64 --conns 4
+  firn bench --target 127.0.0.1:7300 --idle 60s
+
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&f.target, "target", "127.0.0.1:7300", "node gRPC address (host:port), or noop for the no-op floor server")
+	fs.StringVar(&f.generator, "generator", "", "generator name (empty: the node's default)")
+	fs.StringVar(&f.mode, "mode", modeUnary, "unary (NextID), batch (NextIDs --batch N) or prefetch (the Go client's Next)")
+	fs.IntVar(&f.batch, "batch", 1000, "NextIDs count in batch mode")
+	fs.IntVar(&f.callers, "callers", 1, "concurrent callers K")
+	fs.IntVar(&f.conns, "conns", 1, "connections C (prefetch mode: clients), shared round-robin by the callers")
+	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured window of each run")
+	fs.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured warmup before each run")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "per-call timeout")
+	fs.StringVar(&f.compare, "compare", "", "noop: run the target and the no-op server in interleaved pairs and report ratios")
+	fs.IntVar(&f.pairs, "pairs", minPairs, "pairs of runs with --compare (the ratios are their median; at least 5)")
+	fs.BoolVar(&f.pin, "pin", false, "put the server (no-op child, and the node when its PID is known) and the load on separate CPUs")
+	fs.DurationVar(&f.idle, "idle", 0, "measure the target process's CPU and RSS over this window without calls")
+	fs.IntVar(&f.pid, "pid", 0, "PID of the node (for --idle and --pin; default: found by the target's port)")
+	fs.BoolVar(&f.json, "json", false, "print the report as JSON")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA of the node's certificate (PEM): dial with TLS")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "client certificate (PEM) for mTLS, with --tls-key")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "client key (PEM)")
+	fs.StringVar(&f.tlsServerName, "tls-server-name", "", "name to check in the node's certificate")
+	fs.StringVar(&f.noopTLS, "noop-tls", "auto", "TLS of the no-op server: off, tls, mtls, or auto (as the node's: mtls with --tls-cert, tls with --tls-ca)")
+	fs.IntVar(&f.record, "record", 32<<20, "IDs kept for the duplicate check (preallocated, 8 bytes each)")
+	fs.Uint64Var(&f.noopDupAt, "noop-duplicate-at", 0, "make the no-op server hand out one ID twice, at this ID (checks the duplicate check)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	if err := f.validate(); err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	progress := stderr
+	if f.quiet {
+		progress = nil
+	}
+	rep, err := execute(ctx, &f, progress, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return exitFailed
+	}
+	if f.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "bench: %v\n", err)
+			return exitFailed
+		}
+	} else {
+		writeText(stdout, rep)
+	}
+	if rep.duplicates() > 0 {
+		fmt.Fprintf(stderr, "bench: DUPLICATE IDs received: %d\n", rep.duplicates())
+		return exitDuplicate
+	}
+	return exitOK
+}
+
+func (f *flags) validate() error {
+	switch {
+	case f.target == "":
+		return errors.New("--target is empty (an address host:port, or noop)")
+	case !slices.Contains([]string{modeUnary, modeBatch, modePrefetch}, f.mode):
+		return fmt.Errorf("--mode %q: want unary, batch or prefetch", f.mode)
+	case f.batch < 1 || f.batch > 1_000_000:
+		return fmt.Errorf("--batch %d outside [1, 1000000]", f.batch)
+	case f.callers < 1 || f.callers > 10_000:
+		return fmt.Errorf("--callers %d outside [1, 10000]", f.callers)
+	case f.conns < 1 || f.conns > 1_000:
+		return fmt.Errorf("--conns %d outside [1, 1000]", f.conns)
+	case f.duration <= 0:
+		return fmt.Errorf("--duration %v must be positive", f.duration)
+	case f.warmup < 0:
+		return fmt.Errorf("--warmup %v is negative", f.warmup)
+	case f.timeout <= 0:
+		return fmt.Errorf("--timeout %v must be positive", f.timeout)
+	case f.compare != "" && f.compare != "noop":
+		return fmt.Errorf("--compare %q: only noop is known", f.compare)
+	case f.compare != "" && f.target == "noop":
+		return errors.New("--compare noop needs a node --target, not noop")
+	case f.compare != "" && f.pairs < minPairs:
+		return fmt.Errorf("--pairs %d below %d", f.pairs, minPairs)
+	case f.idle < 0:
+		return fmt.Errorf("--idle %v is negative", f.idle)
+	case f.idle > 0 && f.compare != "":
+		return errors.New("--idle and --compare do not go together")
+	case f.record < 0:
+		return fmt.Errorf("--record %d is negative", f.record)
+	case !slices.Contains([]string{"auto", "off", "tls", "mtls"}, f.noopTLS):
+		return fmt.Errorf("--noop-tls %q: want auto, off, tls or mtls", f.noopTLS)
+	case (f.tlsCert == "") != (f.tlsKey == ""):
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if f.target != "noop" {
+		if _, _, err := net.SplitHostPort(f.target); err != nil {
+			return fmt.Errorf("--target %q: %v", f.target, err)
+		}
+	}
+	return nil
+}
+
+// noopTLSMode resolves --noop-tls auto against the node's TLS flags.
+func (f *flags) noopTLSMode() string {
+	if f.noopTLS != "auto" {
+		return f.noopTLS
+	}
+	switch {
+	case f.tlsCert != "":
+		return "mtls"
+	case f.tlsCA != "":
+		return "tls"
+	}
+	return "off"
+}
+
+func (r *Report) duplicates() uint64 {
+	var d uint64
+	if r.Run != nil {
+		d += r.Run.Dups
+	}
+	if r.Compare != nil {
+		for _, p := range r.Compare.Pairs {
+			d += p.Node.Dups + p.Noop.Dups
+		}
+	}
+	return d
+}
+
+// execute runs what the flags ask for.
+func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report, error) {
+	rep := &Report{}
+	needNoop := f.target == "noop" || f.compare == "noop"
+	var (
+		noop    *noopChild
+		noopTLS *tls.Config
+		nodeTLS *tls.Config
+		err     error
+	)
+	if f.target != "noop" && (f.tlsCA != "" || f.tlsCert != "" || f.tlsServerName != "") {
+		if nodeTLS, err = client.LoadTLS(f.tlsCA, f.tlsCert, f.tlsKey, f.tlsServerName); err != nil {
+			return nil, err
+		}
+	}
+	if needNoop {
+		var extra []string
+		if mode := f.noopTLSMode(); mode != "off" {
+			pki, err := newEphemeralPKI()
+			if err != nil {
+				return nil, fmt.Errorf("TLS for the no-op server: %w", err)
+			}
+			defer pki.remove()
+			extra = pki.childArgs(mode == "mtls")
+			noopTLS = pki.clientConfig(mode == "mtls")
+		}
+		if f.noopDupAt != 0 {
+			extra = append(extra, "--duplicate-at", strconv.FormatUint(f.noopDupAt, 10))
+		}
+		if noop, err = startNoopChild(extra, stderr); err != nil {
+			return nil, err
+		}
+		defer noop.stop()
+	}
+
+	nodePID := f.pid
+	if f.target != "noop" && nodePID == 0 && (f.idle > 0 || f.pin) {
+		nodePID, err = pidOfTarget(f.target)
+		if err != nil && f.idle > 0 {
+			return nil, fmt.Errorf("--idle: %w (give --pid)", err)
+		}
+	}
+
+	if f.pin {
+		plan := planPin()
+		rep.Pin = plan.note
+		if plan.ok {
+			var pinErrs []error
+			if noop != nil {
+				pinErrs = append(pinErrs, setAffinity(noop.pid(), &plan.server))
+			}
+			if nodePID != 0 {
+				pinErrs = append(pinErrs, setAffinity(nodePID, &plan.server))
+			} else if f.target != "noop" {
+				rep.Pin += " (node not pinned: its PID is unknown)"
+			}
+			pinErrs = append(pinErrs, setAffinity(os.Getpid(), &plan.load))
+			defer setAffinity(os.Getpid(), &plan.orig)
+			if err := errors.Join(pinErrs...); err != nil {
+				rep.Pin += " (" + err.Error() + ")"
+			}
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "bench: %s\n", rep.Pin)
+		}
+	}
+
+	if f.idle > 0 {
+		pid := nodePID
+		if f.target == "noop" {
+			pid = noop.pid()
+		}
+		rep.Idle, err = measureIdle(ctx, pid, f.idle, progress)
+		return rep, err
+	}
+
+	record := make([]uint64, f.record)
+	base := runConfig{
+		generator: f.generator, mode: f.mode, batch: f.batch, callers: f.callers, conns: f.conns,
+		warmup: f.warmup, duration: f.duration, timeout: f.timeout, record: record, progress: progress,
+	}
+	nodeCfg, noopCfg := base, base
+	nodeCfg.label, nodeCfg.addr, nodeCfg.tls = "node", f.target, nodeTLS
+	if noop != nil {
+		noopCfg.label, noopCfg.addr, noopCfg.tls = "noop", noop.addr, noopTLS
+	}
+	if f.compare == "" {
+		cfg := nodeCfg
+		if f.target == "noop" {
+			cfg = noopCfg
+		}
+		rep.Run, err = run(ctx, cfg)
+		return rep, err
+	}
+	rep.Compare = &Comparison{}
+	for i := range f.pairs {
+		nodeCfg.label, noopCfg.label = fmt.Sprintf("node %d/%d", i+1, f.pairs), fmt.Sprintf("noop %d/%d", i+1, f.pairs)
+		node, err := run(ctx, nodeCfg)
+		if err != nil {
+			return nil, fmt.Errorf("pair %d, node: %w", i+1, err)
+		}
+		nop, err := run(ctx, noopCfg)
+		if err != nil {
+			return nil, fmt.Errorf("pair %d, noop: %w", i+1, err)
+		}
+		rep.Compare.Pairs = append(rep.Compare.Pairs, Pair{Node: node, Noop: nop, Ratios: ratios(node, nop)})
+	}
+	rep.Compare.Median = medianRatios(rep.Compare.Pairs)
+	return rep, nil
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func ratios(node, noop *Result) Ratios {
+	return Ratios{
+		RPC:  ratio(node.RPCPS, noop.RPCPS),
+		IDs:  ratio(node.IDsPS, noop.IDsPS),
+		P50:  ratio(float64(node.Latency.P50), float64(noop.Latency.P50)),
+		P99:  ratio(float64(node.Latency.P99), float64(noop.Latency.P99)),
+		P999: ratio(float64(node.Latency.P999), float64(noop.Latency.P999)),
+	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func medianRatios(pairs []Pair) Ratios {
+	pick := func(f func(Ratios) float64) float64 {
+		var v []float64
+		for _, p := range pairs {
+			v = append(v, f(p.Ratios))
+		}
+		return median(v)
+	}
+	return Ratios{
+		RPC:  pick(func(r Ratios) float64 { return r.RPC }),
+		IDs:  pick(func(r Ratios) float64 { return r.IDs }),
+		P50:  pick(func(r Ratios) float64 { return r.P50 }),
+		P99:  pick(func(r Ratios) float64 { return r.P99 }),
+		P999: pick(func(r Ratios) float64 { return r.P999 }),
+	}
+}
+
+// pidOfTarget finds the process listening on a loopback target's port.
+func pidOfTarget(target string) (int, error) {
+	host, portStr, err := net.SplitHostPort(target)
+	if err != nil {
+		return 0, err
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return 0, fmt.Errorf("target %s is not on this machine's loopback", target)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return 0, fmt.Errorf("target port %q: %w", portStr, err)
+	}
+	return pidByPort(port)
+}
+
+// measureIdle samples pid's CPU at the ends of the window and its RSS
+// every second.
+func measureIdle(ctx context.Context, pid int, window time.Duration, progress io.Writer) (*IdleResult, error) {
+	now := newMono()
+	cpu0, err := procCPU(pid)
+	if err != nil {
+		return nil, err
+	}
+	res := &IdleResult{PID: pid}
+	start := now()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	end := time.NewTimer(window)
+	defer end.Stop()
+	sample := func() error {
+		rss, err := procRSS(pid)
+		if err != nil {
+			return err
+		}
+		res.RSSMaxBytes = max(res.RSSMaxBytes, rss)
+		res.RSSEndBytes = rss
+		return nil
+	}
+	if err := sample(); err != nil {
+		return nil, err
+	}
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-end.C:
+			break loop
+		case <-tick.C:
+			if err := sample(); err != nil {
+				return nil, err
+			}
+			if progress != nil {
+				c, _ := procCPU(pid)
+				fmt.Fprintf(progress, "bench: idle %4.1fs/%v  pid %d  cpu %.2fs  rss %.1f MB\n",
+					(now() - start).Seconds(), window, pid, float64(c-cpu0)/userHZ, float64(res.RSSEndBytes)/1e6)
+			}
+		}
+	}
+	cpu1, err := procCPU(pid)
+	if err != nil {
+		return nil, err
+	}
+	if err := sample(); err != nil {
+		return nil, err
+	}
+	res.Seconds = (now() - start).Seconds()
+	res.CPUSeconds = float64(cpu1-cpu0) / userHZ
+	res.CPUPercent = 100 * res.CPUSeconds / res.Seconds
+	return res, nil
+}

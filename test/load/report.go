@@ -1,0 +1,71 @@
+package load
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+func fmtNS(ns int64) string {
+	if ns < 10_000 {
+		return time.Duration(ns).String()
+	}
+	return fmt.Sprintf("%.1fµs", float64(ns)/1e3)
+}
+
+func fmtErrors(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func writeResult(w io.Writer, r *Result) {
+	mode := r.Mode
+	if r.Batch > 0 {
+		mode = fmt.Sprintf("%s %d", r.Mode, r.Batch)
+	}
+	fmt.Fprintf(w, "%s %s  mode %s  callers %d  conns %d  %.1fs\n", r.Label, r.Target, mode, r.Callers, r.Conns, r.Seconds)
+	fmt.Fprintf(w, "  rpc/s %.0f  ids/s %.0f  calls/s %.0f  (%d calls, %d RPCs, %d IDs)\n", r.RPCPS, r.IDsPS, r.CallsPS, r.Calls, r.RPCs, r.IDs)
+	sampled := ""
+	if r.Mode == modePrefetch {
+		sampled = fmt.Sprintf(", 1 call in %d timed", prefetchSample)
+	}
+	fmt.Fprintf(w, "  latency p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (%d samples%s)\n",
+		fmtNS(r.Latency.P50), fmtNS(r.Latency.P90), fmtNS(r.Latency.P99), fmtNS(r.Latency.P999), fmtNS(r.Latency.Max), r.Latency.Samples, sampled)
+	fmt.Fprintf(w, "  errors %s\n", fmtErrors(r.Errors))
+	fmt.Fprintf(w, "  duplicates %d  (%d of %d IDs checked)\n", r.Dups, r.Checked, r.IDs)
+}
+
+func writeText(w io.Writer, rep *Report) {
+	if rep.Pin != "" {
+		fmt.Fprintln(w, rep.Pin)
+	}
+	if rep.Run != nil {
+		writeResult(w, rep.Run)
+	}
+	if c := rep.Compare; c != nil {
+		for _, p := range c.Pairs {
+			writeResult(w, p.Node)
+			writeResult(w, p.Noop)
+		}
+		fmt.Fprintf(w, "%-6s %12s %12s %8s %8s %8s\n", "pair", "rpc ratio", "ids ratio", "p50", "p99", "p99.9")
+		for i, p := range c.Pairs {
+			r := p.Ratios
+			fmt.Fprintf(w, "%-6d %12.3f %12.3f %8.3f %8.3f %8.3f\n", i+1, r.RPC, r.IDs, r.P50, r.P99, r.P999)
+		}
+		m := c.Median
+		fmt.Fprintf(w, "%-6s %12.3f %12.3f %8.3f %8.3f %8.3f   (node / noop, median of %d pairs)\n", "median", m.RPC, m.IDs, m.P50, m.P99, m.P999, len(c.Pairs))
+	}
+	if i := rep.Idle; i != nil {
+		fmt.Fprintf(w, "idle pid %d over %.1fs: cpu %.3fs = %.2f%% of a core, rss max %.1f MB, end %.1f MB\n",
+			i.PID, i.Seconds, i.CPUSeconds, i.CPUPercent, float64(i.RSSMaxBytes)/1e6, float64(i.RSSEndBytes)/1e6)
+	}
+}
