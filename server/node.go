@@ -429,7 +429,7 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 		rt.held.Store(nil)
 		n.log.Info("holder interval closed", "event", "holder_close", "generator", rt.cfg.Name,
 			"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", lease.Floor(),
-			"reserved", h.reserved.Load(), "highest", g.Highest(), "node", n.nodeInfo.Name)
+			"reserved", h.reserved.Load(), "highest", g.Highest(), "released", h.released.Load(), "node", n.nodeInfo.Name)
 	}()
 
 	// A floor far ahead of the clock (a restart after this node reserved
@@ -570,6 +570,7 @@ func (n *Node) release(rt *genRuntime, h *holding) {
 		n.log.Warn("lease not released; it will expire", "generator", rt.cfg.Name, "worker", h.lease.WorkerID(), "err", err)
 		return
 	}
+	h.released.Store(true)
 	n.log.Info("lease released", "generator", rt.cfg.Name, "worker", h.lease.WorkerID(), "highest", highest)
 }
 

@@ -20,6 +20,7 @@ type holding struct {
 	lease coordinator.Lease
 	// reserved is the last reservation acknowledged (time-field units).
 	reserved atomic.Int64
+	released atomic.Bool // Release lowered the reservation to the highest time produced
 	started  time.Time
 }
 
