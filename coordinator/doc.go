@@ -1,7 +1,10 @@
 // Package coordinator hands out worker-ID leases and stores time
 // reservations, behind one interface that the etcd and ZooKeeper backends
 // (and the embedded default, which is the etcd backend on an in-process
-// etcd) implement.
+// etcd) implement. It also holds what every backend shares: the Spec and
+// its slot order (Spec.SlotAt: workers vary fastest, the datacenter comes
+// from the same cursor unless fixed), the typed errors, the Timing
+// defaults and their relations, and the Reserver.
 //
 // It knows nothing of ID generation: a layout is its canonical string plus
 // its worker and datacenter limits, and a reservation is an opaque ordered
@@ -15,9 +18,15 @@
 //   - every write by a holder is fenced on still owning w (etcd: the owner
 //     key's CreateRevision; ZooKeeper: the exact versions last written);
 //   - a new holder reads reserved[w] in the same atomic step that takes
-//     ownership, and its Floor is at least that value.
+//     ownership, and its Floor is at least that value;
+//   - the Reserver raises a generator's bound (OnAck) only after the
+//     coordinator acknowledged a fenced write, and only after the node's
+//     own record (Journal) was made durable; any error or timeout leaves
+//     the bound where it was.
 //
 // Hazards: a lease's Done channel (etcd keepalive, ZooKeeper session events)
 // can fire after the coordinator has already let the lease go. Safety never
-// waits on it; it only triggers re-acquisition.
+// waits on it; it only triggers re-acquisition. The Timing relations
+// (window >= 2 × timeout + 1.5 s) protect availability only; the test-only
+// AllowShortWindow lifts them.
 package coordinator

@@ -27,7 +27,7 @@ type Backend interface {
 	// name (or prefix, or chroot) on a server the backend started. It may
 	// share one server between tests; everything it opens is closed at
 	// t's cleanup.
-	NewCluster(t *testing.T) Cluster
+	NewCluster(t testing.TB) Cluster
 	// Dial connects to the cluster that Cluster.Endpoint described, outside
 	// any test: a child process (a separate OS process the harness can
 	// SIGSTOP) calls it. It must use the same TTL and timeouts as Connect.

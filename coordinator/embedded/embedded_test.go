@@ -40,6 +40,14 @@ func TestHarnessEmbedded(t *testing.T) {
 	coordtest.Run(t, b)
 }
 
+// TestDecisiveEmbedded: the decisive check on the embedded default.
+func TestDecisiveEmbedded(t *testing.T) {
+	s := start(t, embedded.Config{DataDir: t.TempDir()})
+	b := &etcdtest.Backend{Endpoints: s.Endpoints(), TTL: 3 * time.Second}
+	t.Cleanup(b.Close)
+	coordtest.Decisive(t, b, coordtest.DecisiveOptions{})
+}
+
 func connect(t *testing.T, s *embedded.Server) *etcd.Coordinator {
 	t.Helper()
 	cfg := etcd.DefaultConfig()

@@ -3,6 +3,8 @@ package etcd_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +67,60 @@ func TestDecisiveCluster(t *testing.T) {
 	b := &etcdtest.Backend{Endpoints: p.Endpoints(), TTL: testTTL}
 	t.Cleanup(b.Close)
 	coordtest.Decisive(t, b, coordtest.DecisiveOptions{})
+}
+
+// benchBackends are the real servers the benchmarks run against.
+func benchBackends(b *testing.B) map[string]*etcdtest.Backend {
+	emb := etcdtest.StartEmbedded(b)
+	p := etcdtest.StartCluster(b, 3)
+	be := map[string]*etcdtest.Backend{
+		"embedded": {Endpoints: emb.Endpoints, TTL: testTTL},
+		"cluster3": {Endpoints: p.Endpoints(), TTL: testTTL},
+	}
+	for _, x := range be {
+		b.Cleanup(x.Close)
+	}
+	return be
+}
+
+func BenchmarkAcquire(b *testing.B) {
+	for name, be := range benchBackends(b) {
+		b.Run(name, func(b *testing.B) { coordtest.BenchAcquire(b, be) })
+	}
+}
+
+func BenchmarkReserve(b *testing.B) {
+	for name, be := range benchBackends(b) {
+		b.Run(name, func(b *testing.B) { coordtest.BenchReserve(b, be) })
+	}
+}
+
+// BenchmarkWrites measures coordinator writes per second per generator
+// (etcd revision delta) over FIRN_WRITES_SECONDS (default 60) idle and at
+// full load, on the 3-member cluster. Run with -benchtime 1x.
+func BenchmarkWrites(b *testing.B) {
+	d := 60 * time.Second
+	if s := os.Getenv("FIRN_WRITES_SECONDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("FIRN_WRITES_SECONDS=%q", s)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	p := etcdtest.StartCluster(b, 3)
+	be := &etcdtest.Backend{Endpoints: p.Endpoints(), TTL: testTTL}
+	b.Cleanup(be.Close)
+	for _, load := range []bool{false, true} {
+		name := map[bool]string{false: "idle", true: "load"}[load]
+		b.Run(name, func(b *testing.B) {
+			rate, ids := coordtest.WriteRate(b, be, 2, d, load)
+			b.ReportMetric(rate, "writes/s/gen")
+			b.ReportMetric(float64(ids)/d.Seconds(), "ids/s")
+			if rate > 1.05 {
+				b.Errorf("%.2f coordinator writes/s per generator %s, target <= 1", rate, name)
+			}
+		})
+	}
 }
 
 func newCoord(t *testing.T, cfg etcd.Config) *etcd.Coordinator {

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,10 @@ import (
 	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/etcd"
 )
+
+// quiet logs warnings and errors only: the cases make thousands of
+// acquisitions.
+var quiet = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 // Backend runs the coordtest cases on an etcd reached at Endpoints. Every
 // NewCluster is a fresh cluster name under Prefix.
@@ -77,6 +83,7 @@ func (e endpoint) config(clock clockguard.Clock) etcd.Config {
 	cfg.Timing.AllowShortWindow = true
 	cfg.CAFile, cfg.CertFile, cfg.KeyFile = e.CA, e.Cert, e.Key
 	cfg.Username, cfg.Password = e.User, e.Password
+	cfg.Logger = quiet
 	return cfg
 }
 
@@ -115,7 +122,7 @@ func (b *Backend) Close() {
 }
 
 // NewCluster implements coordtest.Backend.
-func (b *Backend) NewCluster(t *testing.T) coordtest.Cluster {
+func (b *Backend) NewCluster(t testing.TB) coordtest.Cluster {
 	var r [6]byte
 	_, _ = rand.Read(r[:])
 	name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
