@@ -771,7 +771,23 @@ func (n *Node) peerLoop(ctx context.Context) {
 		if err != nil {
 			continue
 		}
+		n.countInUse(beats)
 		n.checkPeers(beats)
+	}
+}
+
+// countInUse records, per generator, how many worker slots have a live
+// owner in the cluster (firn_worker_ids_in_use): one beat per live owner.
+func (n *Node) countInUse(beats []coordinator.PeerBeat) {
+	live := map[string]map[coordinator.Slot]bool{}
+	for _, b := range beats {
+		if live[b.Generator] == nil {
+			live[b.Generator] = map[coordinator.Slot]bool{}
+		}
+		live[b.Generator][b.Slot] = true
+	}
+	for _, rt := range n.gens {
+		rt.inUse.Store(int64(len(live[rt.cfg.Name])))
 	}
 }
 
