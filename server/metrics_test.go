@@ -1,0 +1,129 @@
+package server_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
+)
+
+// /metrics exposes the firn_* series of the node, with values that match
+// the node's state, and firn_ids_issued_total counts every ID handed out.
+func TestMetrics(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), "--cluster", "metrics", "--enable-fault-injection", "--fault-addr", "127.0.0.1:0",
+		"--ring-size", "256")
+	waitServing(t, n.ids, "", 10*time.Second)
+	g := map[string]string{"generator": "default"}
+
+	before := scrape(t, n.httpc, n.base)
+	issued0 := value(t, before, "firn_ids_issued_total", g)
+	if _, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 250}); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := httpGet(t, n.httpc, n.base+"/v1/ids?count=9"); code != 200 {
+		t.Fatalf("/v1/ids: %d %s", code, body)
+	}
+	// Let at least one reservation round complete after the first.
+	time.Sleep(1200 * time.Millisecond)
+	fams := scrape(t, n.httpc, n.base)
+	if d := value(t, fams, "firn_ids_issued_total", g) - issued0; d != 260 {
+		t.Fatalf("firn_ids_issued_total grew by %v for 260 IDs", d)
+	}
+
+	info := n.genInfo(t, "")
+	checks := []struct {
+		name   string
+		labels map[string]string
+		ok     func(v float64) bool
+		want   string
+	}{
+		{"firn_serving", g, func(v float64) bool { return v == 1 }, "1"},
+		{"firn_state", map[string]string{"generator": "default", "state": "serving"}, func(v float64) bool { return v == 1 }, "1"},
+		{"firn_ringbuffer_capacity", g, func(v float64) bool { return v == 256 }, "256"},
+		{"firn_ringbuffer_available", g, func(v float64) bool { return v >= 0 && v <= 256 }, "0..256"},
+		{"firn_ringbuffer_empty_hits_total", g, func(v float64) bool { return v >= 1 }, ">= 1 (the first call found it empty)"},
+		{"firn_ringbuffer_stale_dropped_total", g, func(v float64) bool { return v >= 0 }, ">= 0"},
+		{"firn_worker_id", g, func(v float64) bool { return v == float64(info.GetWorker()) }, "Info's worker"},
+		{"firn_worker_ids_in_use", g, func(v float64) bool { return v >= 1 }, ">= 1 (this node holds one)"},
+		{"firn_worker_id_limit", g, func(v float64) bool { return v == 1024 }, "1024 (snowflake: 5+5 bits)"},
+		{"firn_reservation_remaining_seconds", g, func(v float64) bool { return v > 2 && v <= 6.5 }, "about the 5s window"},
+		{"firn_clock_lead_seconds", g, func(v float64) bool { return v >= 0 && v <= 1 }, "0..max-lead"},
+		{"firn_max_lead_seconds", g, func(v float64) bool { return v == 1 }, "1"},
+		{"firn_layout_seconds_remaining", g, func(v float64) bool { return v > 10*365*86400 }, "more than 10 years"},
+		{"firn_max_clock_offset_seconds", nil, func(v float64) bool { return v == 0.25 }, "0.25"},
+		{"firn_ntp_offset_seconds", nil, func(v float64) bool { return v == 0 }, "0 (no NTP)"},
+		{"firn_ntp_unchecked", nil, func(v float64) bool { return v == 1 }, "1 (no NTP)"},
+		{"firn_ntp_check_failures_total", nil, func(v float64) bool { return v == 0 }, "0"},
+		{"firn_clock_steps_total", map[string]string{"direction": "backward"}, func(v float64) bool { return v == 0 }, "0"},
+		{"firn_clock_steps_total", map[string]string{"direction": "forward"}, func(v float64) bool { return v == 0 }, "0"},
+		{"firn_clock_last_step_seconds", nil, func(v float64) bool { return v == 0 }, "0"},
+		{"firn_coordinator_errors_total", map[string]string{"op": "reserve"}, func(v float64) bool { return v == 0 }, "0"},
+		{"firn_fault_injection_enabled", nil, func(v float64) bool { return v == 1 }, "1"},
+		{"firn_fault_clock_offset_seconds", nil, func(v float64) bool { return v == 0 }, "0"},
+		{"firn_build_info", map[string]string{"cluster": "metrics", "node": n.node.NodeInfo().Name, "version": "dev"},
+			func(v float64) bool { return v == 1 }, "1"},
+		{"grpc_server_handled_total", map[string]string{"grpc_method": "NextIDs", "grpc_code": "OK"}, func(v float64) bool { return v >= 1 }, ">= 1"},
+		{"grpc_server_handled_total", map[string]string{"grpc_method": "NextID", "grpc_code": "OK"}, func(v float64) bool { return v >= 1 }, ">= 1"},
+	}
+	for _, c := range checks {
+		if v := value(t, fams, c.name, c.labels); !c.ok(v) {
+			t.Errorf("%s%v = %v, want %s", c.name, c.labels, v, c.want)
+		}
+	}
+	for _, op := range []string{"acquire", "reserve"} {
+		m, ok := sample(fams, "firn_coordinator_operation_duration_seconds", map[string]string{"op": op})
+		if !ok || m.GetHistogram().GetSampleCount() < 1 {
+			t.Errorf("firn_coordinator_operation_duration_seconds{op=%q}: no observation (%v)", op, m)
+		}
+	}
+	if f := fams["grpc_server_handling_seconds"]; f == nil || f.GetType() != dto.MetricType_HISTOGRAM {
+		t.Errorf("no grpc_server_handling_seconds histogram")
+	}
+	if _, ok := sample(fams, "firn_not_serving_reason", g); ok {
+		t.Errorf("firn_not_serving_reason present while serving")
+	}
+
+	// Not serving: the reason series and the step gauges.
+	n.setOffset(t, -5*time.Second)
+	waitNotServing(t, n.ids, "", 3*time.Second)
+	fams = scrape(t, n.httpc, n.base)
+	if v := value(t, fams, "firn_serving", g); v != 0 {
+		t.Errorf("firn_serving %v while not serving", v)
+	}
+	if v := value(t, fams, "firn_state", map[string]string{"generator": "default", "state": "not-serving"}); v != 1 {
+		t.Errorf("firn_state{state=not-serving} %v while not serving", v)
+	}
+	found := false
+	for _, m := range fams["firn_not_serving_reason"].GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == "reason" && strings.Contains(lp.GetValue(), "clock rolled back") && m.GetGauge().GetValue() == 1 {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no firn_not_serving_reason naming the rollback: %v", fams["firn_not_serving_reason"])
+	}
+	if v := value(t, fams, "firn_clock_steps_total", map[string]string{"direction": "backward"}); v < 1 {
+		t.Errorf("firn_clock_steps_total{backward} %v after a −5s step", v)
+	}
+	if v := value(t, fams, "firn_clock_last_step_seconds", nil); v > -4.9 || v < -5.1 {
+		t.Errorf("firn_clock_last_step_seconds %v after a −5s step", v)
+	}
+	if v := value(t, fams, "firn_fault_clock_offset_seconds", nil); v != -5 {
+		t.Errorf("firn_fault_clock_offset_seconds %v", v)
+	}
+	n.setOffset(t, 0)
+	waitServing(t, n.ids, "", 5*time.Second)
+	if _, ok := sample(scrape(t, n.httpc, n.base), "firn_not_serving_reason", g); ok {
+		t.Errorf("firn_not_serving_reason still present after recovery")
+	}
+}

@@ -1,0 +1,169 @@
+package server_test
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
+)
+
+// roots is a client TLS configuration trusting the CA only (no client
+// certificate).
+func roots(t *testing.T, c *etcdtest.Certs) *tls.Config {
+	t.Helper()
+	pem, err := os.ReadFile(c.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		t.Fatal("no CA certificate")
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
+
+func httpsClient(tc *tls.Config) *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+}
+
+// grpcCall makes one NextID over a fresh connection with the given TLS
+// configuration (nil: plaintext).
+func grpcCall(t *testing.T, addr string, tc *tls.Config) error {
+	t.Helper()
+	creds := insecure.NewCredentials()
+	if tc != nil {
+		creds = tlsCreds(tc)
+	}
+	conn := dialGRPC(t, addr, creds)
+	defer conn.Close()
+	_, err := firnv1.NewIDServiceClient(conn).NextID(ctx(t), &firnv1.NextIDRequest{})
+	return err
+}
+
+func post(c *http.Client, u string) (int, string, error) {
+	resp, err := c.Post(u, "application/x-www-form-urlencoded", strings.NewReader(""))
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), nil
+}
+
+// TLS: with --tls-cert/--tls-key, gRPC and HTTP work for a client that
+// trusts the CA; a client that does not, or speaks plaintext, is refused;
+// POST /admin/resume is refused without mTLS.
+func TestTLS(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	certs := etcdtest.MakeCerts(t, "firn-client")
+	other := etcdtest.MakeCerts(t, "stranger")
+	n := startNode(t, e.Endpoints, t.TempDir(), "--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey)
+	good := roots(t, certs)
+	conn := dialGRPC(t, n.node.GRPCAddr(), tlsCreds(good))
+	cli := firnv1.NewIDServiceClient(conn)
+	waitServing(t, cli, "", 10*time.Second)
+
+	if err := grpcCall(t, n.node.GRPCAddr(), good); err != nil {
+		t.Fatalf("gRPC over TLS with the CA: %v", err)
+	}
+	if err := grpcCall(t, n.node.GRPCAddr(), roots(t, other)); status.Code(err) != codes.Unavailable {
+		t.Fatalf("gRPC trusting another CA: %v, want refused (Unavailable)", err)
+	}
+	if err := grpcCall(t, n.node.GRPCAddr(), nil); err == nil {
+		t.Fatal("plaintext gRPC to a TLS node succeeded")
+	}
+
+	base := "https://" + n.node.HTTPAddr()
+	code, body := httpGet(t, httpsClient(good), base+"/v1/ids?count=3")
+	if code != 200 {
+		t.Fatalf("HTTPS /v1/ids: %d %s", code, body)
+	}
+	parseIDs(t, body, 3)
+	if _, err := httpsClient(roots(t, other)).Get(base + "/v1/ids"); err == nil {
+		t.Fatal("HTTPS trusting another CA succeeded")
+	}
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + n.node.HTTPAddr() + "/v1/ids"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatalf("plaintext HTTP to a TLS node: 200 %s", b)
+		}
+	}
+	// TLS without client certificates: the admin endpoint refuses.
+	code, body, err := post(httpsClient(good), base+"/admin/resume")
+	if err != nil || code != 403 || !strings.Contains(body, "mTLS") {
+		t.Fatalf("POST /admin/resume without mTLS: %d %s %v, want 403", code, body, err)
+	}
+}
+
+// mTLS: with --tls-client-ca, gRPC and HTTP need a client certificate from
+// that CA; POST /admin/resume works with it and ends a manual-recovery
+// hold after a clock rollback.
+func TestMTLSAndAdminResume(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	certs := etcdtest.MakeCerts(t, "firn-operator")
+	other := etcdtest.MakeCerts(t, "stranger")
+	n := startNode(t, e.Endpoints, t.TempDir(), "--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey,
+		"--tls-client-ca", certs.CA, "--rollback-recovery", "manual",
+		"--enable-fault-injection", "--fault-addr", "127.0.0.1:0")
+	good := certs.ClientTLS(t)
+	conn := dialGRPC(t, n.node.GRPCAddr(), tlsCreds(good))
+	cli := firnv1.NewIDServiceClient(conn)
+	waitServing(t, cli, "", 10*time.Second)
+
+	if err := grpcCall(t, n.node.GRPCAddr(), good); err != nil {
+		t.Fatalf("gRPC with a client certificate: %v", err)
+	}
+	if err := grpcCall(t, n.node.GRPCAddr(), roots(t, certs)); err == nil {
+		t.Fatal("gRPC without a client certificate succeeded")
+	}
+	// A certificate from another CA, presented to a server the client trusts.
+	stranger := other.ClientTLS(t)
+	stranger.RootCAs = good.RootCAs
+	if err := grpcCall(t, n.node.GRPCAddr(), stranger); err == nil {
+		t.Fatal("gRPC with a client certificate from another CA succeeded")
+	}
+
+	base := "https://" + n.node.HTTPAddr()
+	if code, body := httpGet(t, httpsClient(good), base+"/v1/ids"); code != 200 {
+		t.Fatalf("HTTPS /v1/ids with a client certificate: %d %s", code, body)
+	}
+	for name, tc := range map[string]*tls.Config{"no client certificate": roots(t, certs), "another CA's certificate": stranger} {
+		if resp, err := httpsClient(tc).Get(base + "/v1/ids"); err == nil {
+			resp.Body.Close()
+			t.Fatalf("HTTPS with %s: %s", name, resp.Status)
+		}
+		if code, _, err := post(httpsClient(tc), base+"/admin/resume"); err == nil {
+			t.Fatalf("POST /admin/resume with %s: %d", name, code)
+		}
+	}
+
+	// A rollback beyond max-lead with manual recovery: the node stays out
+	// after the clock caught up, until an operator resumes it.
+	n.setOffset(t, -5*time.Second)
+	waitNotServing(t, cli, "", 3*time.Second)
+	n.setOffset(t, 0)
+	time.Sleep(700 * time.Millisecond) // auto recovery would be back by now
+	if info := infoOf(t, cli, ""); info.GetServing() || !strings.Contains(info.GetReason(), "clock rolled back") {
+		t.Fatalf("manual recovery: serving=%v reason %q after the clock caught up; want held", info.GetServing(), info.GetReason())
+	}
+	code, body, err := post(httpsClient(good), base+"/admin/resume")
+	if err != nil || code != 200 || !strings.Contains(body, "default") {
+		t.Fatalf("POST /admin/resume with mTLS: %d %s %v", code, body, err)
+	}
+	waitServing(t, cli, "", 3*time.Second)
+	if err := grpcCall(t, n.node.GRPCAddr(), good); err != nil {
+		t.Fatalf("NextID after resume: %v", err)
+	}
+}
