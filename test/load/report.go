@@ -10,10 +10,13 @@ import (
 )
 
 func fmtNS(ns int64) string {
-	if ns < 10_000 {
+	switch {
+	case ns < 10_000:
 		return time.Duration(ns).String()
+	case ns < 10_000_000:
+		return fmt.Sprintf("%.1fµs", float64(ns)/1e3)
 	}
-	return fmt.Sprintf("%.1fµs", float64(ns)/1e3)
+	return fmt.Sprintf("%.2fms", float64(ns)/1e6)
 }
 
 func fmtErrors(m map[string]uint64) string {

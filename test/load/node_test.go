@@ -1,0 +1,116 @@
+package load
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
+}
+
+// startFirnNode builds cmd/firn, runs `firn serve` on its embedded
+// coordinator with loopback listeners on free ports, and waits until it
+// serves. The test kills it at the end.
+func startFirnNode(t *testing.T) (addr string, pid int) {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "firn")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/firnid/firn/cmd/firn").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/firn: %v\n%s", err, out)
+	}
+	addr = "127.0.0.1:" + freePort(t)
+	logPath := filepath.Join(dir, "node.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve", "--data-dir", filepath.Join(dir, "data"), "--grpc-addr", addr,
+		"--http-addr", "127.0.0.1:"+freePort(t), "--embedded-client-addr", "127.0.0.1:"+freePort(t),
+		"--embedded-peer-addr", "127.0.0.1:"+freePort(t))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("node log:\n%s", b)
+		}
+	})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	deadline := time.After(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return addr, cmd.Process.Pid
+		}
+		select {
+		case <-done:
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("node exited before serving:\n%s", b)
+		case <-deadline:
+			t.Fatal("node not serving after 60s")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// TestAgainstRealNode drives a real firn node process in each mode, then
+// node-versus-noop pairs, then an idle window whose PID is found by port.
+func TestAgainstRealNode(t *testing.T) {
+	addr, pid := startFirnNode(t)
+	t.Run("unary", func(t *testing.T) {
+		checkRun(t, bench(t, exitOK, "--target", addr, "--callers", "4", "--conns", "2").Run, 1)
+	})
+	t.Run("batch", func(t *testing.T) {
+		checkRun(t, bench(t, exitOK, "--target", addr, "--mode", "batch", "--batch", "1000", "--callers", "2").Run, 1000)
+	})
+	t.Run("prefetch", func(t *testing.T) {
+		r := bench(t, exitOK, "--target", addr, "--mode", "prefetch", "--callers", "2").Run
+		checkRun(t, r, 1)
+		// snowflake's limit is 4,096 IDs per ms; more is impossible.
+		if r.IDsPS > 4_096_000*1.01 {
+			t.Fatalf("%.0f IDs/s from a snowflake node, above its layout's limit", r.IDsPS)
+		}
+	})
+	t.Run("compare", func(t *testing.T) {
+		c := bench(t, exitOK, "--target", addr, "--compare", "noop", "--duration", "150ms", "--warmup", "50ms").Compare
+		if c == nil || len(c.Pairs) != minPairs || c.Median.RPC <= 0 {
+			t.Fatalf("compare %+v", c)
+		}
+	})
+	t.Run("idle", func(t *testing.T) {
+		i := bench(t, exitOK, "--target", addr, "--idle", "1s").Idle
+		if i == nil || i.PID != pid || i.RSSMaxBytes < 1<<20 {
+			t.Fatalf("idle %+v, want pid %d", i, pid)
+		}
+	})
+}
