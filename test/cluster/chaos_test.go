@@ -1,0 +1,450 @@
+package cluster
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/generator"
+)
+
+var long = flag.Bool("long", false, "run the longer chaos scenarios and soaks")
+
+// chaosBudget bounds the whole chaos suite.
+const chaosBudget = 8 * time.Minute
+
+// Row is one line of the report.
+type Row struct {
+	Scenario         string  `json:"scenario"`
+	Backend          string  `json:"backend"`
+	IDs              int     `json:"ids_checked"`
+	FailedExpected   int     `json:"calls_failed_expected"`
+	FailedUnexpected int     `json:"calls_failed_unexpected"`
+	FailClosed       string  `json:"time_to_fail_closed,omitempty"`
+	Recover          string  `json:"time_to_recover,omitempty"`
+	Verdict          string  `json:"verdict"`
+	Seconds          float64 `json:"seconds"`
+}
+
+var (
+	reportMu sync.Mutex
+	report   []Row
+)
+
+// backend is one coordinator the scenarios run against.
+type backend struct {
+	name string
+	// endpoints are the real coordinator addresses.
+	endpoints []string
+	flag      string // "--etcd" or "--zookeeper"
+}
+
+// env is one scenario's world.
+type env struct {
+	t       *testing.T
+	b       backend
+	cluster string
+	rec     *Recorder
+	nodes   []*Node
+	proxies map[*Node][]*Proxy
+	row     *Row
+	layout  generator.Layout
+}
+
+func (e *env) newNode(name string, extra ...string) *Node {
+	var addrs []string
+	var px []*Proxy
+	for _, ep := range e.b.endpoints {
+		p := NewProxy(e.t, strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://"))
+		px = append(px, p)
+		addrs = append(addrs, p.Addr())
+	}
+	n := NewNode(e.t, name, NodeOptions{Cluster: e.cluster, Coord: []string{e.b.flag, strings.Join(addrs, ",")}, Extra: extra})
+	e.proxies[n] = px
+	e.nodes = append(e.nodes, n)
+	return n
+}
+
+// partition sets every proxy of a node.
+func (e *env) partition(n *Node, m ProxyMode) {
+	for _, p := range e.proxies[n] {
+		p.Set(m)
+		if m == Blackhole {
+			// Blackholed connections stay open; new ones hang too.
+			continue
+		}
+	}
+}
+
+func (e *env) startAll(nodes ...*Node) {
+	e.t.Helper()
+	for _, n := range nodes {
+		n.Start()
+	}
+	for _, n := range nodes {
+		if _, err := n.WaitReady(20 * time.Second); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *env) check(b Bounds) {
+	e.t.Helper()
+	if b.MaxLead == 0 {
+		b.MaxLead = time.Second
+	}
+	if b.MaxStaleness == 0 {
+		b.MaxStaleness = 100 * time.Millisecond
+	}
+	res := Check(e.t, e.layout, e.rec.IDs(), e.nodes, b)
+	e.row.IDs = res.IDs
+}
+
+type scenario struct {
+	name string
+	// both: run on every backend (a coordinator is involved).
+	both bool
+	// long: only with -long.
+	long bool
+	run  func(e *env)
+}
+
+func TestChaos(t *testing.T) {
+	suiteStart := time.Now()
+	etcdProcs := etcdtest.StartCluster(t, 3)
+	backends := []backend{{name: "etcd", endpoints: etcdProcs.Endpoints(), flag: "--etcd"}}
+	Binary(t)
+	sf, _ := generator.Preset("snowflake")
+	for i, sc := range scenarios {
+		for _, b := range backends {
+			if !sc.both && b.name != "etcd" {
+				continue
+			}
+			if sc.long && !*long {
+				continue
+			}
+			name := sc.name + "/" + b.name
+			t.Run(name, func(t *testing.T) {
+				row := &Row{Scenario: sc.name, Backend: b.name}
+				e := &env{t: t, b: b, cluster: fmt.Sprintf("chaos-%d-%s-%d", i, b.name, time.Now().UnixNano()%1e6),
+					rec: &Recorder{}, proxies: map[*Node][]*Proxy{}, row: row, layout: sf}
+				start := time.Now()
+				defer func() {
+					row.Seconds = time.Since(start).Seconds()
+					row.Verdict = "pass"
+					if t.Failed() {
+						row.Verdict = "FAIL"
+					}
+					t.Logf("scenario %s: %.1fs", name, row.Seconds)
+					reportMu.Lock()
+					report = append(report, *row)
+					reportMu.Unlock()
+				}()
+				sc.run(e)
+			})
+		}
+	}
+	writeReport(t)
+	if el := time.Since(suiteStart); el > chaosBudget {
+		t.Errorf("the chaos suite took %v, over its budget of %v", el.Round(time.Second), chaosBudget)
+	}
+}
+
+func writeReport(t *testing.T) {
+	reportMu.Lock()
+	defer reportMu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| scenario | backend | IDs checked | calls failed (expected / unexpected) | time to fail closed | time to recover | verdict | seconds |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range report {
+		fmt.Fprintf(&b, "| %s | %s | %d | %d / %d | %s | %s | %s | %.1f |\n", r.Scenario, r.Backend, r.IDs,
+			r.FailedExpected, r.FailedUnexpected, dash(r.FailClosed), dash(r.Recover), r.Verdict, r.Seconds)
+	}
+	t.Log(b.String())
+	if out, err := runCmd("go", "env", "GOMOD"); err == nil {
+		dir := filepath.Join(filepath.Dir(strings.TrimSpace(out)), "test", "artifacts")
+		os.MkdirAll(dir, 0o755)
+		js, _ := json.MarshalIndent(report, "", "  ")
+		os.WriteFile(filepath.Join(dir, "chaos.json"), js, 0o644)
+		os.WriteFile(filepath.Join(dir, "chaos.md"), []byte(b.String()), 0o644)
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+// countFailures classifies failures: expected ones satisfy ok.
+func countFailures(e *env, fs []Failure, ok func(Failure) bool) {
+	for _, f := range fs {
+		if ok(f) {
+			e.row.FailedExpected++
+		} else {
+			e.row.FailedUnexpected++
+			if e.row.FailedUnexpected <= 5 {
+				e.t.Errorf("unexpected failure on %s at %s: %s: %s", f.Node, f.At.Format("15:04:05.000"), f.Code, f.Msg)
+			}
+		}
+	}
+}
+
+func none(Failure) bool { return false }
+
+// waitFor polls cond every 20 ms for up to d.
+func waitFor(d time.Duration, cond func() bool) (time.Duration, bool) {
+	start := time.Now()
+	for time.Since(start) < d {
+		if cond() {
+			return time.Since(start), true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start), cond()
+}
+
+var scenarios = []scenario{
+	{name: "clock steps back 5ms 50ms 500ms absorbed", run: func(e *env) {
+		n := e.newNode("n1")
+		e.startAll(n)
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 4, Deadline: 2 * time.Second})
+		load2 := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2, Batch: 100, Deadline: 2 * time.Second})
+		for _, step := range []time.Duration{5 * time.Millisecond, 50 * time.Millisecond, 500 * time.Millisecond} {
+			time.Sleep(700 * time.Millisecond)
+			if err := n.SetOffset(-step); err != nil {
+				e.t.Fatal(err)
+			}
+			time.Sleep(1200 * time.Millisecond)
+			n.SetOffset(0)
+		}
+		time.Sleep(500 * time.Millisecond)
+		load.Stop()
+		load2.Stop()
+		countFailures(e, e.rec.Failures(), none)
+		e.check(Bounds{Skew: 500 * time.Millisecond})
+	}},
+	{name: "clock steps back 2s fails closed and recovers", run: func(e *env) {
+		n1, n2, n3 := e.newNode("n1"), e.newNode("n2"), e.newNode("n3")
+		e.startAll(n1, n2, n3)
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
+		time.Sleep(500 * time.Millisecond)
+		stepAt := time.Now()
+		if err := n1.SetOffset(-2 * time.Second); err != nil {
+			e.t.Fatal(err)
+		}
+		d, body, err := n1.WaitNotReady(3 * time.Second)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.row.FailClosed = d.Round(time.Millisecond).String()
+		if !strings.Contains(body, "rolled back") || !strings.Contains(body, "limit") {
+			e.t.Errorf("/readyz body does not name the step and the limit: %s", body)
+		}
+		if st, err := n1.Health(""); err != nil || st != healthpb.HealthCheckResponse_NOT_SERVING {
+			e.t.Errorf("health = %v, %v; want NOT_SERVING", st, err)
+		}
+		n1.SetOffset(0)
+		clearedAt := time.Now()
+		r, err := n1.WaitReady(5 * time.Second)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.row.Recover = r.Round(time.Millisecond).String()
+		time.Sleep(500 * time.Millisecond)
+		load.Stop()
+		countFailures(e, e.rec.Failures(), func(f Failure) bool {
+			return f.Node == "n1" && f.Code == codes.Unavailable && strings.Contains(f.Msg, "rolled back") &&
+				f.At.After(stepAt) && f.At.Before(clearedAt.Add(2*time.Second))
+		})
+		if e.row.FailedExpected == 0 {
+			e.t.Error("no call failed closed with the rollback reason")
+		}
+		e.check(Bounds{Skew: 2 * time.Second})
+	}},
+	{name: "kill -9 and restart loop under load", both: true, run: func(e *env) {
+		n1, n2 := e.newNode("n1"), e.newNode("n2")
+		e.startAll(n1, n2)
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
+		load2 := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 1, Batch: 100, Deadline: 2 * time.Second})
+		var worst time.Duration
+		for i := 0; i < 4; i++ {
+			time.Sleep(600 * time.Millisecond)
+			n1.Kill()
+			n1.Start()
+			d, err := n1.WaitReady(10 * time.Second)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			worst = max(worst, d)
+		}
+		time.Sleep(500 * time.Millisecond)
+		load.Stop()
+		load2.Stop()
+		e.row.Recover = "≤ " + worst.Round(time.Millisecond).String()
+		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Node == "n1" })
+		e.check(Bounds{})
+	}},
+	{name: "SIGSTOP past the lease TTL", both: true, run: func(e *env) {
+		n1 := e.newNode("n1", "--lease-ttl", "3s")
+		n2 := e.newNode("n2", "--lease-ttl", "3s")
+		e.startAll(n1, n2)
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
+		time.Sleep(500 * time.Millisecond)
+		n1.Freeze()
+		time.Sleep(5 * time.Second)
+		n1.Thaw()
+		d, err := n1.WaitReady(15 * time.Second)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.row.Recover = d.Round(time.Millisecond).String()
+		time.Sleep(500 * time.Millisecond)
+		load.Stop()
+		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Node == "n1" })
+		e.check(Bounds{Skew: 6 * time.Second}) // IDs taken just before the freeze arrive after it
+	}},
+	{name: "partition 2s absorbed", both: true, run: func(e *env) {
+		n1 := e.newNode("n1")
+		e.startAll(n1)
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
+		time.Sleep(1500 * time.Millisecond)
+		e.partition(n1, Blackhole)
+		time.Sleep(2 * time.Second)
+		e.partition(n1, Pass)
+		time.Sleep(1500 * time.Millisecond)
+		load.Stop()
+		countFailures(e, e.rec.Failures(), none)
+		e.check(Bounds{})
+	}},
+	{name: "partition beyond the TTL fails closed and recovers", both: true, run: func(e *env) {
+		n1 := e.newNode("n1", "--lease-ttl", "3s", "--reservation-window", "4s")
+		e.startAll(n1)
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
+		time.Sleep(1500 * time.Millisecond)
+		cut := time.Now()
+		e.partition(n1, Blackhole)
+		d, _, err := n1.WaitNotReady(12 * time.Second)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.row.FailClosed = d.Round(time.Millisecond).String()
+		time.Sleep(time.Second)
+		e.partition(n1, Pass)
+		for _, p := range e.proxies[n1] {
+			p.Sever()
+		}
+		r, err := n1.WaitReady(15 * time.Second)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.row.Recover = r.Round(time.Millisecond).String()
+		load.Stop()
+		countFailures(e, e.rec.Failures(), func(f Failure) bool {
+			return f.At.After(cut) && (f.Code == codes.Unavailable || f.Code == codes.DeadlineExceeded)
+		})
+		e.check(Bounds{})
+	}},
+	{name: "lost replies: written but not acknowledged", both: true, run: func(e *env) {
+		n1 := e.newNode("n1")
+		e.startAll(n1)
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
+		time.Sleep(time.Second)
+		e.partition(n1, DropReplies)
+		time.Sleep(1500 * time.Millisecond)
+		e.partition(n1, Pass)
+		for _, p := range e.proxies[n1] {
+			p.Sever()
+		}
+		if _, err := n1.WaitReady(15 * time.Second); err != nil {
+			e.t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		load.Stop()
+		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Code == codes.Unavailable || f.Code == codes.DeadlineExceeded })
+		e.check(Bounds{})
+	}},
+	{name: "worker IDs exhausted: 2 worker bits, 5 nodes", run: func(e *env) {
+		layout := "x=time=41,dc=0,worker=2,seq=12,unit=1ms,epoch=2024-01-01T00:00:00Z"
+		l, _ := generator.ParseLayout(strings.TrimPrefix(layout, "x="))
+		e.layout = l
+		var ns []*Node
+		for i := 1; i <= 5; i++ {
+			ns = append(ns, e.newNode(fmt.Sprintf("n%d", i), "--generator", layout))
+		}
+		e.startAll(ns[:4]...)
+		ns[4].Start()
+		_, body, err := ns[4].WaitNotReady(10 * time.Second)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if _, ok := waitFor(5*time.Second, func() bool { _, b := ns[4].Ready(); body = b; return strings.Contains(b, "exhausted") }); !ok {
+			e.t.Errorf("the fifth node does not report exhaustion: %s", body)
+		}
+		load := StartLoad(e.rec, ns[:4], LoadOptions{Callers: 1, Generator: "x", Deadline: 2 * time.Second})
+		time.Sleep(500 * time.Millisecond)
+		ns[0].Stop(10 * time.Second)
+		d, err := ns[4].WaitReady(10 * time.Second)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.row.Recover = d.Round(time.Millisecond).String()
+		load.Stop()
+		load = StartLoad(e.rec, ns[1:], LoadOptions{Callers: 1, Generator: "x", Deadline: 2 * time.Second})
+		time.Sleep(time.Second)
+		load.Stop()
+		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Node == "n1" })
+		e.check(Bounds{})
+	}},
+	{name: "flood of maximum batches", run: func(e *env) {
+		n1 := e.newNode("n1")
+		e.startAll(n1)
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 8, Batch: 100_000, Deadline: 2 * time.Second})
+		time.Sleep(2 * time.Second)
+		load.Stop()
+		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Code == codes.DeadlineExceeded })
+		if _, err := n1.WaitReady(time.Second); err != nil {
+			e.t.Errorf("not serving right after the flood: %v", err)
+		}
+		e.check(Bounds{})
+	}},
+	{name: "graceful shutdown under load", run: func(e *env) {
+		n1, n2 := e.newNode("n1"), e.newNode("n2")
+		e.startAll(n1, n2)
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
+		time.Sleep(time.Second)
+		stopAt := time.Now()
+		if code := n1.Stop(20 * time.Second); code != 0 {
+			e.t.Errorf("SIGTERM exit code %d, want 0", code)
+		}
+		n1.Start()
+		d, err := n1.WaitReady(3 * time.Second)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.row.Recover = d.Round(time.Millisecond).String()
+		time.Sleep(time.Second)
+		load.Stop()
+		countFailures(e, e.rec.Failures(), func(f Failure) bool {
+			// After the drain began, new calls to n1 are refused.
+			return f.Node == "n1" && f.At.After(stopAt) && (f.Code == codes.Unavailable || f.Code == codes.Canceled)
+		})
+		e.check(Bounds{})
+	}},
+}
+
+func runCmd(name string, args ...string) (string, error) {
+	out, err := osexec.Command(name, args...).Output()
+	return string(out), err
+}

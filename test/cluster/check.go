@@ -1,0 +1,145 @@
+package cluster
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/firnid/firn/generator"
+)
+
+// Bounds are the allowances of the bounded-disorder check.
+type Bounds struct {
+	MaxLead      time.Duration
+	MaxStaleness time.Duration
+	Prefetch     time.Duration // the client's prefetch age bound (0 without)
+	Skew         time.Duration // the largest injected clock offset (absolute)
+}
+
+// CheckResult summarises the checks of one scenario.
+type CheckResult struct {
+	IDs      int
+	Problems []string
+}
+
+// Check runs checks 1–4 of every scenario on what the clients received and
+// what the nodes logged: uniqueness within the generator, every ID inside
+// its holder's interval with one worker's intervals disjoint, per-caller
+// order, and bounded disorder. It fails t on any problem.
+func Check(t testing.TB, layout generator.Layout, got []Received, nodes []*Node, b Bounds) CheckResult {
+	t.Helper()
+	res := CheckResult{IDs: len(got)}
+	for i := range got {
+		if got[i].Generator == "" {
+			got[i].Generator = "default" // the nodes' default generator
+		}
+	}
+	problem := func(format string, args ...any) {
+		if len(res.Problems) < 20 {
+			res.Problems = append(res.Problems, fmt.Sprintf(format, args...))
+		}
+	}
+
+	// 1. Uniqueness.
+	s := sortedIDs(got)
+	for i := 1; i < len(s); i++ {
+		if s[i].ID == s[i-1].ID {
+			problem("DUPLICATE ID %d: from %s (client %d call %d) and %s (client %d call %d)",
+				s[i].ID, s[i-1].Node, s[i-1].Client, s[i-1].Call, s[i].Node, s[i].Client, s[i].Call)
+		}
+	}
+
+	// 2. Reservation intervals.
+	type slotKey struct {
+		gen    string
+		dc, wk uint64
+	}
+	bySlot := map[slotKey][]*Holder{}
+	for _, n := range nodes {
+		for _, h := range n.Holders() {
+			k := slotKey{h.Generator, h.Datacenter, h.Worker}
+			bySlot[k] = append(bySlot[k], h)
+		}
+	}
+	upper := map[*Holder]int64{}
+	for k, hs := range bySlot {
+		sort.Slice(hs, func(i, j int) bool { return hs[i].Floor < hs[j].Floor })
+		for i, h := range hs {
+			up := h.Upper()
+			if i+1 < len(hs) {
+				if hs[i+1].Floor < up {
+					problem("generator %s dc=%d worker=%d: holder on %s (floor %d, upper %d) overlaps the next on %s (floor %d)",
+						k.gen, k.dc, k.wk, h.Node, h.Floor, up, hs[i+1].Node, hs[i+1].Floor)
+				}
+				// A killed holder may have had its last acknowledgement
+				// unlogged; the next holder's floor is at least it.
+				if !h.Released {
+					up = max(up, hs[i+1].Floor)
+				}
+			}
+			upper[h] = up
+		}
+	}
+	for _, r := range got {
+		p, err := layout.Decode(r.ID)
+		if err != nil {
+			problem("ID %d from %s does not decode: %v", r.ID, r.Node, err)
+			continue
+		}
+		found := false
+		for _, h := range bySlot[slotKey{r.Generator, p.Datacenter, p.Worker}] {
+			if h.Node == r.Node && p.Units > h.Floor && p.Units <= upper[h] {
+				found = true
+				break
+			}
+		}
+		if !found {
+			problem("ID %d (time %d, dc %d, worker %d) from %s lies in no holder interval of that node", r.ID, p.Units, p.Datacenter, p.Worker, r.Node)
+		}
+	}
+
+	// 3. Per-caller order on one node.
+	type callerKey struct {
+		client int
+		node   string
+	}
+	last := map[callerKey]Received{}
+	byCall := append([]Received(nil), got...)
+	sort.SliceStable(byCall, func(i, j int) bool {
+		if byCall[i].Client != byCall[j].Client {
+			return byCall[i].Client < byCall[j].Client
+		}
+		return byCall[i].Call < byCall[j].Call
+	})
+	for _, r := range byCall {
+		k := callerKey{r.Client, r.Node}
+		if prev, ok := last[k]; ok && r.ID <= prev.ID {
+			problem("client %d on %s: ID %d (call %d) not above %d (call %d)", r.Client, r.Node, r.ID, r.Call, prev.ID, prev.Call)
+		}
+		last[k] = r
+	}
+
+	// 4. Bounded disorder.
+	bound := b.MaxLead + b.MaxStaleness + layout.Unit + b.Prefetch + b.Skew + 50*time.Millisecond
+	worst := time.Duration(0)
+	for _, r := range got {
+		p, err := layout.Decode(r.ID)
+		if err != nil {
+			continue
+		}
+		d := p.Time.Sub(r.At)
+		if d < 0 {
+			d = -d
+		}
+		worst = max(worst, d)
+		if d > bound {
+			problem("ID %d from %s: its time is %v from the receive time, bound %v", r.ID, r.Node, d, bound)
+		}
+	}
+	for _, pr := range res.Problems {
+		t.Error(pr)
+	}
+	t.Logf("checked %d IDs: %d problems; worst time disorder %v (bound %v)", len(got), len(res.Problems), worst, bound)
+	return res
+}

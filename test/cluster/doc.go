@@ -1,0 +1,12 @@
+// Package cluster holds firn's cluster and chaos tests: real firn processes
+// (the built binary) on a real 3-member etcd cluster and a real ZooKeeper
+// ensemble, faults injected (clock offsets through the nodes' fault
+// listener, SIGKILL/SIGSTOP, partitions through TCP proxies in front of
+// every coordinator endpoint), and a checker that looks at every ID any
+// client received: uniqueness, reservation intervals, per-caller order,
+// bounded disorder, and honest availability.
+//
+// Run with `go test ./test/cluster/` (part of the README's test command);
+// `-long` adds longer soaks. At the end the suite prints a table of the
+// scenarios and writes it as JSON to test/artifacts/chaos.json.
+package cluster

@@ -1,0 +1,167 @@
+package cluster
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
+)
+
+// Received is one ID a load client got.
+type Received struct {
+	ID        uint64
+	Node      string
+	Generator string
+	At        time.Time // the client's wall clock at receipt
+	Call      int64     // per-client call number: order of issue per caller
+	Client    int
+}
+
+// Failure is one failed call.
+type Failure struct {
+	Node string
+	Code codes.Code
+	Msg  string
+	At   time.Time
+}
+
+// Recorder collects every ID and failure of a scenario.
+type Recorder struct {
+	mu       sync.Mutex
+	ids      []Received
+	failures []Failure
+	calls    atomic.Int64
+	clients  atomic.Int64 // numbers callers uniquely across loads
+}
+
+func (r *Recorder) addIDs(node, gen string, client int, call int64, ids []uint64, at time.Time) {
+	r.mu.Lock()
+	for _, id := range ids {
+		r.ids = append(r.ids, Received{ID: id, Node: node, Generator: gen, At: at, Call: call, Client: client})
+	}
+	r.mu.Unlock()
+}
+
+func (r *Recorder) addFailure(node string, err error, at time.Time) {
+	st := status.Convert(err)
+	r.mu.Lock()
+	r.failures = append(r.failures, Failure{Node: node, Code: st.Code(), Msg: st.Message(), At: at})
+	r.mu.Unlock()
+}
+
+// IDs returns a copy of everything received.
+func (r *Recorder) IDs() []Received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Received(nil), r.ids...)
+}
+
+// Failures returns a copy of every failure.
+func (r *Recorder) Failures() []Failure {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Failure(nil), r.failures...)
+}
+
+// FailuresBetween counts failures in [from, to).
+func (r *Recorder) FailuresBetween(from, to time.Time) []Failure {
+	var out []Failure
+	for _, f := range r.Failures() {
+		if !f.At.Before(from) && f.At.Before(to) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Load drives nodes with concurrent callers until Stop.
+type Load struct {
+	rec    *Recorder
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// LoadOptions shape a load.
+type LoadOptions struct {
+	Callers   int           // concurrent callers per node
+	Batch     int           // 0: unary NextID; else NextIDs(count=Batch)
+	Deadline  time.Duration // per call (>= 2s where absorption is asserted)
+	Generator string
+	Pause     time.Duration // between calls of one caller (0: none)
+}
+
+// StartLoad starts callers against every node; IDs go to rec.
+func StartLoad(rec *Recorder, nodes []*Node, o LoadOptions) *Load {
+	if o.Callers == 0 {
+		o.Callers = 4
+	}
+	if o.Deadline == 0 {
+		o.Deadline = 2 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Load{rec: rec, cancel: cancel}
+	for _, n := range nodes {
+		for i := 0; i < o.Callers; i++ {
+			n, c := n, int(rec.clients.Add(1))
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				var call int64
+				for ctx.Err() == nil {
+					call++
+					cctx, ccancel := context.WithTimeout(ctx, o.Deadline)
+					var ids []uint64
+					var err error
+					if o.Batch == 0 {
+						var r *firnv1.NextIDResponse
+						r, err = n.ID.NextID(cctx, &firnv1.NextIDRequest{Generator: o.Generator})
+						if err == nil {
+							ids = []uint64{r.GetId()}
+						}
+					} else {
+						var r *firnv1.NextIDsResponse
+						r, err = n.ID.NextIDs(cctx, &firnv1.NextIDsRequest{Generator: o.Generator, Count: uint32(o.Batch)})
+						if err == nil {
+							ids = r.GetIds()
+						}
+					}
+					ccancel()
+					at := time.Now()
+					rec.calls.Add(1)
+					if err != nil {
+						if ctx.Err() != nil {
+							return // the load was stopped mid-call
+						}
+						rec.addFailure(n.Name, err, at)
+						time.Sleep(20 * time.Millisecond)
+						continue
+					}
+					rec.addIDs(n.Name, o.Generator, c, call, ids, at)
+					if o.Pause > 0 {
+						time.Sleep(o.Pause)
+					}
+				}
+			}()
+		}
+	}
+	return l
+}
+
+// Stop ends the load and waits for every caller.
+func (l *Load) Stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// sortedIDs returns the received IDs sorted by value.
+func sortedIDs(ids []Received) []Received {
+	s := append([]Received(nil), ids...)
+	sort.Slice(s, func(i, j int) bool { return s[i].ID < s[j].ID })
+	return s
+}
