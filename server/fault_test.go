@@ -203,7 +203,7 @@ func TestFaultClockOffsetFromStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	behind := time.Until(p.Time)
+	behind := p.Time.Sub(wallNow())
 	if behind > -2500*time.Millisecond || behind < -4*time.Second {
 		t.Fatalf("ID time %v is %v from now, want about −3s", p.Time, behind)
 	}

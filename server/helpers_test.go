@@ -331,3 +331,10 @@ func increasing(t *testing.T, what string, ids []uint64) {
 func freeAddr(t *testing.T) string {
 	return fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
 }
+
+// wallNow is the system clock's wall reading (through clockguard, the one
+// place that reads the wall clock).
+func wallNow() time.Time {
+	w, _ := clockguard.NewSystem().Now()
+	return w
+}
