@@ -412,6 +412,9 @@ func (n *Node) acquire(ctx context.Context, rt *genRuntime) (*holding, error) {
 	}
 	h := &holding{gen: g, lease: lease, started: wall}
 	h.reserved.Store(max(floor, 0))
+	if h.rs, err = n.newReserver(rt, h); err != nil {
+		return fail(err)
+	}
 	n.log.Info("holder interval opened", "event", "holder_open", "generator", rt.cfg.Name,
 		"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", floor,
 		"incarnation", lease.Incarnation(), "node", n.nodeInfo.Name, "instance", n.nodeInfo.InstanceID)
@@ -509,33 +512,54 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 	}
 }
 
-// reserve extends the reservation one window ahead of max(L, now), fenced;
-// the heartbeat rides in the same write.
-func (n *Node) reserve(ctx context.Context, rt *genRuntime, h *holding) error {
+// newReserver builds the coordinator's Reserver for one holding: one
+// window ahead of max(L, now), journaled in the data dir before each write,
+// held below an unconfirmed forward clock step.
+func (n *Node) newReserver(rt *genRuntime, h *holding) (*coordinator.Reserver, error) {
 	l := rt.cfg.Layout
-	wall, mono := n.clock.Now()
-	now := l.Units(wall)
-	windowUnits := max(int64(n.cfg.ReservationWindow/l.Unit), 1)
-	target := min(max(h.gen.Logical(), now)+windowUnits, l.MaxTime())
-	if fwd := n.fwdStep.Load(); fwd != 0 && time.Duration(fwd) <= mono {
-		// An unconfirmed forward step: do not reserve past it. Keep the
-		// heartbeat flowing at the current reservation.
-		target = h.reserved.Load()
-	}
-	target = max(target, h.reserved.Load())
-	if err := rt.local.BeforeReserve(h.lease.Slot(), target); err != nil {
-		rt.state.Set(clockguard.SourceReservation, "cannot record the reservation in the data dir: "+err.Error())
-		return err
-	}
-	rctx, cancel := context.WithTimeout(ctx, n.cfg.CoordinatorTimeout)
+	return coordinator.NewReserver(coordinator.ReserverConfig{
+		Lease: h.lease,
+		Node:  n.nodeInfo,
+		Clock: n.clock,
+		Now: func() int64 {
+			wall, _ := n.clock.Now()
+			return l.Units(wall)
+		},
+		Logical: h.gen.Logical,
+		Gate: func(wanted int64) int64 {
+			_, mono := n.clock.Now()
+			if fwd := n.fwdStep.Load(); fwd != 0 && time.Duration(fwd) <= mono {
+				// An unconfirmed forward step: keep the heartbeat
+				// flowing at the current reservation.
+				return min(wanted, max(h.reserved.Load(), 0))
+			}
+			return wanted
+		},
+		Journal: rt.local,
+		OnAck: func(r int64) {
+			h.reserved.Store(r)
+			h.gen.SetReserved(r)
+			n.log.Debug("reservation acknowledged", "event", "holder_reserve", "generator", rt.cfg.Name,
+				"worker", h.lease.WorkerID(), "datacenter", h.lease.Datacenter(), "reserved", r)
+		},
+		Window:      max(int64(n.cfg.ReservationWindow/l.Unit), 1),
+		MaxUntil:    l.MaxTime(),
+		Interval:    time.Second,
+		CallTimeout: 2 * n.cfg.CoordinatorTimeout,
+		Logger:      n.log,
+	})
+}
+
+// reserve runs one Reserver step and feeds the serving state and metrics.
+func (n *Node) reserve(ctx context.Context, rt *genRuntime, h *holding) error {
 	start := time.Now()
-	err := h.lease.Reserve(rctx, target, coordinator.Heartbeat{Node: n.nodeInfo, Wall: wall})
-	cancel()
+	err := h.rs.Step(ctx)
 	n.metrics.coordLatency.WithLabelValues("reserve").Observe(time.Since(start).Seconds())
 	if err != nil {
 		n.metrics.coordErrors.WithLabelValues("reserve").Inc()
 		// Not extended: the generator stops at the old reservation.
-		left := l.UnitStart(h.reserved.Load() + 1).Sub(wall)
+		wall, _ := n.clock.Now()
+		left := rt.cfg.Layout.UnitStart(h.reserved.Load() + 1).Sub(wall)
 		if left <= 0 {
 			rt.state.Set(clockguard.SourceReservation, fmt.Sprintf("reservation exhausted: the coordinator did not confirm a new one (%v)", err))
 		}
@@ -545,11 +569,6 @@ func (n *Node) reserve(ctx context.Context, rt *genRuntime, h *holding) error {
 		}
 		return err
 	}
-	h.reserved.Store(target)
-	h.gen.SetReserved(target)
-	n.log.Debug("reservation acknowledged", "event", "holder_reserve", "generator", rt.cfg.Name,
-		"worker", h.lease.WorkerID(), "datacenter", h.lease.Datacenter(), "reserved", target)
-	rt.local.Acked(h.lease.Slot(), target)
 	rt.state.Clear(clockguard.SourceReservation)
 	return nil
 }

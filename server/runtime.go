@@ -18,6 +18,7 @@ import (
 type holding struct {
 	gen   *generator.Generator
 	lease coordinator.Lease
+	rs    *coordinator.Reserver
 	// reserved is the last reservation acknowledged (time-field units).
 	reserved atomic.Int64
 	released atomic.Bool // Release lowered the reservation to the highest time produced
