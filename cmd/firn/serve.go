@@ -16,6 +16,7 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/embedded"
 	"github.com/firnid/firn/coordinator/etcd"
 	"github.com/firnid/firn/coordinator/local"
 	"github.com/firnid/firn/server"
@@ -105,11 +106,13 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		endpoints := cfg.Etcd
 		coordName := "etcd " + strings.Join(endpoints, ",")
 		if cfg.Embedded() {
-			url, stop, err := startEmbeddedEtcd(dd.Dir(), sf.embeddedClientAddr, sf.embeddedPeerAddr)
+			es, err := embedded.Start(embedded.Config{DataDir: dd.Dir(), ClientAddr: sf.embeddedClientAddr,
+				PeerAddr: sf.embeddedPeerAddr, AcceptMoved: cfg.AcceptMovedDataDir, Logger: log})
 			if err != nil {
 				return fail(stderr, exitFailure, "serve: embedded etcd: %v", err)
 			}
-			stopEmbedded = stop
+			stopEmbedded = func() { es.Close() }
+			url := es.ClientURL()
 			endpoints = []string{url}
 			coordName = "embedded etcd " + url
 			opts = append(opts, server.WithEmbeddedURL(url))
