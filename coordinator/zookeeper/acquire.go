@@ -1,0 +1,450 @@
+package zookeeper
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/firnid/firn/coordinator"
+)
+
+// maxAttempts bounds Acquire's retries after unavailability or lost races;
+// the caller's context bounds its time.
+const maxAttempts = 30
+
+var (
+	// errRescan asks Acquire's loop for a fresh scan at once.
+	errRescan = errors.New("zookeeper: rescan")
+	// errLostRace: someone else took the candidate slot first.
+	errLostRace = errors.New("zookeeper: lost the race for a slot")
+	// errTooFar: the candidate's reservation is past the taker's limit.
+	errTooFar = errors.New("zookeeper: reservation past max-lead")
+)
+
+// Acquire implements coordinator.Coordinator. It returns a
+// *coordinator.LayoutMismatchError, *coordinator.ExhaustedError or
+// *coordinator.NameInUseError (each matching its sentinel),
+// coordinator.ErrSchemaTooNew, coordinator.ErrInvalidSpec for a bad Spec or
+// node, or an error matching coordinator.ErrUnavailable.
+func (c *Coordinator) Acquire(ctx context.Context, spec coordinator.Spec, node coordinator.NodeInfo) (coordinator.Lease, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if !validNodeName(spec.Generator) {
+		return nil, fmt.Errorf("%w: Spec.Generator %q is not a valid ZooKeeper node name", coordinator.ErrInvalidSpec, spec.Generator)
+	}
+	if node.InstanceID == "" || node.Name == "" {
+		return nil, fmt.Errorf("%w: NodeInfo needs a Name and an InstanceID (name %q, instance %q)",
+			coordinator.ErrInvalidSpec, node.Name, node.InstanceID)
+	}
+	var last error
+	for attempt := 0; attempt < maxAttempts; attempt++ {
+		if c.isClosed() {
+			return nil, fmt.Errorf("%w: zookeeper coordinator closed", coordinator.ErrUnavailable)
+		}
+		l, err := c.acquireOnce(ctx, spec, node)
+		switch {
+		case err == nil:
+			return l, nil
+		case errors.Is(err, errRescan):
+			continue
+		case !errors.Is(err, coordinator.ErrUnavailable) || isPermanent(err):
+			return nil, err
+		}
+		last = err
+		wait := min(50*time.Millisecond<<attempt, 500*time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w (last error: %w)", coordinator.ErrUnavailable, ctx.Err(), last)
+		case <-time.After(wait):
+		}
+	}
+	if last == nil {
+		last = fmt.Errorf("%w: zookeeper acquire: %d attempts lost races", coordinator.ErrUnavailable, maxAttempts)
+	}
+	return nil, last
+}
+
+func (c *Coordinator) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// ownerState is one live owner node as read in a scan.
+type ownerState struct {
+	rec  ownerRecord
+	stat *zk.Stat
+}
+
+// scanned is what Acquire read of a generator. Unlike etcd there is no
+// single consistent read: every decision taken from it is re-checked by
+// the versions in the acquiring multi.
+type scanned struct {
+	pin        pin
+	pinVersion int32
+	start      uint64 // cursor position the walk starts at
+	cursorVal  uint64 // cursor value to raise from (may grow on retries)
+	cursorVer  int32
+	owners     map[string]ownerState
+	ownerNames []string
+	reserved   map[string]bool
+}
+
+func newIncarnation() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// scan reads the pin (creating it if absent: of two first nodes exactly one
+// wins), the cursor, the live owners and the set of reservation nodes.
+func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) (*scanned, error) {
+	if err := c.ensureGenerator(ctx, p); err != nil {
+		return nil, err
+	}
+	data, st, err := c.get(ctx, p.pin())
+	if errors.Is(err, zk.ErrNoNode) {
+		want := pin{Layout: spec.Layout, Datacenter: spec.Datacenter, Incarnation: newIncarnation(), Schema: coordinator.SchemaVersion}
+		b, _ := json.Marshal(want)
+		err := c.create(ctx, p.pin(), b, zk.FlagPersistent)
+		switch {
+		case err == nil:
+			c.log.Info("generator pinned", "generator", spec.Generator, "layout", spec.Layout,
+				"datacenter", spec.Datacenter, "incarnation", want.Incarnation)
+		case errors.Is(err, zk.ErrNodeExists):
+		default:
+			return nil, unavailable("create pin", err)
+		}
+		return nil, errRescan
+	}
+	if err != nil {
+		return nil, unavailable("read pin", err)
+	}
+	s := &scanned{pinVersion: st.Version, owners: map[string]ownerState{}, reserved: map[string]bool{}}
+	if err := json.Unmarshal(data, &s.pin); err != nil {
+		return nil, fmt.Errorf("zookeeper: pin %s is not readable: %w", p.pin(), err)
+	}
+	if err := checkPin(s.pin, spec); err != nil {
+		return nil, err
+	}
+
+	data, st, err = c.get(ctx, p.cursor())
+	if errors.Is(err, zk.ErrNoNode) {
+		if err := c.create(ctx, p.cursor(), encodeValue(0), zk.FlagPersistent); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return nil, unavailable("create cursor", err)
+		}
+		return nil, errRescan
+	}
+	if err != nil {
+		return nil, unavailable("read cursor", err)
+	}
+	cur, err := parseValue(data)
+	if err != nil || cur < 0 {
+		return nil, fmt.Errorf("zookeeper: cursor %s holds %q", p.cursor(), data)
+	}
+	s.start, s.cursorVal, s.cursorVer = uint64(cur), uint64(cur), st.Version
+
+	names, err := c.children(ctx, p.owners())
+	if err != nil {
+		return nil, unavailable("list owners", err)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		d, st, err := c.get(ctx, p.owners()+"/"+name)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, unavailable("read owner", err)
+		}
+		if c.dropOrphan(ctx, p.owners()+"/"+name, d, st) {
+			continue
+		}
+		s.owners[name] = ownerState{rec: decodeOwner(d), stat: st}
+		s.ownerNames = append(s.ownerNames, name)
+	}
+	res, err := c.children(ctx, p.reservations())
+	if err != nil {
+		return nil, unavailable("list reservations", err)
+	}
+	for _, name := range res {
+		s.reserved[name] = true
+	}
+	return s, nil
+}
+
+func checkPin(p pin, spec coordinator.Spec) error {
+	if p.Schema > coordinator.SchemaVersion {
+		return fmt.Errorf("%w: generator %q pin schema %d, this binary knows %d",
+			coordinator.ErrSchemaTooNew, spec.Generator, p.Schema, coordinator.SchemaVersion)
+	}
+	if p.Layout != spec.Layout || p.Datacenter != spec.Datacenter {
+		return &coordinator.LayoutMismatchError{
+			Generator: spec.Generator, Pinned: p.Layout, Wanted: spec.Layout,
+			PinnedDatacenter: p.Datacenter, WantedDatacenter: spec.Datacenter,
+		}
+	}
+	return nil
+}
+
+type candidate struct {
+	slot     coordinator.Slot
+	pos      uint64 // cursor position; take-backs leave the cursor alone
+	limit    int64  // largest R accepted
+	takeBack *ownerState
+}
+
+func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, node coordinator.NodeInfo) (coordinator.Lease, error) {
+	p := c.paths(spec.Generator)
+	s, err := c.scan(ctx, p, spec)
+	if err != nil {
+		return nil, err
+	}
+	sid := c.sid.Load()
+	if sid == 0 {
+		return nil, unavailable("acquire", errors.New("no session"))
+	}
+	now, _ := c.clock.Now()
+
+	// The node name is a label: refuse while another instance holds it.
+	for _, name := range s.ownerNames {
+		o := s.owners[name]
+		if o.rec.Name == node.Name && o.rec.Instance != node.InstanceID {
+			slot, _ := parseSlot(name)
+			return nil, &coordinator.NameInUseError{Name: node.Name, Slot: slot, Instance: o.rec.Instance, Address: o.rec.Address}
+		}
+	}
+	hb := coordinator.Heartbeat{Node: node, Wall: now}
+	rec := encodeOwner(hb)
+	n := spec.Slots()
+
+	// Our own stale records first (a restart before the old session ran
+	// out), so that a crash loop does not burn the worker space.
+	for _, name := range s.ownerNames {
+		o := s.owners[name]
+		if o.rec.Instance != node.InstanceID || o.stat.EphemeralOwner == sid || now.Sub(o.rec.Wall) <= coordinator.TakeBackAge {
+			continue
+		}
+		slot, ok := parseSlot(name)
+		if !ok || spec.Index(slot) >= n || spec.SlotAt(spec.Index(slot)) != slot {
+			continue
+		}
+		l, err := c.take(ctx, p, s, spec, candidate{slot: slot, limit: max(spec.MaxFloor, spec.LocalFloor), takeBack: &o}, rec, sid)
+		switch {
+		case err == nil:
+			return l, nil
+		case errors.Is(err, errLostRace), errors.Is(err, errTooFar):
+		default:
+			return nil, err
+		}
+	}
+
+	tooFar := 0
+	for i := uint64(0); i < n; i++ {
+		if err := ctx.Err(); err != nil {
+			return nil, unavailable("acquire", err)
+		}
+		pos := s.start + i
+		slot := spec.SlotAt(pos)
+		if _, owned := s.owners[slotName(slot)]; owned {
+			continue
+		}
+		l, err := c.take(ctx, p, s, spec, candidate{slot: slot, pos: pos, limit: spec.MaxFloor}, rec, sid)
+		switch {
+		case err == nil:
+			return l, nil
+		case errors.Is(err, errTooFar):
+			tooFar++
+		case errors.Is(err, errLostRace):
+		default:
+			return nil, err
+		}
+	}
+	return nil, c.exhausted(ctx, p, spec, s, n, tooFar)
+}
+
+// take acquires one candidate in one multi: the pin's version unchanged,
+// (for a take-back) the old owner node deleted at its version, the
+// ephemeral owner node created, the reservation rewritten with the exact
+// bytes and version just read, and the cursor raised past the slot.
+func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordinator.Spec,
+	cand candidate, rec []byte, sid int64) (*lease, error) {
+	ownerPath, resPath := p.owner(cand.slot), p.reserved(cand.slot)
+	for round := 0; round < 8; round++ {
+		data, st, err := c.get(ctx, resPath)
+		if errors.Is(err, zk.ErrNoNode) {
+			// First use of the slot: its reservation node is created
+			// once, never deleted.
+			if err := c.create(ctx, resPath, neverReserved, zk.FlagPersistent); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+				return nil, unavailable("create reservation", err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, unavailable("read reservation", err)
+		}
+		r, err := parseValue(data)
+		if err != nil {
+			return nil, fmt.Errorf("zookeeper: reservation %s holds %q: refusing to guess", resPath, data)
+		}
+		if r > cand.limit {
+			return nil, errTooFar
+		}
+		if c.afterRead != nil {
+			c.afterRead(cand.slot)
+		}
+
+		ops := []any{&zk.CheckVersionRequest{Path: p.pin(), Version: s.pinVersion}}
+		ownerIdx := len(ops)
+		if cand.takeBack != nil {
+			ops = append(ops, &zk.DeleteRequest{Path: ownerPath, Version: cand.takeBack.stat.Version})
+		}
+		ops = append(ops, &zk.CreateRequest{Path: ownerPath, Data: rec, Acl: c.acl, Flags: zk.FlagEphemeral})
+		createIdx := len(ops) - 1
+		resIdx, curIdx := -1, -1
+		if op := acquireReservedOp(resPath, data, st.Version); op != nil {
+			resIdx = len(ops)
+			ops = append(ops, op)
+		}
+		if cand.takeBack == nil {
+			curIdx = len(ops)
+			ops = append(ops, &zk.SetDataRequest{Path: p.cursor(),
+				Data: encodeValue(int64(max(s.cursorVal, cand.pos+1))), Version: s.cursorVer})
+		}
+		res, err := c.multi(ctx, ops)
+		if err == nil && resIdx >= 0 {
+			// All ops of a multi share one zxid: the owner node's
+			// creation zxid is the reservation's new Mzxid.
+			rst := res[resIdx].Stat
+			l := newLease(c, spec, p, cand.slot, sid, rst.Mzxid, 0, rst.Version, r, data, s.pin.Incarnation)
+			return c.started(l, cand), nil
+		}
+		if err == nil {
+			return c.confirmTake(ctx, p, spec, s, cand, rec, sid, r)
+		}
+		if isPermanent(err) {
+			return nil, unavailable("acquire", err)
+		}
+		i := failedOp(res)
+		switch {
+		case i < 0:
+			// No answer: the multi may or may not have been applied.
+			return c.confirmTake(ctx, p, spec, s, cand, rec, sid, r)
+		case i == 0:
+			return nil, errRescan // the pin changed: check it again
+		case i >= ownerIdx && i <= createIdx:
+			return nil, errLostRace
+		case i == resIdx:
+			continue // the reservation moved since it was read: read again
+		case i == curIdx:
+			d, cst, err := c.get(ctx, p.cursor())
+			if err != nil {
+				return nil, unavailable("read cursor", err)
+			}
+			if v, err := parseValue(d); err == nil && v >= 0 {
+				s.cursorVal = max(s.cursorVal, uint64(v))
+			}
+			s.cursorVer = cst.Version
+			continue
+		default:
+			return nil, unavailable("acquire", err)
+		}
+	}
+	return nil, errLostRace
+}
+
+// confirmTake decides the outcome of an acquiring multi from what is
+// stored: it was applied if the owner node holds exactly the record sent
+// and belongs to this session. (The weak fence uses it after every
+// success too, having no reservation write to learn versions from.) The
+// reservation is read before the owner node: an owner node that is still
+// this one proves the reservation was not touched by another holder.
+func (c *Coordinator) confirmTake(ctx context.Context, p paths, spec coordinator.Spec, s *scanned,
+	cand candidate, rec []byte, sid int64, readR int64) (*lease, error) {
+	ownerPath, resPath := p.owner(cand.slot), p.reserved(cand.slot)
+	rdata, rst, rerr := c.get(ctx, resPath)
+	odata, ost, oerr := c.get(ctx, ownerPath)
+	if rerr != nil || (oerr != nil && !errors.Is(oerr, zk.ErrNoNode)) {
+		c.addOrphan(ownerPath, rec)
+		return nil, unavailable("acquire: outcome unknown", errors.Join(rerr, oerr))
+	}
+	if oerr != nil || ost.EphemeralOwner != sid || !bytes.Equal(odata, rec) {
+		return nil, errRescan // not applied (or applied and already gone)
+	}
+	l := newLease(c, spec, p, cand.slot, sid, ost.Czxid, ost.Version, rst.Version, readR, rdata, s.pin.Incarnation)
+	return c.started(l, cand), nil
+}
+
+func (c *Coordinator) started(l *lease, cand candidate) *lease {
+	c.register(l)
+	c.log.Info("worker acquired", "generator", l.spec.Generator, "slot", l.slot.String(),
+		"reserved", l.readR, "floor", l.floor, "session", fmt.Sprintf("%#x", l.session),
+		"take_back", cand.takeBack != nil)
+	return l
+}
+
+// addOrphan remembers an owner node an unanswered acquisition may have
+// created in this session: no lease knows it, so the next scan deletes it
+// rather than leave the slot blocked until the session ends.
+func (c *Coordinator) addOrphan(path string, rec []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.orphans == nil {
+		c.orphans = map[string][]byte{}
+	}
+	c.orphans[path] = rec
+}
+
+// dropOrphan deletes an owner node recorded by addOrphan if it exists in
+// this session with the record sent and no lease holds it. It reports
+// whether the node is gone.
+func (c *Coordinator) dropOrphan(ctx context.Context, path string, data []byte, st *zk.Stat) bool {
+	c.mu.Lock()
+	rec, ok := c.orphans[path]
+	c.mu.Unlock()
+	if !ok {
+		return false
+	}
+	if st.EphemeralOwner != c.sid.Load() || !bytes.Equal(rec, data) || c.liveOwnerNodes()[st.Czxid] {
+		c.mu.Lock()
+		delete(c.orphans, path)
+		c.mu.Unlock()
+		return false
+	}
+	_, err := call(c, ctx, func() (struct{}, error) { return struct{}{}, c.conn.Delete(path, st.Version) })
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return false
+	}
+	c.mu.Lock()
+	delete(c.orphans, path)
+	c.mu.Unlock()
+	c.log.Info("deleted an owner node left by an unanswered acquisition", "path", path)
+	return true
+}
+
+func (c *Coordinator) exhausted(ctx context.Context, p paths, spec coordinator.Spec, s *scanned, n uint64, tooFar int) error {
+	e := &coordinator.ExhaustedError{Generator: spec.Generator, Limit: n, TooFar: tooFar}
+	for _, name := range s.ownerNames {
+		slot, ok := parseSlot(name)
+		if !ok {
+			continue
+		}
+		r := int64(-1)
+		if d, _, err := c.get(ctx, p.reservations()+"/"+name); err == nil {
+			if v, err := parseValue(d); err == nil {
+				r = v
+			}
+		}
+		e.Live = append(e.Live, coordinator.Holder{Slot: slot, Live: true, Heartbeat: s.owners[name].rec.heartbeat(), Reserved: r})
+	}
+	return e
+}

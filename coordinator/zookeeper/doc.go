@@ -1,0 +1,63 @@
+// Package zookeeper is the ZooKeeper backend of package coordinator: it
+// hands out worker-ID leases as ephemeral owner nodes and stores each
+// slot's reservation in a persistent node, with fences made of exact node
+// versions (github.com/go-zookeeper/zk).
+//
+// Layout, under Config.Prefix (which plays the part of a chroot) and the
+// cluster name, per generator:
+//
+//	<prefix>/<cluster>/<generator>/pin             layout, fixed datacenter, incarnation, schema (JSON)
+//	<prefix>/<cluster>/<generator>/cursor          next cursor position (decimal, never lowered)
+//	<prefix>/<cluster>/<generator>/owner/<dc>-<w>  ephemeral: holder and heartbeat (JSON)
+//	<prefix>/<cluster>/<generator>/reserved/<dc>-<w>  persistent: R (decimal), never deleted
+//
+// Every node firn creates carries the ACL of Config.Auth's digest identity
+// (all permissions to it alone), or world:anyone when no credentials are
+// configured.
+//
+// The fences (DESIGN.md, "The fences, exactly"):
+//
+//   - Acquisition is one multi: check(pin, version read), create the
+//     ephemeral owner node, setData(reserved, bytes read, version read), and
+//     setData(cursor, raised, version read). If anyone wrote the
+//     reservation between the read and the multi, the multi fails and the
+//     taker reads again; a lost race on the owner node moves on to the next
+//     slot; a moved cursor is re-read and the multi sent again. Taking back
+//     one's own stale slot (same instance ID, heartbeat older than
+//     coordinator.TakeBackAge on the taker's clock, another session) is the
+//     same multi with a delete of the old owner node at its version, and
+//     leaves the cursor alone.
+//   - Every Reserve is multi(setData(reserved, v, rv), setData(owner,
+//     heartbeat, ov)) with the versions this holder last wrote; Release is
+//     multi(setData(reserved, lowered, rv), delete(owner, ov)). No write to
+//     a reservation node uses version -1. A holder whose slot was freed and
+//     taken by another fails on rv, which the new acquisition advanced; a
+//     bare check of the owner node would not do, since a re-created node
+//     starts again at version 0 (build tag firn_weakfence swaps in exactly
+//     that weaker fence, so that the fence tests can show they catch it).
+//   - After a failed or unanswered write the holder re-reads the
+//     reservation, then the owner node, and keeps the lease only while the
+//     owner node is still the one it created (same creation zxid, same
+//     session). It then knows whether its write was applied (the
+//     reservation holds what was sent), not applied (untouched), or
+//     overtaken by a write behind its back (adopted; a value below one
+//     acknowledged is a coordinator.RolledBackError).
+//
+// A session expiry is a lease loss: the owner nodes are gone, the client
+// library opens a new session by itself, and firn never re-creates the old
+// owner node — every lease of the old session ends and the node acquires
+// again through the fence. A connection loss shorter than the session
+// timeout keeps the session and every lease.
+//
+// Hazards: the client library has no per-request deadline. A call given up
+// on (Config.Timing.Timeout) stays queued and may still be applied later;
+// every write is version-fenced, so at most one of several writes from one
+// base version lands, and the next write's re-read learns which. The
+// library's handshake waits up to ten receive timeouts on a frozen server;
+// the dialer wrapper here bounds it to a third of the session timeout (at
+// least 1 s) so that failover to a live server happens in time. A lease's
+// Done channel closes on the expiry handshake, which may come long after
+// the server let the session go: safety never waits on it. Peers reports a
+// heartbeat only once its write has been seen through a watch, so a beat's
+// Received time is within one round trip of the write.
+package zookeeper

@@ -1,0 +1,30 @@
+//go:build firn_weakfence
+
+package zookeeper
+
+import "github.com/go-zookeeper/zk"
+
+// weakFence replaces the fence with a weaker one, for the fence tests only
+// (build tag firn_weakfence): acquisition does not fence the reservation,
+// and a holder's writes carry only a bare check of the owner node's
+// version, writing the reservation at any version. Each TestFence test
+// must fail in such a build.
+const weakFence = true
+
+func acquireReservedOp(string, []byte, int32) any { return nil }
+
+func reserveOps(resPath string, res []byte, _ int32, ownerPath string, rec []byte, ov int32) ([]any, int, int) {
+	return []any{
+		&zk.CheckVersionRequest{Path: ownerPath, Version: ov},
+		&zk.SetDataRequest{Path: resPath, Data: res, Version: -1},
+		&zk.SetDataRequest{Path: ownerPath, Data: rec, Version: -1},
+	}, 1, 2
+}
+
+func releaseOps(resPath string, res []byte, _ int32, ownerPath string, ov int32) ([]any, int) {
+	return []any{
+		&zk.CheckVersionRequest{Path: ownerPath, Version: ov},
+		&zk.SetDataRequest{Path: resPath, Data: res, Version: -1},
+		&zk.DeleteRequest{Path: ownerPath, Version: -1},
+	}, 1
+}

@@ -1,0 +1,260 @@
+package zookeeper
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/firnid/firn/coordinator"
+)
+
+// maxWriteRounds bounds one Reserve or Release: a write, and after a
+// failure or a lost answer a re-read and another write.
+const maxWriteRounds = 4
+
+// lease is one acquisition of one slot. Its identity is the owner node it
+// created (czxid, in session); rv and ov are the versions of the
+// reservation and owner nodes as this holder last wrote or confirmed them.
+type lease struct {
+	c           *Coordinator
+	spec        coordinator.Spec
+	slot        coordinator.Slot
+	ownerPath   string
+	resPath     string
+	session     int64
+	czxid       int64
+	readR       int64
+	floor       int64
+	incarnation string
+
+	writeMu sync.Mutex // one fenced write at a time; guards rv, ov
+	rv, ov  int32
+	acked   atomic.Int64
+	done    chan struct{}
+	once    sync.Once
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+var _ coordinator.Lease = (*lease)(nil)
+
+func newLease(c *Coordinator, spec coordinator.Spec, p paths, slot coordinator.Slot, session, czxid int64,
+	ov, rv int32, readR int64, resBytes []byte, incarnation string) *lease {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &lease{
+		c: c, spec: spec, slot: slot, ownerPath: p.owner(slot), resPath: p.reserved(slot),
+		session: session, czxid: czxid, readR: readR, floor: max(readR, spec.LocalFloor),
+		incarnation: incarnation, rv: rv, ov: ov,
+		done: make(chan struct{}), ctx: ctx, cancel: cancel,
+	}
+	acked := readR
+	if v, err := parseValue(resBytes); err == nil {
+		acked = max(acked, v)
+	}
+	l.acked.Store(acked)
+	return l
+}
+
+func (l *lease) WorkerID() uint64       { return l.slot.Worker }
+func (l *lease) Datacenter() uint64     { return l.slot.Datacenter }
+func (l *lease) Slot() coordinator.Slot { return l.slot }
+func (l *lease) ReadReserved() int64    { return l.readR }
+func (l *lease) Floor() int64           { return l.floor }
+func (l *lease) Incarnation() string    { return l.incarnation }
+func (l *lease) Reserved() int64        { return l.acked.Load() }
+func (l *lease) Done() <-chan struct{}  { return l.done }
+func (l *lease) Ctx() context.Context   { return l.ctx }
+
+// Session is the ZooKeeper session the lease's owner node belongs to.
+func (l *lease) Session() int64 { return l.session }
+
+func (l *lease) finish(why string) {
+	l.once.Do(func() {
+		close(l.done)
+		l.cancel()
+		l.c.unregister(l)
+		l.c.log.Info("worker lease ended", "generator", l.spec.Generator, "slot", l.slot.String(), "reason", why)
+	})
+}
+
+func (l *lease) isDone() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *lease) lost(why string) error {
+	l.finish(why)
+	return fmt.Errorf("%w: generator %q %s: %s", coordinator.ErrLeaseLost, l.spec.Generator, l.slot, why)
+}
+
+// reread reads the reservation, then the owner node. The order matters: if
+// the owner node is still this lease's (same creation zxid), nobody else
+// held the slot at any time up to the second read, so the reservation read
+// before it was written only by this holder (or by an operator).
+func (l *lease) reread(ctx context.Context) (res []byte, rst *zk.Stat, owner *zk.Stat, err error) {
+	res, rst, err = l.c.get(ctx, l.resPath)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	owner, err = l.c.exists(ctx, l.ownerPath)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return res, rst, owner, nil
+}
+
+func (l *lease) ours(owner *zk.Stat) bool {
+	return owner != nil && owner.Czxid == l.czxid && owner.EphemeralOwner == l.session
+}
+
+// Reserve implements coordinator.Lease with one multi: setData of the
+// reservation and of the owner record (the heartbeat), each at the version
+// this holder last wrote. After a failed or unanswered multi it re-reads:
+// the lease is kept only while the owner node is still the one this lease
+// created in its session. Then, if the reservation holds what was sent,
+// the write was applied; if it is untouched, it is sent again; if someone
+// else wrote it (an operator or a restore), the new version is adopted and
+// the write repeated — a value below one already acknowledged is reported
+// as a *coordinator.RolledBackError after it has been raised again.
+func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbeat) error {
+	if until < 0 {
+		return fmt.Errorf("%w: reservation %d must be >= 0", coordinator.ErrInvalidSpec, until)
+	}
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.isDone() {
+		return l.lost("lease already ended")
+	}
+	if sid := l.c.sid.Load(); sid != l.session {
+		return l.lost("zookeeper session ended")
+	}
+	acked := l.acked.Load()
+	v := max(until, acked)
+	rec := encodeOwner(hb)
+	var rolled *coordinator.RolledBackError
+	var last error
+	for round := 0; round < maxWriteRounds; round++ {
+		data := encodeValue(v)
+		ops, resIdx, ownerIdx := reserveOps(l.resPath, data, l.rv, l.ownerPath, rec, l.ov)
+		res, err := l.c.multi(ctx, ops)
+		if err == nil {
+			l.rv, l.ov = res[resIdx].Stat.Version, res[ownerIdx].Stat.Version
+			l.acked.Store(v)
+			if rolled != nil {
+				return rolled
+			}
+			return nil
+		}
+		if errors.Is(err, zk.ErrSessionExpired) {
+			return l.lost("zookeeper session expired")
+		}
+		if isPermanent(err) {
+			return unavailable("reserve", err)
+		}
+		last = err
+		cur, rst, owner, rerr := l.reread(ctx)
+		if rerr != nil {
+			// Ownership and outcome unknown: not extended. The next call
+			// re-reads (its versions will not match if this one landed).
+			return unavailable("reserve: outcome unknown", errors.Join(err, rerr))
+		}
+		if !l.ours(owner) {
+			return l.lost("owner node is gone or was re-created (fence failed)")
+		}
+		l.ov = owner.Version
+		if rst.Version == l.rv {
+			continue // not applied: send it again
+		}
+		l.rv = rst.Version
+		if bytes.Equal(cur, data) {
+			l.acked.Store(v)
+			if rolled != nil {
+				return rolled
+			}
+			return nil // applied: the answer was lost
+		}
+		seen, perr := parseValue(cur)
+		if perr != nil {
+			return fmt.Errorf("zookeeper: reservation %s holds %q: refusing to guess", l.resPath, cur)
+		}
+		if seen < acked && rolled == nil {
+			rolled = &coordinator.RolledBackError{Generator: l.spec.Generator, Slot: l.slot, Seen: seen, Acked: acked}
+		}
+		v = max(v, seen)
+	}
+	return unavailable("reserve", fmt.Errorf("no outcome after %d rounds: %w", maxWriteRounds, last))
+}
+
+// Release implements coordinator.Lease: in one multi fenced like Reserve it
+// lowers the reservation to max(highest, Floor) and deletes the owner node.
+// A reservation raised behind the holder's back above what it had
+// acknowledged (a bump) is kept, not lowered.
+func (l *lease) Release(ctx context.Context, highest int64) error {
+	l.writeMu.Lock()
+	defer l.writeMu.Unlock()
+	if l.isDone() {
+		return l.lost("lease already ended")
+	}
+	if sid := l.c.sid.Load(); sid != l.session {
+		return l.lost("zookeeper session ended")
+	}
+	acked := l.acked.Load()
+	target := max(highest, l.floor)
+	var last error
+	for round := 0; round < maxWriteRounds; round++ {
+		data := encodeValue(target)
+		ops, _ := releaseOps(l.resPath, data, l.rv, l.ownerPath, l.ov)
+		_, err := l.c.multi(ctx, ops)
+		if err == nil {
+			l.acked.Store(target)
+			l.finish("released")
+			return nil
+		}
+		if errors.Is(err, zk.ErrSessionExpired) {
+			return l.lost("zookeeper session expired before release")
+		}
+		if isPermanent(err) {
+			return unavailable("release", err)
+		}
+		last = err
+		cur, rst, owner, rerr := l.reread(ctx)
+		if rerr != nil {
+			return unavailable("release: outcome unknown", errors.Join(err, rerr))
+		}
+		if !l.ours(owner) {
+			if bytes.Equal(cur, data) {
+				l.acked.Store(target)
+				l.finish("released")
+				return nil // applied: the answer was lost
+			}
+			return l.lost("owner node is gone or was re-created before release (fence failed)")
+		}
+		l.ov = owner.Version
+		if rst.Version != l.rv {
+			l.rv = rst.Version
+			if seen, err := parseValue(cur); err == nil && seen > acked {
+				target = max(target, seen) // a bump made meanwhile is kept
+			}
+		}
+	}
+	return unavailable("release", fmt.Errorf("no outcome after %d rounds: %w", maxWriteRounds, last))
+}
+
+// SessionOf returns the ZooKeeper session behind a lease from this backend
+// (for tests and tools that expire it from outside).
+func SessionOf(l coordinator.Lease) (int64, bool) {
+	zl, ok := l.(*lease)
+	if !ok {
+		return 0, false
+	}
+	return zl.session, true
+}

@@ -1,0 +1,606 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+)
+
+// Coordinator is the ZooKeeper backend. All its leases share one session;
+// ownership of each slot is an ephemeral owner node of that session, and
+// every write a holder makes is fenced on the exact versions it last wrote.
+type Coordinator struct {
+	cfg   Config
+	conn  *zk.Conn
+	clock clockguard.Clock
+	log   *slog.Logger
+	acl   []zk.ACL
+	root  string // <prefix>/<cluster>
+	gate  *gate
+
+	// sid is the session the server last confirmed (0 before the first
+	// and after an expiry); negotiated its timeout.
+	sid        atomic.Int64
+	negotiated atomic.Int64
+	hasSession chan struct{}
+	sessOnce   sync.Once
+
+	mu      sync.Mutex
+	leases  map[*lease]struct{}
+	closed  bool
+	ensured map[string]bool   // generator paths known to exist
+	orphans map[string][]byte // see addOrphan
+
+	peersOnce sync.Once
+	peers     *peerWatch
+
+	// afterRead, when set (tests only, see export_test.go), runs in
+	// Acquire after a candidate's reservation was read and before the
+	// acquiring multi is sent.
+	afterRead func(coordinator.Slot)
+
+	bg   context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+var _ coordinator.Coordinator = (*Coordinator)(nil)
+
+// New connects to ZooKeeper, waits for a session, checks the negotiated
+// session timeout against the reservation window, authenticates and makes
+// sure the cluster's root node exists. It returns an error matching
+// coordinator.ErrInvalidSpec for a bad configuration (the negotiated
+// timeout included), or one matching coordinator.ErrUnavailable when no
+// server gives a session within DialTimeout or the credentials are refused.
+func New(cfg Config) (*Coordinator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	bg, stop := context.WithCancel(context.Background())
+	c := &Coordinator{
+		cfg:        cfg,
+		clock:      cfg.Clock,
+		log:        log.With("coordinator", "zookeeper", "cluster", cfg.Cluster),
+		acl:        cfg.acl(),
+		root:       cfg.Prefix + "/" + cfg.Cluster,
+		hasSession: make(chan struct{}),
+		leases:     map[*lease]struct{}{},
+		ensured:    map[string]bool{},
+		bg:         bg,
+		stop:       stop,
+	}
+	dial := cfg.Dialer
+	if dial == nil {
+		dial = net.DialTimeout
+	}
+	c.gate = &gate{dial: dial, onHandshake: c.onHandshake, limit: max(time.Second, cfg.Timing.LeaseTTL/3)}
+	conn, _, err := zk.Connect(cfg.Servers, cfg.Timing.LeaseTTL,
+		zk.WithDialer(c.gate.Dial),
+		zk.WithLogger(zkLogger{c.log}),
+		zk.WithLogInfo(false),
+		zk.WithEventCallback(c.onEvent),
+	)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("%w: zookeeper connect %v: %w", coordinator.ErrInvalidSpec, cfg.Servers, err)
+	}
+	c.conn = conn
+	fail := func(err error) (*Coordinator, error) {
+		c.gate.abandon()
+		conn.Close()
+		stop()
+		return nil, err
+	}
+	select {
+	case <-c.hasSession:
+	case <-time.After(cfg.DialTimeout):
+		return fail(fmt.Errorf("%w: zookeeper %v: no session within %v", coordinator.ErrUnavailable, cfg.Servers, cfg.DialTimeout))
+	}
+	neg := time.Duration(c.negotiated.Load())
+	if err := cfg.checkSession(neg, "negotiated"); err != nil {
+		return fail(err)
+	}
+	if cfg.Auth != "" {
+		if _, err := call(c, context.Background(), func() (struct{}, error) {
+			return struct{}{}, conn.AddAuth("digest", []byte(cfg.Auth))
+		}); err != nil {
+			return fail(fmt.Errorf("%w: zookeeper digest auth: %w", coordinator.ErrUnavailable, err))
+		}
+	}
+	if err := c.ensurePath(context.Background(), c.root); err != nil {
+		return fail(err)
+	}
+	c.log.Info("zookeeper session established", "session", fmt.Sprintf("%#x", c.sid.Load()),
+		"timeout", neg, "servers", strings.Join(cfg.Servers, ","))
+	return c, nil
+}
+
+// Root is the node path of this cluster, "<prefix>/<cluster>".
+func (c *Coordinator) Root() string { return c.root }
+
+// Conn is the underlying client (for tools and tests).
+func (c *Coordinator) Conn() *zk.Conn { return c.conn }
+
+// SessionID is the session the server last confirmed (0 while there is
+// none).
+func (c *Coordinator) SessionID() int64 { return c.sid.Load() }
+
+// SessionTimeout is the session timeout the server negotiated.
+func (c *Coordinator) SessionTimeout() time.Duration { return time.Duration(c.negotiated.Load()) }
+
+// Close ends the session (the server deletes its owner nodes at once; the
+// reservations are separate, persistent nodes and stay), stops background
+// work and ends every lease not yet released.
+func (c *Coordinator) Close() error {
+	if !c.markClosed() {
+		return nil
+	}
+	c.stop()
+	c.conn.Close()
+	c.finishAll("coordinator closed")
+	c.wg.Wait()
+	return nil
+}
+
+// Abandon stops the coordinator abruptly, as a crashed process would: the
+// connection is cut and no close reaches the server, so its owner nodes
+// linger until the session times out. For tests and fault injection.
+func (c *Coordinator) Abandon() {
+	if !c.markClosed() {
+		return
+	}
+	c.gate.abandon()
+	c.stop()
+	c.conn.Close()
+	c.finishAll("coordinator abandoned")
+	c.wg.Wait()
+}
+
+func (c *Coordinator) markClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.closed = true
+	return true
+}
+
+func (c *Coordinator) finishAll(why string) {
+	c.mu.Lock()
+	ls := make([]*lease, 0, len(c.leases))
+	for l := range c.leases {
+		ls = append(ls, l)
+	}
+	c.mu.Unlock()
+	for _, l := range ls {
+		l.finish(why)
+	}
+}
+
+// onHandshake runs for every handshake answer: a new session ends every
+// lease of the one before, an expiry (session 0) ends them all.
+func (c *Coordinator) onHandshake(sessionID int64, timeout time.Duration) {
+	old := c.sid.Swap(sessionID)
+	if sessionID != 0 {
+		c.negotiated.Store(int64(timeout))
+		c.sessOnce.Do(func() { close(c.hasSession) })
+	}
+	if old != 0 && old != sessionID {
+		if sessionID == 0 {
+			c.log.Warn("zookeeper session expired", "session", fmt.Sprintf("%#x", old))
+		} else {
+			c.log.Warn("zookeeper session replaced", "old", fmt.Sprintf("%#x", old), "new", fmt.Sprintf("%#x", sessionID))
+		}
+		c.sessionEnded(old)
+	}
+}
+
+// sessionEnded ends every lease taken in session id.
+func (c *Coordinator) sessionEnded(id int64) {
+	c.mu.Lock()
+	var ls []*lease
+	for l := range c.leases {
+		if l.session == id {
+			ls = append(ls, l)
+		}
+	}
+	c.mu.Unlock()
+	for _, l := range ls {
+		l.finish("zookeeper session expired")
+	}
+}
+
+func (c *Coordinator) onEvent(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	switch ev.State {
+	case zk.StateDisconnected, zk.StateHasSession, zk.StateExpired, zk.StateAuthFailed:
+		c.log.Debug("zookeeper connection state", "state", ev.State.String(), "server", ev.Server)
+	}
+}
+
+// register tracks a new lease; it ends at once if its session is already
+// gone (an expiry raced with the acquisition).
+func (c *Coordinator) register(l *lease) {
+	c.mu.Lock()
+	c.leases[l] = struct{}{}
+	c.mu.Unlock()
+	if c.sid.Load() != l.session {
+		l.finish("zookeeper session ended during acquisition")
+	}
+}
+
+func (c *Coordinator) unregister(l *lease) {
+	c.mu.Lock()
+	delete(c.leases, l)
+	c.mu.Unlock()
+}
+
+// liveOwnerNodes is the set of owner-node creation zxids this coordinator's
+// live leases hold.
+func (c *Coordinator) liveOwnerNodes() map[int64]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := make(map[int64]bool, len(c.leases))
+	for l := range c.leases {
+		m[l.czxid] = true
+	}
+	return m
+}
+
+// --- calls -------------------------------------------------------------------
+
+// errTimeout marks a call whose outcome is unknown because no answer came
+// in time (the request may still be applied later).
+var errTimeout = errors.New("zookeeper: no answer in time")
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// call runs one client request bounded by the coordinator timeout and ctx.
+// The client has no per-request deadline: a request given up on stays
+// queued and may still be sent and applied, which every caller allows for
+// (all writes are version-fenced).
+func call[T any](c *Coordinator, ctx context.Context, f func() (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timing.Timeout)
+	defer cancel()
+	ch := make(chan result[T], 1)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		v, err := f()
+		ch <- result[T]{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("%w: %w", errTimeout, ctx.Err())
+	}
+}
+
+type getResult struct {
+	data []byte
+	stat *zk.Stat
+}
+
+func (c *Coordinator) get(ctx context.Context, path string) ([]byte, *zk.Stat, error) {
+	r, err := call(c, ctx, func() (getResult, error) {
+		d, st, err := c.conn.Get(path)
+		return getResult{d, st}, err
+	})
+	return r.data, r.stat, err
+}
+
+// exists returns the node's stat, nil when it does not exist.
+func (c *Coordinator) exists(ctx context.Context, path string) (*zk.Stat, error) {
+	return call(c, ctx, func() (*zk.Stat, error) {
+		ok, st, err := c.conn.Exists(path)
+		if err != nil || !ok {
+			return nil, err
+		}
+		return st, nil
+	})
+}
+
+func (c *Coordinator) children(ctx context.Context, path string) ([]string, error) {
+	return call(c, ctx, func() ([]string, error) {
+		ch, _, err := c.conn.Children(path)
+		return ch, err
+	})
+}
+
+func (c *Coordinator) create(ctx context.Context, path string, data []byte, flags int32) error {
+	_, err := call(c, ctx, func() (string, error) { return c.conn.Create(path, data, flags, c.acl) })
+	return err
+}
+
+func (c *Coordinator) multi(ctx context.Context, ops []any) ([]zk.MultiResponse, error) {
+	return call(c, ctx, func() ([]zk.MultiResponse, error) { return c.conn.Multi(ops...) })
+}
+
+// failedOp is the index of the op that made a multi fail: the ops before
+// it answer OK, the ones after it "rolled back". -1 if none is marked.
+func failedOp(res []zk.MultiResponse) int {
+	for i, r := range res {
+		if r.Error != nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// isPermanent reports errors a retry cannot fix.
+func isPermanent(err error) bool {
+	return errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) ||
+		errors.Is(err, zk.ErrInvalidACL) || errors.Is(err, zk.ErrInvalidPath) ||
+		errors.Is(err, context.Canceled)
+}
+
+func unavailable(op string, err error) error {
+	return fmt.Errorf("%w: zookeeper %s: %w", coordinator.ErrUnavailable, op, err)
+}
+
+// ensurePath creates every missing element of path (persistent, firn's
+// ACL).
+func (c *Coordinator) ensurePath(ctx context.Context, path string) error {
+	st, err := c.exists(ctx, path)
+	if err != nil {
+		return unavailable("exists "+path, err)
+	}
+	if st != nil {
+		return nil
+	}
+	p := ""
+	for _, el := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
+		p += "/" + el
+		err := c.create(ctx, p, nil, zk.FlagPersistent)
+		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return unavailable("create "+p, err)
+		}
+	}
+	return nil
+}
+
+// ensureGenerator makes sure a generator's owner and reserved parents exist.
+func (c *Coordinator) ensureGenerator(ctx context.Context, p paths) error {
+	c.mu.Lock()
+	ok := c.ensured[p.base]
+	c.mu.Unlock()
+	if ok {
+		return nil
+	}
+	for _, dir := range []string{p.owners(), p.reservations()} {
+		if err := c.ensurePath(ctx, dir); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	c.ensured[p.base] = true
+	c.mu.Unlock()
+	return nil
+}
+
+// --- paths and records -------------------------------------------------------
+
+type paths struct{ base string }
+
+func (c *Coordinator) paths(generator string) paths { return paths{base: c.root + "/" + generator} }
+
+func (p paths) pin() string                        { return p.base + "/pin" }
+func (p paths) cursor() string                     { return p.base + "/cursor" }
+func (p paths) owners() string                     { return p.base + "/owner" }
+func (p paths) reservations() string               { return p.base + "/reserved" }
+func (p paths) owner(s coordinator.Slot) string    { return p.owners() + "/" + slotName(s) }
+func (p paths) reserved(s coordinator.Slot) string { return p.reservations() + "/" + slotName(s) }
+
+func slotName(s coordinator.Slot) string { return fmt.Sprintf("%d-%d", s.Datacenter, s.Worker) }
+
+func parseSlot(name string) (coordinator.Slot, bool) {
+	d, w, ok := strings.Cut(name, "-")
+	if !ok {
+		return coordinator.Slot{}, false
+	}
+	dc, err1 := strconv.ParseUint(d, 10, 64)
+	wk, err2 := strconv.ParseUint(w, 10, 64)
+	return coordinator.Slot{Datacenter: dc, Worker: wk}, err1 == nil && err2 == nil
+}
+
+// encodeValue is the text of a reservation or cursor node.
+func encodeValue(v int64) []byte { return []byte(strconv.FormatInt(v, 10)) }
+
+func parseValue(b []byte) (int64, error) {
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// neverReserved is the content of a reservation node created for a slot
+// that was never reserved.
+var neverReserved = encodeValue(-1)
+
+// pin is the generator's pin record.
+type pin struct {
+	Layout      string `json:"layout"`
+	Datacenter  int64  `json:"datacenter"` // -1: from the cursor
+	Incarnation string `json:"incarnation"`
+	Schema      int    `json:"schema"`
+}
+
+// ownerRecord is the data of owner/<slot>: the holder and its heartbeat.
+type ownerRecord struct {
+	Name      string    `json:"name"`
+	Instance  string    `json:"instance"`
+	Address   string    `json:"address"`
+	StartTime time.Time `json:"start"`
+	Wall      time.Time `json:"heartbeat"`
+}
+
+func encodeOwner(hb coordinator.Heartbeat) []byte {
+	b, _ := json.Marshal(ownerRecord{
+		Name: hb.Node.Name, Instance: hb.Node.InstanceID, Address: hb.Node.Address,
+		StartTime: hb.Node.StartTime, Wall: hb.Wall,
+	})
+	return b
+}
+
+func decodeOwner(b []byte) ownerRecord {
+	var r ownerRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		// An unreadable owner record still means "owned".
+		return ownerRecord{Name: "?", Instance: "?"}
+	}
+	return r
+}
+
+func (r ownerRecord) heartbeat() coordinator.Heartbeat {
+	return coordinator.Heartbeat{
+		Node: coordinator.NodeInfo{Name: r.Name, InstanceID: r.Instance, Address: r.Address, StartTime: r.StartTime},
+		Wall: r.Wall,
+	}
+}
+
+// --- the connection gate -----------------------------------------------------
+
+// gate wraps the dialer. It reads each connection's handshake answer (the
+// session ID and negotiated timeout, which the client does not expose),
+// bounds the handshake read so that a frozen server cannot hold the client
+// for ten receive timeouts (the client's own deadline), and can refuse all
+// further connections (Abandon).
+type gate struct {
+	dial        Dialer
+	onHandshake func(sessionID int64, timeout time.Duration)
+	limit       time.Duration
+
+	mu        sync.Mutex
+	abandoned bool
+	conns     map[*gateConn]struct{}
+}
+
+var errAbandoned = errors.New("zookeeper: coordinator abandoned")
+
+// Dial implements zk.Dialer.
+func (g *gate) Dial(network, address string, timeout time.Duration) (net.Conn, error) {
+	g.mu.Lock()
+	if g.abandoned {
+		g.mu.Unlock()
+		return nil, errAbandoned
+	}
+	g.mu.Unlock()
+	nc, err := g.dial(network, address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	gc := &gateConn{Conn: nc, g: g}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.abandoned {
+		nc.Close()
+		return nil, errAbandoned
+	}
+	if g.conns == nil {
+		g.conns = map[*gateConn]struct{}{}
+	}
+	g.conns[gc] = struct{}{}
+	return gc, nil
+}
+
+func (g *gate) abandon() {
+	g.mu.Lock()
+	g.abandoned = true
+	cs := g.conns
+	g.conns = nil
+	g.mu.Unlock()
+	for gc := range cs {
+		gc.Conn.Close()
+	}
+}
+
+type gateConn struct {
+	net.Conn
+	g      *gate
+	buf    []byte
+	hsDone atomic.Bool
+	once   sync.Once
+}
+
+func (gc *gateConn) Close() error {
+	gc.once.Do(func() {
+		gc.g.mu.Lock()
+		delete(gc.g.conns, gc)
+		gc.g.mu.Unlock()
+	})
+	return gc.Conn.Close()
+}
+
+// SetReadDeadline bounds reads to the handshake limit until the handshake
+// answer has been read.
+func (gc *gateConn) SetReadDeadline(t time.Time) error {
+	if !gc.hsDone.Load() {
+		if lim := time.Now().Add(gc.g.limit); t.IsZero() || t.After(lim) {
+			t = lim
+		}
+	}
+	return gc.Conn.SetReadDeadline(t)
+}
+
+func (gc *gateConn) Read(p []byte) (int, error) {
+	n, err := gc.Conn.Read(p)
+	if n > 0 && !gc.hsDone.Load() {
+		gc.buf = append(gc.buf, p[:n]...)
+		if len(gc.buf) >= 4 {
+			want := 4 + int(binary.BigEndian.Uint32(gc.buf[:4]))
+			if len(gc.buf) >= want || want > 1<<16 {
+				gc.hsDone.Store(true)
+				if len(gc.buf) >= want {
+					if id, to, ok := parseConnectResponse(gc.buf[4:want]); ok {
+						gc.g.onHandshake(id, to)
+					}
+				}
+				gc.buf = nil
+			}
+		}
+	}
+	return n, err
+}
+
+// parseConnectResponse decodes a handshake answer: protocolVersion int32,
+// timeOut int32 (ms), sessionId int64, passwd buffer. Session 0 means the
+// session expired.
+func parseConnectResponse(b []byte) (int64, time.Duration, bool) {
+	if len(b) < 16 {
+		return 0, 0, false
+	}
+	to := int32(binary.BigEndian.Uint32(b[4:8]))
+	id := int64(binary.BigEndian.Uint64(b[8:16]))
+	return id, time.Duration(to) * time.Millisecond, true
+}
+
+// zkLogger routes the client's own messages (connection failures and the
+// like) to slog at debug level.
+type zkLogger struct{ log *slog.Logger }
+
+func (z zkLogger) Printf(format string, args ...any) {
+	z.log.Debug("zookeeper client", "msg", fmt.Sprintf(format, args...))
+}
