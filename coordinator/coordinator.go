@@ -298,8 +298,9 @@ type Coordinator interface {
 	// ForceRelease frees a slot's ownership through the fenced path,
 	// keeping its reservation.
 	ForceRelease(ctx context.Context, generator string, slot Slot) error
-	// Bump raises every reservation of every generator by by (in each
-	// generator's time units, as the caller computes), after a restore.
+	// Bump raises every reservation of the generator by by (in its time
+	// units, as the caller computes), after a restore; call it once per
+	// generator.
 	Bump(ctx context.Context, generator string, by int64) error
 	// Peers returns live holders' heartbeats as received.
 	Peers(ctx context.Context) ([]PeerBeat, error)

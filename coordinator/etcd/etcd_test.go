@@ -240,6 +240,26 @@ func TestFrozenMemberFailover(t *testing.T) {
 	}
 }
 
+// TestPinSchemaTooNew: a pin written by a newer schema is refused.
+func TestPinSchemaTooNew(t *testing.T) {
+	srv := etcdtest.StartEmbedded(t)
+	cfg := baseConfig(srv.Endpoints)
+	cfg.Cluster = "schema"
+	c := newCoord(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pin := c.Root() + "newer/pin"
+	if _, err := c.Client().Put(ctx, pin, `{"layout":"x","datacenter":-1,"incarnation":"abc","schema":99}`); err != nil {
+		t.Fatal(err)
+	}
+	spec := coordtest.Spec("newer", 4)
+	spec.Layout = "x"
+	_, err := c.Acquire(ctx, spec, coordtest.Node("a"))
+	if !errors.Is(err, coordinator.ErrSchemaTooNew) || !strings.Contains(err.Error(), "99") {
+		t.Fatalf("pin schema 99: %v, want ErrSchemaTooNew naming 99", err)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	good := baseConfig([]string{"127.0.0.1:1"})
 	if err := good.Validate(); err != nil {
