@@ -88,7 +88,7 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 		}
 		release, args = args[1], args[2:]
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseQuiet(fs, args); err != nil {
 		if isHelp(err) {
 			return exitOK
 		}
@@ -151,7 +151,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	var c coordFlags
 	c.register(fs)
 	by := fs.Duration("by", 0, "raise every reservation of the generator by this much (after restoring the coordinator from a snapshot: at least the time since the snapshot)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseQuiet(fs, args[1:]); err != nil {
 		if isHelp(err) {
 			return exitOK
 		}

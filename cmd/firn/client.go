@@ -108,7 +108,7 @@ func cmdNext(args []string, stdout, stderr io.Writer) int {
 	d.register(fs)
 	n := fs.Int("n", 1, "how many IDs")
 	gen := fs.String("generator", "", "generator name (default: the node's default)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseQuiet(fs, args); err != nil {
 		if isHelp(err) {
 			return exitOK
 		}
@@ -152,7 +152,7 @@ func cmdDecode(args []string, stdout, stderr io.Writer) int {
 	d.register(fs)
 	gen := fs.String("generator", "", "decode with this generator's layout, asking the node")
 	layout := fs.String("layout", "", "decode locally with this layout (preset or canonical string)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseQuiet(fs, args); err != nil {
 		if isHelp(err) {
 			return exitOK
 		}
@@ -202,7 +202,7 @@ func cmdInfo(args []string, stdout, stderr io.Writer) int {
 	var d dialFlags
 	d.register(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseQuiet(fs, args); err != nil {
 		if isHelp(err) {
 			return exitOK
 		}
@@ -258,7 +258,7 @@ func cmdFault(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:7302", "the node's --fault-addr")
 	offset := fs.String("offset", "", "clock offset, a Go duration (absolute; 0 clears it)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseQuiet(fs, args[1:]); err != nil {
 		if isHelp(err) {
 			return exitOK
 		}

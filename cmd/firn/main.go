@@ -91,7 +91,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // (FIRN_<FLAG>) > YAML file (--config) > default. repeatable names flags
 // whose values accumulate; their environment values separate with ';'.
 func parseLayered(fs *flag.FlagSet, args []string, configPath *string, repeatable map[string]bool, getenv func(string) string) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseQuiet(fs, args); err != nil {
 		return err
 	}
 	set := map[string]bool{}
@@ -193,3 +193,19 @@ func fail(stderr io.Writer, code int, format string, args ...any) int {
 }
 
 func isHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
+
+// parseQuiet parses args into fs without the flag package's own output
+// (its error line and the full usage): the caller prints the error in one
+// line. --help still prints the usage.
+func parseQuiet(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if errors.Is(err, flag.ErrHelp) && usage != nil {
+		usage()
+	}
+	return err
+}
