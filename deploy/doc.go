@@ -1,0 +1,30 @@
+// Package deploy holds what an operator needs to run firn — the container
+// image (Dockerfile), Kubernetes manifests (kubernetes/), a local compose
+// cluster (compose/), a systemd unit (systemd/), chrony guidance (chrony/),
+// Chaos Mesh game days (chaos/), Prometheus rules (prometheus/) and a
+// Grafana dashboard (grafana/) — and the tests that keep those files true
+// to the firn binary.
+//
+// It is its own Go module so that the main module carries no Kubernetes,
+// Prometheus-operator or Prometheus-server dependencies. It does not import
+// the main module: the tests build ../cmd/firn and run it as a process, as
+// an operator would.
+//
+// Invariants the tests hold:
+//   - every metric name in the rules and the dashboard, found by parsing
+//     their PromQL, is exposed on /metrics by a running node (or written by
+//     Prometheus itself: up), and promtool accepts that exposition;
+//   - promtool checks and unit-tests the rules, and every alert has a
+//     summary, a description, a severity and a unit test that fires it;
+//   - Kubernetes manifests decode strictly into the Kubernetes and
+//     Prometheus-operator API types, name only flags `firn serve --help`
+//     lists, and probe endpoints a node really answers;
+//   - the Dockerfile's build commands, run outside Docker, give static
+//     binaries, and its USER is numeric and not root;
+//   - images in compose.yaml other than firn's are pinned by digest.
+//
+// Hazards: the tests start real firn nodes on loopback ports and run
+// promtool (Debian's prometheus package); test/run.sh installs it. Docker
+// does not run where the tests run, so the Dockerfile and compose file are
+// checked as files, never built or started.
+package deploy
