@@ -60,6 +60,7 @@ type env struct {
 	proxies map[*Node][]*Proxy
 	row     *Row
 	layout  generator.Layout
+	etcd    *etcdtest.Procs
 }
 
 func (e *env) newNode(name string, extra ...string) *Node {
@@ -138,7 +139,7 @@ func TestChaos(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				row := &Row{Scenario: sc.name, Backend: b.name}
 				e := &env{t: t, b: b, cluster: fmt.Sprintf("chaos-%d-%s-%d", i, b.name, time.Now().UnixNano()%1e6),
-					rec: &Recorder{}, proxies: map[*Node][]*Proxy{}, row: row, layout: sf}
+					rec: &Recorder{}, proxies: map[*Node][]*Proxy{}, row: row, layout: sf, etcd: etcdProcs}
 				start := time.Now()
 				defer func() {
 					row.Seconds = time.Since(start).Seconds()

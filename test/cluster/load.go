@@ -165,3 +165,56 @@ func sortedIDs(ids []Received) []Received {
 	sort.Slice(s, func(i, j int) bool { return s[i].ID < s[j].ID })
 	return s
 }
+
+// ClientLoad drives the Go client (prefetch and failover) from callers that
+// record what they receive; the serving node is unknown ("").
+type ClientLoad struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// Nexter is the Go client's method the load needs.
+type Nexter interface {
+	Next(ctx context.Context) (uint64, error)
+}
+
+// StartClientLoad starts callers on one client.
+func StartClientLoad(rec *Recorder, c Nexter, callers int, deadline time.Duration, pause time.Duration) *ClientLoad {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &ClientLoad{cancel: cancel}
+	for i := 0; i < callers; i++ {
+		id := int(rec.clients.Add(1))
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			var call int64
+			for ctx.Err() == nil {
+				call++
+				cctx, ccancel := context.WithTimeout(ctx, deadline)
+				v, err := c.Next(cctx)
+				ccancel()
+				at := time.Now()
+				rec.calls.Add(1)
+				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					rec.addFailure("client", err, at)
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				rec.addIDs("", "", id, call, []uint64{v}, at)
+				if pause > 0 {
+					time.Sleep(pause)
+				}
+			}
+		}()
+	}
+	return l
+}
+
+// Stop ends the load.
+func (l *ClientLoad) Stop() {
+	l.cancel()
+	l.wg.Wait()
+}
