@@ -19,7 +19,7 @@ import (
 	"github.com/firnid/firn/generator"
 )
 
-var long = flag.Bool("long", false, "run the longer chaos scenarios and soaks")
+var long = flag.Bool("long", false, "run the longer chaos scenarios and soaks (or FIRN_LONG=1)")
 
 // chaosBudget bounds the whole chaos suite.
 const chaosBudget = 8 * time.Minute
@@ -132,7 +132,7 @@ func TestChaos(t *testing.T) {
 			if !sc.both && b.name != "etcd" {
 				continue
 			}
-			if sc.long && !*long {
+			if sc.long && !*long && os.Getenv("FIRN_LONG") == "" {
 				continue
 			}
 			name := sc.name + "/" + b.name

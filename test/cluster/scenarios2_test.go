@@ -382,6 +382,37 @@ func init() {
 			countFailures(e, e.rec.Failures(), none)
 			e.check(Bounds{})
 		}},
+		scenario{name: "etcd quorum lost beyond the window, then restored", run: func(e *env) {
+			n1 := e.newNode("n1")
+			e.startAll(n1)
+			load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
+			time.Sleep(time.Second)
+			lost := time.Now()
+			a, b := e.etcd.Members[1], e.etcd.Members[2]
+			a.Stop()
+			b.Stop()
+			d, body, err := n1.WaitNotReady(10 * time.Second)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			e.row.FailClosed = d.Round(time.Millisecond).String()
+			if !strings.Contains(body, "reservation") && !strings.Contains(body, "lease") {
+				e.t.Errorf("reason does not name the reservation or the lease: %s", body)
+			}
+			a.Restart(e.t)
+			b.Restart(e.t)
+			r, err := n1.WaitReady(20 * time.Second)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			e.row.Recover = r.Round(time.Millisecond).String()
+			time.Sleep(500 * time.Millisecond)
+			load.Stop()
+			countFailures(e, e.rec.Failures(), func(f Failure) bool {
+				return f.At.After(lost) && (f.Code == codes.Unavailable || f.Code == codes.DeadlineExceeded)
+			})
+			e.check(Bounds{})
+		}},
 	)
 }
 
