@@ -106,7 +106,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		endpoints := cfg.Etcd
 		coordName := "etcd " + strings.Join(endpoints, ",")
 		if cfg.Embedded() {
-			es, err := embedded.Start(embedded.Config{DataDir: dd.Dir(), ClientAddr: sf.embeddedClientAddr,
+			es, err := embedded.Start(embedded.Config{DataDir: cfg.DataDir, ClientAddr: sf.embeddedClientAddr,
 				PeerAddr: sf.embeddedPeerAddr, AcceptMoved: cfg.AcceptMovedDataDir, Logger: log})
 			if err != nil {
 				return fail(stderr, exitFailure, "serve: embedded etcd: %v", err)
