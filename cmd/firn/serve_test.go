@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
+)
+
+// The embedded default: `firn serve` with a data dir and ports and nothing
+// else serves, and next, info and decode work against it; SIGTERM exits 0.
+func TestServeEmbeddedDefault(t *testing.T) {
+	a := freeAddrs(t)
+	p := serve(t, t.TempDir(), a, nil)
+	p.waitReady(30 * time.Second)
+	if !strings.Contains(p.stdout.String(), "embedded etcd at http://"+a.eclient) {
+		t.Fatalf("stdout does not print the embedded etcd URL:\n%s", p.stdout)
+	}
+
+	one := ids(t, a.grpc, 1)
+	five := ids(t, a.grpc, 5)
+	all := append(one, five...)
+	for i := 1; i < len(all); i++ {
+		if all[i] <= all[i-1] {
+			t.Fatalf("firn next IDs not increasing: %v", all)
+		}
+	}
+
+	out, errOut, code := cli(t, nil, "info", "--addr", a.grpc)
+	if code != 0 {
+		t.Fatalf("firn info: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"generator default (default): SERVING", "embedded etcd: http://" + a.eclient,
+		"layout time=41,dc=5,worker=5,seq=12", "max batch 100000"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("firn info lacks %q:\n%s", want, out)
+		}
+	}
+
+	id := strconv.FormatUint(all[len(all)-1], 10)
+	remote, errOut, code := cli(t, nil, "decode", "--addr", a.grpc, id)
+	if code != 0 {
+		t.Fatalf("firn decode: exit %d: %s", code, errOut)
+	}
+	local, errOut, code := cli(t, nil, "decode", "--layout", "snowflake", id)
+	if code != 0 {
+		t.Fatalf("firn decode --layout: exit %d: %s", code, errOut)
+	}
+	if !regexp.MustCompile(`^time=\S+ datacenter=\d+ worker=\d+ sequence=\d+\n$`).MatchString(remote) || remote != local {
+		t.Fatalf("firn decode: node says %q, layout says %q", remote, local)
+	}
+	_, errOut, code = cli(t, nil, "decode", "--addr", a.grpc, strconv.FormatUint(1<<63, 10))
+	if code != exitUsage || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || !strings.Contains(errOut, "InvalidArgument") {
+		t.Fatalf("firn decode of a garbage ID: exit %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = cli(t, nil, "next", "--addr", a.grpc, "--generator", "nope")
+	if code != exitUsage || !strings.Contains(errOut, "NotFound") {
+		t.Fatalf("firn next --generator nope: exit %d, stderr %q", code, errOut)
+	}
+
+	if code := p.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+}
+
+// A restart on the same data dir resumes above its own reservation: after
+// SIGTERM (exit 0, lease released, serving at once) and after kill -9
+// (serving within the reservation window + 1s, IDs above).
+func TestRestartResumesAbove(t *testing.T) {
+	dir := t.TempDir()
+	a := freeAddrs(t)
+	p := serve(t, dir, a, nil)
+	first := p.waitReady(30 * time.Second)
+	before := ids(t, a.grpc, 1000)
+	if code := p.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+
+	p = serve(t, dir, a, nil)
+	// At once: the start itself (embedded etcd included) and no more. A
+	// lease left to expire would add the 5s TTL, an unlowered reservation
+	// about 4s.
+	again := p.waitReady(30 * time.Second)
+	t.Logf("first start served after %v, the restart after SIGTERM after %v", first.Round(time.Millisecond), again.Round(time.Millisecond))
+	if again > first+2*time.Second {
+		t.Fatalf("after SIGTERM the restart served after %v (the first start after %v): not at once", again, first)
+	}
+	after := ids(t, a.grpc, 1000)
+	if after[0] <= before[len(before)-1] {
+		t.Fatalf("after SIGTERM the first ID %d is not above the last %d", after[0], before[len(before)-1])
+	}
+
+	// kill -9: the reservation stays up to a window ahead.
+	killed := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	p = serve(t, dir, a, nil)
+	p.waitReady(30 * time.Second)
+	since := time.Since(killed)
+	t.Logf("the restart after kill -9 served %v after the kill", since.Round(time.Millisecond))
+	if since > 5*time.Second+time.Second+first {
+		t.Fatalf("after kill -9 the restart served %v after the kill; want within the 5s window + 1s (+ the %v start)", since, first)
+	}
+	crash := ids(t, a.grpc, 10)
+	if crash[0] <= after[len(after)-1] {
+		t.Fatalf("after kill -9 the first ID %d is not above the last %d", crash[0], after[len(after)-1])
+	}
+	if code := p.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+}
+
+// Bad flags: exit code 2 and one line on stderr naming the flag and the
+// bound; nothing is started.
+func TestBadFlags(t *testing.T) {
+	a := freeAddrs(t)
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		want []string
+	}{
+		{"unknown flag", []string{"--no-such-flag"}, nil, []string{"no-such-flag"}},
+		{"bad value", []string{"--max-batch", "abc"}, nil, []string{"max-batch", "abc"}},
+		{"max-batch 0", []string{"--max-batch", "0"}, nil, []string{"--max-batch", "0", "[1, 1000000]"}},
+		{"bad layout", []string{"--generator", "user=bits=99"}, nil, []string{"--generator", "user"}},
+		{"unknown preset", []string{"--generator", "user=bogus"}, nil, []string{"--generator", "bogus"}},
+		{"non-loopback grpc-addr", []string{"--grpc-addr", "0.0.0.0:7300"}, nil, []string{"--grpc-addr", "loopback", "--embedded-serve-remote"}},
+		{"non-loopback http-addr", []string{"--http-addr", "192.0.2.1:7301"}, nil, []string{"--http-addr", "loopback"}},
+		{"fault offset without the flag", []string{"--fault-clock-offset", "-5s"}, nil, []string{"--fault-clock-offset", "--enable-fault-injection"}},
+		{"ring size", []string{"--ring-size", "100"}, nil, []string{"--ring-size", "power of two"}},
+		{"lease ttl", []string{"--lease-ttl", "1s"}, nil, []string{"--lease-ttl", "2s"}},
+		{"env max-batch", nil, []string{"FIRN_MAX_BATCH=2000000"}, []string{"--max-batch", "[1, 1000000]"}},
+		{"env bad value", nil, []string{"FIRN_MAX_BATCH=lots"}, []string{"FIRN_MAX_BATCH", "max-batch"}},
+		{"extra argument", []string{"now"}, nil, []string{"unexpected argument", "now"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			args := append(append([]string{"serve", "--data-dir", dir}, a.args()...), c.args...)
+			out, errOut, code := cli(t, c.env, args...)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want 2; stderr %q", code, errOut)
+			}
+			msg := strings.TrimSpace(errOut)
+			if msg == "" || strings.Contains(msg, "\n") {
+				t.Fatalf("stderr is not one line:\n%s", errOut)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Fatalf("stderr %q does not name %q", msg, w)
+				}
+			}
+			if out != "" {
+				t.Fatalf("stdout %q for a refused start", out)
+			}
+			if _, err := os.Stat(dir); err == nil {
+				t.Fatalf("a refused start created the data dir")
+			}
+		})
+	}
+	// The other commands refuse bad flags the same way.
+	for _, args := range [][]string{{"next", "-n", "0"}, {"next", "--bogus"}, {"decode"}, {"decode", "abc"},
+		{"info", "--bogus"}, {"fault", "clock", "--offset", "soon"}, {"nosuchcommand"}} {
+		_, errOut, code := cli(t, nil, args...)
+		if msg := strings.TrimSpace(errOut); code != exitUsage || msg == "" || strings.Contains(msg, "\n") {
+			t.Fatalf("firn %v: exit %d, stderr %q; want 2 and one line", args, code, errOut)
+		}
+	}
+}
+
+// Precedence: a flag beats the environment, which beats the --config file,
+// which beats the default; a repeatable flag's environment variable
+// separates values with ';'.
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(t.TempDir(), "firn.yaml")
+	yaml := "max-batch: 111\ncluster: from-file\ngenerator:\n  - only=snowflake\nnode-name: file-node\n"
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := freeAddrs(t)
+	p := serve(t, dir, a, []string{"FIRN_MAX_BATCH=222", "FIRN_GENERATOR=main=snowflake;user=compact", "FIRN_NODE_NAME=env-node"},
+		"--config", conf, "--max-batch", "333")
+	p.waitReady(30 * time.Second)
+	info := p.info()
+	if info.GetCluster() != "from-file" {
+		t.Fatalf("cluster %q, want the file's from-file over the default", info.GetCluster())
+	}
+	gens := info.GetGenerators()
+	if len(gens) != 2 || gens[0].GetName() != "main" || gens[1].GetName() != "user" {
+		t.Fatalf("generators %v, want the environment's main and user over the file's", gens)
+	}
+	if mb := gens[0].GetMaxBatch(); mb != 333 {
+		t.Fatalf("max batch %d, want the flag's 333 over the environment's 222 and the file's 111", mb)
+	}
+	if name := info.GetNodeName(); name != "env-node" {
+		t.Fatalf("node name %q, want the environment's env-node over the file's", name)
+	}
+	if mb := gens[1].GetMaxBatch(); mb != 128 {
+		t.Fatalf("user max batch %d, want min(333, compact's 64 × 2)", mb)
+	}
+	if ml := gens[0].GetMaxLead().AsDuration(); ml != time.Second {
+		t.Fatalf("max lead %v, want the default 1s", ml)
+	}
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.client().NextID(c, &firnv1.NextIDRequest{Generator: "user"}); err != nil {
+		t.Fatalf("NextID user: %v", err)
+	}
+	if code := p.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+
+	// An unknown key in the file is refused like a bad flag.
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("max-bach: 5\n"), 0o600)
+	_, errOut, code := cli(t, nil, append(append([]string{"serve", "--data-dir", t.TempDir()}, freeAddrs(t).args()...), "--config", bad)...)
+	if code != exitUsage || !strings.Contains(errOut, "max-bach") {
+		t.Fatalf("unknown config key: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// `firn fault clock` sets the offset of a node with fault injection: −5s
+// takes it out of service, 0 brings it back; without the flag nothing
+// listens.
+func TestFaultClockCommand(t *testing.T) {
+	a := freeAddrs(t)
+	fault := freeAddrs(t).grpc
+	p := serve(t, t.TempDir(), a, nil, "--enable-fault-injection", "--fault-addr", fault)
+	p.waitReady(30 * time.Second)
+	if !strings.Contains(p.stderr.String(), "FAULT INJECTION ENABLED") {
+		t.Fatal("fault injection is not logged loudly")
+	}
+	// IDs first, so that the generator's time stands at the clock when it
+	// steps back (a generator that issued nothing has nothing to protect).
+	ids(t, a.grpc, 10)
+	out, errOut, code := cli(t, nil, "fault", "clock", "--addr", fault, "--offset", "-5s")
+	if code != 0 || !strings.Contains(out, "-5s") {
+		t.Fatalf("firn fault clock --offset -5s: exit %d, %q %q", code, out, errOut)
+	}
+	var msg string
+	for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(20 * time.Millisecond) {
+		_, errOut, code = cli(t, nil, "next", "--addr", a.grpc)
+		if code != 0 {
+			msg = errOut
+			break
+		}
+	}
+	if code != exitNotReady || !strings.Contains(msg, "Unavailable") || !strings.Contains(msg, "clock rolled back") {
+		t.Fatalf("firn next after −5s: exit %d, stderr %q; want 3 and the rollback", code, msg)
+	}
+	if out, _, code := cli(t, nil, "info", "--addr", a.grpc); code != 0 || !strings.Contains(out, "NOT SERVING: clock rolled back") {
+		t.Fatalf("firn info after −5s: exit %d:\n%s", code, out)
+	}
+	if _, errOut, code := cli(t, nil, "fault", "clock", "--addr", fault, "--offset", "0"); code != 0 {
+		t.Fatalf("firn fault clock --offset 0: exit %d %q", code, errOut)
+	}
+	p.started = time.Now()
+	p.waitReady(5 * time.Second)
+	ids(t, a.grpc, 3)
+
+	if code := p.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+
+	// A node without the flag, given the same fault address: nothing
+	// listens there.
+	q := serve(t, t.TempDir(), freeAddrs(t), nil, "--fault-addr", fault)
+	q.waitReady(30 * time.Second)
+	_, errOut, code = cli(t, nil, "fault", "clock", "--addr", fault, "--offset", "-1s")
+	if code != exitFailure || strings.Contains(strings.TrimSpace(errOut), "\n") || !strings.Contains(errOut, "--enable-fault-injection") {
+		t.Fatalf("firn fault clock against a node without fault injection: exit %d, stderr %q", code, errOut)
+	}
+	if strings.Contains(q.stderr.String(), "FAULT INJECTION") {
+		t.Fatal("a node without the flag logs fault injection")
+	}
+}
+
+// A copied data dir is refused on the embedded coordinator (two copies
+// would be two private coordinators issuing the same IDs), unless
+// --accept-moved-data-dir accepts it.
+func TestCopiedDataDirRefused(t *testing.T) {
+	orig := filepath.Join(t.TempDir(), "orig")
+	a := freeAddrs(t)
+	p := serve(t, orig, a, nil)
+	p.waitReady(30 * time.Second)
+	instance := p.info().GetInstanceId()
+	last := ids(t, a.grpc, 100)
+	if code := p.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+	// The identity record is the node's own: its instance ID.
+	b, err := os.ReadFile(filepath.Join(orig, "embedded", "identity.json"))
+	if err != nil {
+		t.Fatalf("no identity record in the data dir: %v", err)
+	}
+	var id struct {
+		InstanceID string `json:"instance_id"`
+	}
+	if err := json.Unmarshal(b, &id); err != nil || id.InstanceID != instance {
+		t.Fatalf("identity record %s (%v) does not carry the node's instance ID %s", b, err, instance)
+	}
+
+	copyDir := filepath.Join(t.TempDir(), "copy")
+	if out, err := exec.Command("cp", "-a", orig, copyDir).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	q := serve(t, copyDir, a, nil)
+	select {
+	case <-q.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a copied data dir was not refused within 20s")
+	}
+	msg := strings.TrimSpace(q.stderr.String())
+	if code := q.cmd.ProcessState.ExitCode(); code != exitFailure || !strings.Contains(lastLine(msg), "data dir copied or moved") ||
+		!strings.Contains(lastLine(msg), "--accept-moved-data-dir") {
+		t.Fatalf("copied data dir: exit %d, stderr %q", code, msg)
+	}
+
+	r := serve(t, copyDir, a, nil, "--accept-moved-data-dir")
+	r.waitReady(30 * time.Second)
+	if got := ids(t, a.grpc, 1); got[0] <= last[len(last)-1] {
+		t.Fatalf("accepted copy issued %d, not above the original's last %d", got[0], last[len(last)-1])
+	}
+	if code := r.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+}
