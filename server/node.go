@@ -240,7 +240,10 @@ func (n *Node) Start(ctx context.Context) error {
 	reflection.Register(n.grpcSrv)
 	n.metrics.grpc.InitializeMetrics(n.grpcSrv)
 
-	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: n.tlsConf}
+	// net/http's own errors (TLS handshakes refused, ...) go to the node's
+	// logger, not to the standard library's.
+	httpLog := slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)
+	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: n.tlsConf, ErrorLog: httpLog}
 	n.goRun(func() {
 		if err := n.grpcSrv.Serve(n.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Error("gRPC server stopped", "err", err)
@@ -258,7 +261,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 	})
 	if n.faultLis != nil {
-		n.faultSrv = &http.Server{Handler: n.faultHandler(), ReadHeaderTimeout: 5 * time.Second}
+		n.faultSrv = &http.Server{Handler: n.faultHandler(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: httpLog}
 		n.goRun(func() {
 			if err := n.faultSrv.Serve(n.faultLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				n.log.Error("fault server stopped", "err", err)

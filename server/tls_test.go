@@ -100,6 +100,11 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("plaintext HTTP to a TLS node: 200 %s", b)
 		}
 	}
+	// The refused handshakes are in the node's log, not on the process's
+	// standard error.
+	if !strings.Contains(n.logs.String(), "TLS handshake error") {
+		t.Fatalf("the node's log does not record the refused TLS handshakes:\n%s", n.logs)
+	}
 	// TLS without client certificates: the admin endpoint refuses.
 	code, body, err := post(httpsClient(good), base+"/admin/resume")
 	if err != nil || code != 403 || !strings.Contains(body, "mTLS") {
