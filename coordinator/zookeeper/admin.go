@@ -89,7 +89,7 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 // owner node at the version read and rewrites the reservation with the
 // exact bytes and version read: it fails if a new holder took the slot in
 // between (its acquisition moved the reservation's version), and it keeps
-// R. A slot with no owner is left as it is.
+// R. A slot with no owner is refused with coordinator.ErrNotHeld.
 func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot coordinator.Slot) error {
 	if err := c.checkGenerator(generator); err != nil {
 		return err
@@ -101,7 +101,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 		data, rst, err := c.get(ctx, resPath)
 		if errors.Is(err, zk.ErrNoNode) {
 			if st, err := c.exists(ctx, ownerPath); err == nil && st == nil {
-				return nil
+				return fmt.Errorf("%w: generator %q %s", coordinator.ErrNotHeld, generator, slot)
 			}
 			return fmt.Errorf("zookeeper: %s has an owner but no reservation node", slot)
 		}
@@ -113,7 +113,10 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 			return unavailable("read owner", err)
 		}
 		if ost == nil {
-			return nil
+			if round == 0 {
+				return fmt.Errorf("%w: generator %q %s", coordinator.ErrNotHeld, generator, slot)
+			}
+			return nil // freed: by the previous, unanswered round or by someone else
 		}
 		_, err = c.multi(ctx, []any{
 			&zk.DeleteRequest{Path: ownerPath, Version: ost.Version},

@@ -75,8 +75,9 @@ func (l *lease) Session() int64 { return l.session }
 
 func (l *lease) finish(why string) {
 	l.once.Do(func() {
-		close(l.done)
+		// Ctx first: whoever sees Done closed finds Ctx cancelled.
 		l.cancel()
+		close(l.done)
 		l.c.unregister(l)
 		l.c.log.Info("worker lease ended", "generator", l.spec.Generator, "slot", l.slot.String(), "reason", why)
 	})
@@ -143,6 +144,9 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 	var rolled *coordinator.RolledBackError
 	var last error
 	for round := 0; round < maxWriteRounds; round++ {
+		if round > 0 && l.isDone() {
+			return l.lost("zookeeper session expired")
+		}
 		data := encodeValue(v)
 		ops, resIdx, ownerIdx := reserveOps(l.resPath, data, l.rv, l.ownerPath, rec, l.ov)
 		res, err := l.c.multi(ctx, ops)
@@ -163,9 +167,18 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 		last = err
 		cur, rst, owner, rerr := l.reread(ctx)
 		if rerr != nil {
-			// Ownership and outcome unknown: not extended. The next call
-			// re-reads (its versions will not match if this one landed).
-			return unavailable("reserve: outcome unknown", errors.Join(err, rerr))
+			// Ownership and outcome unknown: not extended. Try again while
+			// time remains (an expiry learned on reconnecting ends the
+			// lease meanwhile); the next call re-reads otherwise (its
+			// versions will not match if this one landed).
+			if l.isDone() {
+				return l.lost("zookeeper session expired")
+			}
+			last = errors.Join(err, rerr)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
 		}
 		if !l.ours(owner) {
 			return l.lost("owner node is gone or was re-created (fence failed)")
@@ -191,7 +204,7 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 		}
 		v = max(v, seen)
 	}
-	return unavailable("reserve", fmt.Errorf("no outcome after %d rounds: %w", maxWriteRounds, last))
+	return unavailable("reserve: outcome unknown", fmt.Errorf("no outcome after %d rounds: %w", maxWriteRounds, last))
 }
 
 // Release implements coordinator.Lease: in one multi fenced like Reserve it
@@ -211,6 +224,9 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 	target := max(highest, l.floor)
 	var last error
 	for round := 0; round < maxWriteRounds; round++ {
+		if round > 0 && l.isDone() {
+			return l.lost("zookeeper session expired before release")
+		}
 		data := encodeValue(target)
 		ops, _ := releaseOps(l.resPath, data, l.rv, l.ownerPath, l.ov)
 		_, err := l.c.multi(ctx, ops)
@@ -228,7 +244,14 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 		last = err
 		cur, rst, owner, rerr := l.reread(ctx)
 		if rerr != nil {
-			return unavailable("release: outcome unknown", errors.Join(err, rerr))
+			if l.isDone() {
+				return l.lost("zookeeper session expired before release")
+			}
+			last = errors.Join(err, rerr)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
 		}
 		if !l.ours(owner) {
 			if bytes.Equal(cur, data) {
@@ -246,7 +269,7 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 			}
 		}
 	}
-	return unavailable("release", fmt.Errorf("no outcome after %d rounds: %w", maxWriteRounds, last))
+	return unavailable("release: outcome unknown", fmt.Errorf("no outcome after %d rounds: %w", maxWriteRounds, last))
 }
 
 // SessionOf returns the ZooKeeper session behind a lease from this backend

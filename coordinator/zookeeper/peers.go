@@ -14,10 +14,12 @@ import (
 
 // peerWatch follows every live owner node of the cluster with watches: the
 // cluster's generators, each generator's owner nodes, and each owner
-// node's data. A heartbeat counts as received when the change that wrote
+// node's data. A heartbeat counts as received when the write that carried
 // it has been seen through a watch (at that moment, on the coordinator's
-// clock); records that were already there when watching began are not
-// reported until they are next written, since their age is unknown.
+// clock). Records that were already there when watching began are not
+// reported until they are next written, since their age is unknown; the
+// first Peers call sets every watch before it returns, so every write
+// after it is seen.
 type peerWatch struct {
 	c *Coordinator
 
@@ -30,15 +32,16 @@ type peerWatch struct {
 // retryPause is the wait before a watch is set again after an error.
 const retryPause = 250 * time.Millisecond
 
-// Peers implements coordinator.Coordinator. The first call starts the
-// watches and returns what they have seen so far (possibly nothing).
+// Peers implements coordinator.Coordinator. The first call sets the
+// watches (bounded by ctx) and returns what they have seen so far, which
+// is nothing: heartbeats are reported from their next write on.
 func (c *Coordinator) Peers(ctx context.Context) ([]coordinator.PeerBeat, error) {
 	if c.isClosed() {
 		return nil, unavailable("peers", errors.New("coordinator closed"))
 	}
 	c.peersOnce.Do(func() {
 		c.peers = &peerWatch{c: c, beats: map[string]coordinator.PeerBeat{}, gens: map[string]bool{}, owners: map[string]bool{}}
-		c.goBG(c.peers.watchCluster)
+		c.peers.start(ctx)
 	})
 	w := c.peers
 	w.mu.Lock()
@@ -88,96 +91,173 @@ func (c *Coordinator) wait(ch <-chan zk.Event) (zk.Event, bool) {
 	}
 }
 
-type childrenW struct {
-	names []string
+// armed is a read whose watch is set.
+type armed struct {
+	names []string // children, for a children watch
+	data  []byte   // data, for a data watch
 	ch    <-chan zk.Event
 }
 
-// watchChildren calls found with path's children each time they change,
-// until the coordinator stops. first is true for the listing made before
-// any change was seen (and again after the watch was lost).
-func (w *peerWatch) watchChildren(path string, found func(names []string, first bool)) {
+func (w *peerWatch) childrenW(ctx context.Context, path string) (*armed, error) {
 	c := w.c
-	first := true
+	return call(c, ctx, func() (*armed, error) {
+		n, _, ch, err := c.conn.ChildrenW(path)
+		if err != nil {
+			return nil, err
+		}
+		return &armed{names: n, ch: ch}, nil
+	})
+}
+
+func (w *peerWatch) getW(ctx context.Context, path string) (*armed, error) {
+	c := w.c
+	return call(c, ctx, func() (*armed, error) {
+		d, _, ch, err := c.conn.GetW(path)
+		if err != nil {
+			return nil, err
+		}
+		return &armed{data: d, ch: ch}, nil
+	})
+}
+
+// claim marks a generator or owner path as watched; false if it already
+// was.
+func (w *peerWatch) claim(set map[string]bool, key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if set[key] {
+		return false
+	}
+	set[key] = true
+	return true
+}
+
+// start sets every watch synchronously (as far as ctx allows), then hands
+// each armed watch to its goroutine. Whatever could not be armed here is
+// armed by the goroutines themselves.
+func (w *peerWatch) start(ctx context.Context) {
+	c := w.c
+	top, err := w.childrenW(ctx, c.root)
+	if err != nil {
+		top = nil
+	}
+	if top != nil {
+		for _, g := range top.names {
+			if !w.claim(w.gens, g) {
+				continue
+			}
+			p := c.paths(g)
+			ga, err := w.childrenW(ctx, p.owners())
+			if err != nil {
+				ga = nil
+			}
+			if ga != nil {
+				for _, name := range ga.names {
+					path := p.owners() + "/" + name
+					if !w.claim(w.owners, path) {
+						continue
+					}
+					oa, err := w.getW(ctx, path)
+					if errors.Is(err, zk.ErrNoNode) {
+						w.mu.Lock()
+						delete(w.owners, path)
+						w.mu.Unlock()
+						continue
+					}
+					gen, n := g, name
+					c.goBG(func() { w.watchOwner(gen, n, path, false, oa) })
+				}
+			}
+			gen := g
+			c.goBG(func() { w.watchGenerator(gen, ga) })
+		}
+	}
+	c.goBG(func() { w.watchCluster(top) })
+}
+
+// watchChildren calls found with path's children each time they change,
+// until the coordinator stops; first is true for a listing not preceded
+// by a seen change (the initial one, and after a lost watch). init, when
+// not nil, is a listing whose watch is already set (found was already
+// called for it).
+func (w *peerWatch) watchChildren(path string, init *armed, found func(names []string, first bool)) {
+	c := w.c
+	cur := init
 	for {
-		r, err := call(c, c.bg, func() (childrenW, error) {
-			n, _, ch, err := c.conn.ChildrenW(path)
-			return childrenW{n, ch}, err
-		})
-		if errors.Is(err, zk.ErrNoNode) {
-			// Not there yet: wait for it to appear.
-			r2, err := call(c, c.bg, func() (childrenW, error) {
-				_, _, ch, err := c.conn.ExistsW(path)
-				return childrenW{nil, ch}, err
-			})
+		first := cur == nil
+		if cur == nil {
+			r, err := w.childrenW(c.bg, path)
+			if errors.Is(err, zk.ErrNoNode) {
+				// Not there yet: wait for it to appear.
+				e, err := call(c, c.bg, func() (*armed, error) {
+					_, _, ch, err := c.conn.ExistsW(path)
+					return &armed{ch: ch}, err
+				})
+				if err != nil {
+					if !c.pause(retryPause) {
+						return
+					}
+					continue
+				}
+				if _, ok := c.wait(e.ch); !ok {
+					return
+				}
+				r, err = w.childrenW(c.bg, path)
+				first = false
+			}
 			if err != nil {
 				if !c.pause(retryPause) {
 					return
 				}
 				continue
 			}
-			if _, ok := c.wait(r2.ch); !ok {
-				return
-			}
-			first = false
-			continue
+			cur = r
+			found(r.names, first)
 		}
-		if err != nil {
-			if !c.pause(retryPause) {
-				return
-			}
-			continue
-		}
-		found(r.names, first)
-		ev, ok := c.wait(r.ch)
+		ev, ok := c.wait(cur.ch)
 		if !ok {
 			return
 		}
-		first = ev.Type == zk.EventNotWatching
+		cur = nil
+		if ev.Type == zk.EventNodeChildrenChanged {
+			r, err := w.childrenW(c.bg, path)
+			if err == nil {
+				cur = r
+				found(r.names, false)
+			}
+		}
 	}
 }
 
-func (w *peerWatch) watchCluster() {
-	w.watchChildren(w.c.root, func(names []string, _ bool) {
+func (w *peerWatch) watchCluster(init *armed) {
+	w.watchChildren(w.c.root, init, func(names []string, _ bool) {
 		for _, g := range names {
-			w.mu.Lock()
-			seen := w.gens[g]
-			w.gens[g] = true
-			w.mu.Unlock()
-			if !seen {
+			if w.claim(w.gens, g) {
 				gen := g
-				w.c.goBG(func() { w.watchGenerator(gen) })
+				w.c.goBG(func() { w.watchGenerator(gen, nil) })
 			}
 		}
 	})
 }
 
-func (w *peerWatch) watchGenerator(gen string) {
+func (w *peerWatch) watchGenerator(gen string, init *armed) {
 	p := w.c.paths(gen)
-	w.watchChildren(p.owners(), func(names []string, first bool) {
+	w.watchChildren(p.owners(), init, func(names []string, first bool) {
 		for _, name := range names {
 			path := p.owners() + "/" + name
-			w.mu.Lock()
-			seen := w.owners[path]
-			w.owners[path] = true
-			w.mu.Unlock()
-			if !seen {
+			if w.claim(w.owners, path) {
 				n, fresh := name, !first
-				w.c.goBG(func() { w.watchOwner(gen, n, path, fresh) })
+				w.c.goBG(func() { w.watchOwner(gen, n, path, fresh, nil) })
 			}
 		}
 	})
-}
-
-type getW struct {
-	data []byte
-	ch   <-chan zk.Event
 }
 
 // watchOwner follows one owner node until it is deleted. fresh says
 // whether its current record was written just now (a node that appeared
-// while watching) or at some unknown earlier time.
-func (w *peerWatch) watchOwner(gen, name, path string, fresh bool) {
+// while watching) or at some unknown earlier time. init, when not nil, is
+// a read whose watch is already set.
+func (w *peerWatch) watchOwner(gen, name, path string, fresh bool, init *armed) {
 	c := w.c
 	key := gen + "/" + name
 	slot, okSlot := parseSlot(name)
@@ -187,31 +267,33 @@ func (w *peerWatch) watchOwner(gen, name, path string, fresh bool) {
 		delete(w.owners, path)
 		w.mu.Unlock()
 	}()
+	cur := init
 	for {
-		r, err := call(c, c.bg, func() (getW, error) {
-			d, _, ch, err := c.conn.GetW(path)
-			return getW{d, ch}, err
-		})
-		if errors.Is(err, zk.ErrNoNode) {
-			return
-		}
-		if err != nil {
-			if !c.pause(retryPause) {
+		if cur == nil {
+			r, err := w.getW(c.bg, path)
+			if errors.Is(err, zk.ErrNoNode) {
 				return
 			}
-			fresh = false
-			continue
+			if err != nil {
+				if !c.pause(retryPause) {
+					return
+				}
+				fresh = false
+				continue
+			}
+			cur = r
 		}
 		if fresh && okSlot {
 			wall, _ := c.clock.Now()
 			w.mu.Lock()
-			w.beats[key] = coordinator.PeerBeat{Generator: gen, Slot: slot, Heartbeat: decodeOwner(r.data).heartbeat(), Received: wall}
+			w.beats[key] = coordinator.PeerBeat{Generator: gen, Slot: slot, Heartbeat: decodeOwner(cur.data).heartbeat(), Received: wall}
 			w.mu.Unlock()
 		}
-		ev, ok := c.wait(r.ch)
+		ev, ok := c.wait(cur.ch)
 		if !ok {
 			return
 		}
+		cur = nil
 		switch ev.Type {
 		case zk.EventNodeDeleted:
 			return

@@ -79,11 +79,34 @@ func freePorts(n int) ([]int, error) {
 	return out, nil
 }
 
+// Options tunes the servers; zero values take the defaults.
+type Options struct {
+	// MinSessionTimeout and MaxSessionTimeout bound the session timeouts
+	// the servers negotiate. Defaults 1 s and 60 s.
+	MinSessionTimeout, MaxSessionTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.MinSessionTimeout == 0 {
+		o.MinSessionTimeout = time.Second
+	}
+	if o.MaxSessionTimeout == 0 {
+		o.MaxSessionTimeout = 60 * time.Second
+	}
+	return o
+}
+
 // StartStandalone starts one standalone server and waits until it serves.
 // It is killed at tb's cleanup.
 func StartStandalone(tb testing.TB) *Server {
 	tb.Helper()
-	e := start(tb, 1)
+	return StartStandaloneWith(tb, Options{})
+}
+
+// StartStandaloneWith is StartStandalone with options.
+func StartStandaloneWith(tb testing.TB, o Options) *Server {
+	tb.Helper()
+	e := start(tb, 1, o.withDefaults())
 	return e.Servers[0]
 }
 
@@ -95,10 +118,10 @@ func StartEnsemble(tb testing.TB, n int) *Ensemble {
 	if n < 2 {
 		tb.Fatalf("zktest: an ensemble needs at least 2 servers, got %d", n)
 	}
-	return start(tb, n)
+	return start(tb, n, Options{}.withDefaults())
 }
 
-func start(tb testing.TB, n int) *Ensemble {
+func start(tb testing.TB, n int, o Options) *Ensemble {
 	tb.Helper()
 	if _, err := os.Stat(Jar); err != nil {
 		tb.Fatalf("zktest: %s missing (install the Debian package zookeeper; test/run.sh does): %v", Jar, err)
@@ -109,7 +132,7 @@ func start(tb testing.TB, n int) *Ensemble {
 	root := tb.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		e, err := tryStart(tb, filepath.Join(root, fmt.Sprintf("try%d", attempt)), n)
+		e, err := tryStart(tb, filepath.Join(root, fmt.Sprintf("try%d", attempt)), n, o)
 		if err == nil {
 			return e
 		}
@@ -120,7 +143,7 @@ func start(tb testing.TB, n int) *Ensemble {
 	return nil
 }
 
-func tryStart(tb testing.TB, root string, n int) (*Ensemble, error) {
+func tryStart(tb testing.TB, root string, n int, o Options) (*Ensemble, error) {
 	p, err := freePorts(3 * n)
 	if err != nil {
 		return nil, err
@@ -131,7 +154,7 @@ func tryStart(tb testing.TB, root string, n int) (*Ensemble, error) {
 	}
 	e := &Ensemble{}
 	for i := 0; i < n; i++ {
-		s, err := newServer(tb, root, i+1, ps)
+		s, err := newServer(tb, root, i+1, ps, o)
 		if err != nil {
 			e.killAll()
 			return nil, err
@@ -160,7 +183,7 @@ func (e *Ensemble) killAll() {
 	}
 }
 
-func newServer(tb testing.TB, root string, id int, ps []ports) (*Server, error) {
+func newServer(tb testing.TB, root string, id int, ps []ports, o Options) (*Server, error) {
 	dir := filepath.Join(root, fmt.Sprintf("zk%d", id))
 	conf := filepath.Join(dir, "conf")
 	data := filepath.Join(dir, "data")
@@ -179,7 +202,7 @@ func newServer(tb testing.TB, root string, id int, ps []ports) (*Server, error) 
 	fmt.Fprintf(&b, "clientPort=%d\nclientPortAddress=127.0.0.1\n", me.client)
 	b.WriteString("admin.enableServer=false\n")
 	b.WriteString("4lw.commands.whitelist=ruok,srvr,mntr,stat,cons\n")
-	b.WriteString("minSessionTimeout=1000\nmaxSessionTimeout=60000\n")
+	fmt.Fprintf(&b, "minSessionTimeout=%d\nmaxSessionTimeout=%d\n", o.MinSessionTimeout.Milliseconds(), o.MaxSessionTimeout.Milliseconds())
 	// The data dir is a test's scratch space: no fsync per transaction, a
 	// small preallocated log.
 	b.WriteString("forceSync=no\npreAllocSize=1024\n")
@@ -452,6 +475,30 @@ func (e *Ensemble) Leader() (*Server, error) {
 		}
 	}
 	return nil, errors.New("zktest: no server reports itself leader")
+}
+
+// Zxid is the largest zxid any of the servers at addrs reports (for a
+// write-rate measurement across an ensemble).
+func Zxid(addrs []string) (int64, error) {
+	var best int64 = -1
+	var last error
+	for _, a := range addrs {
+		out, err := FourLetter(a, "srvr", time.Second)
+		if err != nil {
+			last = err
+			continue
+		}
+		var v int64
+		if _, err := fmt.Sscanf(field(out, "Zxid"), "0x%x", &v); err != nil {
+			last = fmt.Errorf("zktest: srvr from %s: %q", a, out)
+			continue
+		}
+		best = max(best, v)
+	}
+	if best < 0 {
+		return 0, fmt.Errorf("zktest: no server reports a zxid: %v", last)
+	}
+	return best, nil
 }
 
 // ByAddr returns the server with client address addr, or nil.

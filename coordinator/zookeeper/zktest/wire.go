@@ -86,6 +86,7 @@ type Recorder struct {
 	mu   sync.Mutex
 	last Session
 	ok   bool
+	all  map[int64]Session
 }
 
 // Dial dials address and watches the connection's first frame.
@@ -101,6 +102,10 @@ func (r *Recorder) Dial(network, address string, timeout time.Duration) (net.Con
 		r.mu.Lock()
 		r.last = Session{ID: cr.SessionID, Passwd: cr.Passwd, Timeout: cr.Timeout, Server: address}
 		r.ok = true
+		if r.all == nil {
+			r.all = map[int64]Session{}
+		}
+		r.all[cr.SessionID] = r.last
 		r.mu.Unlock()
 	}}, nil
 }
@@ -112,6 +117,16 @@ func (r *Recorder) Session() (Session, bool) {
 	s := r.last
 	s.Passwd = append([]byte(nil), s.Passwd...)
 	return s, r.ok
+}
+
+// Lookup returns the credentials of session id if a handshake through Dial
+// established it.
+func (r *Recorder) Lookup(id int64) (Session, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.all[id]
+	s.Passwd = append([]byte(nil), s.Passwd...)
+	return s, ok
 }
 
 // sniffConn copies the bytes of the first frame read and decodes it once
