@@ -46,6 +46,12 @@ func TestServeEmbeddedDefault(t *testing.T) {
 		}
 	}
 
+	// The embedded etcd's URL is the coordinator for the admin commands.
+	out, errOut, code = cli(t, nil, "workers", "--etcd", "http://"+a.eclient)
+	if code != 0 || !strings.Contains(out, "1 live of 1024 worker IDs") || !strings.Contains(out, a.grpc) {
+		t.Fatalf("firn workers: exit %d %s\n%s", code, errOut, out)
+	}
+
 	id := strconv.FormatUint(all[len(all)-1], 10)
 	remote, errOut, code := cli(t, nil, "decode", "--addr", a.grpc, id)
 	if code != 0 {
