@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/generator"
 )
 
@@ -321,6 +322,11 @@ func (c *Config) Finish(now time.Time) error {
 	case c.FaultClockOffset != 0 && !c.EnableFaultInjection:
 		return configErr("fault-clock-offset", "needs --enable-fault-injection")
 	}
+	if len(c.NTP) > 0 {
+		if _, err := c.ntpConfig(); err != nil {
+			return err
+		}
+	}
 	if c.RollbackRecovery == "manual" && c.TLSClientCA == "" {
 		return configErr("rollback-recovery", "manual needs mTLS (--tls-client-ca) for POST /admin/resume")
 	}
@@ -367,6 +373,27 @@ func (c *Config) timingValidate() error {
 			c.ReservationWindow, c.LeaseTTL, c.LeaseTTL*2/3+1500*time.Millisecond)
 	}
 	return nil
+}
+
+// ntpConfig is the NTP checker's configuration from --ntp (a host without
+// a port gets 123), --max-clock-offset and --ntp-interval.
+func (c *Config) ntpConfig() (clockguard.NTPConfig, error) {
+	servers := make([]string, len(c.NTP))
+	for i, s := range c.NTP {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			s = net.JoinHostPort(s, "123")
+		}
+		servers[i] = s
+	}
+	nc := clockguard.DefaultNTPConfig(servers...)
+	nc.MaxOffset = c.MaxClockOffset
+	nc.Interval = c.NTPInterval
+	nc.Timeout = min(nc.Timeout, nc.Interval)
+	nc.MaxRTT = min(nc.MaxRTT, 2*nc.MaxOffset, nc.Timeout)
+	if err := nc.Validate(); err != nil {
+		return nc, configErr("ntp", "%v", err)
+	}
+	return nc, nil
 }
 
 // loopback reports whether a listen address is on loopback.

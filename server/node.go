@@ -187,6 +187,9 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.tlsConf, err = n.serverTLS(); err != nil {
 		return err
 	}
+	if n.cfg.EnableFaultInjection && n.offset == nil {
+		return fmt.Errorf("%w: fault injection needs the node's Offset clock", ErrConfig)
+	}
 	if n.grpcLis, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
@@ -195,9 +198,6 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("--http-addr: %w", err)
 	}
 	if n.cfg.EnableFaultInjection {
-		if n.offset == nil {
-			return fmt.Errorf("%w: fault injection needs the node's Offset clock", ErrConfig)
-		}
 		if n.faultLis, err = net.Listen("tcp", n.cfg.FaultAddr); err != nil {
 			n.grpcLis.Close()
 			n.httpLis.Close()
@@ -702,20 +702,9 @@ func (n *Node) startClockChecks(ctx context.Context) error {
 		n.log.Warn("NO NTP CONFIGURED: clock drift is unchecked (set --ntp)")
 		return nil
 	}
-	servers := make([]string, len(n.cfg.NTP))
-	for i, s := range n.cfg.NTP {
-		if _, _, err := net.SplitHostPort(s); err != nil {
-			s = net.JoinHostPort(s, "123")
-		}
-		servers[i] = s
-	}
-	nc := clockguard.DefaultNTPConfig(servers...)
-	nc.MaxOffset = n.cfg.MaxClockOffset
-	nc.Interval = n.cfg.NTPInterval
-	nc.Timeout = min(nc.Timeout, nc.Interval)
-	nc.MaxRTT = min(nc.MaxRTT, 2*nc.MaxOffset, nc.Timeout)
-	if err := nc.Validate(); err != nil {
-		return configErr("ntp", "%v", err)
+	nc, err := n.cfg.ntpConfig()
+	if err != nil {
+		return err
 	}
 	n.ntp, err = clockguard.NewNTPChecker(n.clock, nc, clockguard.WithNTPLogger(n.log),
 		clockguard.WithNTPCallback(n.onNTP))
