@@ -150,6 +150,7 @@ func TestBadFlags(t *testing.T) {
 		{"env max-batch", nil, []string{"FIRN_MAX_BATCH=2000000"}, []string{"--max-batch", "[1, 1000000]"}},
 		{"env bad value", nil, []string{"FIRN_MAX_BATCH=lots"}, []string{"FIRN_MAX_BATCH", "max-batch"}},
 		{"extra argument", []string{"now"}, nil, []string{"unexpected argument", "now"}},
+		{"ntp port", []string{"--ntp", "127.0.0.1:0"}, nil, []string{"--ntp", "1..65535"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
