@@ -128,7 +128,8 @@ func TestHTTPAndGRPCAgree(t *testing.T) {
 	}
 	// The status page names both generators.
 	code, page := httpGet(t, n.httpc, n.base+"/")
-	if code != 200 || !strings.Contains(page, "Generator default (default)") || !strings.Contains(page, "Generator user") || !strings.Contains(page, "SERVING") {
+	if code != 200 || !strings.Contains(page, "Generator default (default)") || !strings.Contains(page, "Generator user") || !strings.Contains(page, "SERVING") ||
+		!strings.Contains(page, "No NTP configured") {
 		t.Fatalf("status page %d:\n%s", code, page)
 	}
 	if code, body := httpGet(t, n.httpc, n.base+"/healthz"); code != 200 {

@@ -171,6 +171,12 @@ func TestNotServingIsUnavailableWithReason(t *testing.T) {
 		t.Fatalf("/readyz says %+v, Info says reason %q", ready, reason)
 	}
 
+	// The status page says so, with the reason.
+	code, page := httpGet(t, n.httpc, n.base+"/")
+	if code != 200 || !strings.Contains(page, "NOT SERVING") || !strings.Contains(page, "NTP offset") {
+		t.Fatalf("status page %d while not serving:\n%s", code, page)
+	}
+
 	// The clock agrees again: the node serves.
 	ntp.SetOffset(0)
 	waitServing(t, n.ids, "", 10*time.Second)

@@ -4,6 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/generator"
@@ -77,4 +81,45 @@ func findHolder(t *testing.T, c coordinator.Coordinator, slot coordinator.Slot) 
 	}
 	t.Fatalf("slot %v not listed: %+v", slot, hs)
 	return coordinator.Holder{}
+}
+
+// Shutdown under load: every call either completes or is refused as
+// UNAVAILABLE (nothing hangs, nothing is cut short with another code), and
+// what completed is unique.
+func TestShutdownUnderLoad(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir())
+	waitServing(t, n.ids, "", 10*time.Second)
+	conn := dialGRPC(t, n.node.GRPCAddr(), insecure.NewCredentials())
+	l := startLoad(t, firnv1.NewIDServiceClient(conn), 3)
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	n.stop()
+	took := time.Since(start)
+	l.finish()
+	if took > 10*time.Second {
+		t.Fatalf("Shutdown under load took %v", took)
+	}
+	for _, err := range l.errs {
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("a call during Shutdown failed with %v, want Unavailable", err)
+		}
+	}
+	if len(l.broken) > 0 {
+		t.Fatalf("IDs went backwards: %v", l.broken[0])
+	}
+	seen := map[uint64]bool{}
+	total := 0
+	for _, s := range l.seqs {
+		for _, id := range s {
+			if seen[id] {
+				t.Fatalf("ID %d issued twice", id)
+			}
+			seen[id] = true
+			total++
+		}
+	}
+	if total == 0 {
+		t.Fatal("no call completed before Shutdown")
+	}
 }
