@@ -302,6 +302,9 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 		if c.afterRead != nil {
 			c.afterRead(cand.slot)
 		}
+		if cand.takeBack != nil && takeBackReusesOwner {
+			return c.adoptOwner(ctx, p, spec, s, cand, sid, r, data)
+		}
 
 		ops := []any{&zk.CheckVersionRequest{Path: p.pin(), Version: s.pinVersion}}
 		ownerIdx := len(ops)
@@ -371,8 +374,21 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 func (c *Coordinator) confirmTake(ctx context.Context, p paths, spec coordinator.Spec, s *scanned,
 	cand candidate, rec []byte, sid int64, readR int64) (*lease, error) {
 	ownerPath, resPath := p.owner(cand.slot), p.reserved(cand.slot)
-	rdata, rst, rerr := c.get(ctx, resPath)
-	odata, ost, oerr := c.get(ctx, ownerPath)
+	var rdata, odata []byte
+	var rst, ost *zk.Stat
+	var rerr, oerr error
+	for round := 0; round < maxWriteRounds; round++ {
+		rdata, rst, rerr = c.get(ctx, resPath)
+		if rerr == nil {
+			odata, ost, oerr = c.get(ctx, ownerPath)
+		}
+		if rerr == nil && (oerr == nil || errors.Is(oerr, zk.ErrNoNode)) {
+			break
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
 	if rerr != nil || (oerr != nil && !errors.Is(oerr, zk.ErrNoNode)) {
 		c.addOrphan(ownerPath, rec)
 		return nil, unavailable("acquire: outcome unknown", errors.Join(rerr, oerr))
@@ -381,6 +397,27 @@ func (c *Coordinator) confirmTake(ctx context.Context, p paths, spec coordinator
 		return nil, errRescan // not applied (or applied and already gone)
 	}
 	l := newLease(c, spec, p, cand.slot, sid, ost.Czxid, ost.Version, rst.Version, readR, rdata, s.pin.Incarnation)
+	return c.started(l, cand), nil
+}
+
+// adoptOwner is the weak fence's take-back (build tag firn_weakfence
+// only): it keeps the old owner node and its version.
+func (c *Coordinator) adoptOwner(ctx context.Context, p paths, spec coordinator.Spec, s *scanned,
+	cand candidate, sid int64, readR int64, data []byte) (*lease, error) {
+	tb := cand.takeBack.stat
+	_, err := c.multi(ctx, []any{
+		&zk.CheckVersionRequest{Path: p.pin(), Version: s.pinVersion},
+		&zk.CheckVersionRequest{Path: p.owner(cand.slot), Version: tb.Version},
+	})
+	if err != nil {
+		return nil, errLostRace
+	}
+	_, rst, err := c.get(ctx, p.reserved(cand.slot))
+	if err != nil {
+		return nil, unavailable("read reservation", err)
+	}
+	l := newLease(c, spec, p, cand.slot, sid, tb.Czxid, tb.Version, rst.Version, readR, data, s.pin.Incarnation)
+	l.owner = tb.EphemeralOwner
 	return c.started(l, cand), nil
 }
 

@@ -7,6 +7,11 @@ import "github.com/go-zookeeper/zk"
 // weakFence is false in every real build: see fence_weak.go.
 const weakFence = false
 
+// takeBackReusesOwner is false: a take-back deletes the old owner node (at
+// its version) and creates a new one in the taker's session, so the old
+// process's next write fails on the versions it holds.
+const takeBackReusesOwner = false
+
 // acquireReservedOp is the acquiring multi's fence on the reservation: it
 // rewrites the exact bytes read in the scan at the exact version read. If
 // anyone wrote the reservation in between, the multi fails and the taker

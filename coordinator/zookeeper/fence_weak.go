@@ -6,10 +6,16 @@ import "github.com/go-zookeeper/zk"
 
 // weakFence replaces the fence with a weaker one, for the fence tests only
 // (build tag firn_weakfence): acquisition does not fence the reservation,
-// and a holder's writes carry only a bare check of the owner node's
-// version, writing the reservation at any version. Each TestFence test
+// a take-back reuses the old owner node, and a holder's writes carry only
+// a bare check of the owner node's version, writing the reservation at
+// any version. Each TestFence test
 // must fail in such a build.
 const weakFence = true
+
+// takeBackReusesOwner: the weak take-back adopts the old owner node as it
+// is (the old record, its version) instead of replacing it, so the old
+// process's bare version check still passes.
+const takeBackReusesOwner = true
 
 func acquireReservedOp(string, []byte, int32) any { return nil }
 

@@ -27,6 +27,7 @@ type lease struct {
 	ownerPath   string
 	resPath     string
 	session     int64
+	owner       int64 // session owning the owner node (= session, but for the weak take-back)
 	czxid       int64
 	readR       int64
 	floor       int64
@@ -48,7 +49,7 @@ func newLease(c *Coordinator, spec coordinator.Spec, p paths, slot coordinator.S
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &lease{
 		c: c, spec: spec, slot: slot, ownerPath: p.owner(slot), resPath: p.reserved(slot),
-		session: session, czxid: czxid, readR: readR, floor: max(readR, spec.LocalFloor),
+		session: session, owner: session, czxid: czxid, readR: readR, floor: max(readR, spec.LocalFloor),
 		incarnation: incarnation, rv: rv, ov: ov,
 		done: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
@@ -114,7 +115,7 @@ func (l *lease) reread(ctx context.Context) (res []byte, rst *zk.Stat, owner *zk
 }
 
 func (l *lease) ours(owner *zk.Stat) bool {
-	return owner != nil && owner.Czxid == l.czxid && owner.EphemeralOwner == l.session
+	return owner != nil && owner.Czxid == l.czxid && owner.EphemeralOwner == l.owner
 }
 
 // Reserve implements coordinator.Lease with one multi: setData of the
