@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -187,7 +188,10 @@ func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, name := range names {
 		if err := n.Resume(name); err != nil {
-			writeErr(w, fmt.Errorf("%w: %v", ErrBadRequest, err))
+			if !errors.Is(err, ErrUnknownGenerator) {
+				err = fmt.Errorf("%w: %v", ErrBadRequest, err)
+			}
+			writeErr(w, err)
 			return
 		}
 	}
