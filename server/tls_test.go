@@ -158,12 +158,20 @@ func TestMTLSAndAdminResume(t *testing.T) {
 	// after the clock caught up, until an operator resumes it.
 	n.setOffset(t, -5*time.Second)
 	waitNotServing(t, cli, "", 3*time.Second)
+	// Resuming while the clock is still behind the last ID is refused.
+	code, body, err := post(httpsClient(good), base+"/admin/resume")
+	if err != nil || code != 400 || !strings.Contains(body, "not resumed") {
+		t.Fatalf("POST /admin/resume with the clock 5s behind: %d %s %v, want 400", code, body, err)
+	}
+	if code, body, err := post(httpsClient(good), base+"/admin/resume?generator=nope"); err != nil || code != 404 {
+		t.Fatalf("POST /admin/resume?generator=nope: %d %s %v, want 404", code, body, err)
+	}
 	n.setOffset(t, 0)
 	time.Sleep(700 * time.Millisecond) // auto recovery would be back by now
 	if info := infoOf(t, cli, ""); info.GetServing() || !strings.Contains(info.GetReason(), "clock rolled back") {
 		t.Fatalf("manual recovery: serving=%v reason %q after the clock caught up; want held", info.GetServing(), info.GetReason())
 	}
-	code, body, err := post(httpsClient(good), base+"/admin/resume")
+	code, body, err = post(httpsClient(good), base+"/admin/resume")
 	if err != nil || code != 200 || !strings.Contains(body, "default") {
 		t.Fatalf("POST /admin/resume with mTLS: %d %s %v", code, body, err)
 	}
