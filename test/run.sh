@@ -22,6 +22,22 @@ if [ "${FIRN_SKIP_INSTALL:-0}" != 1 ] && [ ${#need[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
+# --- operations tests (deploy/, test/ui): promtool, chromium, systemd-analyze ---
+# promtool comes with Debian's prometheus package (the daemon is not
+# started); test/ui drives Debian's chromium; deploy/ has systemd-analyze
+# verify the unit file.
+ops_need=()
+command -v promtool >/dev/null 2>&1 || ops_need+=(prometheus)
+[ -x /usr/bin/chromium ] || ops_need+=(chromium)
+command -v systemd-analyze >/dev/null 2>&1 || ops_need+=(systemd)
+if [ "${FIRN_SKIP_INSTALL:-0}" != 1 ] && [ ${#ops_need[@]} -gt 0 ]; then
+	echo "test/run.sh: installing ${ops_need[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${ops_need[@]}" >/dev/null
+fi
+# --- end of operations packages ---
+
 echo "== go vet"
 go vet ./...
 
@@ -65,4 +81,8 @@ echo "== fuzz seeds (brief)"
 for f in FuzzParseLayout FuzzDecode FuzzRoundTrip; do
 	go test -run '^$' -fuzz "^${f}\$" -fuzztime 5s ./generator >/dev/null
 done
+# --- operations: the deploy module (its own go.mod; not covered by ./...) ---
+echo "== deploy module: vet and tests"
+(cd deploy && go vet ./... && go test -race -timeout 15m ./...)
+# --- end of operations step ---
 echo "test/run.sh: all passed"
