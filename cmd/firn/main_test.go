@@ -97,6 +97,7 @@ type proc struct {
 	done    chan struct{}
 	started time.Time
 	a       addrs
+	conn    *grpc.ClientConn
 }
 
 // serve starts `firn serve --data-dir dir` on the listeners a, with args
@@ -179,14 +180,18 @@ func (p *proc) signal(sig syscall.Signal, within time.Duration) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
+// client is a gRPC client of the node (one connection per proc).
 func (p *proc) client() firnv1.IDServiceClient {
 	p.t.Helper()
-	conn, err := grpc.NewClient(p.a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		p.t.Fatal(err)
+	if p.conn == nil {
+		conn, err := grpc.NewClient(p.a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		p.t.Cleanup(func() { conn.Close() })
+		p.conn = conn
 	}
-	p.t.Cleanup(func() { conn.Close() })
-	return firnv1.NewIDServiceClient(conn)
+	return firnv1.NewIDServiceClient(p.conn)
 }
 
 func (p *proc) info() *firnv1.InfoResponse {
@@ -198,6 +203,18 @@ func (p *proc) info() *firnv1.InfoResponse {
 		p.t.Fatalf("Info: %v", err)
 	}
 	return resp
+}
+
+// genServing reports whether Info says the named generator serves.
+func (p *proc) genServing(name string) bool {
+	p.t.Helper()
+	for _, g := range p.info().GetGenerators() {
+		if g.GetName() == name {
+			return g.GetServing()
+		}
+	}
+	p.t.Fatalf("no generator %q", name)
+	return false
 }
 
 // cli runs `firn args...` to completion (bounded) and returns its output

@@ -221,6 +221,12 @@ func TestConfigPrecedence(t *testing.T) {
 	if ml := gens[0].GetMaxLead().AsDuration(); ml != time.Second {
 		t.Fatalf("max lead %v, want the default 1s", ml)
 	}
+	// /readyz follows the default generator only; wait for user too.
+	for start := time.Now(); !p.genServing("user"); time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("generator user not serving within 10s")
+		}
+	}
 	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := p.client().NextID(c, &firnv1.NextIDRequest{Generator: "user"}); err != nil {
