@@ -31,9 +31,14 @@ func TestMetrics(t *testing.T) {
 	if code, body := httpGet(t, n.httpc, n.base+"/v1/ids?count=9"); code != 200 {
 		t.Fatalf("/v1/ids: %d %s", code, body)
 	}
-	// Let at least one reservation round complete after the first.
+	// Let at least one reservation round complete after the first, and the
+	// peer watch (about once a second) count the live owners.
 	time.Sleep(1200 * time.Millisecond)
 	fams := scrape(t, n.httpc, n.base)
+	for start := time.Now(); value(t, fams, "firn_worker_ids_in_use", g) < 1 && time.Since(start) < 5*time.Second; {
+		time.Sleep(100 * time.Millisecond)
+		fams = scrape(t, n.httpc, n.base)
+	}
 	if d := value(t, fams, "firn_ids_issued_total", g) - issued0; d != 260 {
 		t.Fatalf("firn_ids_issued_total grew by %v for 260 IDs", d)
 	}

@@ -57,7 +57,7 @@ func TestShutdownReleasesAndLowers(t *testing.T) {
 	b := startNode(t, e.Endpoints, dir)
 	// At once: a lease left to expire would take the 5s TTL, an unlowered
 	// data-dir reservation about 4s (window − max-lead).
-	waitServing(t, b.ids, "", 2*time.Second)
+	waitServing(t, b.ids, "", 3*time.Second)
 	t.Logf("the second node served %v after its start", time.Since(start).Round(time.Millisecond))
 	r, err := b.ids.NextID(ctx(t), &firnv1.NextIDRequest{})
 	if err != nil {
