@@ -41,10 +41,36 @@ func (n *Node) serverTLS() (*tls.Config, error) {
 	return c, nil
 }
 
+// httpTLS is the HTTP listener's TLS configuration: like gRPC's, except
+// that with mTLS a client certificate is verified when given but not
+// required at the handshake, so that probes and scrapes (/healthz,
+// /readyz, /metrics, the status page) work without one; the ID API and
+// /admin require a verified certificate (requireClientCert).
+func httpTLS(c *tls.Config) *tls.Config {
+	if c == nil || c.ClientAuth != tls.RequireAndVerifyClientCert {
+		return c
+	}
+	h := c.Clone()
+	h.ClientAuth = tls.VerifyClientCertIfGiven
+	return h
+}
+
+// requireClientCert refuses a request without a verified client
+// certificate when mTLS is on.
+func (n *Node) requireClientCert(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if n.cfg.TLSClientCA != "" && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+			writeJSON(w, 403, jsonError{Error: "this endpoint needs a client certificate signed by --tls-client-ca", Code: "PermissionDenied"})
+			return
+		}
+		h(w, r)
+	}
+}
+
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/ids", n.handleIDs)
-	mux.HandleFunc("GET /v1/decode/{id}", n.handleDecode)
+	mux.HandleFunc("GET /v1/ids", n.requireClientCert(n.handleIDs))
+	mux.HandleFunc("GET /v1/decode/{id}", n.requireClientCert(n.handleDecode))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -256,9 +282,9 @@ small{color:#555}
 <tr><th>ring buffer</th><td>{{.Ring.Available}} of {{.Ring.Capacity}} (target {{.Ring.Target}}), empty hits {{.Ring.EmptyHits}}, stale dropped {{.Ring.DroppedStale}}</td></tr>
 <tr><th>max batch</th><td>{{.MaxBatch}}</td></tr>
 </table>
-<p>Recent state changes:</p>
-<table><tr><th>time</th><th>from</th><th>to</th><th>reason</th></tr>
-{{range .Events}}<tr><td>{{ts .At}}</td><td>{{.From}}</td><td>{{.To}}</td><td>{{.Reason}}</td></tr>{{else}}<tr><td colspan="4">none</td></tr>{{end}}
+<p>Recent state changes, newest first (times on this node's clock):</p>
+<table><tr><th>when</th><th>time</th><th>from</th><th>to</th><th>reason</th></tr>
+{{range .Events}}<tr><td>{{.Ago}}</td><td>{{ts .At}}</td><td>{{.From}}</td><td>{{.To}}</td><td>{{.Reason}}</td></tr>{{else}}<tr><td colspan="5">none</td></tr>{{end}}
 </table>
 {{end}}
 <p><small>This page refreshes every 2 s and needs no scripts. /readyz and /metrics carry the same facts.</small></p>
@@ -266,11 +292,17 @@ small{color:#555}
 
 type statusGen struct {
 	GeneratorStatus
-	Rate float64
+	Rate   float64
+	Events []statusEvent // newest first; shadows GeneratorStatus.Events
+}
+
+type statusEvent struct {
+	event
+	Ago string
 }
 
 func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
-	wall, _ := n.clock.Now()
+	wall, mono := n.clock.Now()
 	data := struct {
 		Node, Cluster, Coordinator, Version, Instance, EmbeddedURL, NTP, Peers string
 		Now                                                                    time.Time
@@ -290,8 +322,12 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	n.peerMu.Lock()
 	if n.peerChecked {
-		data.Peers = fmt.Sprintf("%d live nodes; this clock is %v from their median (limit --max-peer-skew %v)",
-			n.peerCount, n.peerSkew.Round(time.Millisecond), n.cfg.MaxPeerSkew)
+		nodes := "nodes"
+		if n.peerCount == 1 {
+			nodes = "node (this one)"
+		}
+		data.Peers = fmt.Sprintf("%d live %s; this clock is %v from their median (limit --max-peer-skew %v)",
+			n.peerCount, nodes, n.peerSkew.Round(time.Millisecond), n.cfg.MaxPeerSkew)
 	} else {
 		data.Peers = "not checked yet"
 	}
@@ -301,12 +337,12 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		if !st.Serving {
 			data.AllServing = false
 		}
-		up := wall.Sub(n.started).Seconds()
-		rate := 0.0
-		if up > 0 {
-			rate = float64(st.Issued) / up
+		sg := statusGen{GeneratorStatus: st, Rate: rt.recentRate(mono)}
+		for i := len(st.Events) - 1; i >= 0; i-- {
+			e := st.Events[i]
+			sg.Events = append(sg.Events, statusEvent{event: e, Ago: wall.Sub(e.At).Round(100*time.Millisecond).String() + " ago"})
 		}
-		data.Gens = append(data.Gens, statusGen{GeneratorStatus: st, Rate: rate})
+		data.Gens = append(data.Gens, sg)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	statusTmpl.Execute(w, data)

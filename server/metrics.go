@@ -77,6 +77,8 @@ var (
 	descMaxLead      = prometheus.NewDesc("firn_max_lead_seconds", "Configured max-lead.", []string{"generator"}, nil)
 	descLayoutLeft   = prometheus.NewDesc("firn_layout_seconds_remaining", "Time until the layout's time field runs out.", []string{"generator"}, nil)
 	descMaxOffset    = prometheus.NewDesc("firn_max_clock_offset_seconds", "Configured --max-clock-offset.", nil, nil)
+	descMaxPeerSkew  = prometheus.NewDesc("firn_max_peer_skew_seconds", "Configured --max-peer-skew.", nil, nil)
+	descWindow       = prometheus.NewDesc("firn_reservation_window_seconds", "Configured --reservation-window.", nil, nil)
 	descNTPOffset    = prometheus.NewDesc("firn_ntp_offset_seconds", "Last NTP offset (clock minus NTP).", nil, nil)
 	descNTPUnchecked = prometheus.NewDesc("firn_ntp_unchecked", "1 when no NTP server is configured: drift is unchecked.", nil, nil)
 	descFault        = prometheus.NewDesc("firn_fault_injection_enabled", "1 when the fault-injection listener is on.", nil, nil)
@@ -91,7 +93,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIssued, descRingCap, descRingAvail, descRingTarget, descRingEmpty,
 		descRingStale, descRingRefills, descServing, descNotServing, descState, descWorker, descDatacenter,
 		descInUse, descLimit, descResLeft, descLead, descMaxLead, descLayoutLeft, descMaxOffset, descNTPOffset,
-		descNTPUnchecked, descFault, descFaultOffset, descBuild} {
+		descNTPUnchecked, descFault, descFaultOffset, descBuild, descMaxPeerSkew, descWindow} {
 		ch <- d
 	}
 }
@@ -142,6 +144,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- g(descLayoutLeft, prometheus.GaugeValue, st.LayoutEnd.Sub(wall).Seconds(), name)
 	}
 	ch <- g(descMaxOffset, prometheus.GaugeValue, n.cfg.MaxClockOffset.Seconds())
+	ch <- g(descMaxPeerSkew, prometheus.GaugeValue, n.cfg.MaxPeerSkew.Seconds())
+	ch <- g(descWindow, prometheus.GaugeValue, n.cfg.ReservationWindow.Seconds())
 	off, ok := n.lastNTPOffset()
 	if ok {
 		ch <- g(descNTPOffset, prometheus.GaugeValue, off.Seconds())

@@ -243,7 +243,7 @@ func (n *Node) Start(ctx context.Context) error {
 	// net/http's own errors (TLS handshakes refused, ...) go to the node's
 	// logger, not to the standard library's.
 	httpLog := slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)
-	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: n.tlsConf, ErrorLog: httpLog}
+	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS(n.tlsConf), ErrorLog: httpLog}
 	n.goRun(func() {
 		if err := n.grpcSrv.Serve(n.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Error("gRPC server stopped", "err", err)
@@ -672,15 +672,15 @@ func (n *Node) Resume(generatorName string) error {
 	if err != nil {
 		return err
 	}
-	rt.mu.Lock()
-	rt.manualHold = false
-	rt.mu.Unlock()
 	if h := rt.held.Load(); h != nil {
 		wall, _ := n.clock.Now()
 		if lead := h.gen.Lead(wall); lead > rt.cfg.MaxLead {
 			return fmt.Errorf("clock still %v behind the last ID (max-lead %v): not resumed", lead.Round(time.Millisecond), rt.cfg.MaxLead)
 		}
 	}
+	rt.mu.Lock()
+	rt.manualHold = false
+	rt.mu.Unlock()
 	rt.state.Clear(clockguard.SourceClockRollback)
 	rt.state.Clear(clockguard.SourceManual)
 	return nil

@@ -49,6 +49,10 @@ type genRuntime struct {
 	rollbackErr string
 	manualHold  bool
 	events      []event // recent state changes, newest last
+	rateHave    bool
+	rateAt      time.Duration // monotonic reading of the rate sample
+	rateIssued  uint64
+	rate        float64
 }
 
 type event struct {
@@ -67,6 +71,24 @@ func (rt *genRuntime) slotsPerWorker() uint64 {
 		return 1
 	}
 	return rt.cfg.Layout.DatacenterLimit()
+}
+
+// recentRate is the issue rate (IDs/s) over the last few seconds, given
+// the node clock's monotonic reading: a sample is kept and replaced once it
+// is 2 s old.
+func (rt *genRuntime) recentRate(mono time.Duration) float64 {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	now := rt.issued.Load()
+	if !rt.rateHave {
+		rt.rateHave, rt.rateAt, rt.rateIssued = true, mono, now
+		return 0
+	}
+	if el := mono - rt.rateAt; el >= 2*time.Second {
+		rt.rate = float64(now-rt.rateIssued) / el.Seconds()
+		rt.rateAt, rt.rateIssued = mono, now
+	}
+	return rt.rate
 }
 
 func (rt *genRuntime) recordEvent(e event) {

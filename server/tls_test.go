@@ -144,14 +144,27 @@ func TestMTLSAndAdminResume(t *testing.T) {
 	if code, body := httpGet(t, httpsClient(good), base+"/v1/ids"); code != 200 {
 		t.Fatalf("HTTPS /v1/ids with a client certificate: %d %s", code, body)
 	}
-	for name, tc := range map[string]*tls.Config{"no client certificate": roots(t, certs), "another CA's certificate": stranger} {
-		if resp, err := httpsClient(tc).Get(base + "/v1/ids"); err == nil {
-			resp.Body.Close()
-			t.Fatalf("HTTPS with %s: %s", name, resp.Status)
+	// A certificate from another CA is refused at the handshake.
+	if resp, err := httpsClient(stranger).Get(base + "/v1/ids"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("HTTPS with another CA's certificate: %s", resp.Status)
+	}
+	if code, _, err := post(httpsClient(stranger), base+"/admin/resume"); err == nil {
+		t.Fatalf("POST /admin/resume with another CA's certificate: %d", code)
+	}
+	// Without a client certificate, probes and scrapes work (kubelet, the
+	// image's health check, Prometheus) but the ID API and /admin refuse.
+	anon := httpsClient(roots(t, certs))
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/"} {
+		if code, body := httpGet(t, anon, base+path); code != 200 {
+			t.Fatalf("HTTPS %s without a client certificate: %d %s", path, code, body)
 		}
-		if code, _, err := post(httpsClient(tc), base+"/admin/resume"); err == nil {
-			t.Fatalf("POST /admin/resume with %s: %d", name, code)
-		}
+	}
+	if code, body := httpGet(t, anon, base+"/v1/ids"); code != 403 {
+		t.Fatalf("HTTPS /v1/ids without a client certificate: %d %s, want 403", code, body)
+	}
+	if code, _, err := post(anon, base+"/admin/resume"); err != nil || code != 403 {
+		t.Fatalf("POST /admin/resume without a client certificate: %d %v, want 403", code, err)
 	}
 
 	// A rollback beyond max-lead with manual recovery: the node stays out

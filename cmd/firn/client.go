@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/firnid/firn/generator"
 	firnv1 "github.com/firnid/firn/proto/firn/v1"
@@ -220,9 +220,11 @@ func cmdInfo(args []string, stdout, stderr io.Writer) int {
 		return rpcFail(stderr, "info", err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(resp)
+		b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(resp)
+		if err != nil {
+			return fail(stderr, exitFailure, "info: %v", err)
+		}
+		fmt.Fprintln(stdout, string(b))
 		return exitOK
 	}
 	fmt.Fprintf(stdout, "node %s (instance %s, version %s), cluster %s, coordinator %s\n",
