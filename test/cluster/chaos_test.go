@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/coordinator/zookeeper/zktest"
 	"github.com/firnid/firn/generator"
 )
 
@@ -61,12 +62,35 @@ type env struct {
 	row     *Row
 	layout  generator.Layout
 	etcd    *etcdtest.Procs
+	zk      *zktest.Ensemble
+}
+
+// ttl is the lease TTL of ttlFlags.
+func (e *env) ttl() time.Duration {
+	if e.b.name == "zookeeper" {
+		return 4 * time.Second
+	}
+	return 3 * time.Second
+}
+
+// ttlFlags are the lease flags of scenarios that wait out a lease: the
+// shortest the backend allows (ZooKeeper sessions of at least 4 s).
+func (e *env) ttlFlags() []string {
+	if e.b.name == "zookeeper" {
+		return []string{"--lease-ttl", "4s", "--reservation-window", "4500ms"}
+	}
+	return []string{"--lease-ttl", "3s", "--reservation-window", "4s"}
 }
 
 func (e *env) newNode(name string, extra ...string) *Node {
+	return e.newNodeOn(name, e.b.endpoints, extra...)
+}
+
+// newNodeOn is newNode with the coordinator endpoints given.
+func (e *env) newNodeOn(name string, endpoints []string, extra ...string) *Node {
 	var addrs []string
 	var px []*Proxy
-	for _, ep := range e.b.endpoints {
+	for _, ep := range endpoints {
 		p := NewProxy(e.t, strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://"))
 		px = append(px, p)
 		addrs = append(addrs, p.Addr())
@@ -118,18 +142,28 @@ type scenario struct {
 	both bool
 	// long: only with -long.
 	long bool
+	// zkOnly: a ZooKeeper-specific fault.
+	zkOnly bool
 	run  func(e *env)
 }
 
 func TestChaos(t *testing.T) {
 	suiteStart := time.Now()
 	etcdProcs := etcdtest.StartCluster(t, 3)
-	backends := []backend{{name: "etcd", endpoints: etcdProcs.Endpoints(), flag: "--etcd"}}
+	zk := zktest.StartEnsemble(t, 3)
+	backends := []backend{
+		{name: "etcd", endpoints: etcdProcs.Endpoints(), flag: "--etcd"},
+		{name: "zookeeper", endpoints: zk.Addrs(), flag: "--zookeeper"},
+	}
 	Binary(t)
 	sf, _ := generator.Preset("snowflake")
 	for i, sc := range scenarios {
 		for _, b := range backends {
-			if !sc.both && b.name != "etcd" {
+			if sc.zkOnly {
+				if b.name != "zookeeper" {
+					continue
+				}
+			} else if !sc.both && b.name != "etcd" {
 				continue
 			}
 			if sc.long && !*long && os.Getenv("FIRN_LONG") == "" {
@@ -139,7 +173,7 @@ func TestChaos(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				row := &Row{Scenario: sc.name, Backend: b.name}
 				e := &env{t: t, b: b, cluster: fmt.Sprintf("chaos-%d-%s-%d", i, b.name, time.Now().UnixNano()%1e6),
-					rec: &Recorder{}, proxies: map[*Node][]*Proxy{}, row: row, layout: sf, etcd: etcdProcs}
+					rec: &Recorder{}, proxies: map[*Node][]*Proxy{}, row: row, layout: sf, etcd: etcdProcs, zk: zk}
 				start := time.Now()
 				defer func() {
 					row.Seconds = time.Since(start).Seconds()
@@ -298,13 +332,13 @@ var scenarios = []scenario{
 		e.check(Bounds{})
 	}},
 	{name: "SIGSTOP past the lease TTL", both: true, run: func(e *env) {
-		n1 := e.newNode("n1", "--lease-ttl", "3s")
-		n2 := e.newNode("n2", "--lease-ttl", "3s")
+		n1 := e.newNode("n1", e.ttlFlags()...)
+		n2 := e.newNode("n2", e.ttlFlags()...)
 		e.startAll(n1, n2)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
 		time.Sleep(500 * time.Millisecond)
 		n1.Freeze()
-		time.Sleep(5 * time.Second)
+		time.Sleep(e.ttl() + 2*time.Second)
 		n1.Thaw()
 		d, err := n1.WaitReady(15 * time.Second)
 		if err != nil {
@@ -330,7 +364,7 @@ var scenarios = []scenario{
 		e.check(Bounds{})
 	}},
 	{name: "partition beyond the TTL fails closed and recovers", both: true, run: func(e *env) {
-		n1 := e.newNode("n1", "--lease-ttl", "3s", "--reservation-window", "4s")
+		n1 := e.newNode("n1", e.ttlFlags()...)
 		e.startAll(n1)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
 		time.Sleep(1500 * time.Millisecond)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/firnid/firn/client"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/coordinator/zookeeper/zktest"
 	"github.com/firnid/firn/clockguard/ntptest"
 	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
@@ -410,6 +411,65 @@ func init() {
 			load.Stop()
 			countFailures(e, e.rec.Failures(), func(f Failure) bool {
 				return f.At.After(lost) && (f.Code == codes.Unavailable || f.Code == codes.DeadlineExceeded)
+			})
+			e.check(Bounds{})
+		}},
+		scenario{name: "zookeeper leader killed", zkOnly: true, run: func(e *env) {
+			n1, n2 := e.newNode("n1"), e.newNode("n2")
+			e.startAll(n1, n2)
+			load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
+			time.Sleep(time.Second)
+			leader, err := e.zk.Leader()
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			leader.Kill()
+			time.Sleep(4 * time.Second)
+			if err := leader.Start(); err != nil {
+				e.t.Fatal(err)
+			}
+			if err := leader.WaitReady(20 * time.Second); err != nil {
+				e.t.Fatal(err)
+			}
+			time.Sleep(time.Second)
+			load.Stop()
+			countFailures(e, e.rec.Failures(), none)
+			e.check(Bounds{})
+		}},
+		scenario{name: "zookeeper session expiry (its server paused past the session timeout)", zkOnly: true, run: func(e *env) {
+			// The node knows one follower only; pausing it past the session
+			// timeout lets the rest of the ensemble expire the session.
+			leader, err := e.zk.Leader()
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			var follower *zktest.Server
+			for _, s := range e.zk.Servers {
+				if s != leader {
+					follower = s
+					break
+				}
+			}
+			n1 := e.newNodeOn("n1", []string{follower.Addr}, e.ttlFlags()...)
+			e.startAll(n1)
+			load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
+			time.Sleep(time.Second)
+			paused := time.Now()
+			follower.Freeze()
+			time.Sleep(e.ttl() + 3*time.Second)
+			follower.Thaw()
+			r, err := n1.WaitReady(20 * time.Second)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			e.row.Recover = r.Round(time.Millisecond).String()
+			time.Sleep(time.Second)
+			load.Stop()
+			if hs := n1.Holders(); len(hs) < 2 {
+				e.t.Errorf("the session did not expire: %d holder intervals (want a lease loss and a new acquisition)", len(hs))
+			}
+			countFailures(e, e.rec.Failures(), func(f Failure) bool {
+				return f.At.After(paused) && (f.Code == codes.Unavailable || f.Code == codes.DeadlineExceeded)
 			})
 			e.check(Bounds{})
 		}},
