@@ -62,7 +62,9 @@ func (c *Coordinator) Peers(ctx context.Context) ([]coordinator.PeerBeat, error)
 
 // goBG runs f as background work that Close waits for.
 func (c *Coordinator) goBG(f func()) {
-	c.wg.Add(1)
+	if !c.track() {
+		return
+	}
 	go func() {
 		defer c.wg.Done()
 		f()

@@ -174,6 +174,18 @@ func (c *Coordinator) Abandon() {
 	c.wg.Wait()
 }
 
+// track counts one more goroutine that Close waits for; false once the
+// coordinator is closed (Close may already be waiting).
+func (c *Coordinator) track() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
 func (c *Coordinator) markClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -287,7 +299,10 @@ func call[T any](c *Coordinator, ctx context.Context, f func() (T, error)) (T, e
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timing.Timeout)
 	defer cancel()
 	ch := make(chan result[T], 1)
-	c.wg.Add(1)
+	if !c.track() {
+		var zero T
+		return zero, zk.ErrClosing
+	}
 	go func() {
 		defer c.wg.Done()
 		v, err := f()

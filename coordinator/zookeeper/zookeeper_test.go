@@ -368,23 +368,31 @@ func TestFrozenServerFailover(t *testing.T) {
 }
 
 // TestSessionExpiry: the only server frozen past the session timeout
-// expires the session when it resumes: the lease ends, Reserve and Release
+// expires the session when it resumes (the client cannot reach it until
+// then): the lease ends, Reserve and Release
 // fail with ErrLeaseLost, and a new acquisition (a new owner node in a new
 // session, never the old one re-created) starts above the old reservation.
 func TestSessionExpiry(t *testing.T) {
 	s := zktest.StartStandalone(t)
 	b := &zktest.Backend{Servers: []string{s.Addr}, TTL: standaloneTTL}
 	cl := newCluster(t, b)
-	c := cl.ConnectWith(t, sysClock, nil)
+	p := zktest.NewProxy(t, s.Addr)
+	c := cl.ConnectWith(t, sysClock, func(cfg *zookeeper.Config) { cfg.Servers = []string{p.Addr()} })
 	n := coordtest.Node("expiring")
 	spec := coordtest.Spec("expiry", 1)
 	l := acquire(t, c, spec, n)
 	reserve(t, l, 500, n)
 	old := c.SessionID()
 
+	// The client is kept away until the resumed server has run its session
+	// tracker: a reconnect racing the tracker could revive the session.
 	s.Freeze()
+	p.Refuse(true)
+	p.Sever()
 	time.Sleep(cl.TTL() + 2*time.Second)
 	s.Thaw()
+	time.Sleep(2 * time.Second)
+	p.Refuse(false)
 	select {
 	case <-l.Done():
 	case <-time.After(15 * time.Second):
