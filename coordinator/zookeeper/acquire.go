@@ -121,6 +121,9 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 			c.log.Info("generator pinned", "generator", spec.Generator, "layout", spec.Layout,
 				"datacenter", spec.Datacenter, "incarnation", want.Incarnation)
 		case errors.Is(err, zk.ErrNodeExists):
+		case errors.Is(err, zk.ErrNoNode):
+			c.forgetGenerator(p) // its nodes were deleted behind our back
+			return nil, errRescan
 		default:
 			return nil, unavailable("create pin", err)
 		}
@@ -154,6 +157,10 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 	s.start, s.cursorVal, s.cursorVer = uint64(cur), uint64(cur), st.Version
 
 	names, err := c.children(ctx, p.owners())
+	if errors.Is(err, zk.ErrNoNode) {
+		c.forgetGenerator(p)
+		return nil, errRescan
+	}
 	if err != nil {
 		return nil, unavailable("list owners", err)
 	}

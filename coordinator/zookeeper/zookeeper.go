@@ -419,6 +419,13 @@ func (c *Coordinator) ensureGenerator(ctx context.Context, p paths) error {
 	return nil
 }
 
+// forgetGenerator drops a generator from the known-to-exist cache.
+func (c *Coordinator) forgetGenerator(p paths) {
+	c.mu.Lock()
+	delete(c.ensured, p.base)
+	c.mu.Unlock()
+}
+
 // --- paths and records -------------------------------------------------------
 
 type paths struct{ base string }

@@ -567,3 +567,44 @@ func TestAbandonLingers(t *testing.T) {
 		t.Fatal("abandoned coordinator's lease not done")
 	}
 }
+
+// TestFrozenLeader: the ensemble's leader is frozen past the session
+// timeout. The followers elect a new leader; the holder's client (bounded
+// handshakes: it cannot hang on the frozen process) reconnects in time,
+// keeps its session, and its lease never reports a loss.
+func TestFrozenLeader(t *testing.T) {
+	b, e := ensemble(t)
+	cl := newCluster(t, b)
+	c := cl.ConnectWith(t, sysClock, nil)
+	n := coordtest.Node("leaderless")
+	l := acquire(t, c, coordtest.Spec("leader", 1), n)
+	reserve(t, l, 1, n)
+	sess := c.SessionID()
+	leader, err := e.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.Freeze()
+	defer leader.Thaw()
+	deadline := time.Now().Add(cl.TTL() + 4*time.Second)
+	until, oks := int64(2), 0
+	for time.Now().Before(deadline) {
+		err := l.Reserve(ctxT(t, 2*time.Second), until, beat(n))
+		switch {
+		case err == nil:
+			oks++
+			until++
+		case errors.Is(err, coordinator.ErrLeaseLost):
+			t.Fatalf("lease lost while the leader was frozen: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if oks == 0 {
+		t.Fatal("no Reserve succeeded while the leader was frozen")
+	}
+	if c.SessionID() != sess || isDone(l) {
+		t.Fatalf("session %#x -> %#x, done %v", sess, c.SessionID(), isDone(l))
+	}
+	leader.Thaw()
+	reserve(t, l, until, n)
+}

@@ -8,12 +8,14 @@
 // that can sever connections or drop one request or one reply, a Recorder
 // dialer that learns a client's session credentials from the handshake, and
 // ExpireSession, which ends a session from outside as the server's own
-// expiry would.
+// expiry would. Backend implements the shared coordinator harness
+// (coordtest) on servers a test started.
 //
 // Invariants: every process a test starts is killed by its PID at the
 // test's cleanup, also when the test fails (a frozen process is killed as
-// well; SIGKILL reaches a stopped process). When a test fails, the tail of
-// each server's log is written to the test log.
+// well; SIGKILL reaches a stopped process), and dies with the test binary
+// if that exits without its cleanups (Pdeathsig). When a test fails, the
+// tail of each server's log is written to the test log.
 //
 // Hazards: free ports are found by listening on port 0 and closing the
 // listener, so another process can take one in between; Start retries with

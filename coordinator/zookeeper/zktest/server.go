@@ -251,6 +251,9 @@ func (s *Server) launch() error {
 		"org.apache.zookeeper.server.quorum.QuorumPeerMain", s.cfgPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Dir = s.dir
+	// A test binary that dies without its cleanups (a panic, a timeout)
+	// takes its servers with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("zktest: starting java: %w", err)
