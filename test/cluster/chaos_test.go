@@ -144,7 +144,7 @@ type scenario struct {
 	long bool
 	// zkOnly: a ZooKeeper-specific fault.
 	zkOnly bool
-	run  func(e *env)
+	run    func(e *env)
 }
 
 func TestChaos(t *testing.T) {

@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/firnid/firn/client"
+	"github.com/firnid/firn/clockguard/ntptest"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/coordinator/zookeeper/zktest"
-	"github.com/firnid/firn/clockguard/ntptest"
 	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
 
