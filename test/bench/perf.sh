@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Reproduces the README's performance tables on this machine: the node
+# against the gRPC no-op floor (unary at K = 1, 16, 64 over C = 4; batches of
+# 1000 from 8 callers; the Go client's prefetch), the same with mTLS, start
+# and restart times of the embedded default, and idle CPU/RSS on the
+# embedded and on an external etcd. Run it on a quiet machine:
+#
+#   bash test/bench/perf.sh [duration]     # default 5s per measured run
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+D=${1:-5s}
+W=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
+go build -o "$W/firn" ./cmd/firn
+F="$W/firn"
+
+serve() { # data-dir, extra flags...; sets pid
+	local dir=$1; shift
+	"$F" serve --data-dir "$dir" --grpc-addr 127.0.0.1:17300 --http-addr 127.0.0.1:17301 \
+		--embedded-client-addr 127.0.0.1:17310 --embedded-peer-addr 127.0.0.1:17311 --log-level warn "$@" \
+		>"$dir.log" 2>&1 &
+	pid=$!
+}
+stop() { # signal
+	kill "-$1" "$pid"
+	while kill -0 "$pid" 2>/dev/null; do sleep 0.01; done
+}
+ready_after() { # seconds until /readyz is 200 (TLS: extra curl flags)
+	local start; start=$(date +%s.%N)
+	for _ in $(seq 1 600); do
+		if curl -fsS "$@" -o /dev/null "${URL:-http://127.0.0.1:17301}/readyz" 2>/dev/null; then
+			awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.3f\n", a - b }'; return 0
+		fi
+		sleep 0.01
+	done
+	echo "never"; return 1
+}
+
+echo "## start and restart of the embedded default"
+serve "$W/d1"; t1=$(ready_after); echo "first start: ${t1}s to /readyz 200"
+"$F" bench --target 127.0.0.1:17300 --duration 1s --warmup 0s --quiet >/dev/null
+stop TERM
+serve "$W/d1"; t2=$(ready_after); echo "graceful restart (after SIGTERM): ${t2}s"
+"$F" bench --target 127.0.0.1:17300 --duration 1s --warmup 0s --quiet >/dev/null
+stop KILL
+serve "$W/d1"; t3=$(ready_after); echo "crash restart (after kill -9): ${t3}s"
+
+echo "## unary NextID vs the no-op floor (C=4, median of 5 interleaved pairs)"
+for k in 1 16 64; do
+	"$F" bench --target 127.0.0.1:17300 --compare noop --pin --callers "$k" --conns 4 --duration "$D" --quiet
+done
+echo "## NextIDs(1000) from 8 callers, sustained 10s"
+"$F" bench --target 127.0.0.1:17300 --mode batch --batch 1000 --callers 8 --conns 4 --duration 10s --pin --quiet
+echo "## Go client prefetch, 10s"
+"$F" bench --target 127.0.0.1:17300 --mode prefetch --callers 2 --duration 10s --pin --quiet
+echo "## idle, embedded coordinator, 60s"
+"$F" bench --target 127.0.0.1:17300 --idle 60s --pid "$pid" --quiet
+stop TERM
+
+echo "## mTLS"
+C="$W/certs"; mkdir -p "$C"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=bench-ca \
+	-keyout "$C/ca.key" -out "$C/ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=127.0.0.1 \
+	-keyout "$C/server.key" -out "$C/server.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$C/server.ext"
+openssl x509 -req -in "$C/server.csr" -CA "$C/ca.pem" -CAkey "$C/ca.key" -CAcreateserial -days 2 \
+	-extfile "$C/server.ext" -out "$C/server.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=bench-client \
+	-keyout "$C/client.key" -out "$C/client.csr" 2>/dev/null
+printf 'extendedKeyUsage=clientAuth\n' >"$C/client.ext"
+openssl x509 -req -in "$C/client.csr" -CA "$C/ca.pem" -CAkey "$C/ca.key" -CAcreateserial -days 2 \
+	-extfile "$C/client.ext" -out "$C/client.pem" 2>/dev/null
+serve "$W/d2" --tls-cert "$C/server.pem" --tls-key "$C/server.key" --tls-client-ca "$C/ca.pem"
+URL=https://127.0.0.1:17301 ready_after --cacert "$C/ca.pem" >/dev/null
+TLS=(--tls-ca "$C/ca.pem" --tls-cert "$C/client.pem" --tls-key "$C/client.key")
+for k in 1 16 64; do
+	"$F" bench --target 127.0.0.1:17300 "${TLS[@]}" --compare noop --noop-tls mtls --pin --callers "$k" --conns 4 --duration "$D" --quiet
+done
+"$F" bench --target 127.0.0.1:17300 "${TLS[@]}" --mode batch --batch 1000 --callers 8 --conns 4 --duration 10s --pin --quiet
+stop TERM
+
+echo "## idle, external etcd (Debian's etcd), 60s"
+etcd --name p --data-dir "$W/etcd" --listen-client-urls http://127.0.0.1:17320 --advertise-client-urls http://127.0.0.1:17320 \
+	--listen-peer-urls http://127.0.0.1:17321 --initial-advertise-peer-urls http://127.0.0.1:17321 \
+	--initial-cluster p=http://127.0.0.1:17321 >"$W/etcd.log" 2>&1 &
+sleep 2
+serve "$W/d3" --etcd 127.0.0.1:17320
+ready_after >/dev/null
+"$F" bench --target 127.0.0.1:17300 --idle 60s --pid "$pid" --quiet
