@@ -106,7 +106,7 @@ func TestDuplicateDetected(t *testing.T) {
 	for _, mode := range []string{modeUnary, modeBatch} {
 		t.Run(mode, func(t *testing.T) {
 			rep := bench(t, exitDuplicate, "--target", "noop", "--mode", mode, "--batch", "10",
-				"--warmup", "0s", "--noop-duplicate-at", "300")
+				"--warmup", "0s", "--noop-duplicate-at", "20")
 			if rep.Run.Dups != 1 {
 				t.Fatalf("found %d duplicates, want the 1 injected", rep.Run.Dups)
 			}
