@@ -117,11 +117,10 @@ func (b *Buffer) maxStaleness() time.Duration { return time.Duration(b.staleTick
 // writes slots, and this runs on the filler, so reading unclaimed slots is
 // safe.
 func (b *Buffer) purgeStale(tick int64) {
-	oldest := tick - b.staleTicks
 	for {
 		h, t := b.head.Load(), b.tail.Load()
 		k := uint64(0)
-		for h+k < t && b.slots[(h+k)&b.mask].stamp < oldest {
+		for h+k < t && !fresh(b.meta[(h+k)&b.mask].stamp, tick, b.staleTicks) {
 			k++
 		}
 		if k == 0 {
@@ -177,8 +176,9 @@ func (b *Buffer) fill(k int) {
 		}
 		for i := 0; i < n; i++ {
 			p := t + uint64(i)
-			s := &b.slots[p&b.mask]
-			s.id, s.stamp, s.lap, s.epoch = b.scratch[i], stamp, uint32(p>>b.lapShift), epoch
+			k := p & b.mask
+			b.ids[k] = b.scratch[i]
+			b.meta[k] = meta{stamp: uint32(stamp), lapEpoch: lapEpoch(p, b.lapShift, epoch)}
 		}
 		b.tail.Store(t + uint64(n))
 		written += n

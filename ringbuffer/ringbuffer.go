@@ -71,11 +71,23 @@ type Stats struct {
 	RefillErrors uint64 // refill rounds the source refused
 }
 
-type slot struct {
-	id    uint64
-	stamp int64  // freshness tick of the chunk this ID came from
-	lap   uint32 // position / size, as written by the filler
-	epoch uint32 // Reset generation the ID belongs to
+// Each slot is an ID in ids and its metadata in meta, kept apart so that a
+// batch take checks 8 bytes of metadata per ID and then copies the IDs as
+// one block. Lap, epoch and stamp are kept modulo their widths: a taker
+// compares them only with the current lap, epoch and tick, which they can
+// never lag by a full wrap (2^16 laps, 2^16 Resets, 2^31 ticks).
+type meta struct {
+	stamp    uint32 // freshness tick of the chunk this ID came from (mod 2^32)
+	lapEpoch uint32 // lap (position / size) << 16 | Reset epoch, both mod 2^16
+}
+
+func lapEpoch(pos uint64, shift uint, epoch uint32) uint32 {
+	return uint32(uint16(pos>>shift))<<16 | uint32(uint16(epoch))
+}
+
+// fresh reports whether a stamp is within staleTicks of tick (wrap-safe).
+func fresh(stamp uint32, tick int64, staleTicks int64) bool {
+	return int64(int32(uint32(tick)-stamp)) <= staleTicks
 }
 
 type pad [64]byte
@@ -84,7 +96,8 @@ type pad [64]byte
 // concurrent takers. Taking takes no lock. Create one with New, then
 // Start it.
 type Buffer struct {
-	slots    []slot
+	ids      []uint64
+	meta     []meta
 	released []atomic.Uint64 // per block: slots released, cumulative
 	mask     uint64
 	size     uint64
@@ -166,7 +179,8 @@ func New(cfg Config) (*Buffer, error) {
 	}
 	b := &Buffer{
 		srcCtx:   context.Background(),
-		slots:    make([]slot, cfg.Size),
+		ids:      make([]uint64, cfg.Size),
+		meta:     make([]meta, cfg.Size),
 		released: make([]atomic.Uint64, cfg.Size/blockSize),
 		mask:     uint64(cfg.Size - 1),
 		size:     uint64(cfg.Size),
@@ -221,17 +235,18 @@ func (b *Buffer) Take() (uint64, error) {
 		if hook := b.testHookClaimed; hook != nil {
 			hook()
 		}
-		s := &b.slots[h&b.mask]
-		if s.lap != uint32(h>>b.lapShift) {
-			panic(fmt.Sprintf("ringbuffer: slot for position %d holds lap %d", h, s.lap))
+		i := h & b.mask
+		m, id := b.meta[i], b.ids[i]
+		if m.lapEpoch>>16 != uint32(uint16(h>>b.lapShift)) {
+			panic(fmt.Sprintf("ringbuffer: slot for position %d holds lap %d", h, m.lapEpoch>>16))
 		}
-		id, fresh := s.id, s.epoch == b.epoch.Load() && s.stamp >= b.tick.Load()-b.staleTicks
-		retired := s.epoch != b.epoch.Load()
+		retired := m.lapEpoch != lapEpoch(h, b.lapShift, b.epoch.Load())
+		ok := !retired && fresh(m.stamp, b.tick.Load(), b.staleTicks)
 		b.released[(h&b.mask)/blockSize].Add(1)
 		if (int64(t-h)-1)*2 < b.target.Load() {
 			b.poke()
 		}
-		if fresh {
+		if ok {
 			return id, nil
 		}
 		if retired {
@@ -287,26 +302,45 @@ func (b *Buffer) takeN(dst []uint64) (int, error) {
 // and retired IDs, then releases the slots to the filler.
 func (b *Buffer) copyOut(h, n uint64, dst []uint64) int {
 	epoch := b.epoch.Load()
-	oldest := b.tick.Load() - b.staleTicks
+	tick := uint32(b.tick.Load())
+	staleTicks := int32(b.staleTicks)
 	got := 0
 	var stale, retired uint64
-	for pos := h; pos < h+n; pos++ {
-		s := &b.slots[pos&b.mask]
-		if s.lap != uint32(pos>>b.lapShift) {
-			// Cannot happen: the filler writes a slot only after its
-			// previous taker released it, and publishes it before any
-			// taker can claim it.
-			panic(fmt.Sprintf("ringbuffer: slot for position %d holds lap %d", pos, s.lap))
+	// Segment by segment: the ring wraps, and the lap changes, at most
+	// once within a take.
+	for pos := h; pos < h+n; {
+		i := pos & b.mask
+		seg := min(h+n-pos, b.size-i)
+		want := lapEpoch(pos, b.lapShift, epoch)
+		ms := b.meta[i : i+seg]
+		clean := true
+		for _, m := range ms {
+			if m.lapEpoch != want || int32(tick-m.stamp) > staleTicks {
+				clean = false
+				break
+			}
 		}
-		switch {
-		case s.epoch != epoch:
-			retired++
-		case s.stamp < oldest:
-			stale++
-		default:
-			dst[got] = s.id
-			got++
+		if clean {
+			got += copy(dst[got:], b.ids[i:i+seg])
+		} else {
+			for j, m := range ms {
+				switch {
+				case m.lapEpoch>>16 != want>>16:
+					// Cannot happen: the filler writes a slot only after
+					// its previous taker released it, and publishes it
+					// before any taker can claim it.
+					panic(fmt.Sprintf("ringbuffer: slot for position %d holds lap %d", pos+uint64(j), m.lapEpoch>>16))
+				case m.lapEpoch != want:
+					retired++
+				case int32(tick-m.stamp) > staleTicks:
+					stale++
+				default:
+					dst[got] = b.ids[i+uint64(j)]
+					got++
+				}
+			}
 		}
+		pos += seg
 	}
 	b.release(h, n)
 	if stale > 0 {
