@@ -348,7 +348,22 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 	// Everything else goes through fill.
 	g.mu.Lock()
 	if !g.retired.Load() {
-		wall, mono := g.read()
+		// g.read, written out: a monotonic-only reading within the
+		// window of the anchor stands for a full one.
+		var wall int64
+		var mono time.Duration
+		extrapolated := false
+		if g.fast != nil && g.haveAnchor {
+			if m, ok := g.fast.FastMono(); ok {
+				if d := m - g.anchorMono; d >= 0 && d < g.monoWindow {
+					wall, mono, extrapolated = g.anchorWall+int64(d), m, true
+					g.full = false
+				}
+			}
+		}
+		if !extrapolated {
+			wall, mono = g.fullRead()
+		}
 		now := g.units(wall)
 		L, seq := g.last, g.seq
 		if now > L {
