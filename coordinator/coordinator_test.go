@@ -1,9 +1,12 @@
 package coordinator
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestSpecSlotOrder(t *testing.T) {
@@ -52,3 +55,51 @@ func TestTypedErrors(t *testing.T) {
 		t.Fatal("NameInUseError does not match ErrNameInUse")
 	}
 }
+
+func TestLazyConnectsInTheBackground(t *testing.T) {
+	var mu sync.Mutex
+	tries := 0
+	var real Coordinator
+	dial := func() (Coordinator, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		tries++
+		if real == nil {
+			return nil, errors.New("connection refused")
+		}
+		return real, nil
+	}
+	l := NewLazy(dial, 5*time.Millisecond, errors.New("first: connection refused"))
+	_, err := l.Peers(context.Background())
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Peers = %v, want ErrUnavailable naming the cause", err)
+	}
+	mu.Lock()
+	real = closedCoordinator{}
+	mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := l.Peers(context.Background()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never connected")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	if tries < 1 {
+		t.Fatal("no dial")
+	}
+	mu.Unlock()
+	l.Close()
+	if _, err := l.Peers(context.Background()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// closedCoordinator answers Peers with nothing.
+type closedCoordinator struct{ Coordinator }
+
+func (closedCoordinator) Peers(context.Context) ([]PeerBeat, error) { return nil, nil }
+func (closedCoordinator) Close() error                              { return nil }

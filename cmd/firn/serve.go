@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -96,7 +97,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		Timeout: cfg.CoordinatorTimeout, RefreshInterval: time.Second, AllowShortWindow: sf.allowShortWindow}
 	switch {
 	case len(cfg.ZooKeeper) > 0:
-		c, err := newZooKeeper(cfg, timing, clock, log)
+		c, err := connect(func() (coordinator.Coordinator, error) { return newZooKeeper(cfg, timing, clock, log) }, log)
 		if err != nil {
 			return fail(stderr, exitFailure, "serve: --zookeeper: %v", err)
 		}
@@ -127,7 +128,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		ec.Timing = timing
 		ec.Clock = clock
 		ec.Logger = log
-		c, err := etcd.New(ec)
+		c, err := connect(func() (coordinator.Coordinator, error) { return etcd.New(ec) }, log)
 		if err != nil {
 			if stopEmbedded != nil {
 				stopEmbedded()
@@ -164,6 +165,21 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitFailure, "serve: shutdown: %v", err)
 	}
 	return exitOK
+}
+
+// connect dials the coordinator. A configuration error fails at once; an
+// unreachable coordinator does not: the node starts, does not serve, says
+// why (its generators' reason names the coordinator), and keeps dialling.
+func connect(dial func() (coordinator.Coordinator, error), log *slog.Logger) (coordinator.Coordinator, error) {
+	c, err := dial()
+	switch {
+	case err == nil:
+		return c, nil
+	case errors.Is(err, coordinator.ErrUnavailable):
+		log.Warn("coordinator unreachable at start: not serving until it answers", "err", err)
+		return coordinator.NewLazy(dial, time.Second, err), nil
+	}
+	return nil, err
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {

@@ -414,6 +414,35 @@ func init() {
 			})
 			e.check(Bounds{})
 		}},
+		scenario{name: "coordinator down when a node starts", both: true, run: func(e *env) {
+			n1 := e.newNode("n1")
+			e.partition(n1, Blackhole)
+			n1.Start()
+			time.Sleep(4 * time.Second)
+			if code, body := n1.Ready(); code == 200 {
+				e.t.Fatal("served without ever reaching its coordinator")
+			} else if code == 0 {
+				e.t.Logf("still starting (the listener opens once the coordinator answers): %s", body)
+			}
+			if n1.PID() == 0 {
+				e.t.Fatal("the node exited")
+			}
+			healed := time.Now()
+			e.partition(n1, Pass)
+			for _, p := range e.proxies[n1] {
+				p.Sever()
+			}
+			load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 1, Deadline: 2 * time.Second})
+			r, err := n1.WaitReady(15 * time.Second)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			e.row.Recover = r.Round(time.Millisecond).String()
+			time.Sleep(500 * time.Millisecond)
+			load.Stop()
+			countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.At.Before(healed.Add(r + time.Second)) })
+			e.check(Bounds{})
+		}},
 		scenario{name: "zookeeper leader killed", zkOnly: true, run: func(e *env) {
 			n1, n2 := e.newNode("n1"), e.newNode("n2")
 			e.startAll(n1, n2)

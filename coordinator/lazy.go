@@ -1,0 +1,141 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lazy is a Coordinator whose connection is made in the background, again
+// and again until it succeeds, so that a node whose coordinator is down when
+// it starts stays up, not serving, with the reason in its state (every call
+// returns ErrUnavailable naming the cause at once), instead of exiting.
+type Lazy struct {
+	mu      sync.Mutex
+	c       Coordinator
+	lastErr error
+	closed  bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+var _ Coordinator = (*Lazy)(nil)
+
+// NewLazy returns a Coordinator that dials in the background every backoff
+// until dial succeeds; until then calls fail with ErrUnavailable wrapping
+// the last dial error (first the given one).
+func NewLazy(dial func() (Coordinator, error), backoff time.Duration, first error) *Lazy {
+	l := &Lazy{stop: make(chan struct{}), done: make(chan struct{})}
+	l.lastErr = unreachable(first)
+	go func() {
+		defer close(l.done)
+		for {
+			select {
+			case <-l.stop:
+				return
+			case <-time.After(backoff):
+			}
+			c, err := dial()
+			l.mu.Lock()
+			if l.closed {
+				l.mu.Unlock()
+				if err == nil {
+					c.Close()
+				}
+				return
+			}
+			if err == nil {
+				l.c, l.lastErr = c, nil
+				l.mu.Unlock()
+				return
+			}
+			l.lastErr = unreachable(err)
+			l.mu.Unlock()
+		}
+	}()
+	return l
+}
+
+func unreachable(err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: cannot reach the coordinator: %w", ErrUnavailable, err)
+}
+
+func (l *Lazy) get() (Coordinator, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, fmt.Errorf("%w: coordinator closed", ErrUnavailable)
+	}
+	if l.c != nil {
+		return l.c, nil
+	}
+	return nil, l.lastErr
+}
+
+// Acquire implements Coordinator.
+func (l *Lazy) Acquire(ctx context.Context, spec Spec, node NodeInfo) (Lease, error) {
+	c, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return c.Acquire(ctx, spec, node)
+}
+
+// Workers implements Coordinator.
+func (l *Lazy) Workers(ctx context.Context, generator string) ([]Holder, error) {
+	c, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return c.Workers(ctx, generator)
+}
+
+// ForceRelease implements Coordinator.
+func (l *Lazy) ForceRelease(ctx context.Context, generator string, slot Slot) error {
+	c, err := l.get()
+	if err != nil {
+		return err
+	}
+	return c.ForceRelease(ctx, generator, slot)
+}
+
+// Bump implements Coordinator.
+func (l *Lazy) Bump(ctx context.Context, generator string, by int64) error {
+	c, err := l.get()
+	if err != nil {
+		return err
+	}
+	return c.Bump(ctx, generator, by)
+}
+
+// Peers implements Coordinator.
+func (l *Lazy) Peers(ctx context.Context) ([]PeerBeat, error) {
+	c, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return c.Peers(ctx)
+}
+
+// Close implements Coordinator.
+func (l *Lazy) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	close(l.stop)
+	c := l.c
+	l.mu.Unlock()
+	<-l.done
+	if c != nil {
+		return c.Close()
+	}
+	return nil
+}
