@@ -118,8 +118,7 @@ func NewNode(t testing.TB, name string, o NodeOptions) *Node {
 	}
 	n.args = append([]string{"serve",
 		"--data-dir", n.DataDir, "--node-name", name,
-		"--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr,
-		"--enable-fault-injection", "--fault-addr", n.FaultAdr,
+		"--enable-fault-injection",
 		"--cluster", o.Cluster, "--log-level", "debug"}, o.Coord...)
 	n.args = append(n.args, o.Extra...)
 	t.Cleanup(func() {
@@ -142,8 +141,61 @@ func NewNode(t testing.TB, name string, o NodeOptions) *Node {
 	return n
 }
 
-// Start runs the node with its flags plus extra ones for this run.
+// Start runs the node with its flags plus extra ones for this run. At the
+// first start it waits until the node listens (or exits): a port taken by
+// another process between picking it and binding it is replaced by a fresh
+// one, so that a busy machine does not fail the scenario.
 func (n *Node) Start(extra ...string) {
+	n.t.Helper()
+	for attempt := 0; ; attempt++ {
+		n.start(extra)
+		if n.runs > 1 || attempt == 3 {
+			return
+		}
+		if !n.waitListening(20*time.Second) && n.bindFailed() {
+			n.Kill()
+			n.mu.Lock()
+			n.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", freePort(n.t))
+			n.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", freePort(n.t))
+			n.FaultAdr = fmt.Sprintf("127.0.0.1:%d", freePort(n.t))
+			if n.conn != nil {
+				n.conn.Close()
+				n.conn = nil
+			}
+			n.runs = 0
+			n.mu.Unlock()
+			continue
+		}
+		return
+	}
+}
+
+// waitListening waits until the gRPC port accepts or the process exits.
+func (n *Node) waitListening(d time.Duration) bool {
+	n.mu.Lock()
+	exit, addr := n.exit, n.GRPCAddr
+	n.mu.Unlock()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			c.Close()
+			return true
+		}
+		select {
+		case <-exit:
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+func (n *Node) bindFailed() bool {
+	b, _ := os.ReadFile(n.logPath)
+	return strings.Contains(string(b), "address already in use")
+}
+
+func (n *Node) start(extra []string) {
 	n.t.Helper()
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -156,7 +208,8 @@ func (n *Node) Start(extra ...string) {
 	}
 	n.runs++
 	fmt.Fprintf(f, "{\"harness\":\"start\",\"run\":%d}\n", n.runs)
-	cmd := exec.Command(Binary(n.t), append(append([]string{}, n.args...), extra...)...)
+	args := append(append([]string{}, n.args...), "--grpc-addr", n.GRPCAddr, "--http-addr", n.HTTPAddr, "--fault-addr", n.FaultAdr)
+	cmd := exec.Command(Binary(n.t), append(args, extra...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
