@@ -61,15 +61,30 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
-// freePort returns a free loopback port.
+var (
+	portsMu sync.Mutex
+	given   = map[int]bool{}
+)
+
+// freePort returns a free loopback port, never the same one twice in this
+// process (two nodes picking at once could otherwise get the same port).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		portsMu.Lock()
+		if !given[port] {
+			given[port] = true
+			portsMu.Unlock()
+			return port
+		}
+		portsMu.Unlock()
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Node is one firn process.
@@ -170,15 +185,15 @@ func (n *Node) Start(extra ...string) {
 	}
 }
 
-// waitListening waits until the gRPC port accepts or the process exits.
+// waitListening waits until the process says it listens (its "serving
+// gRPC on" line) or exits.
 func (n *Node) waitListening(d time.Duration) bool {
 	n.mu.Lock()
-	exit, addr := n.exit, n.GRPCAddr
+	exit := n.exit
 	n.mu.Unlock()
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
-			c.Close()
+		if b, _ := os.ReadFile(n.logPath); strings.Contains(string(b), "serving gRPC on") {
 			return true
 		}
 		select {
