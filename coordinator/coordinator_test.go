@@ -103,3 +103,28 @@ type closedCoordinator struct{ Coordinator }
 
 func (closedCoordinator) Peers(context.Context) ([]PeerBeat, error) { return nil, nil }
 func (closedCoordinator) Close() error                              { return nil }
+
+func TestPinCheckAndOwnerRecord(t *testing.T) {
+	spec := Spec{Generator: "g", Layout: "time=41,dc=5,worker=5,seq=12,unit=1ms,epoch=2010-11-04T01:42:54.657Z", Datacenter: -1}
+	p := NewPin(spec)
+	if err := p.Check(spec); err != nil || len(p.Incarnation) != 32 || NewPin(spec).Incarnation == p.Incarnation {
+		t.Fatalf("NewPin = %+v, Check = %v", p, err)
+	}
+	other := spec
+	other.Layout = "compact"
+	var lm *LayoutMismatchError
+	if err := p.Check(other); !errors.As(err, &lm) || !strings.Contains(err.Error(), "compact") || !strings.Contains(err.Error(), "time=41") {
+		t.Fatalf("layout mismatch: %v", err)
+	}
+	p.Schema = SchemaVersion + 1
+	if err := p.Check(spec); !errors.Is(err, ErrSchemaTooNew) {
+		t.Fatalf("newer schema: %v", err)
+	}
+	hb := Heartbeat{Node: NodeInfo{Name: "n", InstanceID: "i", Address: "a:1", StartTime: time.Unix(5, 0).UTC()}, Wall: time.Unix(9, 0).UTC()}
+	if got := DecodeOwner(EncodeOwner(hb)).Heartbeat(); got != hb {
+		t.Fatalf("owner record round trip: %+v", got)
+	}
+	if r := DecodeOwner([]byte("{")); r.Name != "?" {
+		t.Fatalf("unreadable record: %+v", r)
+	}
+}

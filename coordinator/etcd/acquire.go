@@ -2,8 +2,6 @@ package etcd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,12 +108,7 @@ func (c *Coordinator) scan(ctx context.Context, k keys) (*scanned, error) {
 	}
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
 		name := strings.TrimPrefix(string(kv.Key), k.owners())
-		var rec ownerRecord
-		if err := json.Unmarshal(kv.Value, &rec); err != nil {
-			// An unreadable owner record still means "owned".
-			rec = ownerRecord{Name: "?", Instance: "?"}
-		}
-		s.owners[name] = ownerState{rec: rec, createRev: kv.CreateRevision, lease: clientv3.LeaseID(kv.Lease)}
+		s.owners[name] = ownerState{rec: coordinator.DecodeOwner(kv.Value), createRev: kv.CreateRevision, lease: clientv3.LeaseID(kv.Lease)}
 		s.ownerKeys = append(s.ownerKeys, name)
 	}
 	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
@@ -137,17 +130,11 @@ func (s *scanned) reservedOf(name string) resState {
 	return resState{value: -1}
 }
 
-func newIncarnation() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // ensurePin creates the pin if absent (create-if-absent: of two first
 // nodes exactly one wins), then checks it against spec.
 func (c *Coordinator) ensurePin(ctx context.Context, k keys, s *scanned, spec coordinator.Spec) error {
 	if s.pinRev == 0 {
-		want := pin{Layout: spec.Layout, Datacenter: spec.Datacenter, Incarnation: newIncarnation(), Schema: coordinator.SchemaVersion}
+		want := coordinator.NewPin(spec)
 		b, _ := json.Marshal(want)
 		cctx, cancel := c.call(ctx)
 		resp, err := c.cli.Txn(cctx).
@@ -164,18 +151,7 @@ func (c *Coordinator) ensurePin(ctx context.Context, k keys, s *scanned, spec co
 		}
 		return errRescan
 	}
-	p := s.pin
-	if p.Schema > coordinator.SchemaVersion {
-		return fmt.Errorf("%w: generator %q pin schema %d, this binary knows %d",
-			coordinator.ErrSchemaTooNew, spec.Generator, p.Schema, coordinator.SchemaVersion)
-	}
-	if p.Layout != spec.Layout || p.Datacenter != spec.Datacenter {
-		return &coordinator.LayoutMismatchError{
-			Generator: spec.Generator, Pinned: p.Layout, Wanted: spec.Layout,
-			PinnedDatacenter: p.Datacenter, WantedDatacenter: spec.Datacenter,
-		}
-	}
-	return nil
+	return s.pin.Check(spec)
 }
 
 type candidate struct {
@@ -361,7 +337,7 @@ func (c *Coordinator) exhausted(spec coordinator.Spec, s *scanned, n uint64, too
 			continue
 		}
 		o := s.owners[name]
-		e.Live = append(e.Live, coordinator.Holder{Slot: slot, Live: true, Heartbeat: o.rec.heartbeat(),
+		e.Live = append(e.Live, coordinator.Holder{Slot: slot, Live: true, Heartbeat: o.rec.Heartbeat(),
 			Reserved: s.reservedOf(name).value})
 	}
 	return e

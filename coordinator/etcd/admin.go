@@ -39,7 +39,7 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 	}
 	for name, o := range s.owners {
 		if h := get(name); h != nil {
-			h.Live, h.Heartbeat = true, o.rec.heartbeat()
+			h.Live, h.Heartbeat = true, o.rec.Heartbeat()
 		}
 	}
 	for name, r := range s.reserved {
@@ -200,10 +200,10 @@ func (c *Coordinator) putPeer(key string, value []byte) {
 	}
 	var rec ownerRecord
 	if json.Unmarshal(value, &rec) != nil {
-		return
+		return // not an owner record: no heartbeat to compare
 	}
 	now, _ := c.clock.Now()
-	c.peers[key] = coordinator.PeerBeat{Generator: gen, Slot: slot, Heartbeat: rec.heartbeat(), Received: now}
+	c.peers[key] = coordinator.PeerBeat{Generator: gen, Slot: slot, Heartbeat: rec.Heartbeat(), Received: now}
 }
 
 func (c *Coordinator) watchPeers() {

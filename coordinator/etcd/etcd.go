@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -311,36 +310,13 @@ func parseValue(b []byte) (int64, error) {
 }
 
 // pin is the generator's pin record.
-type pin struct {
-	Layout      string `json:"layout"`
-	Datacenter  int64  `json:"datacenter"` // -1: from the cursor
-	Incarnation string `json:"incarnation"`
-	Schema      int    `json:"schema"`
-}
+type pin = coordinator.Pin
 
-// ownerRecord is the value of owner/<slot>: the holder and its heartbeat.
-type ownerRecord struct {
-	Name      string    `json:"name"`
-	Instance  string    `json:"instance"`
-	Address   string    `json:"address"`
-	StartTime time.Time `json:"start"`
-	Wall      time.Time `json:"heartbeat"`
-}
+// ownerRecord is the value of owner/<slot> (shared with the ZooKeeper
+// backend).
+type ownerRecord = coordinator.OwnerRecord
 
-func newOwnerRecord(hb coordinator.Heartbeat) string {
-	b, _ := json.Marshal(ownerRecord{
-		Name: hb.Node.Name, Instance: hb.Node.InstanceID, Address: hb.Node.Address,
-		StartTime: hb.Node.StartTime, Wall: hb.Wall,
-	})
-	return string(b)
-}
-
-func (r ownerRecord) heartbeat() coordinator.Heartbeat {
-	return coordinator.Heartbeat{
-		Node: coordinator.NodeInfo{Name: r.Name, InstanceID: r.Instance, Address: r.Address, StartTime: r.StartTime},
-		Wall: r.Wall,
-	}
-}
+func newOwnerRecord(hb coordinator.Heartbeat) string { return string(coordinator.EncodeOwner(hb)) }
 
 // raiseTo is the nested txn that sets key to v only when it is absent or
 // lower: a value is never lowered by it.

@@ -3,8 +3,6 @@ package zookeeper
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -99,12 +97,6 @@ type scanned struct {
 	reserved   map[string]bool
 }
 
-func newIncarnation() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // scan reads the pin (creating it if absent: of two first nodes exactly one
 // wins), the cursor, the live owners and the set of reservation nodes.
 func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) (*scanned, error) {
@@ -113,7 +105,7 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 	}
 	data, st, err := c.get(ctx, p.pin())
 	if errors.Is(err, zk.ErrNoNode) {
-		want := pin{Layout: spec.Layout, Datacenter: spec.Datacenter, Incarnation: newIncarnation(), Schema: coordinator.SchemaVersion}
+		want := coordinator.NewPin(spec)
 		b, _ := json.Marshal(want)
 		err := c.create(ctx, p.pin(), b, zk.FlagPersistent)
 		switch {
@@ -136,7 +128,7 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 	if err := json.Unmarshal(data, &s.pin); err != nil {
 		return nil, fmt.Errorf("zookeeper: pin %s is not readable: %w", p.pin(), err)
 	}
-	if err := checkPin(s.pin, spec); err != nil {
+	if err := s.pin.Check(spec); err != nil {
 		return nil, err
 	}
 
@@ -187,20 +179,6 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 		s.reserved[name] = true
 	}
 	return s, nil
-}
-
-func checkPin(p pin, spec coordinator.Spec) error {
-	if p.Schema > coordinator.SchemaVersion {
-		return fmt.Errorf("%w: generator %q pin schema %d, this binary knows %d",
-			coordinator.ErrSchemaTooNew, spec.Generator, p.Schema, coordinator.SchemaVersion)
-	}
-	if p.Layout != spec.Layout || p.Datacenter != spec.Datacenter {
-		return &coordinator.LayoutMismatchError{
-			Generator: spec.Generator, Pinned: p.Layout, Wanted: spec.Layout,
-			PinnedDatacenter: p.Datacenter, WantedDatacenter: spec.Datacenter,
-		}
-	}
-	return nil
 }
 
 type candidate struct {
@@ -488,7 +466,7 @@ func (c *Coordinator) exhausted(ctx context.Context, p paths, spec coordinator.S
 				r = v
 			}
 		}
-		e.Live = append(e.Live, coordinator.Holder{Slot: slot, Live: true, Heartbeat: s.owners[name].rec.heartbeat(), Reserved: r})
+		e.Live = append(e.Live, coordinator.Holder{Slot: slot, Live: true, Heartbeat: s.owners[name].rec.Heartbeat(), Reserved: r})
 	}
 	return e
 }

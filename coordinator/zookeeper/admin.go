@@ -72,7 +72,7 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 			return nil, unavailable("read owner", err)
 		}
 		h.Live = true
-		h.Heartbeat = decodeOwner(d).heartbeat()
+		h.Heartbeat = decodeOwner(d).Heartbeat()
 	}
 	out := make([]coordinator.Holder, 0, len(byName))
 	for _, h := range byName {

@@ -288,7 +288,7 @@ func (w *peerWatch) watchOwner(gen, name, path string, fresh bool, init *armed) 
 		if fresh && okSlot {
 			wall, _ := c.clock.Now()
 			w.mu.Lock()
-			w.beats[key] = coordinator.PeerBeat{Generator: gen, Slot: slot, Heartbeat: decodeOwner(cur.data).heartbeat(), Received: wall}
+			w.beats[key] = coordinator.PeerBeat{Generator: gen, Slot: slot, Heartbeat: decodeOwner(cur.data).Heartbeat(), Received: wall}
 			w.mu.Unlock()
 		}
 		ev, ok := c.wait(cur.ch)

@@ -3,7 +3,6 @@ package zookeeper
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -463,45 +462,13 @@ func parseValue(b []byte) (int64, error) {
 var neverReserved = encodeValue(-1)
 
 // pin is the generator's pin record.
-type pin struct {
-	Layout      string `json:"layout"`
-	Datacenter  int64  `json:"datacenter"` // -1: from the cursor
-	Incarnation string `json:"incarnation"`
-	Schema      int    `json:"schema"`
-}
+type pin = coordinator.Pin
 
-// ownerRecord is the data of owner/<slot>: the holder and its heartbeat.
-type ownerRecord struct {
-	Name      string    `json:"name"`
-	Instance  string    `json:"instance"`
-	Address   string    `json:"address"`
-	StartTime time.Time `json:"start"`
-	Wall      time.Time `json:"heartbeat"`
-}
+// ownerRecord is the data of owner/<slot> (shared with the etcd backend).
+type ownerRecord = coordinator.OwnerRecord
 
-func encodeOwner(hb coordinator.Heartbeat) []byte {
-	b, _ := json.Marshal(ownerRecord{
-		Name: hb.Node.Name, Instance: hb.Node.InstanceID, Address: hb.Node.Address,
-		StartTime: hb.Node.StartTime, Wall: hb.Wall,
-	})
-	return b
-}
-
-func decodeOwner(b []byte) ownerRecord {
-	var r ownerRecord
-	if err := json.Unmarshal(b, &r); err != nil {
-		// An unreadable owner record still means "owned".
-		return ownerRecord{Name: "?", Instance: "?"}
-	}
-	return r
-}
-
-func (r ownerRecord) heartbeat() coordinator.Heartbeat {
-	return coordinator.Heartbeat{
-		Node: coordinator.NodeInfo{Name: r.Name, InstanceID: r.Instance, Address: r.Address, StartTime: r.StartTime},
-		Wall: r.Wall,
-	}
-}
+func encodeOwner(hb coordinator.Heartbeat) []byte { return coordinator.EncodeOwner(hb) }
+func decodeOwner(b []byte) ownerRecord            { return coordinator.DecodeOwner(b) }
 
 // --- the connection gate -----------------------------------------------------
 
