@@ -213,7 +213,16 @@ func TestFrozenMemberFailover(t *testing.T) {
 	// The availability property: the longest stretch without an
 	// acknowledged reservation stays below the window, so a generator
 	// never runs out of reserved time while one member is frozen.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, m := range p.Members {
+				b, _ := os.ReadFile(m.LogPath)
+				t.Logf("=== %s log:\n%s", m.Name, b)
+			}
+		}
+	})
 	for i, m := range p.Members {
+		t.Logf("freezing %s", m.Name)
 		m.Freeze(t)
 		failed := 0
 		var longest time.Duration
@@ -233,6 +242,9 @@ func TestFrozenMemberFailover(t *testing.T) {
 		}
 		longest = max(longest, time.Since(last))
 		m.Thaw(t)
+		// One member at a time: the next freeze waits until this one has
+		// rejoined, as an operator's rolling fault would.
+		p.WaitCaughtUp(t)
 		t.Logf("member %s frozen: %d of 8 Reserve calls failed, longest stretch without an ack %v", m.Name, failed, longest)
 		if longest >= cfg.Timing.ReservationWindow {
 			t.Fatalf("member %s frozen: %v without an acknowledged reservation, window %v", m.Name, longest, cfg.Timing.ReservationWindow)

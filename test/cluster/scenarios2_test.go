@@ -380,6 +380,7 @@ func init() {
 			m.Restart(e.t)
 			time.Sleep(2 * time.Second)
 			load.Stop()
+			e.etcd.WaitCaughtUp(e.t) // the next scenario shares the cluster
 			countFailures(e, e.rec.Failures(), none)
 			e.check(Bounds{})
 		}},
@@ -406,6 +407,7 @@ func init() {
 			if err != nil {
 				e.t.Fatal(err)
 			}
+			e.etcd.WaitCaughtUp(e.t)
 			e.row.Recover = r.Round(time.Millisecond).String()
 			time.Sleep(500 * time.Millisecond)
 			load.Stop()
