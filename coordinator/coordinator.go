@@ -298,10 +298,14 @@ type Coordinator interface {
 	// ForceRelease frees a slot's ownership through the fenced path,
 	// keeping its reservation.
 	ForceRelease(ctx context.Context, generator string, slot Slot) error
-	// Bump raises every reservation of the generator by by (in its time
-	// units, as the caller computes), after a restore; call it once per
-	// generator.
-	Bump(ctx context.Context, generator string, by int64) error
+	// Bump, after a restore, raises every reservation of the generator by
+	// by and the generator's floor to max(now, every reservation) + by
+	// (by and now in its time units, as the caller computes; the floor is
+	// never lowered). Every later acquisition's Floor is at least the
+	// generator floor, so a worker first used after the restored snapshot
+	// was taken, and so absent from it, also starts above anything it may
+	// have issued. Call it once per generator.
+	Bump(ctx context.Context, generator string, by, now int64) error
 	// Peers returns live holders' heartbeats as received.
 	Peers(ctx context.Context) ([]PeerBeat, error)
 	Close() error

@@ -105,12 +105,12 @@ func (l *Lazy) ForceRelease(ctx context.Context, generator string, slot Slot) er
 }
 
 // Bump implements Coordinator.
-func (l *Lazy) Bump(ctx context.Context, generator string, by int64) error {
+func (l *Lazy) Bump(ctx context.Context, generator string, by, now int64) error {
 	c, err := l.get()
 	if err != nil {
 		return err
 	}
-	return c.Bump(ctx, generator, by)
+	return c.Bump(ctx, generator, by, now)
 }
 
 // Peers implements Coordinator.

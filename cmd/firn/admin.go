@@ -150,7 +150,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var c coordFlags
 	c.register(fs)
-	by := fs.Duration("by", 0, "raise every reservation of the generator by this much (after restoring the coordinator from a snapshot: at least the time since the snapshot)")
+	by := fs.Duration("by", 0, "after restoring the coordinator from a snapshot: raise every reservation of the generator, and the floor of every worker first used later, by this much (at least the time between the snapshot and the last write before the restore, plus the reservation window)")
 	if err := parseQuiet(fs, args[1:]); err != nil {
 		if isHelp(err) {
 			return exitOK
@@ -172,9 +172,11 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	defer coord.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := coord.Bump(ctx, name, units); err != nil {
+	wall, _ := clockguard.NewSystem().Now()
+	now := max(0, layout.Units(wall))
+	if err := coord.Bump(ctx, name, units, now); err != nil {
 		return fail(stderr, exitFailure, "coordinator bump: %v", err)
 	}
-	fmt.Fprintf(stdout, "raised every reservation of generator %s by %v (%d units)\n", name, *by, units)
+	fmt.Fprintf(stdout, "raised every reservation of generator %s by %v (%d units), and its floor to at least now + %v\n", name, *by, units, *by)
 	return exitOK
 }

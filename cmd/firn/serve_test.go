@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,11 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/generator"
 	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
 
@@ -352,6 +358,66 @@ func TestCopiedDataDirRefused(t *testing.T) {
 		t.Fatalf("accepted copy issued %d, not above the original's last %d", got[0], last[len(last)-1])
 	}
 	if code := r.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+}
+
+// After a restore from a snapshot older than a worker's first use, the
+// coordinator knows nothing of that worker: `firn coordinator bump` sets
+// the generator floor, and the next holder of the worker starts above
+// max(now, every reservation) + D rather than at its clock.
+func TestBumpAfterRestore(t *testing.T) {
+	srv := etcdtest.StartEmbedded(t)
+	ep := srv.Endpoints[0]
+	a := freeAddrs(t)
+	p := serve(t, t.TempDir(), a, nil, "--etcd", ep)
+	p.waitReady(30 * time.Second)
+	ids(t, a.grpc, 100)
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+
+	// The restore: the snapshot holds the pin and the cursor, but neither
+	// the owner nor the reservation of the worker used since.
+	c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, dir := range []string{"owner/", "reserved/"} {
+		del, err := c.Delete(ctx, "/firn/default/default/"+dir, clientv3.WithPrefix())
+		if err != nil || del.Deleted != 1 {
+			t.Fatalf("deleting %s: %v (%d keys); want one key", dir, err, del.Deleted)
+		}
+	}
+	if _, err := c.Put(ctx, "/firn/default/default/cursor", fmt.Sprintf("%019d", 0)); err != nil {
+		t.Fatal(err)
+	}
+
+	const by = 3 * time.Second
+	bumped, _ := clockguard.NewSystem().Now()
+	out, errOut, code := cli(t, nil, "coordinator", "bump", "--by", by.String(), "--etcd", ep)
+	if code != 0 || !strings.Contains(out, "floor") {
+		t.Fatalf("firn coordinator bump: exit %d, %q %q", code, out, errOut)
+	}
+
+	b := freeAddrs(t)
+	q := serve(t, t.TempDir(), b, nil, "--etcd", ep)
+	q.waitReady(30 * time.Second)
+	first := ids(t, b.grpc, 1)[0]
+	sf, _ := generator.Preset("snowflake")
+	parts, err := sf.Decode(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parts.Worker != 0 || !parts.Time.After(bumped.Add(by)) {
+		t.Fatalf("after the bump the worker %d holder's first ID has time %v; want worker 0 above the bump at %v + %v",
+			parts.Worker, parts.Time, bumped, by)
+	}
+	if code := q.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM", code)
 	}
 }

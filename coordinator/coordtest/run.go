@@ -603,11 +603,12 @@ func WorkersAndForceRelease(t *testing.T, b Backend) {
 	}
 }
 
-// Bump raises every reservation of the generator.
+// Bump raises every reservation of the generator, and the generator floor
+// that a worker absent from a restored snapshot starts above.
 func Bump(t *testing.T, b Backend) {
 	cl := b.NewCluster(t)
 	c := cl.Connect(t, sysClock)
-	spec := Spec("bump", 3)
+	spec := Spec("bump", 6)
 	var ls []coordinator.Lease
 	for i := 0; i < 3; i++ {
 		n := Node(fmt.Sprintf("n%d", i))
@@ -615,7 +616,7 @@ func Bump(t *testing.T, b Backend) {
 		mustReserve(t, l, int64(100*(i+1)), n)
 		ls = append(ls, l)
 	}
-	if err := c.Bump(ctxT(t, 10*time.Second), "bump", 1000); err != nil {
+	if err := c.Bump(ctxT(t, 10*time.Second), "bump", 1000, 50); err != nil {
 		t.Fatal(err)
 	}
 	for i, l := range ls {
@@ -623,13 +624,47 @@ func Bump(t *testing.T, b Backend) {
 			t.Fatalf("%s reserved %d after bump, want %d", l.Slot(), got, want)
 		}
 	}
-	if err := c.Bump(ctxT(t, 10*time.Second), "bump", 0); !errors.Is(err, coordinator.ErrInvalidSpec) {
+	if err := c.Bump(ctxT(t, 10*time.Second), "bump", 0, 50); !errors.Is(err, coordinator.ErrInvalidSpec) {
 		t.Fatalf("Bump(0): %v, want ErrInvalidSpec", err)
 	}
 	// A holder's next Reserve below the bumped value keeps it.
 	mustReserve(t, ls[0], 150, Node("n0"))
 	if got := cl.Reserved(t, "bump", ls[0].Slot()); got != 1100 {
 		t.Fatalf("reserved %d after Reserve(150) over a bump to 1100", got)
+	}
+
+	// A worker never reserved before the bump (as one first used after a
+	// restored snapshot was taken) starts above max(now, every R) + by.
+	near := spec
+	near.MaxFloor = 1299
+	_, err := c.Acquire(ctxT(t, 10*time.Second), near, Node("n3"))
+	var ex *coordinator.ExhaustedError
+	if !errors.As(err, &ex) || ex.TooFar != 3 {
+		t.Fatalf("acquire with MaxFloor 1299 under a generator floor of 1300: %v, want exhaustion with 3 free workers too far", err)
+	}
+	fresh := mustAcquire(t, c, spec, Node("n3"))
+	if fresh.ReadReserved() != -1 || fresh.Floor() != 1300 {
+		t.Fatalf("fresh %s after bump: read R %d, floor %d; want -1 and 1300 (max(50, 300) + 1000)",
+			fresh.Slot(), fresh.ReadReserved(), fresh.Floor())
+	}
+	// A second bump with a later clock raises the floor from now; one with
+	// an earlier clock never lowers it.
+	if err := c.Bump(ctxT(t, 10*time.Second), "bump", 10, 5000); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Bump(ctxT(t, 10*time.Second), "bump", 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if l := mustAcquire(t, c, spec, Node("n4")); l.Floor() != 5010 {
+		t.Fatalf("floor after bumps at 5000 and 0 by 10: %d, want 5010", l.Floor())
+	}
+	// A generator that the restored snapshot does not know at all gets a
+	// floor too.
+	if err := c.Bump(ctxT(t, 10*time.Second), "bumpnew", 100, 700); err != nil {
+		t.Fatal(err)
+	}
+	if l := mustAcquire(t, c, Spec("bumpnew", 2), Node("n5")); l.Floor() != 800 {
+		t.Fatalf("floor of a new generator bumped at 700 by 100: %d, want 800", l.Floor())
 	}
 }
 

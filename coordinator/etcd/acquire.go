@@ -65,6 +65,7 @@ type scanned struct {
 	cursor    uint64
 	owners    map[string]ownerState
 	reserved  map[string]resState
+	floor     resState // the generator floor Bump sets (-1, mod revision 0: none)
 	rev       int64
 	ownerKeys []string
 }
@@ -88,11 +89,12 @@ func (c *Coordinator) scan(ctx context.Context, k keys) (*scanned, error) {
 		clientv3.OpGet(k.cursor()),
 		clientv3.OpGet(k.owners(), clientv3.WithPrefix()),
 		clientv3.OpGet(k.reservations(), clientv3.WithPrefix()),
+		clientv3.OpGet(k.floor()),
 	).Commit()
 	if err != nil {
 		return nil, unavailable("scan", err)
 	}
-	s := &scanned{owners: map[string]ownerState{}, reserved: map[string]resState{}, rev: resp.Header.Revision}
+	s := &scanned{owners: map[string]ownerState{}, reserved: map[string]resState{}, floor: resState{value: -1}, rev: resp.Header.Revision}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 		if err := json.Unmarshal(kvs[0].Value, &s.pin); err != nil {
 			return nil, fmt.Errorf("etcd: pin %s is not readable: %w", k.pin(), err)
@@ -118,6 +120,13 @@ func (c *Coordinator) scan(ctx context.Context, k keys) (*scanned, error) {
 			return nil, fmt.Errorf("etcd: reservation %s holds %q: refusing to guess", kv.Key, kv.Value)
 		}
 		s.reserved[name] = resState{value: v, modRev: kv.ModRevision}
+	}
+	if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) == 1 {
+		v, err := parseValue(kvs[0].Value)
+		if err != nil {
+			return nil, fmt.Errorf("etcd: generator floor %s holds %q: refusing to guess", k.floor(), kvs[0].Value)
+		}
+		s.floor = resState{value: v, modRev: kvs[0].ModRevision}
 	}
 	return s, nil
 }
@@ -193,7 +202,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 		if !owned || o.rec.Instance != node.InstanceID || now.Sub(o.rec.Wall) <= coordinator.TakeBackAge {
 			continue
 		}
-		if r := s.reservedOf(name); r.value <= takeBackLimit {
+		if r := s.reservedOf(name); max(r.value, s.floor.value) <= takeBackLimit {
 			cands = append(cands, candidate{slot: slot, res: r, takeBack: &o})
 		}
 	}
@@ -206,7 +215,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 			continue
 		}
 		r := s.reservedOf(name)
-		if r.value > spec.MaxFloor {
+		if max(r.value, s.floor.value) > spec.MaxFloor {
 			tooFar++
 			continue
 		}
@@ -236,8 +245,8 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 // errLostRace: someone else changed the candidate slot first; try the next.
 var errLostRace = errors.New("etcd: lost the race for a slot")
 
-// take acquires one candidate slot: If(CreateRevision(owner)==0, the pin
-// unchanged, the reservation unchanged since the scan) Then(Put(owner,
+// take acquires one candidate slot: If(CreateRevision(owner)==0, the pin,
+// the reservation and the generator floor unchanged since the scan) Then(Put(owner,
 // lease), Get(reserved), advance the cursor). A take-back first deletes our
 // own stale record, guarded by its create revision.
 func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordinator.Spec, sess *session,
@@ -283,9 +292,10 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 	resp, err := c.cli.Txn(cctx).
 		If(ownerCmp,
 			clientv3.Compare(clientv3.CreateRevision(k.pin()), "=", s.pinRev),
-			clientv3.Compare(clientv3.ModRevision(resKey), "=", cand.res.modRev)).
+			clientv3.Compare(clientv3.ModRevision(resKey), "=", cand.res.modRev),
+			clientv3.Compare(clientv3.ModRevision(k.floor()), "=", s.floor.modRev)).
 		Then(then...).
-		Else(clientv3.OpGet(k.pin())).
+		Else(clientv3.OpGet(k.pin()), clientv3.OpGet(k.floor())).
 		Commit()
 	cancel()
 	if err != nil {
@@ -298,6 +308,10 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 	if !resp.Succeeded {
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) != 1 || kvs[0].CreateRevision != s.pinRev {
 			return nil, errRescan // the pin changed: check it again
+		}
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; (len(kvs) == 1 && kvs[0].ModRevision != s.floor.modRev) ||
+			(len(kvs) == 0 && s.floor.modRev != 0) {
+			return nil, errRescan // a bump raised the generator floor: scan again
 		}
 		return nil, errLostRace
 	}
@@ -313,7 +327,7 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 	if cand.takeBack != nil && weakFence {
 		rev = cand.takeBack.createRev
 	}
-	l := newLease(c, spec, k, cand.slot, sess, guardLease, rev, readR, s.pin.Incarnation)
+	l := newLease(c, spec, k, cand.slot, sess, guardLease, rev, readR, s.floor.value, s.pin.Incarnation)
 	c.log.Info("worker acquired", "generator", spec.Generator, "slot", cand.slot.String(),
 		"reserved", readR, "floor", l.floor, "revision", rev, "take_back", cand.takeBack != nil)
 	return l, nil

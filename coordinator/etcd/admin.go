@@ -94,14 +94,19 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 	return fmt.Errorf("%w: etcd force release of %s: owner kept changing", coordinator.ErrUnavailable, slot)
 }
 
-// Bump implements coordinator.Coordinator: raises every reservation of the
-// generator by by, each in a txn guarded by the value's mod revision.
-func (c *Coordinator) Bump(ctx context.Context, generator string, by int64) error {
+// Bump implements coordinator.Coordinator: it first raises the generator
+// floor (a txn that never lowers it, so a retried or concurrent bump is
+// harmless; acquisitions compare its mod revision), then every
+// reservation, each in a txn guarded by the value's mod revision.
+func (c *Coordinator) Bump(ctx context.Context, generator string, by, now int64) error {
 	if !validName(generator) {
 		return fmt.Errorf("%w: generator %q", coordinator.ErrInvalidSpec, generator)
 	}
 	if by <= 0 {
 		return fmt.Errorf("%w: bump %d must be positive", coordinator.ErrInvalidSpec, by)
+	}
+	if now < 0 {
+		return fmt.Errorf("%w: bump at time %d: must be >= 0", coordinator.ErrInvalidSpec, now)
 	}
 	k := c.keys(generator)
 	cctx, cancel := c.call(ctx)
@@ -110,6 +115,24 @@ func (c *Coordinator) Bump(ctx context.Context, generator string, by int64) erro
 	if err != nil {
 		return unavailable("read reservations", err)
 	}
+	top := now
+	for _, kv := range g.Kvs {
+		v, err := parseValue(kv.Value)
+		if err != nil {
+			return fmt.Errorf("etcd: reservation %s holds %q", kv.Key, kv.Value)
+		}
+		top = max(top, v)
+	}
+	if top > math.MaxInt64-by {
+		return fmt.Errorf("%w: generator floor %d + %d overflows", coordinator.ErrInvalidSpec, top, by)
+	}
+	cctx, cancel = c.call(ctx)
+	_, err = c.cli.Txn(cctx).Then(raiseTo(k.floor(), top+by)).Commit()
+	cancel()
+	if err != nil {
+		return unavailable("raise generator floor", err)
+	}
+	c.log.Warn("generator floor raised", "generator", generator, "floor", top+by)
 	for _, kv := range g.Kvs {
 		key := string(kv.Key)
 		for attempt := 0; ; attempt++ {

@@ -6,10 +6,11 @@
 //	/<prefix>/<cluster>/<generator>/cursor          next cursor position (19-digit decimal)
 //	/<prefix>/<cluster>/<generator>/owner/<dc>-<w>  holder record and heartbeat (JSON), bound to an etcd lease
 //	/<prefix>/<cluster>/<generator>/reserved/<dc>-<w>  reserved[w] (19-digit decimal), never lease-bound, never deleted
+//	/<prefix>/<cluster>/<generator>/floor           generator floor set by Bump (19-digit decimal), never lowered
 //
 // Fences, exactly as the design has them. Acquisition is one txn
 // If(CreateRevision(owner)==0, CreateRevision(pin)==pinRev,
-// ModRevision(reserved)==scanned) Then(Put(owner, lease), Get(reserved),
+// ModRevision(reserved)==scanned, ModRevision(floor)==scanned) Then(Put(owner, lease), Get(reserved),
 // advance cursor). Every later write of the holder (Reserve with its
 // heartbeat, Release) and a force-release is one txn guarded by
 // CreateRevision(owner)==rev, the revision at which the holder created the

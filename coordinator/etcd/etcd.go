@@ -280,6 +280,7 @@ func (c *Coordinator) keys(generator string) keys { return keys{base: c.root + g
 
 func (k keys) pin() string          { return k.base + "pin" }
 func (k keys) cursor() string       { return k.base + "cursor" }
+func (k keys) floor() string        { return k.base + "floor" }
 func (k keys) owners() string       { return k.base + "owner/" }
 func (k keys) reservations() string { return k.base + "reserved/" }
 func (k keys) owner(s coordinator.Slot) string {

@@ -37,11 +37,11 @@ type lease struct {
 var _ coordinator.Lease = (*lease)(nil)
 
 func newLease(c *Coordinator, spec coordinator.Spec, k keys, slot coordinator.Slot, sess *session,
-	guardLease clientv3.LeaseID, rev, readR int64, incarnation string) *lease {
+	guardLease clientv3.LeaseID, rev, readR, genFloor int64, incarnation string) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &lease{
 		c: c, spec: spec, slot: slot, ownerKey: k.owner(slot), resKey: k.reserved(slot),
-		sess: sess, guardLease: guardLease, rev: rev, readR: readR, floor: max(readR, spec.LocalFloor), incarnation: incarnation,
+		sess: sess, guardLease: guardLease, rev: rev, readR: readR, floor: max(readR, spec.LocalFloor, genFloor), incarnation: incarnation,
 		done: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
 	l.acked.Store(readR)

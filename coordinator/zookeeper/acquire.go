@@ -92,6 +92,8 @@ type scanned struct {
 	start      uint64 // cursor position the walk starts at
 	cursorVal  uint64 // cursor value to raise from (may grow on retries)
 	cursorVer  int32
+	floor      int64 // the generator floor Bump sets (-1: none)
+	floorVer   int32
 	owners     map[string]ownerState
 	ownerNames []string
 	reserved   map[string]bool
@@ -147,6 +149,23 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 		return nil, fmt.Errorf("zookeeper: cursor %s holds %q", p.cursor(), data)
 	}
 	s.start, s.cursorVal, s.cursorVer = uint64(cur), uint64(cur), st.Version
+
+	// The generator floor node is created once (-1: no floor) so that every
+	// acquiring multi can check its version.
+	data, st, err = c.get(ctx, p.floor())
+	if errors.Is(err, zk.ErrNoNode) {
+		if err := c.create(ctx, p.floor(), neverReserved, zk.FlagPersistent); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return nil, unavailable("create generator floor", err)
+		}
+		return nil, errRescan
+	}
+	if err != nil {
+		return nil, unavailable("read generator floor", err)
+	}
+	if s.floor, err = parseValue(data); err != nil {
+		return nil, fmt.Errorf("zookeeper: generator floor %s holds %q: refusing to guess", p.floor(), data)
+	}
+	s.floorVer = st.Version
 
 	names, err := c.children(ctx, p.owners())
 	if errors.Is(err, zk.ErrNoNode) {
@@ -281,7 +300,7 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 		if err != nil {
 			return nil, fmt.Errorf("zookeeper: reservation %s holds %q: refusing to guess", resPath, data)
 		}
-		if r > cand.limit {
+		if max(r, s.floor) > cand.limit {
 			return nil, errTooFar
 		}
 		if c.afterRead != nil {
@@ -291,7 +310,8 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 			return c.adoptOwner(ctx, p, spec, s, cand, sid, r, data)
 		}
 
-		ops := []any{&zk.CheckVersionRequest{Path: p.pin(), Version: s.pinVersion}}
+		ops := []any{&zk.CheckVersionRequest{Path: p.pin(), Version: s.pinVersion},
+			&zk.CheckVersionRequest{Path: p.floor(), Version: s.floorVer}}
 		ownerIdx := len(ops)
 		if cand.takeBack != nil {
 			ops = append(ops, &zk.DeleteRequest{Path: ownerPath, Version: cand.takeBack.stat.Version})
@@ -313,7 +333,7 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 			// All ops of a multi share one zxid: the owner node's
 			// creation zxid is the reservation's new Mzxid.
 			rst := res[resIdx].Stat
-			l := newLease(c, spec, p, cand.slot, sid, rst.Mzxid, 0, rst.Version, r, data, s.pin.Incarnation)
+			l := newLease(c, spec, p, cand.slot, sid, rst.Mzxid, 0, rst.Version, r, s.floor, data, s.pin.Incarnation)
 			return c.started(l, cand), nil
 		}
 		if err == nil {
@@ -329,6 +349,8 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 			return c.confirmTake(ctx, p, spec, s, cand, rec, sid, r)
 		case i == 0:
 			return nil, errRescan // the pin changed: check it again
+		case i == 1:
+			return nil, errRescan // a bump raised the generator floor
 		case i >= ownerIdx && i <= createIdx:
 			return nil, errLostRace
 		case i == resIdx:
@@ -381,7 +403,7 @@ func (c *Coordinator) confirmTake(ctx context.Context, p paths, spec coordinator
 	if oerr != nil || ost.EphemeralOwner != sid || !bytes.Equal(odata, rec) {
 		return nil, errRescan // not applied (or applied and already gone)
 	}
-	l := newLease(c, spec, p, cand.slot, sid, ost.Czxid, ost.Version, rst.Version, readR, rdata, s.pin.Incarnation)
+	l := newLease(c, spec, p, cand.slot, sid, ost.Czxid, ost.Version, rst.Version, readR, s.floor, rdata, s.pin.Incarnation)
 	return c.started(l, cand), nil
 }
 
@@ -401,7 +423,7 @@ func (c *Coordinator) adoptOwner(ctx context.Context, p paths, spec coordinator.
 	if err != nil {
 		return nil, unavailable("read reservation", err)
 	}
-	l := newLease(c, spec, p, cand.slot, sid, tb.Czxid, tb.Version, rst.Version, readR, data, s.pin.Incarnation)
+	l := newLease(c, spec, p, cand.slot, sid, tb.Czxid, tb.Version, rst.Version, readR, s.floor, data, s.pin.Incarnation)
 	l.owner = tb.EphemeralOwner
 	return c.started(l, cand), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/go-zookeeper/zk"
@@ -136,24 +137,50 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 	return unavailable("force release", fmt.Errorf("no outcome after %d rounds: %w", maxWriteRounds, last))
 }
 
-// Bump implements coordinator.Coordinator: it raises every reservation node
-// of generator by by, each with a version-checked write (a holder's next
-// Reserve then re-reads and adopts the raised value).
-func (c *Coordinator) Bump(ctx context.Context, generator string, by int64) error {
+// Bump implements coordinator.Coordinator: it first raises the generator
+// floor node (acquiring multis check its version), then every reservation
+// node of generator by by, each with a version-checked write (a holder's
+// next Reserve then re-reads and adopts the raised value).
+func (c *Coordinator) Bump(ctx context.Context, generator string, by, now int64) error {
 	if err := c.checkGenerator(generator); err != nil {
 		return err
 	}
 	if by <= 0 {
 		return fmt.Errorf("%w: bump %d must be positive", coordinator.ErrInvalidSpec, by)
 	}
-	p := c.paths(generator)
-	names, err := c.children(ctx, p.reservations())
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil
+	if now < 0 {
+		return fmt.Errorf("%w: bump at time %d: must be >= 0", coordinator.ErrInvalidSpec, now)
 	}
-	if err != nil {
+	p := c.paths(generator)
+	if err := c.ensureGenerator(ctx, p); err != nil {
+		return err
+	}
+	names, err := c.children(ctx, p.reservations())
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return unavailable("list reservations", err)
 	}
+	top := now
+	for _, name := range names {
+		d, _, err := c.get(ctx, p.reservations()+"/"+name)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return unavailable("read reservation", err)
+		}
+		v, err := parseValue(d)
+		if err != nil {
+			return fmt.Errorf("zookeeper: reservation %s/%s holds %q: refusing to guess", p.reservations(), name, d)
+		}
+		top = max(top, v)
+	}
+	if top > math.MaxInt64-by {
+		return fmt.Errorf("%w: generator floor %d + %d overflows", coordinator.ErrInvalidSpec, top, by)
+	}
+	if err := c.raiseFloor(ctx, p.floor(), top+by); err != nil {
+		return err
+	}
+	c.log.Warn("generator floor raised", "generator", generator, "floor", top+by)
 	for _, name := range names {
 		if err := c.bumpOne(ctx, p.reservations()+"/"+name, by); err != nil {
 			return err
@@ -193,4 +220,43 @@ func (c *Coordinator) bumpOne(ctx context.Context, path string, by int64) error 
 		}
 	}
 	return unavailable("bump", fmt.Errorf("%s: no outcome: %w", path, last))
+}
+
+// raiseFloor sets the generator floor node to at least v (creating it when
+// absent), with version-checked writes; it never lowers it.
+func (c *Coordinator) raiseFloor(ctx context.Context, path string, v int64) error {
+	var last error
+	for round := 0; round < 8; round++ {
+		d, st, err := c.get(ctx, path)
+		if errors.Is(err, zk.ErrNoNode) {
+			err := c.create(ctx, path, encodeValue(v), zk.FlagPersistent)
+			if err == nil {
+				return nil
+			}
+			if isPermanent(err) {
+				return unavailable("create generator floor", err)
+			}
+			last = err
+			continue // created meanwhile, or no answer: read again
+		}
+		if err != nil {
+			return unavailable("read generator floor", err)
+		}
+		cur, err := parseValue(d)
+		if err != nil {
+			return fmt.Errorf("zookeeper: generator floor %s holds %q: refusing to guess", path, d)
+		}
+		if cur >= v {
+			return nil
+		}
+		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.conn.Set(path, encodeValue(v), st.Version) })
+		if err == nil {
+			return nil
+		}
+		if isPermanent(err) {
+			return unavailable("raise generator floor", err)
+		}
+		last = err // a race or no answer: the next read decides
+	}
+	return unavailable("raise generator floor", fmt.Errorf("%s: no outcome: %w", path, last))
 }

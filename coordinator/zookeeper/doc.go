@@ -10,6 +10,7 @@
 //	<prefix>/<cluster>/<generator>/cursor          next cursor position (decimal, never lowered)
 //	<prefix>/<cluster>/<generator>/owner/<dc>-<w>  ephemeral: holder and heartbeat (JSON)
 //	<prefix>/<cluster>/<generator>/reserved/<dc>-<w>  persistent: R (decimal), never deleted
+//	<prefix>/<cluster>/<generator>/floor           persistent: generator floor set by Bump (decimal, -1: none), never lowered
 //
 // Every node firn creates carries the ACL of Config.Auth's digest identity
 // (all permissions to it alone), or world:anyone when no credentials are
@@ -17,7 +18,8 @@
 //
 // The fences (DESIGN.md, "The fences, exactly"):
 //
-//   - Acquisition is one multi: check(pin, version read), create the
+//   - Acquisition is one multi: check(pin, version read), check(floor,
+//     version read; a bump between the read and the multi fails it), create the
 //     ephemeral owner node, setData(reserved, bytes read, version read), and
 //     setData(cursor, raised, version read). If anyone wrote the
 //     reservation between the read and the multi, the multi fails and the

@@ -45,11 +45,11 @@ type lease struct {
 var _ coordinator.Lease = (*lease)(nil)
 
 func newLease(c *Coordinator, spec coordinator.Spec, p paths, slot coordinator.Slot, session, czxid int64,
-	ov, rv int32, readR int64, resBytes []byte, incarnation string) *lease {
+	ov, rv int32, readR, genFloor int64, resBytes []byte, incarnation string) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &lease{
 		c: c, spec: spec, slot: slot, ownerPath: p.owner(slot), resPath: p.reserved(slot),
-		session: session, owner: session, czxid: czxid, readR: readR, floor: max(readR, spec.LocalFloor),
+		session: session, owner: session, czxid: czxid, readR: readR, floor: max(readR, spec.LocalFloor, genFloor),
 		incarnation: incarnation, rv: rv, ov: ov,
 		done: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}

@@ -433,6 +433,7 @@ func (c *Coordinator) paths(generator string) paths { return paths{base: c.root 
 
 func (p paths) pin() string                        { return p.base + "/pin" }
 func (p paths) cursor() string                     { return p.base + "/cursor" }
+func (p paths) floor() string                      { return p.base + "/floor" }
 func (p paths) owners() string                     { return p.base + "/owner" }
 func (p paths) reservations() string               { return p.base + "/reserved" }
 func (p paths) owner(s coordinator.Slot) string    { return p.owners() + "/" + slotName(s) }
