@@ -342,16 +342,16 @@ func TestHealthAware(t *testing.T) {
 
 func TestTLS(t *testing.T) {
 	certs := writeCerts(t)
-	caOnly, err := LoadTLS(certs.ca, "", "", "")
+	caOnly, err := LoadTLS(certs.CA, "", "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	mtls, err := LoadTLS(certs.ca, certs.clientCert, certs.clientKey, "")
+	mtls, err := LoadTLS(certs.CA, certs.ClientCert, certs.ClientKey, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, addrTLS := startService(t, 1, tlsServer(t, certs.serverCert, certs.serverKey, nil))
-	_, addrMTLS := startService(t, 1<<40, tlsServer(t, certs.serverCert, certs.serverKey, caOnly))
+	_, addrTLS := startService(t, 1, tlsServer(t, certs.ServerCert, certs.ServerKey, nil))
+	_, addrMTLS := startService(t, 1<<40, tlsServer(t, certs.ServerCert, certs.ServerKey, caOnly))
 	ctx := ctxFor(t, 20*time.Second)
 
 	for _, tc := range []struct {
@@ -380,7 +380,7 @@ func TestTLS(t *testing.T) {
 			}
 		})
 	}
-	if _, err := LoadTLS(certs.ca, certs.clientCert, "", ""); !errors.Is(err, ErrInvalidOption) {
+	if _, err := LoadTLS(certs.CA, certs.ClientCert, "", ""); !errors.Is(err, ErrInvalidOption) {
 		t.Fatalf("LoadTLS with a cert and no key: %v", err)
 	}
 }

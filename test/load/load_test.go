@@ -264,12 +264,12 @@ func TestTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(pki.remove)
-		addr := startInProcessNoop(t, pki.serverCert, pki.serverKey, pki.caFile)
-		rep := bench(t, exitOK, "--target", addr, "--tls-ca", pki.caFile, "--tls-cert", pki.clientCert, "--tls-key", pki.clientKey)
+		addr := startInProcessNoop(t, pki.ServerCert, pki.ServerKey, pki.CA)
+		rep := bench(t, exitOK, "--target", addr, "--tls-ca", pki.CA, "--tls-cert", pki.ClientCert, "--tls-key", pki.ClientKey)
 		checkRun(t, rep.Run, 1)
 		// Without the client certificate every call fails.
 		var stdout, stderr bytes.Buffer
-		if code := Main(append(append([]string{}, short...), "--target", addr, "--tls-ca", pki.caFile), &stdout, &stderr); code != exitFailed {
+		if code := Main(append(append([]string{}, short...), "--target", addr, "--tls-ca", pki.CA), &stdout, &stderr); code != exitFailed {
 			t.Fatalf("mTLS without a client certificate: exit %d, stderr %s", code, stderr.String())
 		}
 	})

@@ -1,0 +1,141 @@
+// Package testpki writes throw-away certificate authorities: a CA, a
+// server certificate for 127.0.0.1 and localhost, and a client
+// certificate, as PEM files in one directory. The tests use it for TLS
+// against etcd and firn nodes, and `firn bench` for its TLS runs against
+// the no-op server.
+//
+// Keys are fresh P-256 keys on each call and the validity window is fixed
+// (2000–2100), so no clock is read. Hazard: nothing here is fit for
+// production certificates.
+package testpki
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Files are the PEM files of one throw-away CA, in Dir.
+type Files struct {
+	Dir                   string
+	CA                    string
+	ServerCert, ServerKey string
+	ClientCert, ClientKey string
+}
+
+var (
+	notBefore = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	notAfter  = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// Write creates a CA, a server certificate (server and client auth, for
+// 127.0.0.1 and localhost) and a client certificate with common name
+// clientCN, as ca.pem, server.pem, server-key.pem, client.pem and
+// client-key.pem in dir.
+func Write(dir, clientCN string) (*Files, error) {
+	f := &Files{
+		Dir: dir, CA: filepath.Join(dir, "ca.pem"),
+		ServerCert: filepath.Join(dir, "server.pem"), ServerKey: filepath.Join(dir, "server-key.pem"),
+		ClientCert: filepath.Join(dir, "client.pem"), ClientKey: filepath.Join(dir, "client-key.pem"),
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("testpki: CA key: %w", err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "firn throw-away CA"},
+		NotBefore: notBefore, NotAfter: notAfter, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, fmt.Errorf("testpki: CA: %w", err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return nil, fmt.Errorf("testpki: CA: %w", err)
+	}
+	if err := writePEM(f.CA, "CERTIFICATE", caDER); err != nil {
+		return nil, err
+	}
+	leaf := func(serial int64, cn string, usage []x509.ExtKeyUsage, certPath, keyPath string) error {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return fmt.Errorf("testpki: key for %s: %w", cn, err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+			NotBefore: notBefore, NotAfter: notAfter, ExtKeyUsage: usage,
+			KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
+		if err != nil {
+			return fmt.Errorf("testpki: certificate for %s: %w", cn, err)
+		}
+		kb, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			return fmt.Errorf("testpki: key for %s: %w", cn, err)
+		}
+		if err := writePEM(certPath, "CERTIFICATE", der); err != nil {
+			return err
+		}
+		return writePEM(keyPath, "EC PRIVATE KEY", kb)
+	}
+	if err := leaf(2, "127.0.0.1", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		f.ServerCert, f.ServerKey); err != nil {
+		return nil, err
+	}
+	if err := leaf(3, clientCN, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, f.ClientCert, f.ClientKey); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Roots is a pool holding the CA alone.
+func (f *Files) Roots() (*x509.CertPool, error) {
+	b, err := os.ReadFile(f.CA)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("testpki: %s holds no certificate", f.CA)
+	}
+	return pool, nil
+}
+
+// ClientTLS is a client configuration trusting the CA; with clientCert it
+// also presents the client certificate.
+func (f *Files) ClientTLS(clientCert bool) (*tls.Config, error) {
+	pool, err := f.Roots()
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if clientCert {
+		cert, err := tls.LoadX509KeyPair(f.ClientCert, f.ClientKey)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+func writePEM(path, typ string, der []byte) error {
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		return fmt.Errorf("testpki: %w", err)
+	}
+	return nil
+}
