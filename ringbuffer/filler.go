@@ -93,7 +93,11 @@ func (b *Buffer) run() {
 func (b *Buffer) round() bool {
 	_, mono := b.clock.Now()
 	tick := int64(mono / b.tickDur)
-	b.tick.Store(tick)
+	// tick, epoch and target share a line every take reads: a store only
+	// when the value moves spares the takers a miss per round.
+	if b.tick.Load() != tick {
+		b.tick.Store(tick)
+	}
 	b.purgeStale(tick)
 
 	st := b.Stats()
@@ -104,7 +108,9 @@ func (b *Buffer) round() bool {
 		target = max(target, 2*blockSize)
 	}
 	target = min(target, int64(b.size))
-	b.target.Store(target)
+	if b.target.Load() != target {
+		b.target.Store(target)
+	}
 	if avail := int64(b.Len()); avail*2 < target {
 		b.fill(int(target - avail))
 	}

@@ -102,6 +102,9 @@ type Buffer struct {
 	mask     uint64
 	size     uint64
 	lapShift uint
+	// staleTicks is read by every take: it sits with the other fields
+	// fixed at New, away from the counters the filler writes.
+	staleTicks int64
 
 	_    pad
 	head atomic.Uint64 // next position to take (takers CAS it)
@@ -122,10 +125,9 @@ type Buffer struct {
 	refills      atomic.Uint64
 	refillErrors atomic.Uint64
 
-	staleTicks int64
-	tickDur    time.Duration
-	chunk      int
-	clock      Clock
+	tickDur time.Duration
+	chunk   int
+	clock   Clock
 
 	fillMu     sync.Mutex // held while filling and by Generate and Reset
 	src        Source
@@ -237,12 +239,12 @@ func (b *Buffer) Take() (uint64, error) {
 		}
 		i := h & b.mask
 		m, id := b.meta[i], b.ids[i]
-		if m.lapEpoch>>16 != uint32(uint16(h>>b.lapShift)) {
+		retired := m.lapEpoch != lapEpoch(h, b.lapShift, b.epoch.Load())
+		if retired && m.lapEpoch>>16 != uint32(uint16(h>>b.lapShift)) {
 			panic(fmt.Sprintf("ringbuffer: slot for position %d holds lap %d", h, m.lapEpoch>>16))
 		}
-		retired := m.lapEpoch != lapEpoch(h, b.lapShift, b.epoch.Load())
 		ok := !retired && fresh(m.stamp, b.tick.Load(), b.staleTicks)
-		b.released[(h&b.mask)/blockSize].Add(1)
+		b.released[i/blockSize].Add(1)
 		if (int64(t-h)-1)*2 < b.target.Load() {
 			b.poke()
 		}

@@ -88,14 +88,17 @@ func ringNext(b *testing.B, rb *ringbuffer.Buffer) func() uint64 {
 	ctx := context.Background()
 	return func() uint64 {
 		id, err := rb.Take()
-		if errors.Is(err, ringbuffer.ErrEmpty) {
-			var one [1]uint64
-			if _, err := rb.Generate(ctx, one[:]); err != nil {
-				b.Error(err)
-			}
-			return one[0]
+		if err == nil {
+			return id
 		}
-		return id
+		if !errors.Is(err, ringbuffer.ErrEmpty) {
+			b.Error(err)
+		}
+		var one [1]uint64
+		if _, err := rb.Generate(ctx, one[:]); err != nil {
+			b.Error(err)
+		}
+		return one[0]
 	}
 }
 
