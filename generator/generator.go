@@ -163,6 +163,7 @@ type Generator struct {
 	haveAnchor bool
 
 	fast       FastClock // nil unless the clock offers cheap monotonic reads
+	spin       bool      // the fast clock is a real one: short clock waits spin
 	monoWindow time.Duration
 	epochNs    int64
 	unitNs     int64
@@ -237,6 +238,9 @@ func New(cfg Config) (*Generator, error) {
 	if fc, ok := cfg.Clock.(FastClock); ok {
 		g.fast = fc
 		g.monoWindow = min(l.Unit, time.Millisecond)
+		// A clock whose monotonic reading moves by itself: short waits for
+		// it are spun out (see next).
+		_, g.spin = fc.FastMono()
 	}
 	return g, nil
 }
@@ -380,10 +384,21 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 			g.mu.Unlock()
 			return id, nil
 		}
+		// Not at once: fill decides, still under the lock, and a short
+		// clock wait is spun out here, so that the unit's first ID goes
+		// to this caller without a second trip through the mutex.
+		var one [1]uint64
+		n, w, err := g.fill(wall, mono, one[:])
+		n, _, err = g.spinOut(n, w, err, one[:])
+		g.mu.Unlock()
+		if n == 1 || err != nil {
+			return one[0], err
+		}
+	} else {
+		g.mu.Unlock()
 	}
-	g.mu.Unlock()
 	var one [1]uint64
-	if _, err := g.NextBatch(ctx, one[:]); err != nil {
+	if _, err := g.nextBatch(ctx, one[:], true); err != nil {
 		return 0, err
 	}
 	return one[0], nil
@@ -393,11 +408,20 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 // one clock read, and returns how many it wrote (at least one unless it
 // returns an error). The IDs increase. It waits and fails as Next does.
 func (g *Generator) NextBatch(ctx context.Context, dst []uint64) (int, error) {
+	return g.nextBatch(ctx, dst, false)
+}
+
+// nextBatch is NextBatch; spin spins out short clock waits (see next).
+// Next spins: its callers are many goroutines that each want one ID now.
+// NextBatch does not: its caller (the ring buffer's filler, a batch
+// request) is one goroutine that a timer serves as well, and a spinning
+// filler would take a core from the takers it fills for.
+func (g *Generator) nextBatch(ctx context.Context, dst []uint64, spin bool) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
 	for {
-		n, w, wall, err := g.next(dst)
+		n, w, wall, err := g.next(dst, spin)
 		if n > 0 || err != nil {
 			return n, err
 		}
@@ -415,7 +439,7 @@ func (g *Generator) NextBatch(ctx context.Context, dst []uint64) (int, error) {
 }
 
 // next reads the clock and runs fill, under the lock.
-func (g *Generator) next(dst []uint64) (int, wait, int64, error) {
+func (g *Generator) next(dst []uint64, spin bool) (int, wait, int64, error) {
 	g.mu.Lock()
 	if g.retired.Load() {
 		g.mu.Unlock()
@@ -423,9 +447,36 @@ func (g *Generator) next(dst []uint64) (int, wait, int64, error) {
 	}
 	wall, mono := g.read()
 	n, w, err := g.fill(wall, mono, dst)
+	if spin {
+		n, w, err = g.spinOut(n, w, err, dst)
+	}
 	g.mu.Unlock()
 	return n, w, wall, err
 }
+
+// spinOut, under the lock, takes fill's outcome and, while it is a short
+// wait for the clock (the sequence used up at the lead limit), re-reads
+// the clock and fills again until the next unit begins: other callers park
+// on the mutex rather than on a timer each, and the unit is served the
+// moment it starts instead of after a timer's lateness. Only on a real
+// clock and for waits of at most spinMax; a retire or any other outcome of
+// fill ends it.
+func (g *Generator) spinOut(n int, w wait, err error, dst []uint64) (int, wait, error) {
+	for spins := 0; n == 0 && err == nil && w.kind == waitClock && w.d <= spinMax && g.spin &&
+		spins < maxSpins && !g.retired.Load(); spins++ {
+		wall, mono := g.read()
+		n, w, err = g.fill(wall, mono, dst)
+	}
+	return n, w, err
+}
+
+// spinMax is the longest clock wait next spins out; longer waits sleep.
+// maxSpins bounds the clock reads of one spin (a clock read costs tens of
+// nanoseconds, so it is never reached while the clock moves).
+const (
+	spinMax  = time.Millisecond
+	maxSpins = 1 << 20
+)
 
 // read returns the clock's readings. With a FastClock, a monotonic-only
 // reading within monoWindow of the last full reading extrapolates the wall

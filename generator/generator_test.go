@@ -3,10 +3,13 @@ package generator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/firnid/firn/clockguard"
 )
 
 // manualClock is a test clock: Advance moves wall and monotonic readings
@@ -537,5 +540,64 @@ func TestFastClockStepReachesPolicy(t *testing.T) {
 	}
 	if c.fullReads <= reads {
 		t.Fatal("no full read after the window")
+	}
+}
+
+// On a real clock, callers of Next at the lead limit spin out the wait for
+// the next unit under the lock (spinOut). The IDs stay unique and increasing
+// per caller, and none runs more than MaxLead ahead of the clock read after
+// it was returned.
+func TestNextSpinsAtLeadLimitOnRealClock(t *testing.T) {
+	l := Layout{Epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Unit: time.Millisecond,
+		TimeBits: 41, WorkerBits: 1, SequenceBits: 6}
+	clock := clockguard.NewSystem()
+	g, err := New(Config{Layout: l, Clock: clock, Floor: -1, Reserved: NoReservation, MaxLead: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.spin {
+		t.Fatal("the system clock does not enable spinning")
+	}
+	const callers, each = 4, 2000
+	got := make([][]uint64, callers)
+	late := make([]string, callers)
+	var wg sync.WaitGroup
+	for c := 0; c < callers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			for i := 0; i < each; i++ {
+				id, err := g.Next(ctx)
+				if err != nil {
+					late[c] = err.Error()
+					return
+				}
+				wall, _ := clock.Now()
+				p, _ := l.Decode(id)
+				if lead := p.Time.Sub(wall); lead > 2*time.Millisecond && late[c] == "" {
+					late[c] = fmt.Sprintf("ID at %v is %v ahead of the clock", p.Time, lead)
+				}
+				got[c] = append(got[c], id)
+			}
+		}()
+	}
+	wg.Wait()
+	for c := range late {
+		if late[c] != "" {
+			t.Fatalf("caller %d: %s", c, late[c])
+		}
+	}
+	seen := map[uint64]bool{}
+	for c, ids := range got {
+		for i, id := range ids {
+			if seen[id] {
+				t.Fatalf("ID %d issued twice", id)
+			}
+			seen[id] = true
+			if i > 0 && id <= ids[i-1] {
+				t.Fatalf("caller %d: %d after %d", c, id, ids[i-1])
+			}
+		}
 	}
 }
