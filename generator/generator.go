@@ -350,6 +350,19 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 	// (within the lead, the sequence, the reservation and the layout),
 	// written out so the common call costs one clock read and a lock.
 	// Everything else goes through fill.
+	//
+	// The monotonic reading is taken before the lock, so that the critical
+	// section holds no clock read: with many callers its length is what
+	// the mutex serialises. A reading taken before another caller's full
+	// one may lie behind the anchor; it extrapolates backwards as well as
+	// forwards (the same wall-to-monotonic relation), and is only ever
+	// older than the truth, which the policy tolerates (L never goes back;
+	// the lead only looks larger). The slow path reads again under the lock.
+	var m time.Duration
+	var mok bool
+	if g.fast != nil {
+		m, mok = g.fast.FastMono()
+	}
 	g.mu.Lock()
 	if !g.retired.Load() {
 		// g.read, written out: a monotonic-only reading within the
@@ -357,12 +370,10 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 		var wall int64
 		var mono time.Duration
 		extrapolated := false
-		if g.fast != nil && g.haveAnchor {
-			if m, ok := g.fast.FastMono(); ok {
-				if d := m - g.anchorMono; d >= 0 && d < g.monoWindow {
-					wall, mono, extrapolated = g.anchorWall+int64(d), m, true
-					g.full = false
-				}
+		if mok && g.haveAnchor {
+			if d := m - g.anchorMono; d > -g.monoWindow && d < g.monoWindow {
+				wall, mono, extrapolated = g.anchorWall+int64(d), m, true
+				g.full = false
 			}
 		}
 		if !extrapolated {
@@ -388,6 +399,9 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 		// clock wait is spun out here, so that the unit's first ID goes
 		// to this caller without a second trip through the mutex.
 		var one [1]uint64
+		if extrapolated {
+			wall, mono = g.read() // fresh, and in order with the readings fill saw
+		}
 		n, w, err := g.fill(wall, mono, one[:])
 		n, _, err = g.spinOut(n, w, err, one[:])
 		g.mu.Unlock()
