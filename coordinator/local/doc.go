@@ -14,8 +14,12 @@
 //     or whose reservation read at acquisition is below the R last
 //     acknowledged for that slot (coordinator.ErrRolledBack, "coordinator
 //     state rolled back");
-//   - every file is replaced atomically: written to a temporary file,
-//     fsynced, renamed over the old one, and the directory fsynced.
+//   - the instance file is replaced atomically (a temporary file, fsynced,
+//     renamed, the directory fsynced); a generator's state, written every
+//     second, goes in place into the older of two slot files, each record
+//     with a sequence number and a checksum, and is fsynced: a crash tears
+//     at most the record being written, and a load takes the newest whole
+//     one (slots.go).
 //
 // Hazards: the acknowledged R of a slot is persisted with the next write
 // (the next BeforeReserve), not on its own: after a crash the remembered

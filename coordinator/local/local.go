@@ -77,11 +77,12 @@ type genFile struct {
 
 // Gen is one generator's state.
 type Gen struct {
-	s    *State
-	name string
-	path string
-	mu   sync.Mutex
-	f    genFile
+	s      *State
+	name   string
+	legacy string // gen-<name>.json: written by earlier versions, read once
+	slots  slots
+	mu     sync.Mutex
+	f      genFile
 }
 
 // Generator returns the state of one generator, loading it from disk.
@@ -94,20 +95,33 @@ func (s *State) Generator(name string) (*Gen, error) {
 	if g := s.gens[name]; g != nil {
 		return g, nil
 	}
-	g := &Gen{s: s, name: name, path: filepath.Join(s.dir, "gen-"+name+".json"),
-		f: genFile{LastReservation: -1, Acked: map[string]int64{}}}
-	b, err := os.ReadFile(g.path)
-	switch {
-	case err == nil:
+	g := &Gen{s: s, name: name, legacy: filepath.Join(s.dir, "gen-"+name+".json"),
+		slots: slots{base: filepath.Join(s.dir, "gen-"+name)},
+		f:     genFile{LastReservation: -1, Acked: map[string]int64{}}}
+	b, err := g.slots.load()
+	if err != nil {
+		return nil, err
+	}
+	from := g.slots.base + ".{0,1}"
+	if b == nil {
+		// No slot yet: the single JSON file of earlier versions, if any.
+		b, err = os.ReadFile(g.legacy)
+		switch {
+		case err == nil:
+			from = g.legacy
+		case errors.Is(err, os.ErrNotExist):
+			b = nil
+		default:
+			return nil, fmt.Errorf("local: %w", err)
+		}
+	}
+	if b != nil {
 		if err := json.Unmarshal(b, &g.f); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, g.path, err)
+			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, from, err)
 		}
 		if g.f.Acked == nil {
 			g.f.Acked = map[string]int64{}
 		}
-	case errors.Is(err, os.ErrNotExist):
-	default:
-		return nil, fmt.Errorf("local: %w", err)
 	}
 	s.gens[name] = g
 	return g, nil
@@ -206,11 +220,35 @@ func (g *Gen) Flush() error {
 }
 
 func (g *Gen) save() error {
-	b, err := json.MarshalIndent(g.f, "", "  ")
+	b, err := json.Marshal(g.f)
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(g.path, append(b, '\n'))
+	created, err := g.slots.save(b)
+	if err != nil {
+		return err
+	}
+	if !created {
+		return nil
+	}
+	// A slot file was created: make its name durable, and retire the
+	// earlier versions' file, which the slots now supersede.
+	if err := os.Remove(g.legacy); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("local: %w", err)
+	}
+	return syncDir(g.s.dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("local: fsync dir %s: %w", dir, err)
+	}
+	return nil
 }
 
 // WriteFileAtomic replaces path with data: a temporary file in the same
@@ -243,13 +281,5 @@ func WriteFileAtomic(path string, data []byte) error {
 		return fmt.Errorf("local: %w", err)
 	}
 	ok = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("local: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("local: fsync dir %s: %w", dir, err)
-	}
-	return nil
+	return syncDir(dir)
 }

@@ -130,3 +130,100 @@ func TestCorruptRefused(t *testing.T) {
 		t.Fatalf("bad name: %v, want ErrInvalidSpec", err)
 	}
 }
+
+// The generator state goes alternately into two slot files; a reload
+// takes the newest whole record, so a save torn by a crash falls back to
+// the one before it, and a slot that is torn with no whole one beside it
+// is refused.
+func TestSlotsTornWriteFallsBack(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.Generator("g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := coordinator.Slot{Worker: 1}
+	for _, v := range []int64{100, 200, 300} {
+		if err := g.BeforeReserve(slot, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload := func() (*Gen, error) {
+		t.Helper()
+		s2, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s2.Generator("g")
+	}
+	if g2, err := reload(); err != nil || g2.LocalFloor() != 300 {
+		t.Fatalf("reload: floor %v, %v; want 300", g2, err)
+	}
+	// Three saves: sequence 3 is in slot 1, sequence 2 (200) in slot 0.
+	newest := filepath.Join(s.Dir(), "gen-g.1")
+	b, err := os.ReadFile(newest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(newest, b[:len(b)-3], 0o600); err != nil { // torn: a short payload
+		t.Fatal(err)
+	}
+	g2, err := reload()
+	if err != nil || g2.LocalFloor() != 200 {
+		t.Fatalf("after a torn newest slot: floor %d, %v; want the previous save, 200", g2.LocalFloor(), err)
+	}
+	// The next save overwrites the torn slot, never the whole one.
+	if err := g2.BeforeReserve(slot, 400); err != nil {
+		t.Fatal(err)
+	}
+	if g3, err := reload(); err != nil || g3.LocalFloor() != 400 {
+		t.Fatalf("after saving over the torn slot: %v; want 400", err)
+	}
+	// A flipped byte is caught by the checksum as well.
+	b, _ = os.ReadFile(newest)
+	b[len(b)-2] ^= 0x01
+	os.WriteFile(newest, b, 0o600)
+	if g4, err := reload(); err != nil || g4.LocalFloor() != 200 {
+		t.Fatalf("after a corrupt newest slot: %v; want 200", err)
+	}
+	// Both slots unreadable: refused, never guessed.
+	os.WriteFile(filepath.Join(s.Dir(), "gen-g.0"), []byte("firn-state 1 9 5 00000000\nabc"), 0o600)
+	if _, err := reload(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("both slots torn: %v, want ErrCorrupt", err)
+	}
+}
+
+// State written by earlier versions (one gen-<name>.json) is read, and the
+// first save moves it into the slots and removes the old file.
+func TestLegacyStateMigrates(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := filepath.Join(s.Dir(), "gen-m.json")
+	if err := os.WriteFile(legacy, []byte(`{"incarnation":"inc","last_reservation":777,"acked":{"0-2":700}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.Generator("m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.LocalFloor() != 777 || g.Incarnation() != "inc" || g.AckedFor(coordinator.Slot{Worker: 2}) != 700 {
+		t.Fatalf("legacy state: floor %d, incarnation %q, acked %d", g.LocalFloor(), g.Incarnation(), g.AckedFor(coordinator.Slot{Worker: 2}))
+	}
+	if err := g.BeforeReserve(coordinator.Slot{Worker: 2}, 800); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(legacy); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("legacy file still there after the first save: %v", err)
+	}
+	s2, _ := Open(dir)
+	g2, err := s2.Generator("m")
+	if err != nil || g2.LocalFloor() != 800 || g2.AckedFor(coordinator.Slot{Worker: 2}) != 700 {
+		t.Fatalf("after migration: floor %d acked %d, %v", g2.LocalFloor(), g2.AckedFor(coordinator.Slot{Worker: 2}), err)
+	}
+}

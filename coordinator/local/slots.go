@@ -1,0 +1,125 @@
+package local
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"strconv"
+)
+
+// A generator's state is written in place, alternately into two slot
+// files (gen-<name>.0 and gen-<name>.1), each holding one record:
+//
+//	firn-state 1 <sequence> <length> <crc32c hex>\n<payload>
+//
+// A save overwrites the older slot and fsyncs it; no file is created,
+// renamed or unlinked, so no directory fsync is needed after the first.
+// A crash during a save tears at most that slot, whose record then fails
+// its length or checksum: load takes the valid record with the highest
+// sequence, which is the state before the torn save — and the save a
+// Reserve waits on returned before the Reserve was sent, so nothing was
+// acknowledged past it.
+
+const slotMagic = "firn-state 1"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func encodeSlot(seq uint64, payload []byte) []byte {
+	head := fmt.Sprintf("%s %d %d %08x\n", slotMagic, seq, len(payload), crc32.Checksum(payload, castagnoli))
+	return append([]byte(head), payload...)
+}
+
+// decodeSlot returns the record's sequence and payload, or an error for a
+// torn or foreign file.
+func decodeSlot(b []byte) (uint64, []byte, error) {
+	nl := bytes.IndexByte(b, '\n')
+	if nl < 0 {
+		return 0, nil, errors.New("no record header")
+	}
+	var magic1, magic2 string
+	var seq uint64
+	var n int
+	var sum uint32
+	if _, err := fmt.Sscanf(string(b[:nl]), "%s %s %d %d %x", &magic1, &magic2, &seq, &n, &sum); err != nil ||
+		magic1+" "+magic2 != slotMagic {
+		return 0, nil, fmt.Errorf("bad record header %q", b[:nl])
+	}
+	payload := b[nl+1:]
+	if len(payload) != n {
+		return 0, nil, fmt.Errorf("record of %d bytes holds %d (torn write)", n, len(payload))
+	}
+	if crc32.Checksum(payload, castagnoli) != sum {
+		return 0, nil, errors.New("record checksum mismatch (torn write)")
+	}
+	return seq, payload, nil
+}
+
+// slots is the pair of slot files of one generator.
+type slots struct {
+	base  string // path without the .0/.1 suffix
+	files [2]*os.File
+	seq   uint64 // sequence of the newest valid record (0: none)
+}
+
+func (s *slots) path(i int) string { return s.base + "." + strconv.Itoa(i) }
+
+// load reads both slots and returns the payload of the newest valid
+// record (nil when neither file exists). A file that exists but holds no
+// valid record is skipped when the other one is valid, and is an
+// ErrCorrupt otherwise.
+func (s *slots) load() ([]byte, error) {
+	var best []byte
+	var bad []string
+	for i := 0; i < 2; i++ {
+		b, err := os.ReadFile(s.path(i))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("local: %w", err)
+		}
+		seq, payload, err := decodeSlot(b)
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("%s: %v", s.path(i), err))
+			continue
+		}
+		if best == nil || seq > s.seq {
+			best, s.seq = payload, seq
+		}
+	}
+	if best == nil && len(bad) > 0 {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, bad)
+	}
+	return best, nil
+}
+
+// save writes payload as the next record into the older slot, in place,
+// and fsyncs it. It reports whether it created a slot file (the caller
+// then fsyncs the directory once).
+func (s *slots) save(payload []byte) (created bool, err error) {
+	seq := s.seq + 1
+	i := int(seq % 2)
+	f := s.files[i]
+	if f == nil {
+		_, statErr := os.Stat(s.path(i))
+		f, err = os.OpenFile(s.path(i), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return false, fmt.Errorf("local: %w", err)
+		}
+		s.files[i], created = f, errors.Is(statErr, os.ErrNotExist)
+	}
+	rec := encodeSlot(seq, payload)
+	if _, err := f.WriteAt(rec, 0); err != nil {
+		return created, fmt.Errorf("local: writing %s: %w", s.path(i), err)
+	}
+	if err := f.Truncate(int64(len(rec))); err != nil {
+		return created, fmt.Errorf("local: truncating %s: %w", s.path(i), err)
+	}
+	if err := f.Sync(); err != nil {
+		return created, fmt.Errorf("local: fsync %s: %w", s.path(i), err)
+	}
+	s.seq = seq
+	return created, nil
+}
