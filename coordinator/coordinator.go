@@ -241,10 +241,7 @@ type Holder struct {
 }
 
 // PeerBeat is a live holder's heartbeat together with the local clock
-// reading at which it was received, for the peer clock check. Received is
-// zero for a heartbeat that was read rather than received as it was written
-// (an initial read can return one up to a heartbeat old): its age is not
-// known, and the peer check skips it.
+// reading at which it was received, for the peer clock check.
 type PeerBeat struct {
 	Generator string
 	Slot      Slot

@@ -678,17 +678,8 @@ func Peers(t *testing.T, b Backend) {
 	na, nb := Node("pa"), Node("pb")
 	la := mustAcquire(t, c, Spec("peers1", 2), na)
 	lb := mustAcquire(t, c, Spec("peers2", 2), nb)
-	// Heartbeats written before the observer looked are read, not
-	// received: their age is unknown, so they carry no receipt time (or
-	// are not listed until the next one arrives).
-	first, err := obs.Peers(ctxT(t, 10*time.Second))
-	if err != nil {
+	if _, err := obs.Peers(ctxT(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
-	}
-	for _, p := range first {
-		if !p.Received.IsZero() {
-			t.Fatalf("a heartbeat read at the observer's start carries a receipt time: %+v", p)
-		}
 	}
 	fake.Advance(time.Minute)
 	hbA := coordinator.Heartbeat{Node: na, Wall: time.Date(2031, 5, 5, 5, 5, 5, 0, time.UTC)}

@@ -216,11 +216,7 @@ func (c *Coordinator) peerKey(key string) (string, coordinator.Slot, bool) {
 	return gen, slot, ok
 }
 
-// putPeer records an owner record; live says it arrived as it was written
-// (a watch event), stamped with the local clock. One read from the initial
-// Get may be up to a heartbeat old: its Received stays zero, so the peer
-// clock check never takes its age for skew.
-func (c *Coordinator) putPeer(key string, value []byte, live bool) {
+func (c *Coordinator) putPeer(key string, value []byte) {
 	gen, slot, ok := c.peerKey(key)
 	if !ok {
 		return
@@ -229,11 +225,8 @@ func (c *Coordinator) putPeer(key string, value []byte, live bool) {
 	if json.Unmarshal(value, &rec) != nil {
 		return // not an owner record: no heartbeat to compare
 	}
-	b := coordinator.PeerBeat{Generator: gen, Slot: slot, Heartbeat: rec.Heartbeat()}
-	if live {
-		b.Received, _ = c.clock.Now()
-	}
-	c.peers[key] = b
+	now, _ := c.clock.Now()
+	c.peers[key] = coordinator.PeerBeat{Generator: gen, Slot: slot, Heartbeat: rec.Heartbeat(), Received: now}
 }
 
 func (c *Coordinator) watchPeers() {
@@ -265,7 +258,7 @@ func (c *Coordinator) watchPeers() {
 		c.peersMu.Lock()
 		c.peers = map[string]coordinator.PeerBeat{}
 		for _, kv := range g.Kvs {
-			c.putPeer(string(kv.Key), kv.Value, false)
+			c.putPeer(string(kv.Key), kv.Value)
 		}
 		c.peersMu.Unlock()
 		markReady(nil)
@@ -279,7 +272,7 @@ func (c *Coordinator) watchPeers() {
 				if ev.Type == clientv3.EventTypeDelete {
 					delete(c.peers, string(ev.Kv.Key))
 				} else {
-					c.putPeer(string(ev.Kv.Key), ev.Kv.Value, true)
+					c.putPeer(string(ev.Kv.Key), ev.Kv.Value)
 				}
 			}
 			c.peersMu.Unlock()
