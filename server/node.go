@@ -272,6 +272,11 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.startClockChecks(ctx); err != nil {
 		return err
 	}
+	// Hold every generator out until the clock was compared with the live
+	// peers once: a node started far off their clocks never serves.
+	for _, rt := range n.gens {
+		rt.state.Set(clockguard.SourcePeers, "checking the clock against live peers' heartbeats")
+	}
 	for _, rt := range n.gens {
 		rt := rt
 		n.goRun(func() { n.runGenerator(ctx, rt) })
@@ -766,9 +771,11 @@ func (n *Node) lastNTPOffset() (time.Duration, bool) {
 }
 
 // peerLoop compares this node's clock with its live peers' heartbeats, as
-// received, about once a second.
+// received: at once at start (retried every 200 ms until the coordinator
+// answers), then about once a second.
 func (n *Node) peerLoop(ctx context.Context) {
-	t := time.NewTicker(time.Second)
+	first := true
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
@@ -780,12 +787,24 @@ func (n *Node) peerLoop(ctx context.Context) {
 		beats, err := n.coord.Peers(pctx)
 		cancel()
 		if err != nil {
+			if first {
+				t.Reset(200 * time.Millisecond)
+			} else {
+				t.Reset(time.Second)
+			}
 			continue
 		}
 		n.countInUse(beats)
-		n.checkPeers(beats)
+		n.checkPeers(beats, first)
+		first = false
+		t.Reset(time.Second)
 	}
 }
+
+// peerBeatAge bounds how old a heartbeat read (rather than received as it
+// was written) can be: holders write one with each reservation, about once
+// a second. Read at the right time, it makes a peer seem behind by as much.
+const peerBeatAge = time.Second
 
 // countInUse records, per generator, how many worker slots have a live
 // owner in the cluster (firn_worker_ids_in_use): one beat per live owner.
@@ -805,7 +824,13 @@ func (n *Node) countInUse(beats []coordinator.PeerBeat) {
 // checkPeers takes the median clock offset over all live nodes, this one
 // included (offset 0), one entry per instance; the node stops serving only
 // when it is the outlier beyond --max-peer-skew among at least 3.
-func (n *Node) checkPeers(beats []coordinator.PeerBeat) {
+//
+// The first check at start acts on its one reading: it refuses a skew
+// beyond --max-peer-skew by more than peerBeatAge (what a heartbeat read
+// rather than received may add), so that a node started far off never
+// serves, and otherwise lets the node serve; later checks act on two
+// readings in a row beyond the limit.
+func (n *Node) checkPeers(beats []coordinator.PeerBeat, first bool) {
 	latest := map[string]coordinator.PeerBeat{}
 	for _, b := range beats {
 		id := b.Heartbeat.Node.InstanceID
@@ -838,9 +863,14 @@ func (n *Node) checkPeers(beats []coordinator.PeerBeat) {
 	// One reading beyond the limit may be a heartbeat read at start rather
 	// than received fresh; act on two in a row.
 	n.peerMu.Lock()
-	if abs > n.cfg.MaxPeerSkew {
+	switch {
+	case first && abs > n.cfg.MaxPeerSkew+peerBeatAge:
+		n.peerOver = 2
+	case first:
+		n.peerOver = 0
+	case abs > n.cfg.MaxPeerSkew:
 		n.peerOver++
-	} else {
+	default:
 		n.peerOver = 0
 	}
 	over := n.peerOver

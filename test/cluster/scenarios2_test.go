@@ -141,7 +141,12 @@ func init() {
 			e.startAll(n1, n2)
 			n3 := e.newNode("n3")
 			n3.Start("--fault-clock-offset", "5s")
-			time.Sleep(3 * time.Second)
+			// Never: not for a moment after its start either.
+			for start := time.Now(); time.Since(start) < 3*time.Second; time.Sleep(25 * time.Millisecond) {
+				if code, _ := n3.Ready(); code == 200 {
+					e.t.Fatalf("the +5s node serves %v after its start", time.Since(start).Round(time.Millisecond))
+				}
+			}
 			if code, body := n3.Ready(); code == 200 {
 				e.t.Fatal("the +5s node serves")
 			} else if !strings.Contains(body, "peer median") || !strings.Contains(body, "max-peer-skew") {
