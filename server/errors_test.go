@@ -126,12 +126,14 @@ func TestNotServingIsUnavailableWithReason(t *testing.T) {
 	ntp.SetOffset(2 * time.Second) // beyond --max-clock-offset 250ms
 	n := startNode(t, e.Endpoints, t.TempDir(), "--ntp", ntp.Addr(), "--ntp-interval", "1s")
 
-	// Wait for the NTP verdict (the reason names the offset), and for the
-	// start-up peer check to have answered (its hold is transient).
+	// Wait for the NTP verdict (the reason names the offset) to be the only
+	// cause left: the start-up holds (the first peer check, the worker ID
+	// acquisition) are transient and would change the reason mid-test.
 	var info *firnv1.GeneratorInfo
 	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
 		info = n.genInfo(t, "")
-		if strings.Contains(info.GetReason(), "NTP offset") && !strings.Contains(info.GetReason(), "live peers") {
+		r := info.GetReason()
+		if strings.Contains(r, "NTP offset") && !strings.Contains(r, "live peers") && !strings.Contains(r, "acquiring") {
 			break
 		}
 	}
