@@ -365,16 +365,12 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 	}
 	g.mu.Lock()
 	if !g.retired.Load() {
-		// g.read, written out: a monotonic-only reading within the
-		// window of the anchor stands for a full one.
 		var wall int64
 		var mono time.Duration
 		extrapolated := false
-		if mok && g.haveAnchor {
-			if d := m - g.anchorMono; d > -g.monoWindow && d < g.monoWindow {
-				wall, mono, extrapolated = g.anchorWall+int64(d), m, true
-				g.full = false
-			}
+		if mok {
+			wall, extrapolated = g.extrapolate(m)
+			mono = m
 		}
 		if !extrapolated {
 			wall, mono = g.fullRead()
@@ -497,15 +493,26 @@ const (
 // clock from it; otherwise it reads the clock in full. So a real step of the
 // wall clock reaches the policy within monoWindow (at most 1 ms).
 func (g *Generator) read() (int64, time.Duration) {
-	if g.fast != nil && g.haveAnchor {
+	if g.fast != nil {
 		if m, ok := g.fast.FastMono(); ok {
-			if d := m - g.anchorMono; d >= 0 && d < g.monoWindow {
-				g.full = false
-				return g.anchorWall + int64(d), m
+			if wall, ok := g.extrapolate(m); ok {
+				return wall, m
 			}
 		}
 	}
 	return g.fullRead()
+}
+
+// extrapolate turns a monotonic-only reading within monoWindow of the
+// anchor into a wall reading in Unix nanoseconds. Either side of the
+// anchor: a reading Next took before the lock may predate another
+// caller's full one.
+func (g *Generator) extrapolate(m time.Duration) (int64, bool) {
+	if d := m - g.anchorMono; g.haveAnchor && d > -g.monoWindow && d < g.monoWindow {
+		g.full = false
+		return g.anchorWall + int64(d), true
+	}
+	return 0, false
 }
 
 // fullRead reads the clock in full; the wall reading in Unix nanoseconds.

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"strconv"
+	"strings"
 )
 
 // A generator's state is written in place, alternately into two slot
@@ -38,12 +39,14 @@ func decodeSlot(b []byte) (uint64, []byte, error) {
 	if nl < 0 {
 		return 0, nil, errors.New("no record header")
 	}
-	var magic1, magic2 string
 	var seq uint64
 	var n int
 	var sum uint32
-	if _, err := fmt.Sscanf(string(b[:nl]), "%s %s %d %d %x", &magic1, &magic2, &seq, &n, &sum); err != nil ||
-		magic1+" "+magic2 != slotMagic {
+	fields, ok := strings.CutPrefix(string(b[:nl]), slotMagic+" ")
+	if !ok {
+		return 0, nil, fmt.Errorf("bad record header %q", b[:nl])
+	}
+	if _, err := fmt.Sscanf(fields, "%d %d %x", &seq, &n, &sum); err != nil {
 		return 0, nil, fmt.Errorf("bad record header %q", b[:nl])
 	}
 	payload := b[nl+1:]

@@ -12,8 +12,9 @@ import (
 // when the run uses TLS. The keys live only as long as the run.
 type ephemeralPKI struct {
 	*testpki.Files
-	server *tls.Config // what the load side dials with, without and with the client certificate
-	mtls   *tls.Config
+	// What the load side dials with: trusting the CA, and with the client
+	// certificate as well.
+	tlsOnly, mtls *tls.Config
 }
 
 func newEphemeralPKI() (*ephemeralPKI, error) {
@@ -23,7 +24,7 @@ func newEphemeralPKI() (*ephemeralPKI, error) {
 	}
 	p := &ephemeralPKI{}
 	if p.Files, err = testpki.Write(dir, "firn-bench"); err == nil {
-		if p.server, err = p.ClientTLS(false); err == nil {
+		if p.tlsOnly, err = p.ClientTLS(false); err == nil {
 			p.mtls, err = p.ClientTLS(true)
 		}
 	}
@@ -48,7 +49,7 @@ func (p *ephemeralPKI) clientConfig(mtls bool) *tls.Config {
 	if mtls {
 		return p.mtls
 	}
-	return p.server
+	return p.tlsOnly
 }
 
 func (p *ephemeralPKI) remove() { os.RemoveAll(p.Dir) }
