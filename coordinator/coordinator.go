@@ -74,12 +74,18 @@ type ExhaustedError struct {
 	Limit     uint64   // number of slots (workers × datacenters, or workers)
 	Live      []Holder // slots with a live owner
 	TooFar    int      // free slots skipped because R > Spec.MaxFloor
+	// Floor is the generator floor a bump set, when it is what keeps
+	// free slots past max-lead (-1 or 0 otherwise: not named).
+	Floor int64
 }
 
 func (e *ExhaustedError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "coordinator: worker IDs exhausted for generator %q: limit %d, %d live holders, %d free slots reserved past max-lead",
 		e.Generator, e.Limit, len(e.Live), e.TooFar)
+	if e.Floor > 0 {
+		fmt.Fprintf(&b, " (generator floor %d set by coordinator bump: serving resumes once the clock is within max-lead of it)", e.Floor)
+	}
 	for i, h := range e.Live {
 		if i == 8 {
 			fmt.Fprintf(&b, "; and %d more", len(e.Live)-i)

@@ -639,8 +639,8 @@ func Bump(t *testing.T, b Backend) {
 	near.MaxFloor = 1299
 	_, err := c.Acquire(ctxT(t, 10*time.Second), near, Node("n3"))
 	var ex *coordinator.ExhaustedError
-	if !errors.As(err, &ex) || ex.TooFar != 3 {
-		t.Fatalf("acquire with MaxFloor 1299 under a generator floor of 1300: %v, want exhaustion with 3 free workers too far", err)
+	if !errors.As(err, &ex) || ex.TooFar != 3 || !strings.Contains(err.Error(), "generator floor 1300") {
+		t.Fatalf("acquire with MaxFloor 1299 under a generator floor of 1300: %v, want exhaustion with 3 free workers too far, naming the floor", err)
 	}
 	fresh := mustAcquire(t, c, spec, Node("n3"))
 	if fresh.ReadReserved() != -1 || fresh.Floor() != 1300 {

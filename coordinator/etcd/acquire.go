@@ -345,6 +345,9 @@ func (c *Coordinator) dropSession(s *session) {
 
 func (c *Coordinator) exhausted(spec coordinator.Spec, s *scanned, n uint64, tooFar int) error {
 	e := &coordinator.ExhaustedError{Generator: spec.Generator, Limit: n, TooFar: tooFar}
+	if s.floor.value > spec.MaxFloor {
+		e.Floor = s.floor.value
+	}
 	for _, name := range s.ownerKeys {
 		slot, ok := parseSlot(name)
 		if !ok {

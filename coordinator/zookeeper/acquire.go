@@ -477,6 +477,9 @@ func (c *Coordinator) dropOrphan(ctx context.Context, path string, data []byte, 
 
 func (c *Coordinator) exhausted(ctx context.Context, p paths, spec coordinator.Spec, s *scanned, n uint64, tooFar int) error {
 	e := &coordinator.ExhaustedError{Generator: spec.Generator, Limit: n, TooFar: tooFar}
+	if s.floor > spec.MaxFloor {
+		e.Floor = s.floor
+	}
 	for _, name := range s.ownerNames {
 		slot, ok := parseSlot(name)
 		if !ok {
