@@ -246,3 +246,25 @@ func TestFaultListenerAbsentWithoutFlag(t *testing.T) {
 		t.Fatalf("non-loopback --fault-addr with --fault-addr-allow-remote: %v", err)
 	}
 }
+
+// An idle node (no ID calls, so the generator never reads the clock) sees
+// a −5s step through its step detector and fails closed, and serves again
+// once the offset clears: the detector and the holder's loop run at idle,
+// not only on the request path.
+func TestIdleRollbackFailsClosedWithoutCalls(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), "--enable-fault-injection", "--fault-addr", "127.0.0.1:0")
+	waitServing(t, n.ids, "", 10*time.Second)
+	if _, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+
+	n.setOffset(t, -5*time.Second)
+	waitNotServing(t, n.ids, "", 3*time.Second)
+	if code, body := httpGet(t, n.httpc, n.base+"/readyz"); code != 503 || !strings.Contains(body, "clock rolled back") {
+		t.Fatalf("/readyz %d %s at idle after a −5s step", code, body)
+	}
+	n.setOffset(t, 0)
+	waitServing(t, n.ids, "", 3*time.Second)
+}

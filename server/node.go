@@ -135,6 +135,7 @@ func New(cfg Config, coord coordinator.Coordinator, st *local.State, clock clock
 			maxBatch:        cfg.MaxBatchFor(gc),
 			ring:            ring,
 			datacenterFixed: cfg.Datacenter >= 0,
+			kick:            make(chan struct{}, 1),
 			state: clockguard.NewServingState(gc.Name,
 				clockguard.WithStateClock(clock), clockguard.WithStateLogger(n.log)),
 		}
@@ -480,9 +481,17 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 	rt.state.Ready()
 	rt.ring.Start()
 
-	refresh := time.Second
-	probe := time.NewTicker(100 * time.Millisecond)
-	defer probe.Stop()
+	// The loop wakes once a second at idle: a clock check and the
+	// reservation with its heartbeat. It checks every 100 ms while a
+	// rollback hold waits for the clock to catch up (setRollback kicks it
+	// awake), and retries a failed reservation every 200 ms.
+	const (
+		refresh  = time.Second
+		retry    = 200 * time.Millisecond
+		recovery = 100 * time.Millisecond
+	)
+	timer := time.NewTimer(recovery)
+	defer timer.Stop()
 	lastTry := time.Now()
 	failing := false
 	for {
@@ -493,17 +502,22 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 		case <-lease.Done():
 			rt.state.Set(clockguard.SourceLease, "lease lost (expired or taken over); acquiring again")
 			return
-		case <-probe.C:
+		case <-rt.kick:
+		case <-timer.C:
 		}
 		n.probeClock(rt, h)
 		due := refresh
 		if failing {
-			due = 200 * time.Millisecond
+			due = retry
 		}
-		if time.Since(lastTry) < due {
+		if wait := due - time.Since(lastTry); wait > 0 {
+			timer.Reset(rt.nextCheck(wait, recovery))
 			continue
 		}
 		lastTry = time.Now()
+		// A step since the detector's last poll reaches the clock policy
+		// (and the forward-step gate) before this reservation is sized.
+		n.steps.Poll()
 		err := n.reserve(ctx, rt, h)
 		switch {
 		case err == nil:
@@ -516,6 +530,11 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 			return
 		default:
 			failing = true
+		}
+		if failing {
+			timer.Reset(rt.nextCheck(retry, recovery))
+		} else {
+			timer.Reset(rt.nextCheck(refresh, recovery))
 		}
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/coordtest"
@@ -168,5 +171,52 @@ func TestLoopbackOnly(t *testing.T) {
 		if err != nil && (!errors.Is(err, coordinator.ErrInvalidSpec) || !strings.Contains(err.Error(), "--embedded-serve-remote")) {
 			t.Errorf("error %q does not name --embedded-serve-remote", err)
 		}
+	}
+}
+
+// TestIdleTimingKeepsLeasesAndWrites: the embedded member's slower raft tick
+// and backend commit interval keep etcd's minimum lease TTL at firn's
+// lowest --lease-ttl (a 2 s lease is granted as 2 s, not raised), and a
+// write acknowledged just before Close is there after a restart (the WAL
+// makes it durable, not the backend commit).
+func TestIdleTimingKeepsLeasesAndWrites(t *testing.T) {
+	dir := t.TempDir()
+	s, err := embedded.Start(embedded.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := cli.Grant(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.TTL != 2 {
+		t.Errorf("Grant(2) got TTL %d: the member's minimum lease TTL is above 2s", g.TTL)
+	}
+	if _, err := cli.Put(ctx, "/idle-timing", "acknowledged"); err != nil {
+		t.Fatal(err)
+	}
+	cli.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = start(t, embedded.Config{DataDir: dir})
+	cli, err = clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	r, err := cli.Get(ctx, "/idle-timing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "acknowledged" {
+		t.Fatalf("after restart: %v, want the acknowledged write", r.Kvs)
 	}
 }
