@@ -5,10 +5,15 @@
 # and restart times of the embedded default, and idle CPU/RSS on the
 # embedded and on an external etcd. Run it on a quiet machine:
 #
-#   bash test/bench/perf.sh [duration]     # default 5s per measured run
+#   bash test/bench/perf.sh [duration] [pairs]   # default 5s per measured run, 9 pairs
+#
+# A freshly started node gets 5 s of unmeasured calls before its first
+# measured row. On this 2-core VM one node/no-op pair can differ by ±30 %
+# from the next; the ratios are medians over the pairs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=${1:-5s}
+P=${2:-9}
 W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
 go build -o "$W/firn" ./cmd/firn
@@ -20,6 +25,9 @@ serve() { # data-dir, extra flags...; sets pid
 		--embedded-client-addr 127.0.0.1:17310 --embedded-peer-addr 127.0.0.1:17311 --log-level warn "$@" \
 		>"$dir.log" 2>&1 &
 	pid=$!
+}
+warm() { # a freshly started node: 5 s of unmeasured calls before the first measured row (extra bench flags)
+	"$F" bench --target 127.0.0.1:17300 "$@" --callers 16 --conns 4 --duration 5s --warmup 0s --quiet >/dev/null
 }
 stop() { # signal
 	kill "-$1" "$pid"
@@ -44,10 +52,11 @@ serve "$W/d1"; t2=$(ready_after); echo "graceful restart (after SIGTERM): ${t2}s
 "$F" bench --target 127.0.0.1:17300 --duration 1s --warmup 0s --quiet >/dev/null
 stop KILL
 serve "$W/d1"; t3=$(ready_after); echo "crash restart (after kill -9): ${t3}s"
+warm
 
-echo "## unary NextID vs the no-op floor (C=4, median of 5 interleaved pairs)"
+echo "## unary NextID vs the no-op floor (C=4, median of $P interleaved pairs)"
 for k in 1 16 64; do
-	"$F" bench --target 127.0.0.1:17300 --compare noop --pin --callers "$k" --conns 4 --duration "$D" --quiet
+	"$F" bench --target 127.0.0.1:17300 --compare noop --pairs "$P" --pin --callers "$k" --conns 4 --duration "$D" --quiet
 done
 echo "## NextIDs(1000) from 8 callers, sustained 10s"
 "$F" bench --target 127.0.0.1:17300 --mode batch --batch 1000 --callers 8 --conns 4 --duration 10s --pin --quiet
@@ -74,8 +83,9 @@ openssl x509 -req -in "$C/client.csr" -CA "$C/ca.pem" -CAkey "$C/ca.key" -CAcrea
 serve "$W/d2" --tls-cert "$C/server.pem" --tls-key "$C/server.key" --tls-client-ca "$C/ca.pem"
 URL=https://127.0.0.1:17301 ready_after --cacert "$C/ca.pem" >/dev/null
 TLS=(--tls-ca "$C/ca.pem" --tls-cert "$C/client.pem" --tls-key "$C/client.key")
+warm "${TLS[@]}"
 for k in 1 16 64; do
-	"$F" bench --target 127.0.0.1:17300 "${TLS[@]}" --compare noop --noop-tls mtls --pin --callers "$k" --conns 4 --duration "$D" --quiet
+	"$F" bench --target 127.0.0.1:17300 "${TLS[@]}" --compare noop --pairs "$P" --noop-tls mtls --pin --callers "$k" --conns 4 --duration "$D" --quiet
 done
 "$F" bench --target 127.0.0.1:17300 "${TLS[@]}" --mode batch --batch 1000 --callers 8 --conns 4 --duration 10s --pin --quiet
 stop TERM
