@@ -531,11 +531,11 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 		default:
 			failing = true
 		}
+		next := refresh
 		if failing {
-			timer.Reset(rt.nextCheck(retry, recovery))
-		} else {
-			timer.Reset(rt.nextCheck(refresh, recovery))
+			next = retry
 		}
+		timer.Reset(rt.nextCheck(next, recovery))
 	}
 }
 
