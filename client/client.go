@@ -50,6 +50,11 @@ type Client struct {
 	waiters int           // callers waiting in the slow path
 	starved int64         // times a caller found the buffer empty
 	closed  bool
+	// attempts are the refill's attempts in flight, which waiting
+	// callers may cut short; waitDeadlines the deadlines of the waiting
+	// callers that have one (kept only with more than one endpoint).
+	attempts      map[*attempt]struct{}
+	waitDeadlines []time.Time
 
 	stats struct {
 		fetches     atomic.Uint64
@@ -123,13 +128,14 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		o.logger = slog.Default()
 	}
 	c := &Client{
-		kickC:   make(chan struct{}, 1),
-		opts:    o,
-		clock:   o.clock,
-		tickLen: o.maxAge / 8,
-		log:     o.logger.With("component", "firn-client"),
-		notify:  make(chan struct{}),
-		empty:   newEmptyBatch(),
+		kickC:    make(chan struct{}, 1),
+		opts:     o,
+		clock:    o.clock,
+		tickLen:  o.maxAge / 8,
+		log:      o.logger.With("component", "firn-client"),
+		notify:   make(chan struct{}),
+		empty:    newEmptyBatch(),
+		attempts: map[*attempt]struct{}{},
 	}
 	c.ageTicks = int64(o.maxAge / c.tickLen)
 	c.cur.Store(c.empty)
@@ -174,8 +180,10 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 // reads no clock and does not allocate (ctx is not even looked at); when
 // the buffer is empty it waits for a refill, until ctx is done or a whole
 // failover round failed (ErrUnavailable, wrapping the last endpoint's
-// error). IDs from one client are distinct; across a failover they are not
-// in order.
+// error). While it waits, ctx's deadline bounds the refill's attempts and
+// its end cuts them (see WithCallTimeout), so an endpoint that hangs is
+// left within the caller's deadline. IDs from one client are distinct;
+// across a failover they are not in order.
 func (c *Client) Next(ctx context.Context) (uint64, error) {
 	b := c.cur.Load()
 	if b.expire >= c.tick.Load() {
@@ -210,8 +218,9 @@ func (c *Client) nextSlow(ctx context.Context) (uint64, error) {
 
 // NextN returns n distinct IDs (1 ≤ n ≤ MaxNextN), not necessarily in
 // order: from the buffer while it holds them, the rest fetched directly
-// (with failover) when they are more than a batch. Errors as for Next, and
-// ErrInvalidCount for n out of bounds.
+// (with failover, each attempt within its share of ctx's deadline; see
+// WithCallTimeout) when they are more than a batch. Errors as for Next,
+// and ErrInvalidCount for n out of bounds.
 func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 	if n < 1 || n > MaxNextN {
 		return nil, fmt.Errorf("%w: n %d outside [1, %d]", ErrInvalidCount, n, MaxNextN)
@@ -263,6 +272,15 @@ func (c *Client) waitBatch(ctx context.Context) error {
 	ch, gen := c.notify, c.failGen
 	c.waiters++
 	c.starved++
+	// With another endpoint to fail over to, a waiting caller's deadline
+	// bounds the refill's attempts (see shareEnd), and its giving up cuts
+	// them: an endpoint that leaves callers waiting counts against itself.
+	multi := len(c.endpoints) > 1
+	deadline, hasDeadline := ctx.Deadline()
+	if multi && hasDeadline {
+		c.waitDeadlines = append(c.waitDeadlines, deadline)
+		c.cutAttemptsLocked(shareEnd(time.Now(), deadline))
+	}
 	c.mu.Unlock()
 	c.kick()
 
@@ -275,6 +293,19 @@ func (c *Client) waitBatch(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.waiters--
+	if multi && hasDeadline {
+		for i, d := range c.waitDeadlines {
+			if d.Equal(deadline) {
+				last := len(c.waitDeadlines) - 1
+				c.waitDeadlines[i] = c.waitDeadlines[last]
+				c.waitDeadlines = c.waitDeadlines[:last]
+				break
+			}
+		}
+	}
+	if multi && err != nil && !c.closed {
+		c.cutAttemptsLocked(time.Now())
+	}
 	switch {
 	case c.closed:
 		return ErrClosed

@@ -17,7 +17,9 @@ type Clock interface {
 
 // systemClock is the default Clock: the machine's clock. It is the only
 // place in this package that reads the wall clock (once, for its origin);
-// its monotonic reading is time.Since that origin.
+// its monotonic reading is time.Since that origin. (Attempts at endpoints
+// are timed on the machine's monotonic clock, as the callers' context
+// deadlines are, whatever Clock is injected.)
 type systemClock struct {
 	origin time.Time
 }

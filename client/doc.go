@@ -34,13 +34,34 @@
 //     doubling while callers wait), keeps two batches buffered or in flight
 //     while they would be used before they go stale, and falls back to
 //     MinBatch when idle. An idle client with an empty buffer runs no timer.
-//   - Failover: an RPC that fails with UNAVAILABLE, on the connection, or
-//     by running out of its CallTimeout moves the request to the next
-//     endpoint at once. Endpoints whose health says NOT_SERVING, whose
-//     connection is in transient failure, or that failed in the last
-//     second are tried after the others. A caller sees an error only when
-//     every endpoint failed in one round (ErrUnavailable wrapping the last
-//     error), or when an endpoint refused the request itself (NOT_FOUND).
+//   - Failover: a fetch is a round of attempts, one per endpoint at most.
+//     An attempt that fails with UNAVAILABLE, on the connection, or by
+//     running out of its time moves the request to the next endpoint at
+//     once. A caller sees an error only when every endpoint failed in one
+//     round (ErrUnavailable wrapping the last error), when an endpoint
+//     refused the request itself (NOT_FOUND), or when its context ended.
+//   - An attempt's time: at most CallTimeout (for all its RPCs: on an
+//     endpoint's first use a health check and Info, then NextIDs). While
+//     another endpoint follows in the round, a caller's deadline shortens
+//     it to half of the caller's remaining time (but not under 10ms), so
+//     an endpoint that hangs leaves the caller the other half to fail
+//     over; the round's last endpoint may use all of it. NextN's direct
+//     fetches are the caller's own attempts. Next's refills are shared:
+//     every caller waiting for one applies its deadline's share to the
+//     refill's attempts in flight and to the ones started while it waits,
+//     and a caller that gives up (deadline or cancellation) cuts them
+//     once they have run 10ms. Nothing is cut at the round's last
+//     endpoint, so one impatient caller never fails a refill that others
+//     wait for.
+//   - What counts against an endpoint: UNAVAILABLE, a connection error,
+//     and no answer within the attempt's time, including an attempt cut
+//     short by its caller's context after it ran 10ms (a shorter wait says
+//     nothing about the endpoint). Such an endpoint is put down for a
+//     second: it is tried after the others, as are endpoints whose health
+//     says NOT_SERVING or whose connection is in transient failure. An
+//     endpoint whose health says SERVING but whose ID calls hang is thus
+//     left after the first caller's share of its deadline, and later
+//     calls go to the others.
 //
 // # Hazards
 //

@@ -24,9 +24,16 @@ const (
 )
 
 const (
-	// downFor is how long an endpoint whose RPC failed on the connection
-	// or with UNAVAILABLE is tried only after the others.
+	// downFor is how long an endpoint that failed an attempt (UNAVAILABLE,
+	// a connection error, or no answer in the attempt's time; see
+	// countsAgainst) is tried only after the others.
 	downFor = time.Second
+	// minAttempt is the least time an attempt at an endpoint gets before
+	// a caller's deadline may cut it to fail over, and the least it must
+	// have run for a caller's giving up to count against the endpoint: a
+	// shorter wait says nothing about the endpoint. It equals the
+	// smallest CallTimeout.
+	minAttempt = minCallTimeout
 	// Health watches that break retry from watchRetryMin to watchRetryMax.
 	watchRetryMin = 100 * time.Millisecond
 	watchRetryMax = 5 * time.Second
@@ -147,8 +154,8 @@ func (c *Client) order(mono time.Duration) []*endpoint {
 }
 
 // failover reports whether err from one endpoint sends the request to the
-// next: UNAVAILABLE (not serving, or the connection failed), and a call
-// that ran out of its per-endpoint time while the caller still waits.
+// next: UNAVAILABLE (not serving, or the connection failed), and an
+// attempt that ran out of its time while the caller still waits.
 func failover(ctx context.Context, err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable:
@@ -159,20 +166,149 @@ func failover(ctx context.Context, err error) bool {
 	return false
 }
 
+// countsAgainst reports whether an attempt that failed with err after
+// running for ran, cut short by the caller's context, counts against its
+// endpoint: UNAVAILABLE always, no answer if the attempt had minAttempt.
+func countsAgainst(err error, ran time.Duration) bool {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return true
+	case codes.DeadlineExceeded, codes.Canceled:
+		return ran >= minAttempt
+	}
+	return false
+}
+
+// markDown puts ep behind the other endpoints for downFor.
+func (c *Client) markDown(ep *endpoint, err error, why string) {
+	_, mono := c.clock.Now()
+	ep.downUntil.Store(int64(mono + downFor))
+	c.log.Warn("endpoint failed", "endpoint", ep.addr, "code", status.Code(err).String(), "why", why, "err", err)
+}
+
+// errCut is the cause of an attempt's context when its time ran out.
+var errCut = errors.New("attempt cut off")
+
+// An attempt is one try at one endpoint in a failover round. Its RPCs
+// (on the endpoint's first use a health check and Info, then NextIDs) run
+// under one context that ends at the attempt's cut-off: CallTimeout after
+// its start, or earlier by a caller's deadline (see shareEnd).
+type attempt struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	start  time.Time
+	// last is set when no endpoint follows in the round: a caller's
+	// deadline never cuts it (there is nothing to fail over to).
+	last bool
+	// refill attempts are shared by every waiting caller and listed in
+	// Client.attempts; cutAt and timer are then guarded by Client.mu.
+	refill bool
+	cutAt  time.Time
+	timer  *time.Timer
+}
+
+// shareEnd is the latest cut-off that a caller with deadline d, seen at
+// now, allows an attempt that another endpoint follows: half of the
+// caller's remaining time, but at least minAttempt, so the other half is
+// left for the next endpoint.
+func shareEnd(now, d time.Time) time.Time {
+	return now.Add(max(d.Sub(now)/2, minAttempt))
+}
+
+// startAttempt starts an attempt under ctx; last and refill as in
+// attempt. Caller deadlines are in the machine's time (as context's are),
+// so attempts are timed with it, not with the injected Clock.
+func (c *Client) startAttempt(ctx context.Context, last, refill bool) *attempt {
+	now := time.Now()
+	a := &attempt{start: now, last: last, refill: refill, cutAt: now.Add(c.opts.callTimeout)}
+	if d, ok := ctx.Deadline(); ok && !last {
+		a.cutAt = earliest(a.cutAt, shareEnd(now, d))
+	}
+	a.ctx, a.cancel = context.WithCancelCause(ctx)
+	cancel := a.cancel
+	if !refill {
+		a.timer = time.AfterFunc(a.cutAt.Sub(now), func() { cancel(errCut) })
+		return a
+	}
+	c.mu.Lock()
+	if !last {
+		for _, d := range c.waitDeadlines {
+			a.cutAt = earliest(a.cutAt, shareEnd(now, d))
+		}
+	}
+	a.timer = time.AfterFunc(a.cutAt.Sub(now), func() { cancel(errCut) })
+	c.attempts[a] = struct{}{}
+	c.mu.Unlock()
+	return a
+}
+
+// endAttempt releases a and reports how long it ran and whether its
+// time ran out (its context was cut, not the caller's).
+func (c *Client) endAttempt(a *attempt) (ran time.Duration, cut bool) {
+	if a.refill {
+		c.mu.Lock()
+		delete(c.attempts, a)
+		c.mu.Unlock()
+	}
+	a.timer.Stop()
+	cut = context.Cause(a.ctx) == errCut
+	a.cancel(nil)
+	return time.Since(a.start), cut
+}
+
+// cutAttemptsLocked moves the cut-off of every refill attempt in flight
+// that another endpoint follows to t at the latest, but not before it ran
+// minAttempt. Call with mu held.
+func (c *Client) cutAttemptsLocked(t time.Time) {
+	for a := range c.attempts {
+		if a.last {
+			continue
+		}
+		at := latest(t, a.start.Add(minAttempt))
+		if at.Before(a.cutAt) {
+			a.cutAt = at
+			a.timer.Reset(time.Until(at))
+		}
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// cutErr is the error of an attempt whose time ran out.
+func cutErr(ran time.Duration, err error) error {
+	return status.Errorf(codes.DeadlineExceeded, "no answer within %v: %v", ran.Round(time.Millisecond), err)
+}
+
 // fetch gets count IDs (fewer if an endpoint's bound is lower) from the
-// first endpoint that serves them, trying each at most once. It returns
-// the tick at the start of the successful RPC, and on failure
+// first endpoint that serves them, trying each at most once. refill marks
+// the refill goroutine's fetches, which waiting callers may cut short. It
+// returns the tick at the start of the successful RPC, and on failure
 // ErrUnavailable wrapping the last endpoint's error, or the error of an
 // endpoint that refused the request (NOT_FOUND, INVALID_ARGUMENT for a
 // count of 1, ...), or ctx's error.
-func (c *Client) fetch(ctx context.Context, count int) ([]uint64, int64, error) {
+func (c *Client) fetch(ctx context.Context, count int, refill bool) ([]uint64, int64, error) {
 	_, mono := c.clock.Now()
+	eps := c.order(mono)
 	var last error
-	for i, ep := range c.order(mono) {
+	for i, ep := range eps {
 		if i > 0 {
 			c.stats.failovers.Add(1)
 		}
-		ids, tick, err := c.fetchFrom(ctx, ep, count)
+		a := c.startAttempt(ctx, i == len(eps)-1, refill)
+		ids, tick, err := c.fetchFrom(a.ctx, ep, count)
+		ran, cut := c.endAttempt(a)
 		if err == nil {
 			if prev := c.active.Swap(int32(ep.index)); int(prev) != ep.index {
 				c.log.Info("serving from endpoint", "endpoint", ep.addr, "was", c.endpoints[prev].addr)
@@ -183,15 +319,21 @@ func (c *Client) fetch(ctx context.Context, count int) ([]uint64, int64, error) 
 		}
 		c.stats.fetchErrors.Add(1)
 		if ctx.Err() != nil {
+			// Cut short by the caller: it still counts against the
+			// endpoint (unless the client is closing).
+			if c.ctx.Err() == nil && countsAgainst(err, ran) {
+				c.markDown(ep, err, "no answer before the caller gave up")
+			}
 			return nil, 0, ctx.Err()
+		}
+		if cut {
+			err = cutErr(ran, err)
 		}
 		last = &EndpointError{Endpoint: ep.addr, Err: err}
 		if !failover(ctx, err) {
 			return nil, 0, last
 		}
-		_, mono = c.clock.Now()
-		ep.downUntil.Store(int64(mono + downFor))
-		c.log.Warn("endpoint failed", "endpoint", ep.addr, "code", status.Code(err).String(), "err", err)
+		c.markDown(ep, err, "failing over")
 	}
 	return nil, 0, fmt.Errorf("%w (%d endpoints tried): %w", ErrUnavailable, len(c.endpoints), last)
 }
@@ -199,11 +341,11 @@ func (c *Client) fetch(ctx context.Context, count int) ([]uint64, int64, error) 
 // errNotServing is a health Check's NOT_SERVING, treated as UNAVAILABLE.
 var errNotServing = status.Error(codes.Unavailable, "health check: NOT_SERVING")
 
-// fetchFrom asks one endpoint for count IDs. Before the first use of an
-// endpoint it learns its batch bound (Info) and, if the health watch has
-// not spoken yet, checks its health once. An INVALID_ARGUMENT or
-// RESOURCE_EXHAUSTED for a count above 1 halves the endpoint's bound and
-// retries.
+// fetchFrom asks one endpoint for count IDs under an attempt's context.
+// Before the first use of an endpoint it learns its batch bound (Info)
+// and, if the health watch has not spoken yet, checks its health once. An
+// INVALID_ARGUMENT or RESOURCE_EXHAUSTED for a count above 1 halves the
+// endpoint's bound and retries.
 func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]uint64, int64, error) {
 	if c.opts.health && !ep.heard.Load() {
 		if err := c.check(ctx, ep); err != nil {
@@ -221,9 +363,7 @@ func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]uint
 		}
 		_, mono := c.clock.Now()
 		tick := int64(mono / c.tickLen)
-		actx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
-		resp, err := ep.ids.NextIDs(actx, &firnv1.NextIDsRequest{Generator: c.opts.generator, Count: uint32(count)})
-		cancel()
+		resp, err := ep.ids.NextIDs(ctx, &firnv1.NextIDsRequest{Generator: c.opts.generator, Count: uint32(count)})
 		if err == nil {
 			if len(resp.GetIds()) == 0 {
 				return nil, 0, status.Error(codes.Internal, "NextIDs answered no IDs")
@@ -242,9 +382,7 @@ func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]uint
 
 // check asks ep's health service once; NOT_SERVING is an UNAVAILABLE.
 func (c *Client) check(ctx context.Context, ep *endpoint) error {
-	actx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
-	defer cancel()
-	resp, err := ep.health.Check(actx, &healthpb.HealthCheckRequest{Service: c.service()})
+	resp, err := ep.health.Check(ctx, &healthpb.HealthCheckRequest{Service: c.service()})
 	switch {
 	case status.Code(err) == codes.Unimplemented || status.Code(err) == codes.NotFound:
 		return nil // no health service, or it does not know the name
@@ -261,13 +399,13 @@ func (c *Client) check(ctx context.Context, ep *endpoint) error {
 	return nil
 }
 
-// learnMaxBatch reads the endpoint's bound for the generator from Info.
+// learnMaxBatch reads the endpoint's bound for the generator from Info;
+// an endpoint without Info leaves it unknown. A failure that says nothing
+// about Info (UNAVAILABLE, the attempt's time ran out) is returned.
 func (c *Client) learnMaxBatch(ctx context.Context, ep *endpoint) error {
-	actx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
-	defer cancel()
-	info, err := ep.ids.Info(actx, &firnv1.InfoRequest{})
+	info, err := ep.ids.Info(ctx, &firnv1.InfoRequest{})
 	if err != nil {
-		if failover(ctx, err) {
+		if ctx.Err() != nil || failover(ctx, err) {
 			return err
 		}
 		ep.maxBatch.CompareAndSwap(0, -1)
@@ -286,24 +424,36 @@ func (c *Client) learnMaxBatch(ctx context.Context, ep *endpoint) error {
 }
 
 // each runs call against the endpoints in order until one answers without
-// an error that fails over.
+// an error that fails over. Each call is an attempt as in fetch, and a
+// failure counts against its endpoint the same way.
 func (c *Client) each(ctx context.Context, call func(context.Context, *endpoint) error) error {
 	if c.ctx.Err() != nil {
 		return ErrClosed
 	}
 	_, mono := c.clock.Now()
+	eps := c.order(mono)
 	var last error
-	for _, ep := range c.order(mono) {
-		actx, cancel := context.WithTimeout(ctx, c.opts.callTimeout)
-		err := call(actx, ep)
-		cancel()
+	for i, ep := range eps {
+		a := c.startAttempt(ctx, i == len(eps)-1, false)
+		err := call(a.ctx, ep)
+		ran, cut := c.endAttempt(a)
 		if err == nil {
 			return nil
+		}
+		if ctx.Err() != nil {
+			if c.ctx.Err() == nil && countsAgainst(err, ran) {
+				c.markDown(ep, err, "no answer before the caller gave up")
+			}
+			return &EndpointError{Endpoint: ep.addr, Err: err}
+		}
+		if cut {
+			err = cutErr(ran, err)
 		}
 		last = &EndpointError{Endpoint: ep.addr, Err: err}
 		if !failover(ctx, err) {
 			return last
 		}
+		c.markDown(ep, err, "failing over")
 	}
 	if errors.Is(last, context.Canceled) && c.ctx.Err() != nil {
 		return ErrClosed

@@ -24,8 +24,9 @@ const (
 	// DefaultMaxBatch bounds a batch; the server's own bound (its Info's
 	// max_batch, or an INVALID_ARGUMENT) lowers it further.
 	DefaultMaxBatch = 100_000
-	// DefaultCallTimeout bounds one RPC to one endpoint before the client
-	// fails over to the next.
+	// DefaultCallTimeout bounds one attempt at one endpoint before the
+	// client puts it down and fails over to the next; a caller's deadline
+	// may shorten an attempt further (see WithCallTimeout).
 	DefaultCallTimeout = time.Second
 )
 
@@ -100,9 +101,16 @@ func WithBatchBounds(minimum, maximum int) Option {
 	return func(o *options) { o.minBatch, o.maxBatch = minimum, maximum }
 }
 
-// WithCallTimeout bounds one RPC to one endpoint; when it runs out the
-// client fails over to the next endpoint. Between 10ms and 5m; default
-// DefaultCallTimeout.
+// WithCallTimeout bounds one attempt at one endpoint: its RPCs (on the
+// endpoint's first use a health check and Info, then NextIDs). When it
+// runs out, the endpoint counts as failed (it is tried after the others
+// for a second) and the client fails over to the next endpoint. A
+// caller's deadline shortens an attempt that another endpoint follows to
+// half of the caller's remaining time (at least 10ms), so a caller keeps
+// time to fail over from an endpoint that hangs; the round's last
+// endpoint gets the rest of it. An attempt cut short by its caller's
+// context after 10ms counts against its endpoint too. Between 10ms and
+// 5m; default DefaultCallTimeout.
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
 
 // WithLogger sets the logger for failovers and health changes; the

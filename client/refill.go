@@ -164,7 +164,7 @@ func (c *Client) launch(r *refiller, mono time.Duration, buffered int64, waiters
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			ids, tick, err := c.fetch(c.ctx, int(count))
+			ids, tick, err := c.fetch(c.ctx, int(count), true)
 			r.results <- fetchResult{ids: ids, tick: tick, count: count, err: err}
 		}()
 	}
@@ -203,7 +203,7 @@ func (c *Client) deliver(r *refiller, res fetchResult) {
 func (c *Client) fetchDirect(ctx context.Context, n int) ([]uint64, error) {
 	out := make([]uint64, 0, n)
 	for len(out) < n {
-		ids, _, err := c.fetch(ctx, min(n-len(out), c.opts.maxBatch))
+		ids, _, err := c.fetch(ctx, min(n-len(out), c.opts.maxBatch), false)
 		if err != nil {
 			return nil, err
 		}

@@ -70,7 +70,7 @@ func childMain(baseStr string) int {
 // testService is an IDService that issues consecutive IDs from base, so
 // test servers with disjoint bases issue disjoint IDs. It can be told to
 // answer UNAVAILABLE, to hide its batch bound, and to refuse counts above
-// a bound; it records the counts asked for.
+// a bound, and to answer NextIDs late; it records the counts asked for.
 type testService struct {
 	firnv1.UnimplementedIDServiceServer
 	base     uint64
@@ -79,6 +79,7 @@ type testService struct {
 	down     atomic.Bool  // NextID(s) answer UNAVAILABLE
 	maxBatch atomic.Int64 // counts above are INVALID_ARGUMENT
 	hideInfo atomic.Bool  // Info answers UNIMPLEMENTED
+	delay    atomic.Int64 // NextIDs answers after this many nanoseconds
 
 	mu     sync.Mutex
 	counts []uint32
@@ -104,7 +105,14 @@ func (s *testService) NextID(context.Context, *firnv1.NextIDRequest) (*firnv1.Ne
 	return &firnv1.NextIDResponse{Id: s.next.Add(1) - 1}, nil
 }
 
-func (s *testService) NextIDs(_ context.Context, req *firnv1.NextIDsRequest) (*firnv1.NextIDsResponse, error) {
+func (s *testService) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*firnv1.NextIDsResponse, error) {
+	if d := time.Duration(s.delay.Load()); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
 	if s.down.Load() {
 		return nil, status.Error(codes.Unavailable, "test: not serving")
 	}

@@ -1,0 +1,213 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	"github.com/firnid/firn/server/grpcopt"
+)
+
+// hungService is an IDService whose health says SERVING and whose Info
+// answers, but whose NextID and NextIDs never answer: they block until
+// their context ends.
+type hungService struct {
+	*testService
+	calls atomic.Int64 // NextID(s) calls received
+}
+
+func (h *hungService) NextID(ctx context.Context, _ *firnv1.NextIDRequest) (*firnv1.NextIDResponse, error) {
+	h.calls.Add(1)
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+func (h *hungService) NextIDs(ctx context.Context, _ *firnv1.NextIDsRequest) (*firnv1.NextIDsResponse, error) {
+	h.calls.Add(1)
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// startHung serves a hungService on loopback until the test ends.
+func startHung(t *testing.T) (*hungService, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hungService{testService: newTestService(1 << 50)}
+	srv := grpc.NewServer(grpcopt.ServerOptions(nil)...)
+	firnv1.RegisterIDServiceServer(srv, h)
+	healthpb.RegisterHealthServer(srv, h.health) // SERVING
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	return h, lis.Addr().String()
+}
+
+// TestHungEndpointFailsOver: of two endpoints, the first (the one the
+// client starts on) says SERVING but never answers an ID call; the
+// second serves. Callers use a deadline shorter than CallTimeout, so the
+// hung endpoint's calls are always cut short by the caller first. Within
+// the first caller's deadline the client must give up on the hung
+// endpoint, mark it down and get the IDs from the healthy one; every
+// later call is served by the healthy one.
+func TestHungEndpointFailsOver(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration
+		call     func(context.Context, *Client) ([]uint64, error)
+	}{
+		// NextN above the batch size fetches directly (the caller's own RPC).
+		{"NextN", 500 * time.Millisecond, func(ctx context.Context, c *Client) ([]uint64, error) {
+			return c.NextN(ctx, 5000)
+		}},
+		// Next waits for the refill goroutine's fetch (a shared RPC).
+		{"Next", 300 * time.Millisecond, func(ctx context.Context, c *Client) ([]uint64, error) {
+			id, err := c.Next(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return []uint64{id}, nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hung, addrHung := startHung(t)
+			good, addrGood := startService(t, 1<<40, nil)
+			c := newClient(t, []string{addrHung, addrGood})
+			if c.opts.callTimeout <= tc.deadline {
+				t.Fatalf("CallTimeout %v: the test needs it above the caller's deadline %v", c.opts.callTimeout, tc.deadline)
+			}
+
+			const calls = 10
+			var ok int
+			var all []uint64
+			for i := range calls {
+				ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
+				start := time.Now()
+				ids, err := tc.call(ctx, c)
+				took := time.Since(start)
+				cancel()
+				if err != nil {
+					t.Logf("call %d: %v after %v", i, err, took.Round(time.Millisecond))
+					if i > 0 {
+						t.Errorf("call %d failed after the first: %v", i, err)
+					}
+					continue
+				}
+				ok++
+				for _, id := range ids {
+					if !good.owns(id) {
+						t.Fatalf("call %d: ID %d not from the healthy endpoint", i, id)
+					}
+				}
+				all = append(all, ids...)
+			}
+			if ok < calls-1 {
+				t.Fatalf("%d of %d calls with a %v deadline succeeded while a healthy endpoint stood by; want at least %d",
+					ok, calls, tc.deadline, calls-1)
+			}
+			checkDistinct(t, all)
+			if hung.calls.Load() == 0 {
+				t.Fatal("the hung endpoint was never asked: the test did not exercise it")
+			}
+			_, mono := c.clock.Now()
+			if until := time.Duration(c.endpoints[0].downUntil.Load()); until <= mono {
+				t.Fatalf("hung endpoint not marked down (down until %v, now %v)", until, mono)
+			}
+			st := c.Stats()
+			if st.Endpoint != addrGood {
+				t.Fatalf("serving from %s, want the healthy %s", st.Endpoint, addrGood)
+			}
+			if st.Failovers == 0 {
+				t.Fatalf("stats %+v: no failover counted", st)
+			}
+		})
+	}
+}
+
+// TestCancelledCallCountsAgainstEndpoint: a caller that cancels its call
+// (a context without a deadline) while the hung endpoint keeps it waiting
+// still puts that endpoint down, and the next call is served by the
+// healthy endpoint at once.
+func TestCancelledCallCountsAgainstEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(context.Context, *Client) error
+	}{
+		{"NextN", func(ctx context.Context, c *Client) error { _, err := c.NextN(ctx, 5000); return err }},
+		{"Next", func(ctx context.Context, c *Client) error { _, err := c.Next(ctx); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hung, addrHung := startHung(t)
+			_, addrGood := startService(t, 1<<40, nil)
+			c := newClient(t, []string{addrHung, addrGood})
+
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(100*time.Millisecond, cancel)
+			if err := tc.call(ctx, c); !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled call: %v, want context.Canceled", err)
+			}
+			if hung.calls.Load() == 0 {
+				t.Fatal("the hung endpoint was never asked")
+			}
+			waitFor(t, c.opts.callTimeout/2, "the hung endpoint to be marked down", func() bool {
+				_, mono := c.clock.Now()
+				return time.Duration(c.endpoints[0].downUntil.Load()) > mono
+			})
+			// No share of a deadline here: the next call must go to the
+			// healthy endpoint first, not wait out CallTimeout on the hung one.
+			ctx2, cancel2 := context.WithCancel(context.Background())
+			defer cancel2()
+			start := time.Now()
+			if err := tc.call(ctx2, c); err != nil {
+				t.Fatalf("call after the cancelled one: %v", err)
+			}
+			if took := time.Since(start); took > c.opts.callTimeout/2 {
+				t.Fatalf("call after the cancelled one took %v: it waited on the hung endpoint", took)
+			}
+		})
+	}
+}
+
+// TestShortDeadlineKeepsSharedRefill: with one endpoint (nothing to fail
+// over to) that answers slowly, a caller whose deadline is shorter than
+// the answer gives up alone: the refill it shared with a patient caller
+// is not cut, and the patient caller gets its ID from it.
+func TestShortDeadlineKeepsSharedRefill(t *testing.T) {
+	ts, addr := startService(t, 1, nil)
+	ts.delay.Store(int64(200 * time.Millisecond))
+	c := newClient(t, []string{addr}, WithMaxAge(2*time.Second)) // the answer must not be stale on arrival
+
+	patient := make(chan error, 1)
+	go func() {
+		_, err := c.Next(ctxFor(t, 5*time.Second))
+		patient <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if _, err := c.Next(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("short caller: %v, want its deadline", err)
+	}
+	if err := <-patient; err != nil {
+		t.Fatalf("patient caller: %v", err)
+	}
+	if st := c.Stats(); st.FetchErrors != 0 {
+		t.Fatalf("stats %+v: the shared refill failed", st)
+	}
+}
