@@ -40,6 +40,10 @@ var (
 	// ErrInvalidSpec: a Spec or a configuration value is out of bounds; the
 	// wrapping error names the field and the bound.
 	ErrInvalidSpec = errors.New("coordinator: invalid argument")
+	// ErrRestored: a generator-wide restore marker stands in the
+	// coordinator; no node acquires for that generator until `firn
+	// coordinator bump` clears it. The text is the serving-state reason.
+	ErrRestored = errors.New("coordinator state restored from an older snapshot")
 )
 
 // TakeBackAge is how old the heartbeat of a live owner record carrying the
@@ -130,6 +134,124 @@ func (e *RolledBackError) Error() string {
 }
 
 func (e *RolledBackError) Is(target error) bool { return target == ErrRolledBack }
+
+// RestoreEvidence is what a node found: the coordinator showed a
+// reservation below one it had acknowledged (a restore from an older
+// snapshot, or a write behind its back). MarkRestored stores it as the
+// generator's restore marker.
+type RestoreEvidence struct {
+	Generator string
+	Slot      Slot
+	Acked     int64     // the reservation the node saw acknowledged
+	Shown     int64     // what the coordinator showed (-1: absent)
+	At        time.Time // the noticing node's clock reading
+	Node      NodeInfo  // the noticing node (name, instance, address)
+}
+
+// Gap is how far a bump must raise, in time-field units: Acked - Shown
+// (Acked+1 when Shown is -1, absent).
+func (e RestoreEvidence) Gap() int64 {
+	if e.Shown < 0 {
+		return e.Acked + 1
+	}
+	return e.Acked - e.Shown
+}
+
+// Validate refuses evidence that cannot be a marker (no generator, no gap).
+// Errors match ErrInvalidSpec.
+func (e RestoreEvidence) Validate() error {
+	switch {
+	case e.Generator == "" || strings.ContainsAny(e.Generator, "/\x00") || len(e.Generator) > 128:
+		return fmt.Errorf("%w: RestoreEvidence.Generator %q must be 1..128 bytes without '/'", ErrInvalidSpec, e.Generator)
+	case e.Shown < -1:
+		return fmt.Errorf("%w: RestoreEvidence.Shown %d must be >= -1", ErrInvalidSpec, e.Shown)
+	case e.Gap() <= 0:
+		return fmt.Errorf("%w: RestoreEvidence acknowledged %d, shown %d: no gap to record", ErrInvalidSpec, e.Acked, e.Shown)
+	}
+	return nil
+}
+
+// BumpCommand is the command that clears this evidence, with the gap in
+// time-field units for D (the caller converts to a duration).
+func (e RestoreEvidence) BumpCommand() string {
+	return fmt.Sprintf("firn coordinator bump --generator %s --by D", e.Generator)
+}
+
+// RestoredError is returned by Acquire while a restore marker stands for
+// the generator. It matches ErrRestored.
+type RestoredError struct{ Evidence RestoreEvidence }
+
+func (e *RestoredError) Error() string {
+	ev := e.Evidence
+	shown := fmt.Sprint(ev.Shown)
+	if ev.Shown < 0 {
+		shown = "no reservation"
+	}
+	return fmt.Sprintf("coordinator state restored from an older snapshot: generator %q %s: the coordinator showed %s where node %q (instance %s, %s) had reservation %d acknowledged, noticed at %s; no node acquires for this generator until an operator runs %q with D covering at least %d time units plus the writes the snapshot missed",
+		ev.Generator, ev.Slot, shown, ev.Node.Name, ev.Node.InstanceID, ev.Node.Address, ev.Acked,
+		ev.At.UTC().Format(time.RFC3339Nano), ev.BumpCommand(), ev.Gap())
+}
+
+func (e *RestoredError) Is(target error) bool { return target == ErrRestored }
+
+// GeneratorState is one generator of the cluster as stored, for admin
+// commands.
+type GeneratorState struct {
+	Name    string
+	Pin     Pin              // zero (Layout "") when the generator has no pin
+	Floor   int64            // -1: no floor set
+	Restore *RestoreEvidence // nil: no marker
+}
+
+// BumpSpec is one generator's bump after a restore.
+type BumpSpec struct {
+	Generator string
+	By        int64 // units, > 0
+	Now       int64 // the caller's clock in units, >= 0
+	// MaxTime is the layout's last time value: a floor beyond it is
+	// refused before anything is written.
+	MaxTime int64
+}
+
+// Validate checks a BumpSpec; errors match ErrInvalidSpec and name the
+// field.
+func (b BumpSpec) Validate() error {
+	switch {
+	case b.Generator == "" || strings.ContainsAny(b.Generator, "/\x00") || len(b.Generator) > 128:
+		return fmt.Errorf("%w: BumpSpec.Generator %q must be 1..128 bytes without '/'", ErrInvalidSpec, b.Generator)
+	case b.By <= 0:
+		return fmt.Errorf("%w: bump %d must be positive", ErrInvalidSpec, b.By)
+	case b.Now < 0:
+		return fmt.Errorf("%w: bump at time %d: must be >= 0", ErrInvalidSpec, b.Now)
+	case b.MaxTime <= 0:
+		return fmt.Errorf("%w: BumpSpec.MaxTime %d must be positive (the layout's last time value)", ErrInvalidSpec, b.MaxTime)
+	}
+	return nil
+}
+
+// BumpFloor is the floor a bump of b sets over the largest of its clock and
+// every reservation (top), refused with ErrInvalidSpec, naming the
+// generator and the bound, when it would pass MaxTime (or overflow) or
+// when a restore marker stands whose gap By does not cover. Backends call
+// it before they write anything.
+func (b BumpSpec) BumpFloor(top int64, marker *RestoreEvidence) (int64, error) {
+	if marker != nil && b.By < marker.Gap() {
+		return 0, fmt.Errorf("%w: generator %q has a restore marker with a gap of %d time units (node %q saw %d acknowledged, the coordinator showed %d): a bump by %d does not cover it",
+			ErrInvalidSpec, b.Generator, marker.Gap(), marker.Node.Name, marker.Acked, marker.Shown, b.By)
+	}
+	top = max(top, b.Now)
+	if top > b.MaxTime-b.By {
+		return 0, fmt.Errorf("%w: generator %q: a floor of %d + %d is past the layout's last time value %d (the floor is never lowered: it would stop the generator for good); nothing was written",
+			ErrInvalidSpec, b.Generator, top, b.By, b.MaxTime)
+	}
+	return top + b.By, nil
+}
+
+// BumpResult is what a bump did.
+type BumpResult struct {
+	Floor   int64            // the generator floor after the bump
+	Cleared *RestoreEvidence // the marker the bump cleared, if any
+}
 
 // SchemaVersion is the pin schema this binary writes and understands.
 const SchemaVersion = 1
@@ -297,7 +419,8 @@ type Lease interface {
 // Coordinator hands out worker-ID leases and stores reservations.
 type Coordinator interface {
 	// Acquire checks or creates the layout pin, then takes the next free
-	// slot in cursor order atomically with reading its reservation.
+	// slot in cursor order atomically with reading its reservation and
+	// checking that no restore marker stands (*RestoredError otherwise).
 	Acquire(ctx context.Context, spec Spec, node NodeInfo) (Lease, error)
 	// Workers lists every slot that has an owner or a reservation.
 	Workers(ctx context.Context, generator string) ([]Holder, error)
@@ -305,13 +428,26 @@ type Coordinator interface {
 	// keeping its reservation.
 	ForceRelease(ctx context.Context, generator string, slot Slot) error
 	// Bump, after a restore, raises every reservation of the generator by
-	// by and the generator's floor to max(now, every reservation) + by
-	// (by and now in its time units, as the caller computes; the floor is
-	// never lowered). Every later acquisition's Floor is at least the
-	// generator floor, so a worker first used after the restored snapshot
-	// was taken, and so absent from it, also starts above anything it may
-	// have issued. Call it once per generator.
-	Bump(ctx context.Context, generator string, by, now int64) error
+	// b.By and the generator's floor to max(b.Now, every reservation) +
+	// b.By (in its time units, as the caller computes from the pinned
+	// layout; the floor is never lowered). Every later acquisition's Floor
+	// is at least the generator floor, so a worker first used after the
+	// restored snapshot was taken, and so absent from it, also starts
+	// above anything it may have issued. A floor past b.MaxTime, and a
+	// By below the gap of a standing restore marker, are refused
+	// (ErrInvalidSpec) before anything is written. Last it deletes the
+	// marker it read, guarded by the revision or version read: a marker
+	// re-written meanwhile stands, and Bump then returns an error matching
+	// ErrRestored with the result. Call it once per generator.
+	Bump(ctx context.Context, b BumpSpec) (BumpResult, error)
+	// MarkRestored writes the generator's restore marker with ev, or
+	// replaces a standing one only when ev has a larger Gap (idempotent).
+	// While it stands, Acquire for that generator returns a
+	// *RestoredError, checked atomically with taking ownership.
+	MarkRestored(ctx context.Context, ev RestoreEvidence) error
+	// Generators lists every generator of this cluster (with a pin, a
+	// floor or a restore marker), sorted by name.
+	Generators(ctx context.Context) ([]GeneratorState, error)
 	// Peers returns live holders' heartbeats as received.
 	Peers(ctx context.Context) ([]PeerBeat, error)
 	Close() error

@@ -60,7 +60,7 @@ func TestLazyConnectsInTheBackground(t *testing.T) {
 	var mu sync.Mutex
 	tries := 0
 	var real Coordinator
-	dial := func() (Coordinator, error) {
+	dial := func(context.Context) (Coordinator, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		tries++
@@ -95,6 +95,132 @@ func TestLazyConnectsInTheBackground(t *testing.T) {
 	l.Close()
 	if _, err := l.Peers(context.Background()); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// TestLazyCloseDuringDial: Close cancels the dial in progress and returns
+// within 100 ms, whether the dial honours its context or hangs regardless;
+// a coordinator such a dial returns after Close is closed at once.
+func TestLazyCloseDuringDial(t *testing.T) {
+	closeWithin := func(t *testing.T, l *Lazy) {
+		t.Helper()
+		ret := make(chan time.Duration, 1)
+		go func() {
+			start := time.Now()
+			l.Close()
+			ret <- time.Since(start)
+		}()
+		select {
+		case d := <-ret:
+			if d > 100*time.Millisecond {
+				t.Fatalf("Close took %v with a dial in progress, want <= 100ms", d)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("Close did not return within 2s while a dial was in progress")
+		}
+		if _, err := l.Peers(context.Background()); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("after Close: %v, want ErrUnavailable", err)
+		}
+	}
+
+	t.Run("dial honours its context", func(t *testing.T) {
+		started, cancelled := make(chan struct{}), make(chan struct{})
+		l := NewLazy(func(ctx context.Context) (Coordinator, error) {
+			close(started)
+			<-ctx.Done()
+			close(cancelled)
+			return nil, ctx.Err()
+		}, time.Millisecond, errors.New("first: connection refused"))
+		<-started
+		closeWithin(t, l)
+		select {
+		case <-cancelled:
+		case <-time.After(time.Second):
+			t.Fatal("the dial's context was not cancelled by Close")
+		}
+	})
+
+	t.Run("dial ignores its context", func(t *testing.T) {
+		started, release := make(chan struct{}), make(chan struct{})
+		closed := make(chan struct{})
+		l := NewLazy(func(context.Context) (Coordinator, error) {
+			close(started)
+			<-release
+			return closeRecorder{closed}, nil
+		}, time.Millisecond, errors.New("first: connection refused"))
+		<-started
+		closeWithin(t, l)
+		close(release)
+		select {
+		case <-closed:
+		case <-time.After(2 * time.Second):
+			t.Fatal("a coordinator dialled after Close was not closed")
+		}
+	})
+}
+
+// closeRecorder closes its channel on Close.
+type closeRecorder struct{ ch chan struct{} }
+
+func (closeRecorder) Acquire(context.Context, Spec, NodeInfo) (Lease, error) { return nil, nil }
+func (closeRecorder) Workers(context.Context, string) ([]Holder, error)      { return nil, nil }
+func (closeRecorder) ForceRelease(context.Context, string, Slot) error       { return nil }
+func (closeRecorder) Bump(context.Context, BumpSpec) (BumpResult, error)     { return BumpResult{}, nil }
+func (closeRecorder) MarkRestored(context.Context, RestoreEvidence) error    { return nil }
+func (closeRecorder) Generators(context.Context) ([]GeneratorState, error)   { return nil, nil }
+func (closeRecorder) Peers(context.Context) ([]PeerBeat, error)              { return nil, nil }
+func (c closeRecorder) Close() error                                         { close(c.ch); return nil }
+
+func TestRestoreEvidence(t *testing.T) {
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ev := RestoreEvidence{Generator: "orders", Slot: Slot{Datacenter: 1, Worker: 7}, Acked: 5000, Shown: 3000, At: at,
+		Node: NodeInfo{Name: "node-a", InstanceID: "inst-a", Address: "10.0.0.1:7300"}}
+	if ev.Gap() != 2000 {
+		t.Fatalf("Gap = %d, want 2000", ev.Gap())
+	}
+	absent := ev
+	absent.Shown = -1
+	if absent.Gap() != 5001 {
+		t.Fatalf("Gap with nothing shown = %d, want 5001", absent.Gap())
+	}
+	err := error(&RestoredError{Evidence: ev})
+	if !errors.Is(err, ErrRestored) || errors.Is(err, ErrRolledBack) {
+		t.Fatalf("RestoredError matches ErrRestored %v, ErrRolledBack %v", errors.Is(err, ErrRestored), errors.Is(err, ErrRolledBack))
+	}
+	for _, want := range []string{"coordinator state restored from an older snapshot", `"orders"`, "dc=1 worker=7", "5000", "3000",
+		`"node-a"`, "inst-a", "10.0.0.1:7300", "2026-12-01T10:00:00Z", "firn coordinator bump --generator orders --by D", "2000"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("RestoredError %q lacks %q", err, want)
+		}
+	}
+	got, derr := DecodeRestore("k", EncodeRestore(ev))
+	if derr != nil || got != ev {
+		t.Fatalf("marker round trip: %+v, %v", got, derr)
+	}
+	if _, derr := DecodeRestore("/x/restored", []byte("{")); !errors.Is(derr, ErrRestored) || !strings.Contains(derr.Error(), "/x/restored") {
+		t.Fatalf("unreadable marker: %v, want ErrRestored naming the key", derr)
+	}
+	if err := (RestoreEvidence{Generator: "g", Acked: 5, Shown: 5}).Validate(); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("evidence without a gap: %v, want ErrInvalidSpec", err)
+	}
+
+	b := BumpSpec{Generator: "orders", By: 100, Now: 50, MaxTime: 1000}
+	if f, err := b.BumpFloor(800, nil); err != nil || f != 900 {
+		t.Fatalf("BumpFloor(800) = %d, %v; want 900", f, err)
+	}
+	if _, err := b.BumpFloor(901, nil); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "1000") {
+		t.Fatalf("BumpFloor past MaxTime: %v, want ErrInvalidSpec naming 1000", err)
+	}
+	small := ev
+	small.Acked, small.Shown = 300, 100
+	if _, err := b.BumpFloor(0, &small); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "gap of 200") || !strings.Contains(err.Error(), `"orders"`) {
+		t.Fatalf("bump below the marker's gap: %v, want ErrInvalidSpec naming the gap and the generator", err)
+	}
+	for _, bad := range []BumpSpec{{Generator: "g", By: 0, MaxTime: 1}, {Generator: "g", By: 1, Now: -1, MaxTime: 1},
+		{Generator: "g", By: 1, MaxTime: 0}, {Generator: "a/b", By: 1, MaxTime: 1}} {
+		if err := bad.Validate(); !errors.Is(err, ErrInvalidSpec) {
+			t.Fatalf("BumpSpec %+v: %v, want ErrInvalidSpec", bad, err)
+		}
 	}
 }
 

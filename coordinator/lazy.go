@@ -17,39 +17,49 @@ type Lazy struct {
 	c       Coordinator
 	lastErr error
 	closed  bool
-	stop    chan struct{}
+	cancel  context.CancelFunc // ends the dial in progress and the loop
 	done    chan struct{}
 }
 
 var _ Coordinator = (*Lazy)(nil)
 
+// lazyCloseWait bounds how long Close waits for the dialling goroutine to
+// end: a dial that ignores its context is left to finish on its own (a
+// coordinator it returns after Close is closed at once).
+const lazyCloseWait = 50 * time.Millisecond
+
 // NewLazy returns a Coordinator that dials in the background every backoff
 // until dial succeeds; until then calls fail with ErrUnavailable wrapping
-// the last dial error (first the given one).
-func NewLazy(dial func() (Coordinator, error), backoff time.Duration, first error) *Lazy {
-	l := &Lazy{stop: make(chan struct{}), done: make(chan struct{})}
+// the last dial error (first the given one). dial's context is cancelled
+// by Close.
+func NewLazy(dial func(context.Context) (Coordinator, error), backoff time.Duration, first error) *Lazy {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Lazy{cancel: cancel, done: make(chan struct{})}
 	l.lastErr = unreachable(first)
 	go func() {
 		defer close(l.done)
 		for {
 			select {
-			case <-l.stop:
+			case <-ctx.Done():
 				return
 			case <-time.After(backoff):
 			}
-			c, err := dial()
+			c, err := dial(ctx)
 			l.mu.Lock()
 			if l.closed {
 				l.mu.Unlock()
-				if err == nil {
+				if err == nil && c != nil {
 					c.Close()
 				}
 				return
 			}
-			if err == nil {
+			if err == nil && c != nil {
 				l.c, l.lastErr = c, nil
 				l.mu.Unlock()
 				return
+			}
+			if err == nil {
+				err = errors.New("dial returned no coordinator")
 			}
 			l.lastErr = unreachable(err)
 			l.mu.Unlock()
@@ -105,12 +115,30 @@ func (l *Lazy) ForceRelease(ctx context.Context, generator string, slot Slot) er
 }
 
 // Bump implements Coordinator.
-func (l *Lazy) Bump(ctx context.Context, generator string, by, now int64) error {
+func (l *Lazy) Bump(ctx context.Context, b BumpSpec) (BumpResult, error) {
+	c, err := l.get()
+	if err != nil {
+		return BumpResult{}, err
+	}
+	return c.Bump(ctx, b)
+}
+
+// MarkRestored implements Coordinator.
+func (l *Lazy) MarkRestored(ctx context.Context, ev RestoreEvidence) error {
 	c, err := l.get()
 	if err != nil {
 		return err
 	}
-	return c.Bump(ctx, generator, by, now)
+	return c.MarkRestored(ctx, ev)
+}
+
+// Generators implements Coordinator.
+func (l *Lazy) Generators(ctx context.Context) ([]GeneratorState, error) {
+	c, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return c.Generators(ctx)
 }
 
 // Peers implements Coordinator.
@@ -122,7 +150,8 @@ func (l *Lazy) Peers(ctx context.Context) ([]PeerBeat, error) {
 	return c.Peers(ctx)
 }
 
-// Close implements Coordinator.
+// Close implements Coordinator. It cancels a dial in progress and returns
+// promptly even if that dial does not end (see lazyCloseWait).
 func (l *Lazy) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -130,10 +159,13 @@ func (l *Lazy) Close() error {
 		return nil
 	}
 	l.closed = true
-	close(l.stop)
 	c := l.c
 	l.mu.Unlock()
-	<-l.done
+	l.cancel()
+	select {
+	case <-l.done:
+	case <-time.After(lazyCloseWait):
+	}
 	if c != nil {
 		return c.Close()
 	}

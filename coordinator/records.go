@@ -77,3 +77,49 @@ func (r OwnerRecord) Heartbeat() Heartbeat {
 		Wall: r.Wall,
 	}
 }
+
+// restoreRecord is the stored form of a restore marker: both backends
+// store it as this JSON (etcd key <generator>/restored, ZooKeeper node
+// <generator>/restored).
+type restoreRecord struct {
+	Generator  string    `json:"generator"`
+	Datacenter uint64    `json:"datacenter"`
+	Worker     uint64    `json:"worker"`
+	Acked      int64     `json:"acked"`
+	Shown      int64     `json:"shown"`
+	At         time.Time `json:"at"`
+	Name       string    `json:"node"`
+	Instance   string    `json:"instance"`
+	Address    string    `json:"address"`
+	StartTime  time.Time `json:"start"`
+}
+
+// EncodeRestore is the stored form of a restore marker.
+func EncodeRestore(ev RestoreEvidence) []byte {
+	b, _ := json.Marshal(restoreRecord{
+		Generator: ev.Generator, Datacenter: ev.Slot.Datacenter, Worker: ev.Slot.Worker,
+		Acked: ev.Acked, Shown: ev.Shown, At: ev.At,
+		Name: ev.Node.Name, Instance: ev.Node.InstanceID, Address: ev.Node.Address, StartTime: ev.Node.StartTime,
+	})
+	return b
+}
+
+// DecodeRestore reads a stored restore marker. A marker that does not
+// parse, or whose gap is not positive, is an error matching ErrRestored
+// naming where it is stored (where): it still stands, and only an operator
+// can judge it.
+func DecodeRestore(where string, b []byte) (RestoreEvidence, error) {
+	var r restoreRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return RestoreEvidence{}, fmt.Errorf("%w: restore marker %s is not readable (%v): it blocks every acquisition of its generator; check it and delete it by hand", ErrRestored, where, err)
+	}
+	ev := RestoreEvidence{
+		Generator: r.Generator, Slot: Slot{Datacenter: r.Datacenter, Worker: r.Worker},
+		Acked: r.Acked, Shown: r.Shown, At: r.At,
+		Node: NodeInfo{Name: r.Name, InstanceID: r.Instance, Address: r.Address, StartTime: r.StartTime},
+	}
+	if err := ev.Validate(); err != nil {
+		return RestoreEvidence{}, fmt.Errorf("%w: restore marker %s holds %s (%v): it blocks every acquisition of its generator; check it and delete it by hand", ErrRestored, where, b, err)
+	}
+	return ev, nil
+}

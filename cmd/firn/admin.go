@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,7 +24,7 @@ type coordFlags struct {
 	generator string
 }
 
-func (c *coordFlags) register(fs *flag.FlagSet) {
+func (c *coordFlags) register(fs *flag.FlagSet, generatorDefault, generatorUsage string) {
 	c.cfg = server.DefaultConfig()
 	full := flag.NewFlagSet("", flag.ContinueOnError)
 	c.cfg.RegisterFlags(full)
@@ -33,19 +34,71 @@ func (c *coordFlags) register(fs *flag.FlagSet) {
 		f := full.Lookup(name)
 		fs.Var(f.Value, f.Name, f.Usage)
 	}
-	fs.StringVar(&c.generator, "generator", "default=snowflake", "the generator, as name=layout (the layout gives the time unit)")
+	fs.StringVar(&c.generator, "generator", generatorDefault, generatorUsage)
 }
 
-func (c *coordFlags) layout() (string, generator.Layout, error) {
-	name, spec, ok := strings.Cut(c.generator, "=")
-	if !ok {
-		spec = "snowflake"
+// splitGenerator reads --generator NAME[=LAYOUT]: the layout is optional
+// (the pin in the coordinator is what counts).
+func splitGenerator(s string) (name, layout string) {
+	name, layout, _ = strings.Cut(s, "=")
+	return strings.TrimSpace(name), strings.TrimSpace(layout)
+}
+
+// pinnedLayout is the layout of generator name: the one its pin holds. A
+// layout given on the command line must be the same (compared in canonical
+// form); it is used only when the coordinator has no pin for the generator.
+func pinnedLayout(name, given string, st *coordinator.GeneratorState) (generator.Layout, error) {
+	var want *generator.Layout
+	if given != "" {
+		l, err := generator.ParseLayout(given)
+		if err != nil {
+			return generator.Layout{}, fmt.Errorf("--generator %s: %w", name, err)
+		}
+		want = &l
 	}
-	l, err := generator.ParseLayout(spec)
+	if st == nil || st.Pin.Layout == "" {
+		if want == nil {
+			return generator.Layout{}, fmt.Errorf("generator %q has no pin in the coordinator (no node has used it since the restore): name its layout as --generator %s=LAYOUT", name, name)
+		}
+		return *want, nil
+	}
+	pinned, err := generator.ParseLayout(st.Pin.Layout)
 	if err != nil {
-		return "", generator.Layout{}, fmt.Errorf("--generator: %w", err)
+		return generator.Layout{}, fmt.Errorf("generator %q: the pinned layout %q does not parse: %w", name, st.Pin.Layout, err)
 	}
-	return name, l, nil
+	if want != nil && want.String() != pinned.String() {
+		return generator.Layout{}, fmt.Errorf("generator %q is pinned to layout %q; --generator gives %q: refusing (omit the layout to use the pinned one)",
+			name, pinned.String(), want.String())
+	}
+	return pinned, nil
+}
+
+// generators reads every generator of the cluster, by name.
+func generators(ctx context.Context, coord coordinator.Coordinator) (map[string]*coordinator.GeneratorState, []string, error) {
+	gs, err := coord.Generators(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := make(map[string]*coordinator.GeneratorState, len(gs))
+	names := make([]string, 0, len(gs))
+	for i := range gs {
+		m[gs[i].Name] = &gs[i]
+		names = append(names, gs[i].Name)
+	}
+	return m, names, nil
+}
+
+// markerLine describes a standing restore marker in the layout's units.
+func markerLine(ev *coordinator.RestoreEvidence, layout generator.Layout) string {
+	gap := time.Duration(ev.Gap()) * layout.Unit
+	shown := "no reservation"
+	if ev.Shown >= 0 {
+		shown = layout.UnitStart(ev.Shown + 1).UTC().Format(time.RFC3339Nano)
+	}
+	return fmt.Sprintf("RESTORE MARKER: no node acquires for generator %s: node %q (%s) found dc=%d worker=%d reserved until %s, below the %s it had acknowledged (gap %v), at %s; clear it with: firn coordinator bump --generator %s --by D (D at least %v plus the writes the snapshot missed)",
+		ev.Generator, ev.Node.Name, ev.Node.Address, ev.Slot.Datacenter, ev.Slot.Worker, shown,
+		layout.UnitStart(ev.Acked+1).UTC().Format(time.RFC3339Nano), gap, ev.At.UTC().Format(time.RFC3339),
+		ev.Generator, gap)
 }
 
 func (c *coordFlags) open() (coordinator.Coordinator, error) {
@@ -79,7 +132,7 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	var c coordFlags
-	c.register(fs)
+	c.register(fs, "default", "the generator, as NAME (its layout is read from its pin; NAME=LAYOUT is refused when LAYOUT differs from the pin)")
 	dc := fs.Uint64("datacenter", 0, "datacenter of the worker to release")
 	release := ""
 	if len(args) > 0 && args[0] == "release" {
@@ -94,9 +147,14 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 		}
 		return fail(stderr, exitUsage, "workers: %v", err)
 	}
-	name, layout, err := c.layout()
-	if err != nil {
-		return fail(stderr, exitUsage, "workers: %v", err)
+	name, given := splitGenerator(c.generator)
+	if name == "" {
+		return fail(stderr, exitUsage, "workers: --generator needs a name")
+	}
+	if given != "" {
+		if _, err := generator.ParseLayout(given); err != nil {
+			return fail(stderr, exitUsage, "workers: --generator %s: %v", name, err)
+		}
 	}
 	coord, err := c.open()
 	if err != nil {
@@ -105,6 +163,15 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 	defer coord.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	states, _, err := generators(ctx, coord)
+	if err != nil {
+		return fail(stderr, exitFailure, "workers: %v", err)
+	}
+	st := states[name]
+	layout, err := pinnedLayout(name, given, st)
+	if err != nil {
+		return fail(stderr, exitUsage, "workers: %v", err)
+	}
 	if release != "" {
 		w, err := strconv.ParseUint(release, 10, 64)
 		if err != nil || w >= layout.WorkerLimit() {
@@ -139,44 +206,112 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "%d live of %d worker IDs (%s)\n", live, layout.WorkerLimit()*layout.DatacenterLimit(), layout)
+	if st != nil && st.Floor >= 0 {
+		fmt.Fprintf(stdout, "generator floor (set by coordinator bump): every acquisition starts after %s\n",
+			layout.UnitStart(st.Floor+1).UTC().Format(time.RFC3339Nano))
+	}
+	if st != nil && st.Restore != nil {
+		fmt.Fprintln(stdout, markerLine(st.Restore, layout))
+	}
 	return exitOK
+}
+
+// bumpTarget is one generator a bump raises.
+type bumpTarget struct {
+	name   string
+	layout generator.Layout
+	state  *coordinator.GeneratorState
 }
 
 func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "bump" {
-		return fail(stderr, exitUsage, "coordinator: want \"firn coordinator bump --by D\"")
+		return fail(stderr, exitUsage, "coordinator: want \"firn coordinator bump --by D [--generator NAME]\"")
 	}
 	fs := flag.NewFlagSet("firn coordinator bump", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c coordFlags
-	c.register(fs)
-	by := fs.Duration("by", 0, "after restoring the coordinator from a snapshot: raise every reservation of the generator, and the floor of every worker first used later, by this much (at least the time between the snapshot and the last write before the restore, plus the reservation window)")
+	c.register(fs, "", "the generator to bump, as NAME (default: every generator of the cluster); its layout, which gives the time unit and the layout's end, is read from its pin; NAME=LAYOUT is refused when LAYOUT differs from the pin and is needed only for a generator the coordinator has no pin for")
+	by := fs.Duration("by", 0, "after restoring the coordinator from a snapshot: raise every reservation of the generator, and the floor of every worker first used later, by this much (at least the time between the snapshot and the last write before the restore, plus the reservation window; at least the gap a restore marker recorded)")
+	maxLead := fs.Duration("max-lead", 0, "the nodes' --max-lead, to say when they serve again (0: max(1s, 2 units) per generator)")
 	if err := parseQuiet(fs, args[1:]); err != nil {
 		if isHelp(err) {
 			return exitOK
 		}
 		return fail(stderr, exitUsage, "coordinator bump: %v", err)
 	}
+	if fs.NArg() > 0 {
+		return fail(stderr, exitUsage, "coordinator bump: unexpected argument %q", fs.Arg(0))
+	}
 	if *by <= 0 {
 		return fail(stderr, exitUsage, "coordinator bump: --by %v must be positive", *by)
 	}
-	name, layout, err := c.layout()
-	if err != nil {
-		return fail(stderr, exitUsage, "coordinator bump: %v", err)
+	name, given := splitGenerator(c.generator)
+	if name == "" && given != "" {
+		return fail(stderr, exitUsage, "coordinator bump: --generator %q needs a name", c.generator)
 	}
-	units := int64((*by + layout.Unit - 1) / layout.Unit)
+	if given != "" {
+		if _, err := generator.ParseLayout(given); err != nil {
+			return fail(stderr, exitUsage, "coordinator bump: --generator %s: %v", name, err)
+		}
+	}
 	coord, err := c.open()
 	if err != nil {
 		return fail(stderr, exitFailure, "coordinator bump: %v", err)
 	}
 	defer coord.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	wall, _ := clockguard.NewSystem().Now()
-	now := max(0, layout.Units(wall))
-	if err := coord.Bump(ctx, name, units, now); err != nil {
+	states, all, err := generators(ctx, coord)
+	if err != nil {
 		return fail(stderr, exitFailure, "coordinator bump: %v", err)
 	}
-	fmt.Fprintf(stdout, "raised every reservation of generator %s by %v (%d units), and its floor to at least now + %v\n", name, *by, units, *by)
+	names := all
+	if name != "" {
+		names = []string{name}
+	} else if len(names) == 0 {
+		return fail(stderr, exitFailure, "coordinator bump: cluster %q has no generators; name one with --generator NAME=LAYOUT", c.cfg.Cluster)
+	}
+	// Every layout is resolved before anything is written.
+	var targets []bumpTarget
+	for _, n := range names {
+		l, err := pinnedLayout(n, given, states[n])
+		if err != nil {
+			return fail(stderr, exitUsage, "coordinator bump: %v; nothing was bumped", err)
+		}
+		targets = append(targets, bumpTarget{name: n, layout: l, state: states[n]})
+	}
+	wall, _ := clockguard.NewSystem().Now()
+	failed := 0
+	for _, tg := range targets {
+		l := tg.layout
+		units := int64((*by + l.Unit - 1) / l.Unit)
+		spec := coordinator.BumpSpec{Generator: tg.name, By: units, Now: max(0, l.Units(wall)), MaxTime: l.MaxTime()}
+		res, err := coord.Bump(ctx, spec)
+		if err != nil {
+			failed++
+			msg := err.Error()
+			if tg.state != nil && tg.state.Restore != nil && errors.Is(err, coordinator.ErrInvalidSpec) {
+				msg += fmt.Sprintf(" (the marker's gap is %v in this layout)", time.Duration(tg.state.Restore.Gap())*l.Unit)
+			}
+			fmt.Fprintf(stderr, "firn: coordinator bump: generator %s: %s\n", tg.name, strings.ReplaceAll(msg, "\n", " "))
+			continue
+		}
+		lead := *maxLead
+		if lead <= 0 {
+			lead = generator.DefaultMaxLead(l)
+		}
+		serveAt := l.UnitStart(res.Floor).Add(-lead)
+		wait := max(0, serveAt.Sub(wall)).Round(time.Second)
+		fmt.Fprintf(stdout, "generator %s: raised every reservation by %v (%d units of %v) and the floor to %d (%s); nodes serve again from about %s, in %v (D plus the reservation window, less max-lead %v)\n",
+			tg.name, *by, units, l.Unit, res.Floor, l.UnitStart(res.Floor).UTC().Format(time.RFC3339Nano),
+			serveAt.UTC().Format(time.RFC3339), wait, lead)
+		if res.Cleared != nil {
+			fmt.Fprintf(stdout, "generator %s: cleared the restore marker (node %q found dc=%d worker=%d %v below what it had acknowledged)\n",
+				tg.name, res.Cleared.Node.Name, res.Cleared.Slot.Datacenter, res.Cleared.Slot.Worker, time.Duration(res.Cleared.Gap())*l.Unit)
+		}
+	}
+	if failed > 0 {
+		return exitFailure
+	}
 	return exitOK
 }

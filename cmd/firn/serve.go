@@ -177,7 +177,7 @@ func connect(dial func() (coordinator.Coordinator, error), log *slog.Logger) (co
 		return c, nil
 	case errors.Is(err, coordinator.ErrUnavailable):
 		log.Warn("coordinator unreachable at start: not serving until it answers", "err", err)
-		return coordinator.NewLazy(dial, time.Second, err), nil
+		return coordinator.NewLazy(func(context.Context) (coordinator.Coordinator, error) { return dial() }, time.Second, err), nil
 	}
 	return nil, err
 }

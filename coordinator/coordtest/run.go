@@ -38,6 +38,11 @@ func Run(t *testing.T, b Backend) {
 		{"LocalStateRefuses", LocalStateRefuses},
 		{"WorkersAndForceRelease", WorkersAndForceRelease},
 		{"Bump", Bump},
+		{"RestoreMarkerBlocksAcquire", RestoreMarkerBlocksAcquire},
+		{"RestoreMarkerKeepsLargerGap", RestoreMarkerKeepsLargerGap},
+		{"BumpClearsRestoreMarker", BumpClearsRestoreMarker},
+		{"BumpPastMaxTimeWritesNothing", BumpPastMaxTimeWritesNothing},
+		{"GeneratorsListed", GeneratorsListed},
 		{"Peers", Peers},
 		{"FrozenHolderPastTTL", FrozenHolderPastTTL},
 	}
@@ -603,6 +608,11 @@ func WorkersAndForceRelease(t *testing.T, b Backend) {
 	}
 }
 
+// bump runs Bump with a MaxTime that no case reaches.
+func bump(t testing.TB, c coordinator.Coordinator, generator string, by, now int64) (coordinator.BumpResult, error) {
+	return c.Bump(ctxT(t, 10*time.Second), coordinator.BumpSpec{Generator: generator, By: by, Now: now, MaxTime: bigFloor})
+}
+
 // Bump raises every reservation of the generator, and the generator floor
 // that a worker absent from a restored snapshot starts above.
 func Bump(t *testing.T, b Backend) {
@@ -616,7 +626,7 @@ func Bump(t *testing.T, b Backend) {
 		mustReserve(t, l, int64(100*(i+1)), n)
 		ls = append(ls, l)
 	}
-	if err := c.Bump(ctxT(t, 10*time.Second), "bump", 1000, 50); err != nil {
+	if _, err := bump(t, c, "bump", 1000, 50); err != nil {
 		t.Fatal(err)
 	}
 	for i, l := range ls {
@@ -624,7 +634,7 @@ func Bump(t *testing.T, b Backend) {
 			t.Fatalf("%s reserved %d after bump, want %d", l.Slot(), got, want)
 		}
 	}
-	if err := c.Bump(ctxT(t, 10*time.Second), "bump", 0, 50); !errors.Is(err, coordinator.ErrInvalidSpec) {
+	if _, err := bump(t, c, "bump", 0, 50); !errors.Is(err, coordinator.ErrInvalidSpec) {
 		t.Fatalf("Bump(0): %v, want ErrInvalidSpec", err)
 	}
 	// A holder's next Reserve below the bumped value keeps it.
@@ -649,18 +659,18 @@ func Bump(t *testing.T, b Backend) {
 	}
 	// A second bump with a later clock raises the floor from now; one with
 	// an earlier clock never lowers it.
-	if err := c.Bump(ctxT(t, 10*time.Second), "bump", 10, 5000); err != nil {
-		t.Fatal(err)
+	if r, err := bump(t, c, "bump", 10, 5000); err != nil || r.Floor != 5010 || r.Cleared != nil {
+		t.Fatalf("bump at 5000 by 10: %+v, %v; want floor 5010, no marker cleared", r, err)
 	}
-	if err := c.Bump(ctxT(t, 10*time.Second), "bump", 10, 0); err != nil {
-		t.Fatal(err)
+	if r, err := bump(t, c, "bump", 10, 0); err != nil || r.Floor != 5010 {
+		t.Fatalf("bump at 0 by 10 after a floor of 5010: %+v, %v; want the floor kept at 5010", r, err)
 	}
 	if l := mustAcquire(t, c, spec, Node("n4")); l.Floor() != 5010 {
 		t.Fatalf("floor after bumps at 5000 and 0 by 10: %d, want 5010", l.Floor())
 	}
 	// A generator that the restored snapshot does not know at all gets a
 	// floor too.
-	if err := c.Bump(ctxT(t, 10*time.Second), "bumpnew", 100, 700); err != nil {
+	if _, err := bump(t, c, "bumpnew", 100, 700); err != nil {
 		t.Fatal(err)
 	}
 	if l := mustAcquire(t, c, Spec("bumpnew", 2), Node("n5")); l.Floor() != 800 {

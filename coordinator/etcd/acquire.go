@@ -21,7 +21,8 @@ const maxAttempts = 30
 var errRescan = errors.New("etcd: rescan")
 
 // Acquire implements coordinator.Coordinator. It returns a
-// *coordinator.LayoutMismatchError, *coordinator.ExhaustedError or
+// *coordinator.RestoredError while the generator's restore marker stands,
+// a *coordinator.LayoutMismatchError, *coordinator.ExhaustedError or
 // *coordinator.NameInUseError (each matching its sentinel),
 // coordinator.ErrSchemaTooNew, coordinator.ErrInvalidSpec for a bad Spec or
 // node, or an error matching coordinator.ErrUnavailable.
@@ -66,6 +67,8 @@ type scanned struct {
 	owners    map[string]ownerState
 	reserved  map[string]resState
 	floor     resState // the generator floor Bump sets (-1, mod revision 0: none)
+	marker    *coordinator.RestoreEvidence
+	markerRev int64 // the marker's mod revision (0: none)
 	rev       int64
 	ownerKeys []string
 }
@@ -76,10 +79,8 @@ type ownerState struct {
 	lease     clientv3.LeaseID
 }
 
-type resState struct {
-	value  int64
-	modRev int64
-}
+// resState is a reservation or the floor as scanned.
+type resState = stored
 
 func (c *Coordinator) scan(ctx context.Context, k keys) (*scanned, error) {
 	cctx, cancel := c.call(ctx)
@@ -90,6 +91,7 @@ func (c *Coordinator) scan(ctx context.Context, k keys) (*scanned, error) {
 		clientv3.OpGet(k.owners(), clientv3.WithPrefix()),
 		clientv3.OpGet(k.reservations(), clientv3.WithPrefix()),
 		clientv3.OpGet(k.floor()),
+		clientv3.OpGet(k.restored()),
 	).Commit()
 	if err != nil {
 		return nil, unavailable("scan", err)
@@ -102,9 +104,9 @@ func (c *Coordinator) scan(ctx context.Context, k keys) (*scanned, error) {
 		s.pinRev = kvs[0].CreateRevision
 	}
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
-		v, err := parseValue(kvs[0].Value)
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("etcd: cursor %s holds %q", k.cursor(), kvs[0].Value)
+		v, err := parseKey(k.cursor(), kvs[0].Value)
+		if err != nil {
+			return nil, err
 		}
 		s.cursor = uint64(v)
 	}
@@ -115,18 +117,21 @@ func (c *Coordinator) scan(ctx context.Context, k keys) (*scanned, error) {
 	}
 	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
 		name := strings.TrimPrefix(string(kv.Key), k.reservations())
-		v, err := parseValue(kv.Value)
+		v, err := parseKey(string(kv.Key), kv.Value)
 		if err != nil {
-			return nil, fmt.Errorf("etcd: reservation %s holds %q: refusing to guess", kv.Key, kv.Value)
+			return nil, err
 		}
 		s.reserved[name] = resState{value: v, modRev: kv.ModRevision}
 	}
-	if kvs := resp.Responses[4].GetResponseRange().Kvs; len(kvs) == 1 {
-		v, err := parseValue(kvs[0].Value)
+	if s.floor, err = readStored(k.floor(), resp.Responses[4].GetResponseRange().Kvs); err != nil {
+		return nil, err
+	}
+	if kvs := resp.Responses[5].GetResponseRange().Kvs; len(kvs) == 1 {
+		ev, err := coordinator.DecodeRestore(k.restored(), kvs[0].Value)
 		if err != nil {
-			return nil, fmt.Errorf("etcd: generator floor %s holds %q: refusing to guess", k.floor(), kvs[0].Value)
+			return nil, err
 		}
-		s.floor = resState{value: v, modRev: kvs[0].ModRevision}
+		s.marker, s.markerRev = &ev, kvs[0].ModRevision
 	}
 	return s, nil
 }
@@ -176,10 +181,19 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	if err != nil {
 		return nil, err
 	}
+	// A standing restore marker refuses every acquisition of the
+	// generator, a node with an empty data dir included; the take txn
+	// checks it again atomically.
+	if s.marker != nil {
+		return nil, &coordinator.RestoredError{Evidence: *s.marker}
+	}
 	if err := c.ensurePin(ctx, k, s, spec); err != nil {
 		return nil, err
 	}
 	now, _ := c.clock.Now()
+	if err := c.dropStrays(ctx, k, s, node); err != nil {
+		return nil, err
+	}
 
 	// The node name is a label: refuse while another instance holds it.
 	for _, name := range s.ownerKeys {
@@ -286,16 +300,24 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 		clientv3.OpGet(resKey),
 	}
 	if cand.takeBack == nil {
-		then = append(then, raiseTo(k.cursor(), int64(cand.pos+1)))
+		then = append(then, raiseCursor(k.cursor(), int64(cand.pos+1)))
 	}
+	c.beginTake(ownerKey)
+	registered := false
+	defer func() {
+		if !registered {
+			c.endTake(ownerKey, 0)
+		}
+	}()
 	cctx, cancel := c.call(ctx)
 	resp, err := c.cli.Txn(cctx).
 		If(ownerCmp,
 			clientv3.Compare(clientv3.CreateRevision(k.pin()), "=", s.pinRev),
 			clientv3.Compare(clientv3.ModRevision(resKey), "=", cand.res.modRev),
-			clientv3.Compare(clientv3.ModRevision(k.floor()), "=", s.floor.modRev)).
+			clientv3.Compare(clientv3.ModRevision(k.floor()), "=", s.floor.modRev),
+			clientv3.Compare(clientv3.CreateRevision(k.restored()), "=", 0)).
 		Then(then...).
-		Else(clientv3.OpGet(k.pin()), clientv3.OpGet(k.floor())).
+		Else(clientv3.OpGet(k.pin()), clientv3.OpGet(k.floor()), clientv3.OpGet(k.restored())).
 		Commit()
 	cancel()
 	if err != nil {
@@ -313,23 +335,27 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 			(len(kvs) == 0 && s.floor.modRev != 0) {
 			return nil, errRescan // a bump raised the generator floor: scan again
 		}
+		if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 {
+			return nil, errRescan // a restore marker was written: the scan reports it
+		}
 		return nil, errLostRace
 	}
-	readR := int64(-1)
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
-		v, err := parseValue(kvs[0].Value)
-		if err != nil {
-			return nil, fmt.Errorf("etcd: reservation %s holds %q: refusing to guess", resKey, kvs[0].Value)
-		}
-		readR = v
-	}
+	res, err := readStored(resKey, resp.Responses[1].GetResponseRange().Kvs)
 	rev := resp.Header.Revision
 	if cand.takeBack != nil && weakFence {
 		rev = cand.takeBack.createRev
 	}
-	l := newLease(c, spec, k, cand.slot, sess, guardLease, rev, readR, s.floor.value, s.pin.Incarnation)
+	if err != nil {
+		// Taken, but its reservation is unreadable: give the slot back
+		// (guarded like every holder write) rather than leave it owned.
+		c.deleteOwner(ctx, ownerKey, rev, guardLease)
+		return nil, err
+	}
+	c.endTake(ownerKey, rev) // held from here on, before the lease can end
+	registered = true
+	l := newLease(c, spec, k, cand.slot, sess, guardLease, rev, res, s.floor.value, s.pin.Incarnation)
 	c.log.Info("worker acquired", "generator", spec.Generator, "slot", cand.slot.String(),
-		"reserved", readR, "floor", l.floor, "revision", rev, "take_back", cand.takeBack != nil)
+		"reserved", res.value, "floor", l.floor, "revision", rev, "take_back", cand.takeBack != nil)
 	return l, nil
 }
 
@@ -358,4 +384,110 @@ func (c *Coordinator) exhausted(spec coordinator.Spec, s *scanned, n uint64, too
 			Reserved: s.reservedOf(name).value})
 	}
 	return e
+}
+
+// beginTake marks an acquisition of ownerKey as in flight: until endTake,
+// dropStrays leaves the key alone.
+func (c *Coordinator) beginTake(ownerKey string) {
+	c.mu.Lock()
+	c.pending[ownerKey]++
+	c.mu.Unlock()
+}
+
+// endTake ends an acquisition of ownerKey; rev > 0 records the lease that
+// now holds it (created at rev), in the same step.
+func (c *Coordinator) endTake(ownerKey string, rev int64) {
+	c.mu.Lock()
+	if rev > 0 {
+		c.held[ownerKey] = rev
+	}
+	if c.pending[ownerKey]--; c.pending[ownerKey] <= 0 {
+		delete(c.pending, ownerKey)
+	}
+	c.mu.Unlock()
+}
+
+// forget drops a lease that ended from the held set.
+func (c *Coordinator) forget(ownerKey string, rev int64) {
+	c.mu.Lock()
+	if c.held[ownerKey] == rev {
+		delete(c.held, ownerKey)
+	}
+	c.mu.Unlock()
+}
+
+// isStray reports whether an owner key bound to this coordinator's
+// current etcd lease is held by no lease object and by no acquisition in
+// flight.
+func (c *Coordinator) isStray(ownerKey string, createRev int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rev, held := c.held[ownerKey]
+	return c.pending[ownerKey] == 0 && (!held || rev != createRev)
+}
+
+// currentSession is the live session, nil if there is none (it grants
+// nothing).
+func (c *Coordinator) currentSession() *session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sess
+	if s == nil {
+		return nil
+	}
+	select {
+	case <-s.done:
+		return nil
+	default:
+		return s
+	}
+}
+
+// dropStrays deletes the owner keys of generator that carry this node's
+// instance ID and are bound to this coordinator's live etcd lease, but
+// that no lease of it holds: a take txn whose reply was lost (a timeout, a
+// broken connection) may have been applied, and its key would otherwise
+// keep the worker until the etcd lease ends. Each delete is guarded by the
+// key's create revision and lease, so a key taken meanwhile stays. The
+// slots are dropped from s and so become candidates again.
+func (c *Coordinator) dropStrays(ctx context.Context, k keys, s *scanned, node coordinator.NodeInfo) error {
+	sess := c.currentSession()
+	if sess == nil {
+		return nil
+	}
+	kept := s.ownerKeys[:0]
+	for _, name := range s.ownerKeys {
+		o := s.owners[name]
+		key := k.owners() + name
+		if o.lease != sess.id || o.rec.Instance != node.InstanceID || !c.isStray(key, o.createRev) {
+			kept = append(kept, name)
+			continue
+		}
+		cctx, cancel := c.call(ctx)
+		resp, err := c.cli.Txn(cctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", o.createRev),
+				clientv3.Compare(clientv3.LeaseValue(key), "=", sess.id)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+		cancel()
+		if err != nil {
+			return unavailable("delete stray owner key", err)
+		}
+		if !resp.Succeeded {
+			kept = append(kept, name) // changed meanwhile: not ours to judge
+			continue
+		}
+		delete(s.owners, name)
+		c.log.Warn("deleted an owner key of this node that no lease holds (an acquisition whose reply was lost)",
+			"key", key, "revision", o.createRev)
+	}
+	s.ownerKeys = kept
+	return nil
+}
+
+// deleteOwner deletes ownerKey guarded like a holder write (best effort).
+func (c *Coordinator) deleteOwner(ctx context.Context, ownerKey string, rev int64, lease clientv3.LeaseID) {
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	_, _ = c.cli.Txn(cctx).If(ownerGuard(ownerKey, rev, lease)...).Then(clientv3.OpDelete(ownerKey)).Commit()
 }

@@ -79,7 +79,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 		kv := g.Kvs[0]
 		cctx, cancel = c.call(ctx)
 		resp, err := c.cli.Txn(cctx).
-			If(ownerGuard(key, kv.CreateRevision, clientv3.LeaseID(kv.Lease))).
+			If(ownerGuard(key, kv.CreateRevision, clientv3.LeaseID(kv.Lease))...).
 			Then(clientv3.OpDelete(key)).Commit()
 		cancel()
 		if err != nil {
@@ -94,70 +94,90 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 	return fmt.Errorf("%w: etcd force release of %s: owner kept changing", coordinator.ErrUnavailable, slot)
 }
 
-// Bump implements coordinator.Coordinator: it first raises the generator
-// floor (a txn that never lowers it, so a retried or concurrent bump is
-// harmless; acquisitions compare its mod revision), then every
-// reservation, each in a txn guarded by the value's mod revision.
-func (c *Coordinator) Bump(ctx context.Context, generator string, by, now int64) error {
-	if !validName(generator) {
-		return fmt.Errorf("%w: generator %q", coordinator.ErrInvalidSpec, generator)
+// Bump implements coordinator.Coordinator. It reads the reservations, the
+// generator floor and the restore marker in one consistent read, refuses
+// (before writing anything) a By below a standing marker's gap and a floor
+// past b.MaxTime, then raises the generator floor (read, compared as a
+// number, written guarded on its mod revision; acquisitions compare its
+// mod revision), then every reservation, each guarded by its mod revision,
+// and last deletes the marker guarded by the mod revision it read.
+func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordinator.BumpResult, error) {
+	if err := b.Validate(); err != nil {
+		return coordinator.BumpResult{}, err
 	}
-	if by <= 0 {
-		return fmt.Errorf("%w: bump %d must be positive", coordinator.ErrInvalidSpec, by)
-	}
-	if now < 0 {
-		return fmt.Errorf("%w: bump at time %d: must be >= 0", coordinator.ErrInvalidSpec, now)
-	}
-	k := c.keys(generator)
+	k := c.keys(b.Generator)
 	cctx, cancel := c.call(ctx)
-	g, err := c.cli.Get(cctx, k.reservations(), clientv3.WithPrefix())
+	g, err := c.cli.Txn(cctx).Then(
+		clientv3.OpGet(k.reservations(), clientv3.WithPrefix()),
+		clientv3.OpGet(k.floor()),
+		clientv3.OpGet(k.restored()),
+	).Commit()
 	cancel()
 	if err != nil {
-		return unavailable("read reservations", err)
+		return coordinator.BumpResult{}, unavailable("read reservations", err)
 	}
-	top := now
-	for _, kv := range g.Kvs {
-		v, err := parseValue(kv.Value)
+	res := g.Responses[0].GetResponseRange().Kvs
+	top := int64(-1)
+	for _, kv := range res {
+		v, err := parseKey(string(kv.Key), kv.Value)
 		if err != nil {
-			return fmt.Errorf("etcd: reservation %s holds %q", kv.Key, kv.Value)
+			return coordinator.BumpResult{}, err
 		}
 		top = max(top, v)
 	}
-	if top > math.MaxInt64-by {
-		return fmt.Errorf("%w: generator floor %d + %d overflows", coordinator.ErrInvalidSpec, top, by)
+	if _, err := readStored(k.floor(), g.Responses[1].GetResponseRange().Kvs); err != nil {
+		return coordinator.BumpResult{}, err
 	}
-	cctx, cancel = c.call(ctx)
-	_, err = c.cli.Txn(cctx).Then(raiseTo(k.floor(), top+by)).Commit()
-	cancel()
+	var marker *coordinator.RestoreEvidence
+	var markerRev int64
+	if kvs := g.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 {
+		ev, err := coordinator.DecodeRestore(k.restored(), kvs[0].Value)
+		if err != nil {
+			return coordinator.BumpResult{}, err
+		}
+		marker, markerRev = &ev, kvs[0].ModRevision
+	}
+	want, err := b.BumpFloor(top, marker)
 	if err != nil {
-		return unavailable("raise generator floor", err)
+		return coordinator.BumpResult{}, err
 	}
-	c.log.Warn("generator floor raised", "generator", generator, "floor", top+by)
-	for _, kv := range g.Kvs {
+	floor, err := c.raiseNumber(ctx, k.floor(), want)
+	if err != nil {
+		return coordinator.BumpResult{}, fmt.Errorf("raising the generator floor: %w", err)
+	}
+	c.log.Warn("generator floor raised", "generator", b.Generator, "floor", floor)
+	for _, kv := range res {
 		key := string(kv.Key)
 		for attempt := 0; ; attempt++ {
-			v, err := parseValue(kv.Value)
+			v, err := parseKey(key, kv.Value)
 			if err != nil {
-				return fmt.Errorf("etcd: reservation %s holds %q", key, kv.Value)
+				return coordinator.BumpResult{Floor: floor}, err
 			}
-			if v > math.MaxInt64-by {
-				return fmt.Errorf("%w: bump of %s from %d by %d overflows", coordinator.ErrInvalidSpec, key, v, by)
+			if v > math.MaxInt64-b.By {
+				return coordinator.BumpResult{Floor: floor}, fmt.Errorf("%w: bump of %s from %d by %d overflows", coordinator.ErrInvalidSpec, key, v, b.By)
 			}
 			cctx, cancel := c.call(ctx)
 			resp, err := c.cli.Txn(cctx).
 				If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-				Then(clientv3.OpPut(key, pad(v+by))).
+				Then(clientv3.OpPut(key, pad(v+b.By)), clientv3.OpGet(key)).
 				Else(clientv3.OpGet(key)).Commit()
 			cancel()
 			if err != nil {
-				return unavailable("bump", err)
+				return coordinator.BumpResult{Floor: floor}, unavailable("bump", err)
 			}
 			if resp.Succeeded {
-				c.log.Warn("reservation bumped", "generator", generator, "key", key, "from", v, "to", v+by)
+				after, err := readStored(key, resp.Responses[1].GetResponseRange().Kvs)
+				if err != nil {
+					return coordinator.BumpResult{Floor: floor}, err
+				}
+				if after.value != v+b.By {
+					return coordinator.BumpResult{Floor: floor}, fmt.Errorf("etcd: %s holds %d after %d was written", key, after.value, v+b.By)
+				}
+				c.log.Warn("reservation bumped", "generator", b.Generator, "key", key, "from", v, "to", v+b.By)
 				break
 			}
 			if attempt == 10 {
-				return fmt.Errorf("%w: bump of %s: value kept changing", coordinator.ErrUnavailable, key)
+				return coordinator.BumpResult{Floor: floor}, fmt.Errorf("%w: bump of %s: value kept changing", coordinator.ErrUnavailable, key)
 			}
 			kvs := resp.Responses[0].GetResponseRange().Kvs
 			if len(kvs) != 1 {
@@ -166,7 +186,131 @@ func (c *Coordinator) Bump(ctx context.Context, generator string, by, now int64)
 			kv = kvs[0]
 		}
 	}
-	return nil
+	out := coordinator.BumpResult{Floor: floor}
+	if marker == nil {
+		return out, nil
+	}
+	cctx, cancel = c.call(ctx)
+	resp, err := c.cli.Txn(cctx).
+		If(clientv3.Compare(clientv3.ModRevision(k.restored()), "=", markerRev)).
+		Then(clientv3.OpDelete(k.restored())).
+		Else(clientv3.OpGet(k.restored())).Commit()
+	cancel()
+	if err != nil {
+		return out, unavailable("clear restore marker", err)
+	}
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			now, _ := coordinator.DecodeRestore(k.restored(), kvs[0].Value)
+			return out, fmt.Errorf("%w: generator %q: the restore marker was written again during the bump (gap %d time units, by node %q): it stands; bump again",
+				coordinator.ErrRestored, b.Generator, now.Gap(), now.Node.Name)
+		}
+		// Deleted meanwhile (another bump): cleared all the same.
+	}
+	c.log.Warn("restore marker cleared", "generator", b.Generator, "gap", marker.Gap(), "by", b.By)
+	out.Cleared = marker
+	return out, nil
+}
+
+// MarkRestored implements coordinator.Coordinator: a create-if-absent of
+// the generator's restore marker; a standing marker is replaced, guarded by
+// its mod revision, only by evidence with a larger gap (or when it is not
+// readable).
+func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEvidence) error {
+	if err := ev.Validate(); err != nil {
+		return err
+	}
+	key := c.keys(ev.Generator).restored()
+	data := string(coordinator.EncodeRestore(ev))
+	for attempt := 0; attempt < 10; attempt++ {
+		cctx, cancel := c.call(ctx)
+		resp, err := c.cli.Txn(cctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, data)).
+			Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		if err != nil {
+			return unavailable("write restore marker", err)
+		}
+		if resp.Succeeded {
+			c.log.Error("restore marker written: no node acquires for this generator until a bump clears it",
+				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap())
+			return nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) != 1 {
+			continue // deleted meanwhile: create it
+		}
+		if old, err := coordinator.DecodeRestore(key, kvs[0].Value); err == nil && old.Gap() >= ev.Gap() {
+			return nil // the standing marker covers this evidence
+		}
+		cctx, cancel = c.call(ctx)
+		resp, err = c.cli.Txn(cctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision)).
+			Then(clientv3.OpPut(key, data)).Commit()
+		cancel()
+		if err != nil {
+			return unavailable("write restore marker", err)
+		}
+		if resp.Succeeded {
+			c.log.Error("restore marker replaced by evidence with a larger gap",
+				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap())
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: etcd restore marker of %q kept changing", coordinator.ErrUnavailable, ev.Generator)
+}
+
+// Generators implements coordinator.Coordinator: every generator of the
+// cluster with a pin, a floor or a restore marker, sorted by name.
+func (c *Coordinator) Generators(ctx context.Context) ([]coordinator.GeneratorState, error) {
+	cctx, cancel := c.call(ctx)
+	g, err := c.cli.Get(cctx, c.root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	cancel()
+	if err != nil {
+		return nil, unavailable("list generators", err)
+	}
+	seen := map[string]bool{}
+	var names []string
+	for _, kv := range g.Kvs {
+		gen, leaf, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), c.root), "/")
+		if !ok || strings.Contains(leaf, "/") || seen[gen] || (leaf != "pin" && leaf != "floor" && leaf != "restored") {
+			continue
+		}
+		seen[gen] = true
+		names = append(names, gen)
+	}
+	sort.Strings(names)
+	out := make([]coordinator.GeneratorState, 0, len(names))
+	for _, name := range names {
+		k := c.keys(name)
+		cctx, cancel := c.call(ctx)
+		r, err := c.cli.Txn(cctx).Then(clientv3.OpGet(k.pin()), clientv3.OpGet(k.floor()), clientv3.OpGet(k.restored())).Commit()
+		cancel()
+		if err != nil {
+			return nil, unavailable("read generator "+name, err)
+		}
+		st := coordinator.GeneratorState{Name: name, Floor: -1}
+		if kvs := r.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			if err := json.Unmarshal(kvs[0].Value, &st.Pin); err != nil {
+				return nil, fmt.Errorf("etcd: pin %s is not readable: %w", k.pin(), err)
+			}
+		}
+		f, err := readStored(k.floor(), r.Responses[1].GetResponseRange().Kvs)
+		if err != nil {
+			return nil, err
+		}
+		st.Floor = f.value
+		if kvs := r.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 {
+			ev, err := coordinator.DecodeRestore(k.restored(), kvs[0].Value)
+			if err != nil {
+				return nil, err
+			}
+			st.Restore = &ev
+		}
+		out = append(out, st)
+	}
+	return out, nil
 }
 
 // Peers implements coordinator.Coordinator: the live holders of every

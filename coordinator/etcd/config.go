@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 )
@@ -48,6 +50,10 @@ type Config struct {
 	Clock clockguard.Clock
 	// Logger receives one line per state change. Default slog.Default().
 	Logger *slog.Logger
+
+	// dialOptions are extra gRPC dial options of both clients (tests set
+	// them through export_test.go to lose replies or hold renewals).
+	dialOptions []grpc.DialOption
 }
 
 // DefaultConfig returns the defaults: prefix "firn", cluster "default",

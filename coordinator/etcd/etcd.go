@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -34,6 +35,13 @@ type Coordinator struct {
 	mu      sync.Mutex
 	sess    *session
 	closed  bool
+	// held maps the owner key of every live lease of this coordinator to
+	// the create revision it holds; pending counts acquisitions whose take
+	// txn is in flight per owner key. An owner key bound to the current
+	// etcd lease that is in neither is a stray (a take whose reply was
+	// lost) and is deleted by the next Acquire.
+	held    map[string]int64
+	pending map[string]int
 
 	peersOnce  sync.Once
 	peersReady chan struct{}
@@ -80,6 +88,7 @@ func New(cfg Config) (*Coordinator, error) {
 		Password:             cfg.Password,
 		TLS:                  tc,
 		Logger:               zap.NewNop(),
+		DialOptions:          cfg.dialOptions,
 	}
 	cli, err := clientv3.New(ccfg)
 	if err != nil {
@@ -113,6 +122,8 @@ func New(cfg Config) (*Coordinator, error) {
 		root:       "/" + strings.Trim(cfg.Prefix, "/") + "/" + cfg.Cluster + "/",
 		peersReady: make(chan struct{}),
 		peers:      map[string]coordinator.PeerBeat{},
+		held:       map[string]int64{},
+		pending:    map[string]int{},
 		bg:         bg,
 		stop:       stop,
 	}, nil
@@ -281,6 +292,7 @@ func (c *Coordinator) keys(generator string) keys { return keys{base: c.root + g
 func (k keys) pin() string          { return k.base + "pin" }
 func (k keys) cursor() string       { return k.base + "cursor" }
 func (k keys) floor() string        { return k.base + "floor" }
+func (k keys) restored() string     { return k.base + "restored" }
 func (k keys) owners() string       { return k.base + "owner/" }
 func (k keys) reservations() string { return k.base + "reserved/" }
 func (k keys) owner(s coordinator.Slot) string {
@@ -302,12 +314,33 @@ func parseSlot(name string) (coordinator.Slot, bool) {
 	return coordinator.Slot{Datacenter: dc, Worker: wk}, err1 == nil && err2 == nil
 }
 
-// pad encodes a non-negative value as 19 decimal digits, so that etcd's
-// byte-wise value compare orders values numerically.
+// pad encodes a non-negative value as 19 decimal digits, the canonical
+// form of every number firn stores in etcd.
 func pad(v int64) string { return fmt.Sprintf("%019d", v) }
 
+// parseValue reads a stored number in the canonical encoding only (19
+// decimal digits): anything else ("42", "+42", " 42", text) is refused,
+// never guessed at and never compared as text.
 func parseValue(b []byte) (int64, error) {
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if len(b) != 19 {
+		return 0, fmt.Errorf("%q is not a 19-digit decimal", b)
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%q is not a 19-digit decimal", b)
+		}
+	}
+	return strconv.ParseInt(string(b), 10, 64)
+}
+
+// parseKey reads the number stored at key, naming the key when it is not
+// in the canonical encoding.
+func parseKey(key string, b []byte) (int64, error) {
+	v, err := parseValue(b)
+	if err != nil {
+		return 0, fmt.Errorf("etcd: %s holds %q, not a number in the canonical encoding: refusing to guess", key, b)
+	}
+	return v, nil
 }
 
 // pin is the generator's pin record.
@@ -319,9 +352,14 @@ type ownerRecord = coordinator.OwnerRecord
 
 func newOwnerRecord(hb coordinator.Heartbeat) string { return string(coordinator.EncodeOwner(hb)) }
 
-// raiseTo is the nested txn that sets key to v only when it is absent or
-// lower: a value is never lowered by it.
-func raiseTo(key string, v int64) clientv3.Op {
+// raiseCursor is the nested txn that sets the cursor to v only when it is
+// absent or lower. It compares values as text, which orders them only in
+// the canonical encoding: the cursor orders slots and never decides
+// safety, and the scan refuses a cursor that is not canonical. Every
+// number that does decide safety (reservations, the generator floor) is
+// read, parsed and compared as a number, and written guarded on the mod
+// revision read.
+func raiseCursor(key string, v int64) clientv3.Op {
 	p := pad(v)
 	return clientv3.OpTxn(
 		[]clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", 0)},
@@ -330,6 +368,69 @@ func raiseTo(key string, v int64) clientv3.Op {
 			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "<", p)},
 			[]clientv3.Op{clientv3.OpPut(key, p)}, nil)},
 	)
+}
+
+// stored is a number key as read: its value (-1: absent) and mod revision
+// (0: absent).
+type stored struct {
+	value  int64
+	modRev int64
+}
+
+// readStored parses a range response of key: absent is {-1, 0}.
+func readStored(key string, kvs []*mvccpb.KeyValue) (stored, error) {
+	if len(kvs) == 0 {
+		return stored{value: -1}, nil
+	}
+	v, err := parseKey(key, kvs[0].Value)
+	if err != nil {
+		return stored{}, err
+	}
+	return stored{value: v, modRev: kvs[0].ModRevision}, nil
+}
+
+// raiseNumber raises the number at key to at least v and returns what it
+// holds afterwards: it reads the value, parses it as a number (refusing one
+// that does not parse, naming the key), decides numerically, writes
+// guarded on the mod revision read (retrying when it moved), and checks
+// that the stored value is the one sent. It never lowers the value.
+func (c *Coordinator) raiseNumber(ctx context.Context, key string, v int64) (int64, error) {
+	for attempt := 0; attempt < 10; attempt++ {
+		cctx, cancel := c.call(ctx)
+		g, err := c.cli.Get(cctx, key)
+		cancel()
+		if err != nil {
+			return 0, unavailable("read "+key, err)
+		}
+		cur, err := readStored(key, g.Kvs)
+		if err != nil {
+			return 0, err
+		}
+		if cur.value >= v {
+			return cur.value, nil
+		}
+		cctx, cancel = c.call(ctx)
+		resp, err := c.cli.Txn(cctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", cur.modRev)).
+			Then(clientv3.OpPut(key, pad(v)), clientv3.OpGet(key)).
+			Commit()
+		cancel()
+		if err != nil {
+			return 0, unavailable("raise "+key, err)
+		}
+		if !resp.Succeeded {
+			continue // written meanwhile: read again
+		}
+		after, err := readStored(key, resp.Responses[1].GetResponseRange().Kvs)
+		if err != nil {
+			return 0, err
+		}
+		if after.value != v {
+			return 0, fmt.Errorf("etcd: %s holds %d after %d was written", key, after.value, v)
+		}
+		return v, nil
+	}
+	return 0, fmt.Errorf("%w: etcd raise of %s: value kept changing", coordinator.ErrUnavailable, key)
 }
 
 // isPermanent reports etcd errors a retry cannot fix.
@@ -351,8 +452,12 @@ func OwnerKey(root, generator string, slot coordinator.Slot) string {
 	return keys{base: root + generator + "/"}.owner(slot)
 }
 
+// RestoredKey is the key of generator's restore marker under root.
+func RestoredKey(root, generator string) string { return keys{base: root + generator + "/"}.restored() }
+
 // EncodeReserved is how a reservation value is stored.
 func EncodeReserved(v int64) string { return pad(v) }
 
-// DecodeReserved parses a stored reservation value.
+// DecodeReserved parses a stored reservation value (the canonical encoding
+// only).
 func DecodeReserved(b []byte) (int64, error) { return parseValue(b) }

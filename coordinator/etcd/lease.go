@@ -26,7 +26,8 @@ type lease struct {
 	floor       int64
 	incarnation string
 
-	writeMu sync.Mutex // one fenced write at a time
+	writeMu sync.Mutex // one fenced write at a time; guards res
+	res     stored     // the reservation as this holder last read or wrote it
 	acked   atomic.Int64
 	done    chan struct{}
 	once    sync.Once
@@ -37,12 +38,13 @@ type lease struct {
 var _ coordinator.Lease = (*lease)(nil)
 
 func newLease(c *Coordinator, spec coordinator.Spec, k keys, slot coordinator.Slot, sess *session,
-	guardLease clientv3.LeaseID, rev, readR, genFloor int64, incarnation string) *lease {
+	guardLease clientv3.LeaseID, rev int64, res stored, genFloor int64, incarnation string) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
+	readR := res.value
 	l := &lease{
 		c: c, spec: spec, slot: slot, ownerKey: k.owner(slot), resKey: k.reserved(slot),
 		sess: sess, guardLease: guardLease, rev: rev, readR: readR, floor: max(readR, spec.LocalFloor, genFloor), incarnation: incarnation,
-		done: make(chan struct{}), ctx: ctx, cancel: cancel,
+		res: res, done: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
 	l.acked.Store(readR)
 	c.wg.Add(1)
@@ -74,6 +76,7 @@ func (l *lease) finish(why string) {
 	l.once.Do(func() {
 		close(l.done)
 		l.cancel()
+		l.c.forget(l.ownerKey, l.rev)
 		l.c.log.Info("worker lease ended", "generator", l.spec.Generator, "slot", l.slot.String(), "reason", why)
 	})
 }
@@ -92,9 +95,65 @@ func (l *lease) lost(why string) error {
 	return fmt.Errorf("%w: generator %q %s: %s", coordinator.ErrLeaseLost, l.spec.Generator, l.slot, why)
 }
 
+// maxWriteRounds bounds one Reserve or Release: a write, and after the
+// reservation was found changed behind the holder's back, a re-read and
+// another write.
+const maxWriteRounds = 5
+
+// commit sends one holder txn, If(ownerGuard) Then(inner), retrying once
+// after an error: a frozen member is dropped by the gRPC keepalive
+// meanwhile, and the retry goes to another one. Repeating is safe: if the
+// first one was applied, the retry's inner compare on the reservation's
+// mod revision fails and the caller reads what is stored.
+func (l *lease) commit(ctx context.Context, op string, inner clientv3.Op) (*clientv3.TxnResponse, error) {
+	var resp *clientv3.TxnResponse
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		cctx, cancel := l.c.call(ctx)
+		resp, err = l.c.cli.Txn(cctx).If(ownerGuard(l.ownerKey, l.rev, l.guardLease)...).Then(inner).Commit()
+		cancel()
+		if err == nil || ctx.Err() != nil || l.isDone() || isPermanent(err) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, unavailable(op, err)
+	}
+	return resp, nil
+}
+
+// resWrite is the inner txn of a holder write: If(the reservation's mod
+// revision is the one this holder last saw) Then(ops, Get(reservation))
+// Else(Get(reservation)). Nothing is written when the reservation moved.
+func (l *lease) resWrite(ops ...clientv3.Op) clientv3.Op {
+	return clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(l.resKey), "=", l.res.modRev)},
+		append(ops, clientv3.OpGet(l.resKey)),
+		[]clientv3.Op{clientv3.OpGet(l.resKey)},
+	)
+}
+
+// resAfter reads the reservation from a holder write's response: whether
+// the inner txn ran, and what the reservation holds (parsed as a number;
+// a value not in the canonical encoding is an error naming the key).
+func (l *lease) resAfter(resp *clientv3.TxnResponse) (bool, stored, error) {
+	in := resp.Responses[0].GetResponseTxn()
+	rs := in.Responses[len(in.Responses)-1].GetResponseRange()
+	cur, err := readStored(l.resKey, rs.Kvs)
+	return in.Succeeded, cur, err
+}
+
 // Reserve implements coordinator.Lease: one txn guarded by the owner key's
-// create revision that reads the old reservation, raises it to until
-// (never lowering it) and rewrites the owner record with the heartbeat.
+// create revision and etcd lease; inside it, guarded by the mod revision of
+// the reservation as this holder last saw it, it raises the reservation to
+// until when that is higher (deciding numerically, never lowering it),
+// rewrites the owner record with the heartbeat, and reads the reservation
+// back to check it holds what was sent. If the reservation moved behind the
+// holder's back (an operator, a bump, a restore), the value found is parsed
+// as a number — refused, naming the key, when it is not in the canonical
+// encoding — and the write repeated against it; a value below one already
+// acknowledged to this lease is reported as a *coordinator.RolledBackError
+// once raised again.
 func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbeat) error {
 	if until < 0 {
 		return fmt.Errorf("%w: reservation %d must be >= 0", coordinator.ErrInvalidSpec, until)
@@ -106,52 +165,54 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 	}
 	acked := l.acked.Load()
 	v := max(until, acked)
-	var resp *clientv3.TxnResponse
-	var err error
-	// One retry after a timeout: a frozen member is dropped by the gRPC
-	// keepalive meanwhile, and the retry goes to another one. The txn is
-	// safe to repeat (same guard, same value).
-	for attempt := 0; attempt < 2; attempt++ {
-		cctx, cancel := l.c.call(ctx)
-		resp, err = l.c.cli.Txn(cctx).
-			If(ownerGuard(l.ownerKey, l.rev, l.guardLease)).
-			Then(
-				clientv3.OpGet(l.resKey),
-				raiseTo(l.resKey, v),
-				clientv3.OpPut(l.ownerKey, newOwnerRecord(hb), clientv3.WithIgnoreLease()),
-			).Commit()
-		cancel()
-		if err == nil || ctx.Err() != nil || l.isDone() || isPermanent(err) {
-			break
+	rec := newOwnerRecord(hb)
+	var rolled *coordinator.RolledBackError
+	for round := 0; round < maxWriteRounds; round++ {
+		raise := v > l.res.value
+		var ops []clientv3.Op
+		if raise {
+			ops = append(ops, clientv3.OpPut(l.resKey, pad(v)))
 		}
-	}
-	if err != nil {
-		if l.isDone() {
-			return l.lost("lease ended during reserve")
+		ops = append(ops, clientv3.OpPut(l.ownerKey, rec, clientv3.WithIgnoreLease()))
+		resp, err := l.commit(ctx, "reserve", l.resWrite(ops...))
+		if err != nil {
+			if l.isDone() {
+				return l.lost("lease ended during reserve")
+			}
+			return err
 		}
-		return unavailable("reserve", err)
-	}
-	if !resp.Succeeded {
-		return l.lost("owner key is gone or was re-created (fence failed)")
-	}
-	prev := int64(-1)
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		if p, err := parseValue(kvs[0].Value); err == nil {
-			prev = p
+		if !resp.Succeeded {
+			return l.lost("owner key is gone, was re-created or is bound to another etcd lease (fence failed)")
 		}
+		applied, cur, err := l.resAfter(resp)
+		if err != nil {
+			return err
+		}
+		l.res = cur
+		if !applied {
+			// Written behind this holder's back: decide on what is there.
+			if cur.value < acked && rolled == nil {
+				rolled = &coordinator.RolledBackError{Generator: l.spec.Generator, Slot: l.slot, Seen: cur.value, Acked: acked}
+			}
+			continue
+		}
+		if cur.value < v || (raise && cur.value != v) {
+			return fmt.Errorf("etcd: reservation %s holds %d after the write of %d was acknowledged", l.resKey, cur.value, v)
+		}
+		l.acked.Store(v)
+		if rolled != nil {
+			return rolled
+		}
+		return nil
 	}
-	l.acked.Store(v)
-	if prev < acked {
-		return &coordinator.RolledBackError{Generator: l.spec.Generator, Slot: l.slot, Seen: prev, Acked: acked}
-	}
-	return nil
+	return fmt.Errorf("%w: etcd reserve: reservation %s kept changing (%d rounds)", coordinator.ErrUnavailable, l.resKey, maxWriteRounds)
 }
 
-// Release implements coordinator.Lease: in one txn guarded by the owner
-// key's create revision it lowers the reservation to max(highest, Floor)
-// and deletes the owner key. The reservation is lowered only while it
-// holds no more than this lease had acknowledged (a bump made meanwhile is
-// kept).
+// Release implements coordinator.Lease: in one txn guarded like Reserve it
+// sets the reservation to max(highest, Floor) and deletes the owner key.
+// The reservation is set only while it holds no more than max(what this
+// lease had acknowledged, that value), compared as numbers (a bump made
+// meanwhile is kept).
 func (l *lease) Release(ctx context.Context, highest int64) error {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
@@ -160,38 +221,37 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 	}
 	v := max(highest, l.floor)
 	acked := l.acked.Load()
-	then := []clientv3.Op{clientv3.OpDelete(l.ownerKey)}
-	if v >= 0 {
-		p := pad(v)
-		then = append(then, clientv3.OpTxn(
-			[]clientv3.Cmp{clientv3.Compare(clientv3.Version(l.resKey), "=", 0)},
-			[]clientv3.Op{clientv3.OpPut(l.resKey, p)},
-			[]clientv3.Op{clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.Value(l.resKey), "<", pad(max(acked, v)+1))},
-				[]clientv3.Op{clientv3.OpPut(l.resKey, p)}, nil)},
-		))
-	}
-	var resp *clientv3.TxnResponse
-	var err error
-	for attempt := 0; attempt < 2; attempt++ {
-		cctx, cancel := l.c.call(ctx)
-		resp, err = l.c.cli.Txn(cctx).If(ownerGuard(l.ownerKey, l.rev, l.guardLease)).Then(then...).Commit()
-		cancel()
-		if err == nil || ctx.Err() != nil || isPermanent(err) {
-			break
+	for round := 0; round < maxWriteRounds; round++ {
+		set := v >= 0 && l.res.value <= max(acked, v) && l.res.value != v
+		ops := []clientv3.Op{clientv3.OpDelete(l.ownerKey)}
+		if set {
+			ops = append(ops, clientv3.OpPut(l.resKey, pad(v)))
 		}
+		resp, err := l.commit(ctx, "release", l.resWrite(ops...))
+		if err != nil {
+			return err
+		}
+		if !resp.Succeeded {
+			return l.lost("owner key is gone, was re-created or is bound to another etcd lease (fence failed)")
+		}
+		applied, cur, err := l.resAfter(resp)
+		if err != nil {
+			return err
+		}
+		l.res = cur
+		if !applied {
+			continue // written behind this holder's back: decide again
+		}
+		if set && cur.value != v {
+			return fmt.Errorf("etcd: reservation %s holds %d after the write of %d was acknowledged", l.resKey, cur.value, v)
+		}
+		if v >= 0 {
+			l.acked.Store(v)
+		}
+		l.finish("released")
+		return nil
 	}
-	if err != nil {
-		return unavailable("release", err)
-	}
-	if !resp.Succeeded {
-		return l.lost("owner key is gone or was re-created (fence failed)")
-	}
-	if v >= 0 {
-		l.acked.Store(v)
-	}
-	l.finish("released")
-	return nil
+	return fmt.Errorf("%w: etcd release: reservation %s kept changing (%d rounds)", coordinator.ErrUnavailable, l.resKey, maxWriteRounds)
 }
 
 // LeaseID returns the etcd lease behind a lease from this backend (for

@@ -28,7 +28,8 @@ var (
 )
 
 // Acquire implements coordinator.Coordinator. It returns a
-// *coordinator.LayoutMismatchError, *coordinator.ExhaustedError or
+// *coordinator.RestoredError while the generator's restore marker stands,
+// a *coordinator.LayoutMismatchError, *coordinator.ExhaustedError or
 // *coordinator.NameInUseError (each matching its sentinel),
 // coordinator.ErrSchemaTooNew, coordinator.ErrInvalidSpec for a bad Spec or
 // node, or an error matching coordinator.ErrUnavailable.
@@ -105,6 +106,14 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 	if err := c.ensureGenerator(ctx, p); err != nil {
 		return nil, err
 	}
+	// A standing restore marker refuses every acquisition of the
+	// generator, a node with an empty data dir included; the acquiring
+	// multi checks it again atomically (markerAbsentOps).
+	if ev, err := c.readMarker(ctx, p); err != nil {
+		return nil, err
+	} else if ev != nil {
+		return nil, &coordinator.RestoredError{Evidence: *ev}
+	}
 	data, st, err := c.get(ctx, p.pin())
 	if errors.Is(err, zk.ErrNoNode) {
 		want := coordinator.NewPin(spec)
@@ -144,8 +153,11 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 	if err != nil {
 		return nil, unavailable("read cursor", err)
 	}
-	cur, err := parseValue(data)
-	if err != nil || cur < 0 {
+	cur, err := parsePath(p.cursor(), data)
+	if err != nil {
+		return nil, err
+	}
+	if cur < 0 {
 		return nil, fmt.Errorf("zookeeper: cursor %s holds %q", p.cursor(), data)
 	}
 	s.start, s.cursorVal, s.cursorVer = uint64(cur), uint64(cur), st.Version
@@ -162,8 +174,8 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 	if err != nil {
 		return nil, unavailable("read generator floor", err)
 	}
-	if s.floor, err = parseValue(data); err != nil {
-		return nil, fmt.Errorf("zookeeper: generator floor %s holds %q: refusing to guess", p.floor(), data)
+	if s.floor, err = parsePath(p.floor(), data); err != nil {
+		return nil, err
 	}
 	s.floorVer = st.Version
 
@@ -296,9 +308,9 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 		if err != nil {
 			return nil, unavailable("read reservation", err)
 		}
-		r, err := parseValue(data)
+		r, err := parsePath(resPath, data)
 		if err != nil {
-			return nil, fmt.Errorf("zookeeper: reservation %s holds %q: refusing to guess", resPath, data)
+			return nil, err
 		}
 		if max(r, s.floor) > cand.limit {
 			return nil, errTooFar
@@ -312,6 +324,7 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 
 		ops := []any{&zk.CheckVersionRequest{Path: p.pin(), Version: s.pinVersion},
 			&zk.CheckVersionRequest{Path: p.floor(), Version: s.floorVer}}
+		ops = append(ops, c.markerAbsentOps(p)...)
 		ownerIdx := len(ops)
 		if cand.takeBack != nil {
 			ops = append(ops, &zk.DeleteRequest{Path: ownerPath, Version: cand.takeBack.stat.Version})
@@ -351,6 +364,8 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 			return nil, errRescan // the pin changed: check it again
 		case i == 1:
 			return nil, errRescan // a bump raised the generator floor
+		case i < ownerIdx:
+			return nil, errRescan // a restore marker stands: the scan reports it
 		case i >= ownerIdx && i <= createIdx:
 			return nil, errLostRace
 		case i == resIdx:
@@ -412,10 +427,10 @@ func (c *Coordinator) confirmTake(ctx context.Context, p paths, spec coordinator
 func (c *Coordinator) adoptOwner(ctx context.Context, p paths, spec coordinator.Spec, s *scanned,
 	cand candidate, sid int64, readR int64, data []byte) (*lease, error) {
 	tb := cand.takeBack.stat
-	_, err := c.multi(ctx, []any{
+	_, err := c.multi(ctx, append([]any{
 		&zk.CheckVersionRequest{Path: p.pin(), Version: s.pinVersion},
 		&zk.CheckVersionRequest{Path: p.owner(cand.slot), Version: tb.Version},
-	})
+	}, c.markerAbsentOps(p)...))
 	if err != nil {
 		return nil, errLostRace
 	}
@@ -487,11 +502,44 @@ func (c *Coordinator) exhausted(ctx context.Context, p paths, spec coordinator.S
 		}
 		r := int64(-1)
 		if d, _, err := c.get(ctx, p.reservations()+"/"+name); err == nil {
-			if v, err := parseValue(d); err == nil {
+			if v, err := parsePath(p.reservations()+"/"+name, d); err == nil {
 				r = v
 			}
 		}
 		e.Live = append(e.Live, coordinator.Holder{Slot: slot, Live: true, Heartbeat: s.owners[name].rec.Heartbeat(), Reserved: r})
 	}
 	return e
+}
+
+// markerAbsentOps are the ops of an acquiring multi that fail it while the
+// generator's restore marker exists: create the marker node, then delete
+// it again (at version 0, the version it was just created with). With no
+// marker they leave nothing behind; with one the create fails
+// (ErrNodeExists) and so does the whole multi.
+func (c *Coordinator) markerAbsentOps(p paths) []any {
+	return []any{
+		&zk.CreateRequest{Path: p.restored(), Data: nil, Acl: c.acl, Flags: zk.FlagPersistent},
+		&zk.DeleteRequest{Path: p.restored(), Version: 0},
+	}
+}
+
+// readMarker reads the generator's restore marker: nil when there is none.
+func (c *Coordinator) readMarker(ctx context.Context, p paths) (*coordinator.RestoreEvidence, error) {
+	ev, _, err := c.readMarkerStat(ctx, p)
+	return ev, err
+}
+
+func (c *Coordinator) readMarkerStat(ctx context.Context, p paths) (*coordinator.RestoreEvidence, *zk.Stat, error) {
+	data, st, err := c.get(ctx, p.restored())
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, unavailable("read restore marker", err)
+	}
+	ev, err := coordinator.DecodeRestore(p.restored(), data)
+	if err != nil {
+		return nil, st, err
+	}
+	return &ev, st, nil
 }

@@ -1,7 +1,9 @@
 package zookeeper
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -137,57 +139,193 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 	return unavailable("force release", fmt.Errorf("no outcome after %d rounds: %w", maxWriteRounds, last))
 }
 
-// Bump implements coordinator.Coordinator: it first raises the generator
-// floor node (acquiring multis check its version), then every reservation
-// node of generator by by, each with a version-checked write (a holder's
-// next Reserve then re-reads and adopts the raised value).
-func (c *Coordinator) Bump(ctx context.Context, generator string, by, now int64) error {
-	if err := c.checkGenerator(generator); err != nil {
-		return err
+// Bump implements coordinator.Coordinator: it reads the restore marker,
+// the reservations and the generator floor, refuses (before writing
+// anything) a By below a standing marker's gap and a floor past b.MaxTime,
+// then raises the generator floor node (acquiring multis check its
+// version), then every reservation node by b.By, each with a
+// version-checked write (a holder's next Reserve then re-reads and adopts
+// the raised value), and last deletes the marker at the version it read.
+func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordinator.BumpResult, error) {
+	if err := b.Validate(); err != nil {
+		return coordinator.BumpResult{}, err
 	}
-	if by <= 0 {
-		return fmt.Errorf("%w: bump %d must be positive", coordinator.ErrInvalidSpec, by)
+	if err := c.checkGenerator(b.Generator); err != nil {
+		return coordinator.BumpResult{}, err
 	}
-	if now < 0 {
-		return fmt.Errorf("%w: bump at time %d: must be >= 0", coordinator.ErrInvalidSpec, now)
-	}
-	p := c.paths(generator)
-	if err := c.ensureGenerator(ctx, p); err != nil {
-		return err
+	p := c.paths(b.Generator)
+	marker, mst, err := c.readMarkerStat(ctx, p)
+	if err != nil {
+		return coordinator.BumpResult{}, err
 	}
 	names, err := c.children(ctx, p.reservations())
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return unavailable("list reservations", err)
+		return coordinator.BumpResult{}, unavailable("list reservations", err)
 	}
-	top := now
+	top := int64(-1)
 	for _, name := range names {
-		d, _, err := c.get(ctx, p.reservations()+"/"+name)
+		path := p.reservations() + "/" + name
+		d, _, err := c.get(ctx, path)
 		if errors.Is(err, zk.ErrNoNode) {
 			continue
 		}
 		if err != nil {
-			return unavailable("read reservation", err)
+			return coordinator.BumpResult{}, unavailable("read reservation", err)
 		}
-		v, err := parseValue(d)
+		v, err := parsePath(path, d)
 		if err != nil {
-			return fmt.Errorf("zookeeper: reservation %s/%s holds %q: refusing to guess", p.reservations(), name, d)
+			return coordinator.BumpResult{}, err
 		}
 		top = max(top, v)
 	}
-	if top > math.MaxInt64-by {
-		return fmt.Errorf("%w: generator floor %d + %d overflows", coordinator.ErrInvalidSpec, top, by)
+	if d, _, err := c.get(ctx, p.floor()); err == nil {
+		if _, err := parsePath(p.floor(), d); err != nil {
+			return coordinator.BumpResult{}, err
+		}
+	} else if !errors.Is(err, zk.ErrNoNode) {
+		return coordinator.BumpResult{}, unavailable("read generator floor", err)
 	}
-	if err := c.raiseFloor(ctx, p.floor(), top+by); err != nil {
-		return err
+	want, err := b.BumpFloor(top, marker)
+	if err != nil {
+		return coordinator.BumpResult{}, err
 	}
-	c.log.Warn("generator floor raised", "generator", generator, "floor", top+by)
+	if err := c.ensureGenerator(ctx, p); err != nil {
+		return coordinator.BumpResult{}, err
+	}
+	floor, err := c.raiseFloor(ctx, p.floor(), want)
+	if err != nil {
+		return coordinator.BumpResult{}, err
+	}
+	c.log.Warn("generator floor raised", "generator", b.Generator, "floor", floor)
+	out := coordinator.BumpResult{Floor: floor}
 	for _, name := range names {
-		if err := c.bumpOne(ctx, p.reservations()+"/"+name, by); err != nil {
-			return err
+		if err := c.bumpOne(ctx, p.reservations()+"/"+name, b.By); err != nil {
+			return out, err
 		}
 	}
-	c.log.Info("reservations bumped", "generator", generator, "by", by, "slots", len(names))
-	return nil
+	c.log.Info("reservations bumped", "generator", b.Generator, "by", b.By, "slots", len(names))
+	if marker == nil {
+		return out, nil
+	}
+	_, err = call(c, ctx, func() (struct{}, error) { return struct{}{}, c.conn.Delete(p.restored(), mst.Version) })
+	switch {
+	case err == nil, errors.Is(err, zk.ErrNoNode):
+	case errors.Is(err, zk.ErrBadVersion):
+		now, _ := c.readMarker(ctx, p)
+		gap, node := int64(0), ""
+		if now != nil {
+			gap, node = now.Gap(), now.Node.Name
+		}
+		return out, fmt.Errorf("%w: generator %q: the restore marker was written again during the bump (gap %d time units, by node %q): it stands; bump again",
+			coordinator.ErrRestored, b.Generator, gap, node)
+	default:
+		// No answer: gone now means this delete (or another bump) took it.
+		if st, err2 := c.exists(ctx, p.restored()); err2 != nil || st != nil {
+			return out, unavailable("clear restore marker", err)
+		}
+	}
+	c.log.Warn("restore marker cleared", "generator", b.Generator, "gap", marker.Gap(), "by", b.By)
+	out.Cleared = marker
+	return out, nil
+}
+
+// MarkRestored implements coordinator.Coordinator: it creates the
+// generator's restore marker node, or replaces a standing one (at the
+// version read) only with evidence of a larger gap, or when it is not
+// readable.
+func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEvidence) error {
+	if err := ev.Validate(); err != nil {
+		return err
+	}
+	if err := c.checkGenerator(ev.Generator); err != nil {
+		return err
+	}
+	p := c.paths(ev.Generator)
+	if err := c.ensurePath(ctx, p.base); err != nil {
+		return err
+	}
+	data := coordinator.EncodeRestore(ev)
+	var last error
+	for round := 0; round < 8; round++ {
+		err := c.create(ctx, p.restored(), data, zk.FlagPersistent)
+		if err == nil {
+			c.log.Error("restore marker written: no node acquires for this generator until a bump clears it",
+				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap())
+			return nil
+		}
+		if isPermanent(err) {
+			return unavailable("write restore marker", err)
+		}
+		last = err
+		d, st, err := c.get(ctx, p.restored())
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			last = err
+			continue
+		}
+		if bytes.Equal(d, data) {
+			return nil // ours (an unanswered create), or the same evidence
+		}
+		if old, err := coordinator.DecodeRestore(p.restored(), d); err == nil && old.Gap() >= ev.Gap() {
+			return nil // the standing marker covers this evidence
+		}
+		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.conn.Set(p.restored(), data, st.Version) })
+		if err == nil {
+			c.log.Error("restore marker replaced by evidence with a larger gap",
+				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap())
+			return nil
+		}
+		if isPermanent(err) {
+			return unavailable("write restore marker", err)
+		}
+		last = err // a race or no answer: the next read decides
+	}
+	return unavailable("write restore marker", fmt.Errorf("%s: no outcome: %w", p.restored(), last))
+}
+
+// Generators implements coordinator.Coordinator: every child of the
+// cluster's node with a pin, a floor or a restore marker, sorted by name.
+func (c *Coordinator) Generators(ctx context.Context) ([]coordinator.GeneratorState, error) {
+	names, err := c.children(ctx, c.root)
+	if err != nil {
+		return nil, unavailable("list generators", err)
+	}
+	sort.Strings(names)
+	out := make([]coordinator.GeneratorState, 0, len(names))
+	for _, name := range names {
+		p := c.paths(name)
+		st := coordinator.GeneratorState{Name: name, Floor: -1}
+		found := false
+		d, _, err := c.get(ctx, p.pin())
+		switch {
+		case err == nil:
+			if err := json.Unmarshal(d, &st.Pin); err != nil {
+				return nil, fmt.Errorf("zookeeper: pin %s is not readable: %w", p.pin(), err)
+			}
+			found = true
+		case !errors.Is(err, zk.ErrNoNode):
+			return nil, unavailable("read pin", err)
+		}
+		d, _, err = c.get(ctx, p.floor())
+		switch {
+		case err == nil:
+			if st.Floor, err = parsePath(p.floor(), d); err != nil {
+				return nil, err
+			}
+			found = found || st.Floor >= 0
+		case !errors.Is(err, zk.ErrNoNode):
+			return nil, unavailable("read generator floor", err)
+		}
+		if st.Restore, err = c.readMarker(ctx, p); err != nil {
+			return nil, err
+		}
+		if found || st.Restore != nil {
+			out = append(out, st)
+		}
+	}
+	return out, nil
 }
 
 func (c *Coordinator) bumpOne(ctx context.Context, path string, by int64) error {
@@ -197,9 +335,12 @@ func (c *Coordinator) bumpOne(ctx context.Context, path string, by int64) error 
 		if err != nil {
 			return unavailable("read reservation", err)
 		}
-		v, err := parseValue(d)
+		v, err := parsePath(path, d)
 		if err != nil {
-			return fmt.Errorf("zookeeper: reservation %s holds %q: refusing to guess", path, d)
+			return err
+		}
+		if v > math.MaxInt64-by {
+			return fmt.Errorf("%w: bump of %s from %d by %d overflows", coordinator.ErrInvalidSpec, path, v, by)
 		}
 		want := encodeValue(v + by)
 		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.conn.Set(path, want, st.Version) })
@@ -223,40 +364,41 @@ func (c *Coordinator) bumpOne(ctx context.Context, path string, by int64) error 
 }
 
 // raiseFloor sets the generator floor node to at least v (creating it when
-// absent), with version-checked writes; it never lowers it.
-func (c *Coordinator) raiseFloor(ctx context.Context, path string, v int64) error {
+// absent), with version-checked writes, deciding on the number read; it
+// never lowers it. It returns the floor afterwards.
+func (c *Coordinator) raiseFloor(ctx context.Context, path string, v int64) (int64, error) {
 	var last error
 	for round := 0; round < 8; round++ {
 		d, st, err := c.get(ctx, path)
 		if errors.Is(err, zk.ErrNoNode) {
 			err := c.create(ctx, path, encodeValue(v), zk.FlagPersistent)
 			if err == nil {
-				return nil
+				return v, nil
 			}
 			if isPermanent(err) {
-				return unavailable("create generator floor", err)
+				return 0, unavailable("create generator floor", err)
 			}
 			last = err
 			continue // created meanwhile, or no answer: read again
 		}
 		if err != nil {
-			return unavailable("read generator floor", err)
+			return 0, unavailable("read generator floor", err)
 		}
-		cur, err := parseValue(d)
+		cur, err := parsePath(path, d)
 		if err != nil {
-			return fmt.Errorf("zookeeper: generator floor %s holds %q: refusing to guess", path, d)
+			return 0, err
 		}
 		if cur >= v {
-			return nil
+			return cur, nil
 		}
 		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.conn.Set(path, encodeValue(v), st.Version) })
 		if err == nil {
-			return nil
+			return v, nil
 		}
 		if isPermanent(err) {
-			return unavailable("raise generator floor", err)
+			return 0, unavailable("raise generator floor", err)
 		}
 		last = err // a race or no answer: the next read decides
 	}
-	return unavailable("raise generator floor", fmt.Errorf("%s: no outcome: %w", path, last))
+	return 0, unavailable("raise generator floor", fmt.Errorf("%s: no outcome: %w", path, last))
 }

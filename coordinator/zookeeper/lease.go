@@ -196,9 +196,9 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 			}
 			return nil // applied: the answer was lost
 		}
-		seen, perr := parseValue(cur)
+		seen, perr := parsePath(l.resPath, cur)
 		if perr != nil {
-			return fmt.Errorf("zookeeper: reservation %s holds %q: refusing to guess", l.resPath, cur)
+			return perr
 		}
 		if seen < acked && rolled == nil {
 			rolled = &coordinator.RolledBackError{Generator: l.spec.Generator, Slot: l.slot, Seen: seen, Acked: acked}
@@ -265,7 +265,11 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 		l.ov = owner.Version
 		if rst.Version != l.rv {
 			l.rv = rst.Version
-			if seen, err := parseValue(cur); err == nil && seen > acked {
+			seen, err := parsePath(l.resPath, cur)
+			if err != nil {
+				return err
+			}
+			if seen > acked {
 				target = max(target, seen) // a bump made meanwhile is kept
 			}
 		}

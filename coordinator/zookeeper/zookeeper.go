@@ -434,6 +434,7 @@ func (c *Coordinator) paths(generator string) paths { return paths{base: c.root 
 func (p paths) pin() string                        { return p.base + "/pin" }
 func (p paths) cursor() string                     { return p.base + "/cursor" }
 func (p paths) floor() string                      { return p.base + "/floor" }
+func (p paths) restored() string                   { return p.base + "/restored" }
 func (p paths) owners() string                     { return p.base + "/owner" }
 func (p paths) reservations() string               { return p.base + "/reserved" }
 func (p paths) owner(s coordinator.Slot) string    { return p.owners() + "/" + slotName(s) }
@@ -454,8 +455,25 @@ func parseSlot(name string) (coordinator.Slot, bool) {
 // encodeValue is the text of a reservation or cursor node.
 func encodeValue(v int64) []byte { return []byte(strconv.FormatInt(v, 10)) }
 
+// parseValue reads a stored number in the canonical encoding only (what
+// encodeValue writes: no sign but '-', no padding, no space); anything else
+// is refused, never guessed at.
 func parseValue(b []byte) (int64, error) {
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || strconv.FormatInt(v, 10) != string(b) {
+		return 0, fmt.Errorf("%q is not a decimal number in the canonical encoding", b)
+	}
+	return v, nil
+}
+
+// parsePath reads the number stored at path, naming the path when it is
+// not in the canonical encoding.
+func parsePath(path string, b []byte) (int64, error) {
+	v, err := parseValue(b)
+	if err != nil {
+		return 0, fmt.Errorf("zookeeper: %s holds %q, not a number in the canonical encoding: refusing to guess", path, b)
+	}
+	return v, nil
 }
 
 // neverReserved is the content of a reservation node created for a slot

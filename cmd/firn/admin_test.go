@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/etcd"
+	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/generator"
+)
+
+// adminEtcd is an embedded etcd with generators set up through the
+// coordinator itself, as nodes would leave them, on cluster "default"
+// under prefix "firn" (what the admin commands use by default).
+type adminEtcd struct {
+	t     *testing.T
+	ep    string
+	coord *etcd.Coordinator
+	cli   *clientv3.Client
+}
+
+func newAdminEtcd(t *testing.T) *adminEtcd {
+	t.Helper()
+	srv := etcdtest.StartEmbedded(t)
+	cfg := etcd.DefaultConfig()
+	cfg.Endpoints, cfg.Clock = srv.Endpoints, clockguard.NewSystem()
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	c, err := etcd.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &adminEtcd{t: t, ep: srv.Endpoints[0], coord: c, cli: c.Client()}
+}
+
+func ctx10(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// holder acquires a worker of generator name on preset and reserves
+// `ahead` units past the clock; it returns the slot and the reservation.
+func (a *adminEtcd) holder(name, preset string, ahead int64) (coordinator.Slot, int64) {
+	a.t.Helper()
+	l, ok := generator.Preset(preset)
+	if !ok {
+		a.t.Fatalf("no preset %s", preset)
+	}
+	now := l.Units(time.Now())
+	spec := coordinator.Spec{Generator: name, Layout: l.String(), WorkerLimit: l.WorkerLimit(), DatacenterLimit: l.DatacenterLimit(),
+		Datacenter: -1, MaxFloor: now + ahead + 1, LocalFloor: -1}
+	node := coordinator.NodeInfo{Name: "holder-" + name, InstanceID: "instance-" + name, Address: "127.0.0.1:7300", StartTime: time.Now()}
+	lease, err := a.coord.Acquire(ctx10(a.t), spec, node)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if err := lease.Reserve(ctx10(a.t), now+ahead, coordinator.Heartbeat{Node: node, Wall: time.Now()}); err != nil {
+		a.t.Fatal(err)
+	}
+	return lease.Slot(), now + ahead
+}
+
+// value reads a number key of generator name (-1: absent).
+func (a *adminEtcd) value(key string) int64 {
+	a.t.Helper()
+	g, err := a.cli.Get(ctx10(a.t), key)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if len(g.Kvs) == 0 {
+		return -1
+	}
+	v, err := etcd.DecodeReserved(g.Kvs[0].Value)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return v
+}
+
+func (a *adminEtcd) reserved(name string, slot coordinator.Slot) int64 {
+	return a.value(etcd.ReservedKey(a.coord.Root(), name, slot))
+}
+
+func (a *adminEtcd) floor(name string) int64 { return a.value(a.coord.Root() + name + "/floor") }
+
+// TestBumpReadsLayoutFromPin: `firn coordinator bump --generator NAME`
+// takes the time unit from the generator's pin: a uidgen generator (1 s
+// units) bumped by 10s gains 10 units, not the 10000 a snowflake layout
+// would make of it; `firn workers` reads the pin too and shows a standing
+// restore marker, which the bump clears, saying when nodes serve again.
+func TestBumpReadsLayoutFromPin(t *testing.T) {
+	a := newAdminEtcd(t)
+	slot, r := a.holder("ids", "uidgen", 5)
+	uid, _ := generator.Preset("uidgen")
+
+	ev := coordinator.RestoreEvidence{Generator: "ids", Slot: slot, Acked: r + 3, Shown: r, At: time.Now(),
+		Node: coordinator.NodeInfo{Name: "noticer", InstanceID: "i-n", Address: "10.1.2.3:7300"}}
+	if err := a.coord.MarkRestored(ctx10(t), ev); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := cli(t, nil, "workers", "--etcd", a.ep, "--generator", "ids")
+	if code != 0 || !strings.Contains(out, uid.String()) || !strings.Contains(out, "1 live of 524288 worker IDs") ||
+		!strings.Contains(out, "RESTORE MARKER") || !strings.Contains(out, `"noticer"`) || !strings.Contains(out, "gap 3s") ||
+		!strings.Contains(out, "firn coordinator bump --generator ids --by D") {
+		t.Fatalf("firn workers --generator ids: exit %d %s\n%s", code, errOut, out)
+	}
+
+	bumped := time.Now()
+	out, errOut, code = cli(t, nil, "coordinator", "bump", "--by", "10s", "--etcd", a.ep, "--generator", "ids")
+	if code != 0 {
+		t.Fatalf("firn coordinator bump --generator ids: exit %d: %s", code, errOut)
+	}
+	if got := a.reserved("ids", slot); got != r+10 {
+		t.Fatalf("reservation %d after a bump by 10s of a uidgen generator, want %d + 10 units", got, r)
+	}
+	nowUnits := uid.Units(bumped)
+	if f := a.floor("ids"); f != r+10 || f < nowUnits+10 {
+		t.Fatalf("floor %d, want max(now %d, R %d) + 10", f, nowUnits, r)
+	}
+	for _, want := range []string{"generator ids:", "10 units of 1s", "nodes serve again from about", "cleared the restore marker"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("bump output lacks %q:\n%s", want, out)
+		}
+	}
+	// Serving resumes at the floor's time less max-lead (2 units for
+	// uidgen): about D + the 5 s reserved ahead from now.
+	serveAt := uid.UnitStart(r + 10).Add(-generator.DefaultMaxLead(uid)).UTC().Format(time.RFC3339)
+	if !strings.Contains(out, serveAt) {
+		t.Fatalf("bump output does not say nodes serve again at %s:\n%s", serveAt, out)
+	}
+	out, _, code = cli(t, nil, "workers", "--etcd", a.ep, "--generator", "ids")
+	if code != 0 || strings.Contains(out, "RESTORE MARKER") || !strings.Contains(out, "generator floor") {
+		t.Fatalf("firn workers after the bump: exit %d\n%s", code, out)
+	}
+}
+
+// TestBumpRefusesAnotherLayout: a layout on the command line that differs
+// from the pin is refused naming both, and nothing is written; `firn
+// workers` refuses it the same way.
+func TestBumpRefusesAnotherLayout(t *testing.T) {
+	a := newAdminEtcd(t)
+	slot, r := a.holder("ids", "uidgen", 5)
+	uid, _ := generator.Preset("uidgen")
+	sf, _ := generator.Preset("snowflake")
+	for _, args := range [][]string{
+		{"coordinator", "bump", "--by", "10s", "--etcd", a.ep, "--generator", "ids=snowflake"},
+		{"workers", "--etcd", a.ep, "--generator", "ids=snowflake"},
+	} {
+		_, errOut, code := cli(t, nil, args...)
+		if code == 0 || !strings.Contains(errOut, uid.String()) || !strings.Contains(errOut, sf.String()) {
+			t.Fatalf("firn %v: exit %d, stderr %q; want a refusal naming %s and %s", args, code, errOut, uid, sf)
+		}
+	}
+	// The same layout spelled otherwise (the preset's canonical form) is
+	// the pin's.
+	if _, errOut, code := cli(t, nil, "workers", "--etcd", a.ep, "--generator", "ids="+uid.String()); code != 0 {
+		t.Fatalf("workers with the pinned layout spelled out: exit %d %s", code, errOut)
+	}
+	if got, f := a.reserved("ids", slot), a.floor("ids"); got != r || f != -1 {
+		t.Fatalf("after the refused bump: reservation %d (want %d), floor %d (want none)", got, r, f)
+	}
+}
+
+// TestBumpPastLayoutEndWritesNothing: a bump whose floor would pass the
+// layout's last time value (uidgen's 31 bits of seconds end in 2094) is
+// refused, and neither the floor nor any reservation changes.
+func TestBumpPastLayoutEndWritesNothing(t *testing.T) {
+	a := newAdminEtcd(t)
+	slot, r := a.holder("ids", "uidgen", 5)
+	_, errOut, code := cli(t, nil, "coordinator", "bump", "--by", "600000h", "--etcd", a.ep, "--generator", "ids")
+	if code == 0 || !strings.Contains(errOut, "last time value") || !strings.Contains(errOut, "nothing was written") {
+		t.Fatalf("bump by 600000h of a uidgen generator: exit %d, stderr %q; want a refusal", code, errOut)
+	}
+	if got, f := a.reserved("ids", slot), a.floor("ids"); got != r || f != -1 {
+		t.Fatalf("after the refused bump: reservation %d (want %d), floor %d (want none)", got, r, f)
+	}
+}
+
+// TestBumpEveryGenerator: with no --generator the bump raises every
+// generator of the cluster, each in the units of its own pinned layout.
+func TestBumpEveryGenerator(t *testing.T) {
+	a := newAdminEtcd(t)
+	us, ur := a.holder("users", "uidgen", 5)
+	os, or := a.holder("orders", "snowflake", 5000)
+	out, errOut, code := cli(t, nil, "coordinator", "bump", "--by", "3s", "--etcd", a.ep)
+	if code != 0 {
+		t.Fatalf("firn coordinator bump with no --generator: exit %d: %s", code, errOut)
+	}
+	if got := a.reserved("users", us); got != ur+3 {
+		t.Fatalf("users (uidgen) reservation %d, want %d + 3", got, ur)
+	}
+	if got := a.reserved("orders", os); got != or+3000 {
+		t.Fatalf("orders (snowflake) reservation %d, want %d + 3000", got, or)
+	}
+	if !strings.Contains(out, "generator orders:") || !strings.Contains(out, "generator users:") {
+		t.Fatalf("bump output does not report both generators:\n%s", out)
+	}
+	// An unknown generator with no layout is refused, naming what to do.
+	_, errOut, code = cli(t, nil, "coordinator", "bump", "--by", "3s", "--etcd", a.ep, "--generator", "nosuch")
+	if code == 0 || !strings.Contains(errOut, "nosuch=LAYOUT") {
+		t.Fatalf("bump of a generator with no pin: exit %d, stderr %q", code, errOut)
+	}
+}
