@@ -16,7 +16,14 @@
 //     only ever raised while held (Release may lower it to the highest time
 //     actually issued, in the same fenced write that frees ownership);
 //   - every write by a holder is fenced on still owning w (etcd: the owner
-//     key's CreateRevision; ZooKeeper: the exact versions last written);
+//     key's CreateRevision and its etcd lease; ZooKeeper: the exact
+//     versions last written);
+//   - stored numbers are parsed in their canonical encoding and compared
+//     as numbers; anything else is an error naming the key;
+//   - while a generator's restore marker stands (MarkRestored), no node
+//     acquires for it — checked atomically with taking ownership — until
+//     a Bump whose By covers the marker's gap clears it; a Bump past the
+//     layout's last time value is refused before anything is written;
 //   - a new holder reads reserved[w] in the same atomic step that takes
 //     ownership, and its Floor is at least that value;
 //   - the Reserver raises a generator's bound (OnAck) only after the

@@ -55,30 +55,40 @@ go test -race -timeout 20m $(go list ./... | grep -v '/test/cluster$')
 echo "== go test -race ./test/cluster (chaos)"
 go test -race -timeout 20m ./test/cluster/
 
-echo "== fence tests must fail under -tags firn_weakfence"
+echo "== fence tests must fail under the weakened fences"
 # Each TestFence test in ./coordinator/... runs alone against a build whose
 # fence is deliberately weakened; the script fails if any of them passes
-# (a fence test that cannot fail proves nothing). A build failure is an
-# error too, not a pass.
-fences=0; weak_passed=()
+# (a fence test that cannot fail proves nothing). The TestFenceLease tests
+# run under -tags firn_weakfence_lease (the etcd guard without its lease
+# compare), every other TestFence test under -tags firn_weakfence (the
+# guard without its create-revision compare, and a Put-based take-back).
+# A build failure is an error too, not a pass.
+fences=0; lease_fences=0; weak_passed=()
 for pkg in $(go list ./coordinator/...); do
-	list=$(go test -tags firn_weakfence -list '^TestFence' "$pkg")
-	for t in $(printf '%s\n' "$list" | grep '^TestFence' || true); do
-		fences=$((fences + 1))
-		out=$(go test -race -count=1 -tags firn_weakfence -run "^${t}\$" "$pkg" 2>&1 || true)
-		if printf '%s\n' "$out" | grep -q -- "^--- FAIL: ${t} "; then
-			echo "ok: $pkg $t fails under the weak fence"
-		else
-			echo "$out" | tail -20
-			weak_passed+=("$pkg $t")
-		fi
+	for tag in firn_weakfence firn_weakfence_lease; do
+		list=$(go test -tags "$tag" -list '^TestFence' "$pkg")
+		for t in $(printf '%s\n' "$list" | grep '^TestFence' || true); do
+			case "$tag:$t" in
+			firn_weakfence:TestFenceLease*) continue ;;
+			firn_weakfence_lease:TestFenceLease*) lease_fences=$((lease_fences + 1)) ;;
+			firn_weakfence_lease:*) continue ;;
+			esac
+			fences=$((fences + 1))
+			out=$(go test -race -count=1 -tags "$tag" -run "^${t}\$" "$pkg" 2>&1 || true)
+			if printf '%s\n' "$out" | grep -q -- "^--- FAIL: ${t} "; then
+				echo "ok: $pkg $t fails under -tags $tag"
+			else
+				echo "$out" | tail -20
+				weak_passed+=("$pkg $t (-tags $tag)")
+			fi
+		done
 	done
 done
-if [ "$fences" -eq 0 ]; then
-	echo "fence step: no TestFence tests found under ./coordinator/..."; exit 1
+if [ "$fences" -eq 0 ] || [ "$lease_fences" -eq 0 ]; then
+	echo "fence step: no TestFence (or no TestFenceLease) tests found under ./coordinator/..."; exit 1
 fi
 if [ ${#weak_passed[@]} -gt 0 ]; then
-	echo "fence step: these fence tests did not fail under the weak fence:"
+	echo "fence step: these fence tests did not fail under their weakened fence:"
 	printf '  %s\n' "${weak_passed[@]}"; exit 1
 fi
 

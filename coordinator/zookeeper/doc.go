@@ -11,6 +11,7 @@
 //	<prefix>/<cluster>/<generator>/owner/<dc>-<w>  ephemeral: holder and heartbeat (JSON)
 //	<prefix>/<cluster>/<generator>/reserved/<dc>-<w>  persistent: R (decimal), never deleted
 //	<prefix>/<cluster>/<generator>/floor           persistent: generator floor set by Bump (decimal, -1: none), never lowered
+//	<prefix>/<cluster>/<generator>/restored        persistent: restore marker (JSON evidence) written by MarkRestored, deleted by Bump
 //
 // Every node firn creates carries the ACL of Config.Auth's digest identity
 // (all permissions to it alone), or world:anyone when no credentials are
@@ -19,8 +20,10 @@
 // The fences (DESIGN.md, "The fences, exactly"):
 //
 //   - Acquisition is one multi: check(pin, version read), check(floor,
-//     version read; a bump between the read and the multi fails it), create the
-//     ephemeral owner node, setData(reserved, bytes read, version read), and
+//     version read; a bump between the read and the multi fails it),
+//     create(restored) and delete(restored, 0) (they fail while a restore
+//     marker exists, so a marker written after the scan still refuses the
+//     acquisition), create the ephemeral owner node, setData(reserved, bytes read, version read), and
 //     setData(cursor, raised, version read). If anyone wrote the
 //     reservation between the read and the multi, the multi fails and the
 //     taker reads again; a lost race on the owner node moves on to the next
@@ -44,6 +47,15 @@
 //     reservation holds what was sent), not applied (untouched), or
 //     overtaken by a write behind its back (adopted; a value below one
 //     acknowledged is a coordinator.RolledBackError).
+//
+// Stored numbers (reservations, the cursor, the floor) are read in the
+// canonical encoding only (what strconv.FormatInt writes); anything else is
+// an error naming the path, and a holder never adopts the version of a
+// node holding such a value, so none of its writes goes over it. A restore
+// marker refuses every acquisition of its generator while it stands, a
+// node with an empty data dir included; Bump refuses a By below its gap and
+// a floor past BumpSpec.MaxTime before writing anything, and deletes the
+// marker last, at the version it read.
 //
 // A session expiry is a lease loss: the owner nodes are gone, the client
 // library opens a new session by itself, and firn never re-creates the old

@@ -188,8 +188,8 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 		if rst.Version == l.rv {
 			continue // not applied: send it again
 		}
-		l.rv = rst.Version
 		if bytes.Equal(cur, data) {
+			l.rv = rst.Version
 			l.acked.Store(v)
 			if rolled != nil {
 				return rolled
@@ -198,8 +198,10 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 		}
 		seen, perr := parsePath(l.resPath, cur)
 		if perr != nil {
+			// Not adopted: no later write of this holder goes over it.
 			return perr
 		}
+		l.rv = rst.Version
 		if seen < acked && rolled == nil {
 			rolled = &coordinator.RolledBackError{Generator: l.spec.Generator, Slot: l.slot, Seen: seen, Acked: acked}
 		}
@@ -264,11 +266,11 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 		}
 		l.ov = owner.Version
 		if rst.Version != l.rv {
-			l.rv = rst.Version
 			seen, err := parsePath(l.resPath, cur)
 			if err != nil {
 				return err
 			}
+			l.rv = rst.Version
 			if seen > acked {
 				target = max(target, seen) // a bump made meanwhile is kept
 			}
