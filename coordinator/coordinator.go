@@ -187,7 +187,7 @@ func (e *RestoredError) Error() string {
 	if ev.Shown < 0 {
 		shown = "no reservation"
 	}
-	return fmt.Sprintf("coordinator state restored from an older snapshot: generator %q %s: the coordinator showed %s where node %q (instance %s, %s) had reservation %d acknowledged, noticed at %s; no node acquires for this generator until an operator runs %q with D covering at least %d time units plus the writes the snapshot missed",
+	return fmt.Sprintf("coordinator state restored from an older snapshot: generator %q %s: the coordinator showed %s where node %q (instance %s, %s) had reservation %d acknowledged, noticed at %s; no node acquires for this generator until it is cleared: run %s, with D covering at least %d time units plus the writes the snapshot missed",
 		ev.Generator, ev.Slot, shown, ev.Node.Name, ev.Node.InstanceID, ev.Node.Address, ev.Acked,
 		ev.At.UTC().Format(time.RFC3339Nano), ev.BumpCommand(), ev.Gap())
 }

@@ -188,7 +188,7 @@ func TestRestoreEvidence(t *testing.T) {
 		t.Fatalf("RestoredError matches ErrRestored %v, ErrRolledBack %v", errors.Is(err, ErrRestored), errors.Is(err, ErrRolledBack))
 	}
 	for _, want := range []string{"coordinator state restored from an older snapshot", `"orders"`, "dc=1 worker=7", "5000", "3000",
-		`"node-a"`, "inst-a", "10.0.0.1:7300", "2026-12-01T10:00:00Z", "firn coordinator bump --generator orders --by D", "2000"} {
+		`"node-a"`, "inst-a", "10.0.0.1:7300", "2026-12-01T10:00:00Z", "run firn coordinator bump --generator orders --by D", "2000"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("RestoredError %q lacks %q", err, want)
 		}
