@@ -2,7 +2,8 @@
 // same cases (sequential order and wrap-around, reuse rules, concurrent
 // acquirers, exhaustion, the pin race, lease loss, a holder frozen with
 // SIGSTOP in a separate process, release and restart, take-back through the
-// fence, rollback detection) against real servers the backend starts.
+// fence, rollback detection, the generator-wide restore marker and the
+// bump that clears it) against real servers the backend starts.
 //
 // A backend implements Backend and Cluster (backend.go documents them) and
 // wires Main, Run and the Fence* cases into its own test package.
