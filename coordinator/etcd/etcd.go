@@ -66,7 +66,12 @@ type session struct {
 // New connects to etcd. It returns an error matching
 // coordinator.ErrInvalidSpec for a bad configuration, or one matching
 // coordinator.ErrUnavailable when no endpoint answers within DialTimeout.
-func New(cfg Config) (*Coordinator, error) {
+func New(cfg Config) (*Coordinator, error) { return NewContext(context.Background(), cfg) }
+
+// NewContext is New, given up on (ErrUnavailable) when ctx ends before an
+// endpoint answered: for a caller that dials in the background and must be
+// able to stop (coordinator.NewLazy).
+func NewContext(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -104,8 +109,8 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	// clientv3.New does not wait for a connection; one bounded read makes
 	// a wrong endpoint or wrong credentials fail here, with its reason.
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.DialTimeout)
-	_, err = cli.Get(ctx, "/"+strings.Trim(cfg.Prefix, "/")+"/", clientv3.WithCountOnly())
+	gctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	_, err = cli.Get(gctx, "/"+strings.Trim(cfg.Prefix, "/")+"/", clientv3.WithCountOnly())
 	cancel()
 	if err != nil {
 		cli.Close()

@@ -65,7 +65,12 @@ var _ coordinator.Coordinator = (*Coordinator)(nil)
 // coordinator.ErrInvalidSpec for a bad configuration (the negotiated
 // timeout included), or one matching coordinator.ErrUnavailable when no
 // server gives a session within DialTimeout or the credentials are refused.
-func New(cfg Config) (*Coordinator, error) {
+func New(cfg Config) (*Coordinator, error) { return NewContext(context.Background(), cfg) }
+
+// NewContext is New, given up on (ErrUnavailable) when ctx ends before the
+// connection is made: for a caller that dials in the background and must be
+// able to stop (coordinator.NewLazy).
+func NewContext(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -112,19 +117,21 @@ func New(cfg Config) (*Coordinator, error) {
 	case <-c.hasSession:
 	case <-time.After(cfg.DialTimeout):
 		return fail(fmt.Errorf("%w: zookeeper %v: no session within %v", coordinator.ErrUnavailable, cfg.Servers, cfg.DialTimeout))
+	case <-ctx.Done():
+		return fail(fmt.Errorf("%w: zookeeper %v: %w", coordinator.ErrUnavailable, cfg.Servers, ctx.Err()))
 	}
 	neg := time.Duration(c.negotiated.Load())
 	if err := cfg.checkSession(neg, "negotiated"); err != nil {
 		return fail(err)
 	}
 	if cfg.Auth != "" {
-		if _, err := call(c, context.Background(), func() (struct{}, error) {
+		if _, err := call(c, ctx, func() (struct{}, error) {
 			return struct{}{}, conn.AddAuth("digest", []byte(cfg.Auth))
 		}); err != nil {
 			return fail(fmt.Errorf("%w: zookeeper digest auth: %w", coordinator.ErrUnavailable, err))
 		}
 	}
-	if err := c.ensurePath(context.Background(), c.root); err != nil {
+	if err := c.ensurePath(ctx, c.root); err != nil {
 		return fail(err)
 	}
 	c.log.Info("zookeeper session established", "session", fmt.Sprintf("%#x", c.sid.Load()),
