@@ -29,14 +29,30 @@
 // backward step s <= MaxLead is absorbed: calls wait while L − now >
 // MaxLead (a delay of at most s) and none fails. A backward step s > MaxLead
 // fails closed: calls return *RollbackError{Step, Limit} until L − now <=
-// MaxLead again. Forward steps are followed (L jumps with the clock). A clock
-// outside the layout's range fails with *RangeError; nothing is ever issued
-// past the layout's last time.
+// MaxLead again. Forward steps are followed (L jumps with the clock), except
+// that with MaxForwardStep set a forward step beyond it (measured from the
+// largest wall − monotonic offset adopted so far) fails with
+// *ForwardStepError until ConfirmClock: no ID carries a stepped time nobody
+// confirmed, and the clock coming back ends the refusal by itself. The
+// baseline of these measures is taken at New, so a step before the first
+// call is seen too. A clock outside the layout's range fails with
+// *RangeError; nothing is ever issued past the layout's last time.
+//
+// # Waits
+//
+// A call waits only for the clock (at the lead limit) or the reservation
+// (SetReserved). Every wait watches a wake-up channel taken before the
+// clock reading it was sized from; SetReserved, Retire and Wake close it,
+// and the call reads the clock again and decides anew. No single wait
+// lasts longer than 50 ms without a fresh reading either, so a wait sized
+// from a clock since corrected ends within that even if nobody calls Wake.
 //
 // # Hazards
 //
 // Encoding never masks: a value too wide for its field is an error, never
 // silently truncated into someone else's ID space. An ID that sets bits above
 // the layout (the sign bit included) is refused by Decode. Waits honour the
-// caller's context; a wait that would outlast its deadline returns at once.
+// caller's context; a clock wait that would outlast its deadline returns
+// ErrAhead at once. Reserved -1 means nothing is reserved yet: no ID is
+// issued before the first SetReserved.
 package generator

@@ -33,6 +33,9 @@ var (
 	// ErrAhead: the logical time is further ahead of the clock than
 	// MaxLead allows and the wait would outlast the caller's deadline.
 	ErrAhead = errors.New("generator: logical time ahead of the clock")
+	// ErrForwardStep: the clock stepped forward further than
+	// MaxForwardStep and the step was not confirmed (ConfirmClock).
+	ErrForwardStep = errors.New("generator: clock stepped forward")
 	// ErrConfig marks a refused Config.
 	ErrConfig = errors.New("generator: invalid config")
 )
@@ -98,6 +101,23 @@ func (e *AheadError) Is(target error) bool { return target == ErrAhead }
 // Unwrap returns the context error.
 func (e *AheadError) Unwrap() error { return e.Err }
 
+// ForwardStepError reports a forward step of the wall clock larger than
+// MaxForwardStep that nobody confirmed yet. The generator issues no ID
+// stamped with the stepped clock: it returns this error until ConfirmClock
+// adopts the new reading, or the clock comes back within the limit of the
+// reading before the step.
+type ForwardStepError struct {
+	Step  time.Duration // size of the forward step, > 0
+	Limit time.Duration // MaxForwardStep
+}
+
+func (e *ForwardStepError) Error() string {
+	return fmt.Sprintf("clock stepped forward %v, beyond %v: not confirmed by NTP or the peer median", e.Step.Round(time.Millisecond), e.Limit)
+}
+
+// Is makes errors.Is(err, ErrForwardStep) true.
+func (e *ForwardStepError) Is(target error) bool { return target == ErrForwardStep }
+
 // FastClock is an optional Clock extension: a monotonic-only reading that
 // costs one clock read instead of two. ok is false when the clock cannot
 // offer it (then the generator reads the clock in full every time).
@@ -123,12 +143,20 @@ type Config struct {
 	Floor int64
 	// Reserved is the largest time the coordinator has durably reserved
 	// for this holder; the generator never passes it. Raise it with
-	// SetReserved. Use NoReservation only where no coordinator exists.
+	// SetReserved. -1 means nothing is reserved yet: no ID is issued
+	// before the first SetReserved. Use NoReservation only where no
+	// coordinator exists.
 	Reserved int64
 	// MaxLead bounds how far the logical time may run ahead of the clock
 	// (borrowing on sequence exhaustion, and absorbing backward steps).
 	// Zero means the default: max(1s, 2 units). At least 2 units.
 	MaxLead time.Duration
+	// MaxForwardStep, when positive, is the largest forward step of the
+	// wall clock (against the monotonic clock) the generator follows by
+	// itself. A larger one is refused with *ForwardStepError until
+	// ConfirmClock is called or the clock comes back. Zero follows every
+	// forward step.
+	MaxForwardStep time.Duration
 }
 
 // DefaultMaxLead is max(1s, 2 units) for the layout.
@@ -143,16 +171,17 @@ type Generator struct {
 	dc        uint64
 	floor     int64
 	maxLead   time.Duration
+	maxFwd    time.Duration
 	leadUnits int64
 	maxSeq    uint64
 	maxTime   int64
 	end       time.Time
 
-	mu       sync.Mutex
-	last     int64         // L: the logical time of the last ID issued
-	seq      uint64        // next sequence number within last
-	base     time.Duration // wall − mono at the last reading within the lead
-	haveBase bool
+	mu   sync.Mutex
+	last int64         // L: the logical time of the last ID issued
+	seq  uint64        // next sequence number within last
+	base time.Duration // wall − mono at the last reading within the lead (first: at New)
+	top  time.Duration // the largest wall − mono adopted: forward steps are measured from it
 
 	reserved atomic.Int64
 	issued   uint64
@@ -178,8 +207,12 @@ type Generator struct {
 	retired atomic.Bool
 	waits   atomic.Uint64 // waits on the reservation
 
-	resMu   sync.Mutex
-	resCh   chan struct{} // closed and replaced on every raise and on Retire
+	// wake is closed and replaced on every raise of the reservation, every
+	// Wake (a clock step, a change of serving) and on Retire: every wait
+	// watches the channel current when its clock reading was taken, and
+	// re-reads the clock when it closes.
+	wakeMu  sync.Mutex
+	wake    atomic.Pointer[chan struct{}]
 	retireC chan struct{}
 }
 
@@ -191,7 +224,7 @@ func New(cfg Config) (*Generator, error) {
 	if cfg.Clock == nil {
 		return nil, fmt.Errorf("%w: Clock is nil", ErrConfig)
 	}
-	wall, _ := cfg.Clock.Now()
+	wall, mono := cfg.Clock.Now()
 	l := cfg.Layout
 	if err := l.Validate(wall); err != nil {
 		return nil, err
@@ -212,8 +245,11 @@ func New(cfg Config) (*Generator, error) {
 	if cfg.Floor < -1 || cfg.Floor >= l.MaxTime() {
 		return nil, fmt.Errorf("%w: floor %d outside [-1, %d)", ErrConfig, cfg.Floor, l.MaxTime())
 	}
-	if cfg.Reserved < 0 {
-		return nil, fmt.Errorf("%w: reserved %d is negative", ErrConfig, cfg.Reserved)
+	if cfg.Reserved < -1 {
+		return nil, fmt.Errorf("%w: reserved %d is below -1 (nothing reserved)", ErrConfig, cfg.Reserved)
+	}
+	if cfg.MaxForwardStep < 0 {
+		return nil, fmt.Errorf("%w: max forward step %v is negative", ErrConfig, cfg.MaxForwardStep)
 	}
 	g := &Generator{
 		layout:    l,
@@ -222,15 +258,21 @@ func New(cfg Config) (*Generator, error) {
 		dc:        cfg.Datacenter,
 		floor:     cfg.Floor,
 		maxLead:   lead,
+		maxFwd:    cfg.MaxForwardStep,
 		leadUnits: int64(lead / l.Unit),
 		maxSeq:    l.MaxSequence(),
 		maxTime:   l.MaxTime(),
 		end:       l.End(),
 		last:      -1,
 		seq:       0,
-		resCh:     make(chan struct{}),
 		retireC:   make(chan struct{}),
 	}
+	// The reading taken here is the first baseline: a step between New
+	// and the first call is measured against it.
+	g.base = time.Duration(wall.UnixNano()) - mono
+	g.top = g.base
+	ch := make(chan struct{})
+	g.wake.Store(&ch)
 	g.reserved.Store(cfg.Reserved)
 	g.epochNs, g.unitNs = l.Epoch.UnixNano(), int64(l.Unit)
 	g.timeShift = l.DatacenterBits + l.WorkerBits + l.SequenceBits
@@ -304,10 +346,36 @@ func (g *Generator) SetReserved(r int64) {
 			break
 		}
 	}
-	g.resMu.Lock()
-	close(g.resCh)
-	g.resCh = make(chan struct{})
-	g.resMu.Unlock()
+	g.Wake()
+}
+
+// Wake makes every waiting call re-read the clock and decide again. The
+// owner calls it on any change a wait may have been sized from: a step of
+// the clock either way, a change of the serving state. (A raise of the
+// reservation and Retire wake waiters by themselves.)
+func (g *Generator) Wake() {
+	ch := make(chan struct{})
+	g.wakeMu.Lock()
+	old := g.wake.Swap(&ch)
+	close(*old)
+	g.wakeMu.Unlock()
+}
+
+// waker returns the channel the next Wake closes. A wait takes it before
+// its clock reading, so that no wake-up between the reading and the wait
+// is lost.
+func (g *Generator) waker() <-chan struct{} { return *g.wake.Load() }
+
+// ConfirmClock adopts the clock's current reading as the baseline for
+// steps: after a forward step beyond MaxForwardStep was confirmed (by NTP
+// or the peer median), the generator follows it. Waiters wake.
+func (g *Generator) ConfirmClock() {
+	g.mu.Lock()
+	wall, mono := g.fullRead()
+	g.base = time.Duration(wall) - mono
+	g.top = g.base
+	g.mu.Unlock()
+	g.Wake()
 }
 
 // Retire ends the generator: every later call returns ErrRetired and
@@ -380,10 +448,12 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 		if now > L {
 			L, seq = now, 0
 		}
+		off := time.Duration(wall) - mono
 		if now >= 0 && L > g.floor && L-now <= g.leadUnits && seq <= g.maxSeq &&
-			L <= g.maxTime && L <= g.reserved.Load() {
+			L <= g.maxTime && L <= g.reserved.Load() && (g.maxFwd == 0 || off-g.top <= g.maxFwd) {
 			if g.full {
-				g.base, g.haveBase = time.Duration(wall)-mono, true
+				g.base = off
+				g.top = max(g.top, off)
 			}
 			g.last, g.seq = L, seq+1
 			g.issued++
@@ -431,17 +501,24 @@ func (g *Generator) nextBatch(ctx context.Context, dst []uint64, spin bool) (int
 		return 0, nil
 	}
 	for {
+		// The waker is taken before the reading: a Wake after it (a
+		// clock step, a raise) ends the wait below, whose size came from
+		// this reading.
+		wk := g.waker()
 		n, w, wall, err := g.next(dst, spin)
 		if n > 0 || err != nil {
 			return n, err
 		}
 		switch w.kind {
 		case waitClock:
-			if err := g.sleep(ctx, w.d); err != nil {
+			if err := g.sleep(ctx, w.d, wk); err != nil {
+				if errors.Is(err, ErrRetired) {
+					return 0, err
+				}
 				return 0, &AheadError{Lead: g.Lead(time.Unix(0, wall)), Limit: g.maxLead, Err: err}
 			}
 		case waitReservation:
-			if err := g.awaitReservation(ctx, w.need); err != nil {
+			if err := g.awaitReservation(ctx, w.need, wk); err != nil {
 				return 0, err
 			}
 		}
@@ -578,18 +655,25 @@ func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64) (int, wai
 	// clock (s < 0: it moved forward).
 	offset := time.Duration(wall) - mono
 	if L-now > g.leadUnits {
-		if g.haveBase {
-			if s := g.base - offset; s > g.maxLead {
-				return 0, wait{}, &RollbackError{Step: s, Limit: g.maxLead}
-			}
+		if s := g.base - offset; s > g.maxLead {
+			return 0, wait{}, &RollbackError{Step: s, Limit: g.maxLead}
 		}
 		return 0, wait{kind: waitClock, d: g.until(L-g.leadUnits, wall)}, nil
+	}
+	// A forward step beyond MaxForwardStep (from the largest offset ever
+	// adopted, so that the clock coming back after an absorbed backward
+	// step is no step) is not followed until ConfirmClock: no ID carries
+	// the stepped time. The next reading is a full one.
+	if g.maxFwd > 0 && offset-g.top > g.maxFwd {
+		g.haveAnchor = false
+		return 0, wait{}, &ForwardStepError{Step: offset - g.top, Limit: g.maxFwd}
 	}
 	// Within the lead: this reading is the new baseline (forward steps and
 	// absorbed backward steps are followed). An extrapolated reading has
 	// the offset of its full reading, already taken.
 	if g.full {
-		g.base, g.haveBase = offset, true
+		g.base = offset
+		g.top = max(g.top, offset)
 	}
 	if seq > g.maxSeq {
 		// Borrow the next unit, within the lead and the layout.
@@ -621,21 +705,27 @@ func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64) (int, wai
 	return int(n), wait{}, nil
 }
 
-func (g *Generator) sleep(ctx context.Context, d time.Duration) error {
+// waitSlice bounds every single wait: after it the clock is read again,
+// so that no wait outlives a change of the clock by more than this even if
+// nobody calls Wake.
+const waitSlice = 50 * time.Millisecond
+
+// sleep waits for d, or less: until the clock may allow more. It refuses
+// at once a wait longer than ctx's deadline, and returns early (nil) when
+// wk closes (the caller then reads the clock again).
+func (g *Generator) sleep(ctx context.Context, d time.Duration, wk <-chan struct{}) error {
 	if d <= 0 {
 		return nil
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		return context.DeadlineExceeded
 	}
-	if ctx.Done() == nil {
-		time.Sleep(d)
-		return nil
-	}
-	t := time.NewTimer(d)
+	t := time.NewTimer(min(d, waitSlice))
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return nil
+	case <-wk:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -644,23 +734,24 @@ func (g *Generator) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// awaitReservation waits until the reservation reaches need.
-func (g *Generator) awaitReservation(ctx context.Context, need int64) error {
+// awaitReservation waits until the reservation may have reached need: a
+// raise, a Wake, or waitSlice, after which the caller reads the clock again
+// (the time it needs may have changed with the clock).
+func (g *Generator) awaitReservation(ctx context.Context, need int64, wk <-chan struct{}) error {
 	g.waits.Add(1)
-	for {
-		g.resMu.Lock()
-		ch := g.resCh
-		g.resMu.Unlock()
-		res := g.reserved.Load()
-		if res >= need {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return &ReservationError{Need: need, Reserved: g.reserved.Load(), Err: ctx.Err()}
-		case <-g.retireC:
-			return ErrRetired
-		}
+	if g.reserved.Load() >= need {
+		return nil
+	}
+	t := time.NewTimer(waitSlice)
+	defer t.Stop()
+	select {
+	case <-wk:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return &ReservationError{Need: need, Reserved: g.reserved.Load(), Err: ctx.Err()}
+	case <-g.retireC:
+		return ErrRetired
 	}
 }

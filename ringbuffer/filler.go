@@ -1,6 +1,7 @@
 package ringbuffer
 
 import (
+	"context"
 	"math"
 	"time"
 )
@@ -54,7 +55,7 @@ func (b *Buffer) Close() {
 		return
 	}
 	close(b.closed)
-	b.Reset(nil)
+	b.Reset(nil) // cancels the source before it takes the lock
 	if b.started.Load() {
 		<-b.done
 	}
@@ -157,11 +158,22 @@ func (b *Buffer) writable(t uint64, want int) int {
 	return n
 }
 
+// fillWait bounds how long one refill chunk may wait in the source (for
+// the clock or the reservation) while holding the lock: a filler does not
+// wait out what a caller would have to wait for; it tries again on its
+// next round, and callers generate directly meanwhile, each with its own
+// deadline.
+const fillWait = 10 * time.Millisecond
+
 // fill adds up to k IDs from the source, chunk by chunk.
 func (b *Buffer) fill(k int) {
-	b.fillMu.Lock()
-	defer b.fillMu.Unlock()
-	src, ctx := b.src, b.srcCtx
+	select {
+	case b.fillLock <- struct{}{}:
+	case <-b.closed:
+		return
+	}
+	defer func() { <-b.fillLock }()
+	src, srcCtx := b.src, b.srcCtx
 	if src == nil {
 		return
 	}
@@ -175,7 +187,9 @@ func (b *Buffer) fill(k int) {
 		}
 		// Stamp before generating: an ID is never younger than its stamp.
 		stamp := b.nowTick()
+		ctx, cancel := context.WithTimeout(srcCtx, fillWait)
 		n, err := src.NextBatch(ctx, b.scratch[:room])
+		cancel()
 		if err != nil {
 			b.refillErrors.Add(1)
 			break

@@ -129,12 +129,17 @@ type Buffer struct {
 	chunk   int
 	clock   Clock
 
-	fillMu     sync.Mutex // held while filling and by Generate and Reset
+	// fillLock is held while filling, by Generate and by Reset: a channel
+	// used as a lock, so that Generate takes it with its caller's context.
+	fillLock   chan struct{}
 	src        Source
-	srcCancel  context.CancelFunc
 	srcCtx     context.Context
 	scratch    []uint64
 	lastSample sampler
+	// srcCancel cancels srcCtx: Reset and Close call it before they take
+	// fillLock, so that a source waiting under the lock wakes and lets go.
+	srcMu     sync.Mutex
+	srcCancel context.CancelFunc
 
 	wake    chan struct{}
 	closed  chan struct{}
@@ -181,6 +186,7 @@ func New(cfg Config) (*Buffer, error) {
 	}
 	b := &Buffer{
 		srcCtx:   context.Background(),
+		fillLock: make(chan struct{}, 1),
 		ids:      make([]uint64, cfg.Size),
 		meta:     make([]meta, cfg.Size),
 		released: make([]atomic.Uint64, cfg.Size/blockSize),
@@ -375,19 +381,28 @@ func (b *Buffer) poke() {
 // Generate fills dst directly from the source under the filler's lock,
 // bypassing the ring: the server uses it for what the ring could not give,
 // so a caller never sees ErrEmpty. It returns how many IDs it wrote (fewer
-// than len(dst) only with an error, the source's).
+// than len(dst) only with an error: the source's, or ctx's when the lock
+// could not be had before ctx ended).
 //
 // Under the lock it first drains what the ring holds, so every ID it
 // returns is newer than any the same caller took before, and older than
 // any the filler publishes after.
 func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
-	b.fillMu.Lock()
+	select {
+	case b.fillLock <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
 	src := b.src
 	got := 0
 	var err error
 	if src == nil {
 		err = ErrNoSource
 	}
+	// The source waits with the caller's context, ended also by Reset and
+	// Close (they cancel srcCtx before they wait for the lock).
+	sctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(b.srcCtx, cancel)
 	for err == nil && got < len(dst) {
 		n, terr := b.takeN(dst[got:])
 		if terr != nil {
@@ -398,10 +413,12 @@ func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
 	fromRing := got
 	for err == nil && got < len(dst) {
 		var n int
-		n, err = src.NextBatch(ctx, dst[got:])
+		n, err = src.NextBatch(sctx, dst[got:])
 		got += n
 	}
-	b.fillMu.Unlock()
+	stop()
+	cancel()
+	<-b.fillLock
 	b.direct.Add(uint64(got - fromRing))
 	b.poke()
 	return got, err
@@ -411,15 +428,24 @@ func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
 // advances instead of the ring rewinding: every ID buffered from the old
 // source is dropped (also by a taker that claimed it before the Reset and
 // copies it after), and no refill from the old source is published.
+//
+// The old source's context is cancelled first, so that a filler or a
+// Generate waiting in it wakes and lets go of the lock Reset then takes.
 func (b *Buffer) Reset(src Source) {
-	b.fillMu.Lock()
+	b.srcMu.Lock()
 	if b.srcCancel != nil {
 		b.srcCancel()
 	}
+	b.srcMu.Unlock()
+	b.fillLock <- struct{}{}
 	b.epoch.Add(1)
 	b.src = src
-	b.srcCtx, b.srcCancel = context.WithCancel(context.Background())
-	b.fillMu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	b.srcCtx = ctx
+	b.srcMu.Lock()
+	b.srcCancel = cancel
+	b.srcMu.Unlock()
+	<-b.fillLock
 	b.drain()
 	b.poke()
 }
