@@ -165,6 +165,10 @@ type ServerResult struct {
 type NTPResult struct {
 	// At is the measured clock's wall reading when the check ended.
 	At time.Time
+	// StartMono is the measured clock's monotonic reading when the check
+	// began: a verdict speaks for the clock as it was from then on (a step
+	// before StartMono is covered by it, a step after is not).
+	StartMono time.Duration
 	// Offset is the median over usable answers of the measured clock minus
 	// NTP time: positive means the clock is ahead. Zero when Valid < Need.
 	Offset time.Duration
@@ -201,6 +205,7 @@ type NTPChecker struct {
 	last    atomic.Pointer[ntpLast]
 	running atomic.Bool
 	loop    loop
+	trigger chan struct{}
 }
 
 type ntpLast struct {
@@ -219,7 +224,7 @@ func NewNTPChecker(clock Clock, cfg NTPConfig, opts ...NTPOption) (*NTPChecker, 
 		return nil, err
 	}
 	cfg.Servers = slices.Clone(cfg.Servers)
-	c := &NTPChecker{cfg: cfg, clock: clock, log: slog.Default()}
+	c := &NTPChecker{cfg: cfg, clock: clock, log: slog.Default(), trigger: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(c)
 	}
@@ -247,6 +252,7 @@ func (c *NTPChecker) wall() time.Time {
 // ended first.
 func (c *NTPChecker) Check(ctx context.Context) (NTPResult, error) {
 	res := NTPResult{Limit: c.cfg.MaxOffset, Need: c.cfg.need(), Servers: make([]ServerResult, len(c.cfg.Servers))}
+	_, res.StartMono = c.clock.Now()
 	if err := ctx.Err(); err != nil {
 		res.At = c.wall()
 		return res, fmt.Errorf("clockguard: NTP check: %w", err)
@@ -384,7 +390,8 @@ func (c *NTPChecker) Last() (res NTPResult, err error, ok bool) {
 	return l.res, l.err, true
 }
 
-// Run checks at once and then every Interval until ctx ends, keeping the
+// Run checks at once and then every Interval (every NTPRetryInterval while
+// checks fail, and at once on Trigger) until ctx ends, keeping the
 // latest result for Last, calling the callback, and logging each change of
 // verdict. It returns ctx's error, or ErrRunning if a loop already runs.
 func (c *NTPChecker) Run(ctx context.Context) error {
@@ -392,7 +399,7 @@ func (c *NTPChecker) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer c.running.Store(false)
-	t := time.NewTicker(c.cfg.Interval)
+	t := time.NewTimer(c.cfg.Interval)
 	defer t.Stop()
 	prevOK, first := false, true
 	for {
@@ -408,11 +415,41 @@ func (c *NTPChecker) Run(ctx context.Context) error {
 		if c.onResult != nil {
 			c.onResult(res, err)
 		}
+		// A failing check is tried again soon: serving resumes within
+		// about a second of NTP agreeing again, not a whole interval.
+		next := c.cfg.Interval
+		if !res.OK {
+			next = min(next, NTPRetryInterval)
+		}
+		t.Reset(next)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+		case <-c.trigger:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
 		}
+	}
+}
+
+// NTPRetryInterval is how soon the periodic loop checks again after a
+// check that failed (servers unreachable or the offset beyond the limit),
+// when that is sooner than the interval.
+const NTPRetryInterval = time.Second
+
+// Trigger asks the periodic loop for a check now (the node calls it after
+// a step of its clock, either way): the result reaches the callback as
+// every periodic one does. Triggers while a check runs coalesce into one
+// more check. Without a running loop it does nothing.
+func (c *NTPChecker) Trigger() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
 	}
 }
 

@@ -419,3 +419,54 @@ func TestCheckConcurrent(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// A failing check is retried within about NTPRetryInterval, not a whole
+// interval: after an NTP outage ends (or an offset is corrected) the
+// verdict is back within seconds. Trigger asks for a check at once.
+func TestPeriodicRetriesSoonAndTriggers(t *testing.T) {
+	srvs, addrs := servers(t, 1)
+	cfg := testConfig(addrs)
+	cfg.Interval = time.Hour
+	srvs[0].SetSilent(true)
+	var mu sync.Mutex
+	var results []error
+	c := newChecker(t, clockguard.NewSystem(), cfg, clockguard.WithNTPCallback(func(_ clockguard.NTPResult, err error) {
+		mu.Lock()
+		results = append(results, err)
+		mu.Unlock()
+	}))
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	waitFor := func(what string, d time.Duration, ok func([]error) bool) {
+		t.Helper()
+		deadline := time.Now().Add(d)
+		for time.Now().Before(deadline) {
+			mu.Lock()
+			done := ok(results)
+			mu.Unlock()
+			if done {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("%s: not within %v (results %v)", what, d, results)
+	}
+	waitFor("first (failing) check", 2*time.Second, func(r []error) bool { return len(r) >= 1 && r[0] != nil })
+	srvs[0].SetSilent(false)
+	// One hour between checks, yet the outage's end is seen within about
+	// NTPRetryInterval plus one check.
+	waitFor("a passing check after the outage", clockguard.NTPRetryInterval+2*time.Second, func(r []error) bool {
+		return len(r) > 0 && r[len(r)-1] == nil
+	})
+	mu.Lock()
+	n := len(results)
+	mu.Unlock()
+	// Passing now: the next periodic check is an hour away; Trigger runs
+	// one at once.
+	c.Trigger()
+	waitFor("a triggered check", 2*time.Second, func(r []error) bool { return len(r) > n })
+}

@@ -23,6 +23,7 @@ const (
 	SourceNTP           Source = "ntp"            // NTP offset beyond the limit, or NTP required and unreachable
 	SourceClockRollback Source = "clock-rollback" // backward step beyond max-lead (generator's RollbackError)
 	SourceClockRange    Source = "clock-range"    // clock outside the layout's range
+	SourceClockStep     Source = "clock-step"     // forward step beyond --max-clock-offset not yet confirmed
 	SourcePeers         Source = "peers"          // this node is the clock outlier among its peers
 	SourceReservation   Source = "reservation"    // the coordinator cannot confirm a reservation
 	SourceLease         Source = "lease"          // worker lease lost or not yet acquired

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/bits"
 	"net"
 	"strings"
 	"time"
@@ -91,6 +92,10 @@ type Config struct {
 	AcceptMovedDataDir  bool
 	// ShutdownTimeout bounds the drain on SIGTERM.
 	ShutdownTimeout time.Duration
+	// HTTPRequestTimeout is the server's deadline for an HTTP ID request
+	// (an HTTP client may send none); a generator that cannot answer in
+	// time answers 503 or 504 naming the cause.
+	HTTPRequestTimeout time.Duration
 	// LogLevel: debug, info, warn, error.
 	LogLevel string
 	// Version is reported in Info and build_info.
@@ -125,6 +130,7 @@ func DefaultConfig() Config {
 		RingSize:           1 << 16,
 		FaultAddr:          "127.0.0.1:7302",
 		ShutdownTimeout:    20 * time.Second,
+		HTTPRequestTimeout: 5 * time.Second,
 		LogLevel:           "info",
 		Version:            "dev",
 	}
@@ -232,6 +238,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.EmbeddedServeRemote, "embedded-serve-remote", c.EmbeddedServeRemote, "allow non-loopback listeners on the embedded coordinator")
 	fs.BoolVar(&c.AcceptMovedDataDir, "accept-moved-data-dir", c.AcceptMovedDataDir, "accept a data dir that was copied or moved")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "longest graceful drain on SIGTERM")
+	fs.DurationVar(&c.HTTPRequestTimeout, "http-request-timeout", c.HTTPRequestTimeout, "the server's deadline for an HTTP ID request")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 }
 
@@ -287,6 +294,10 @@ func (c *Config) Finish(now time.Time) error {
 		if g.MaxStaleness < 2*time.Millisecond {
 			return configErr("max-staleness", "%v is below 2ms", g.MaxStaleness)
 		}
+		if _, ok := perLead(*g); !ok {
+			return configErr("max-lead", "%v holds %d units of %v, each of %d sequence numbers: the IDs within max-lead of generator %s overflow 64 bits",
+				g.MaxLead, int64(g.MaxLead/g.Layout.Unit), g.Layout.Unit, g.Layout.PerUnit(), g.Name)
+		}
 		if c.Datacenter >= 0 && uint64(c.Datacenter) >= g.Layout.DatacenterLimit() {
 			return configErr("datacenter", "%d does not fit generator %s's %d datacenter bits (max %d)",
 				c.Datacenter, g.Name, g.Layout.DatacenterBits, g.Layout.DatacenterLimit()-1)
@@ -319,6 +330,8 @@ func (c *Config) Finish(now time.Time) error {
 		return configErr("tls-client-ca", "needs --tls-cert and --tls-key")
 	case c.ShutdownTimeout <= 0:
 		return configErr("shutdown-timeout", "%v must be positive", c.ShutdownTimeout)
+	case c.HTTPRequestTimeout <= 0:
+		return configErr("http-request-timeout", "%v must be positive", c.HTTPRequestTimeout)
 	case c.FaultClockOffset != 0 && !c.EnableFaultInjection:
 		return configErr("fault-clock-offset", "needs --enable-fault-injection")
 	}
@@ -413,10 +426,21 @@ func loopback(addr string) (bool, error) {
 }
 
 // MaxBatchFor is the largest NextIDs count for a generator: min(--max-batch,
-// sequence per unit × units in max-lead).
+// sequence per unit × units in max-lead). Finish refuses a generator whose
+// product overflows, so it is never 0.
 func (c *Config) MaxBatchFor(g GeneratorConfig) int {
-	perLead := g.Layout.PerUnit() * uint64(g.MaxLead/g.Layout.Unit)
-	return int(min(uint64(c.MaxBatch), perLead))
+	n, ok := perLead(g)
+	if !ok {
+		return c.MaxBatch
+	}
+	return int(min(uint64(c.MaxBatch), n))
+}
+
+// perLead is sequence per unit × units in max-lead, and false when it
+// overflows 64 bits.
+func perLead(g GeneratorConfig) (uint64, bool) {
+	hi, lo := bits.Mul64(g.Layout.PerUnit(), uint64(g.MaxLead/g.Layout.Unit))
+	return lo, hi == 0
 }
 
 // AllowShortWindow lifts the reservation-window relations; tests only.

@@ -55,6 +55,8 @@ func code(err error) codes.Code {
 		errors.Is(err, generator.ErrRollback),
 		errors.Is(err, generator.ErrClockRange),
 		errors.Is(err, generator.ErrReservation),
+		errors.Is(err, generator.ErrAhead),
+		errors.Is(err, generator.ErrForwardStep),
 		errors.Is(err, generator.ErrRetired),
 		errors.Is(err, ringbuffer.ErrNoSource),
 		errors.Is(err, ringbuffer.ErrClosed):

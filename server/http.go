@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -120,7 +121,10 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ids := make([]uint64, count)
-	if err := rt.issue(r.Context(), ids); err != nil {
+	// The server's own deadline: an HTTP client may have none.
+	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.HTTPRequestTimeout)
+	defer cancel()
+	if err := rt.issue(ctx, ids); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -244,7 +248,22 @@ func (n *Node) faultHandler() http.Handler {
 	mux.HandleFunc("GET /debug/fault/clock-offset", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]string{"offset": n.offset.CurrentOffset().String()})
 	})
-	return mux
+	return refuseBrowsers(mux)
+}
+
+// refuseBrowsers refuses every request that carries an Origin header.
+// Browsers send one with every cross-site POST (a plain form POST needs no
+// preflight), so without this a web page open on the node's host could
+// move the clock of a node started with fault injection; the CLI, curl and
+// the tests send none.
+func refuseBrowsers(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o != "" {
+			writeJSON(w, 403, jsonError{Error: fmt.Sprintf("fault injection refuses requests from web pages (Origin %q): use `firn fault` or curl", o), Code: "PermissionDenied"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // --- the status page --------------------------------------------------

@@ -23,6 +23,7 @@ type metrics struct {
 	coordErrors  *prometheus.CounterVec
 	transitions  *prometheus.CounterVec
 	peerSkew     prometheus.Gauge
+	restores     *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
@@ -44,6 +45,8 @@ func newMetrics(n *Node) *metrics {
 			Help: "Serving-state transitions, by generator and new state."}, []string{"generator", "state"}),
 		peerSkew: prometheus.NewGauge(prometheus.GaugeOpts{Name: "firn_peer_clock_skew_seconds",
 			Help: "This node's clock minus the median of its live peers' clocks."}),
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_coordinator_restores_detected_total",
+			Help: "Times this node found the coordinator below a reservation it had acknowledged (a restore from an older snapshot) and wrote the generator's restore marker."}, []string{"generator"}),
 	}
 	for _, d := range []string{"backward", "forward"} {
 		m.steps.WithLabelValues(d)
@@ -51,8 +54,11 @@ func newMetrics(n *Node) *metrics {
 	for _, op := range []string{"acquire", "reserve"} {
 		m.coordErrors.WithLabelValues(op)
 	}
+	for _, g := range n.gens {
+		m.restores.WithLabelValues(g.cfg.Name)
+	}
 	n.reg.MustRegister(m.grpc, m.steps, m.lastStep, m.ntpFailures, m.coordLatency, m.coordErrors,
-		m.transitions, m.peerSkew, &nodeCollector{n: n},
+		m.transitions, m.peerSkew, m.restores, &nodeCollector{n: n},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

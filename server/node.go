@@ -10,14 +10,15 @@ import (
 	"net/http"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
@@ -79,14 +80,18 @@ type Node struct {
 	ntpErr  error
 	ntpHave bool
 
-	// fwdStep is the mono reading of a forward step beyond
-	// --max-clock-offset not yet confirmed by NTP or peers (0: none).
-	fwdStep     atomic.Int64
+	// gate holds the node out after a forward step nobody confirmed.
+	gate        fwdGate
 	peerMu      sync.Mutex
 	peerSkew    time.Duration
 	peerCount   int
 	peerChecked bool
 	peerOver    int // consecutive checks beyond --max-peer-skew
+
+	// drain ends open health watches when the node drains (GracefulStop
+	// waits for every stream).
+	drainCtx    context.Context
+	drainCancel context.CancelFunc
 
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -139,9 +144,12 @@ func New(cfg Config, coord coordinator.Coordinator, st *local.State, clock clock
 			state: clockguard.NewServingState(gc.Name,
 				clockguard.WithStateClock(clock), clockguard.WithStateLogger(n.log)),
 		}
+		rt.epoch.Store(endedEpoch())
+		rt.onForward = func(fs *generator.ForwardStepError) { n.forwardRefused(rt, fs) }
 		n.gens = append(n.gens, rt)
 		n.byName[gc.Name] = rt
 	}
+	n.drainCtx, n.drainCancel = context.WithCancel(context.Background())
 	n.metrics = newMetrics(n)
 	return n, nil
 }
@@ -216,6 +224,18 @@ func (n *Node) Start(ctx context.Context) error {
 		rt := rt
 		n.health.SetServingStatus(rt.cfg.Name, healthpb.HealthCheckResponse_NOT_SERVING)
 		rt.state.Subscribe(func(t clockguard.Transition) {
+			// A spell of serving begins, or ends: calls waiting in the
+			// generator wake and are refused with the cause.
+			switch {
+			case t.To == clockguard.StateServing && t.From != clockguard.StateServing:
+				ctx, cancel := context.WithCancel(context.Background())
+				rt.epoch.Store(&servingEpoch{ctx: ctx, cancel: cancel})
+			case t.From == clockguard.StateServing && t.To != clockguard.StateServing:
+				rt.epoch.Load().cancel()
+				if h := rt.held.Load(); h != nil {
+					h.gen.Wake()
+				}
+			}
 			st := healthpb.HealthCheckResponse_NOT_SERVING
 			if t.To == clockguard.StateServing {
 				st = healthpb.HealthCheckResponse_SERVING
@@ -237,7 +257,7 @@ func (n *Node) Start(ctx context.Context) error {
 	n.grpcSrv = grpc.NewServer(append(grpcopt.ServerOptions(n.tlsConf),
 		grpc.ChainUnaryInterceptor(n.metrics.grpc.UnaryServerInterceptor()))...)
 	firnv1.RegisterIDServiceServer(n.grpcSrv, &idService{node: n})
-	healthpb.RegisterHealthServer(n.grpcSrv, n.health)
+	healthpb.RegisterHealthServer(n.grpcSrv, &drainingHealth{Server: n.health, drain: n.drainCtx})
 	reflection.Register(n.grpcSrv)
 	n.metrics.grpc.InitializeMetrics(n.grpcSrv)
 
@@ -294,14 +314,17 @@ func (n *Node) goRun(f func()) {
 	go func() { defer n.wg.Done(); f() }()
 }
 
-// Shutdown drains: it stops accepting, lets in-flight calls finish (within
-// --shutdown-timeout), stops the generators and releases their leases,
-// lowering reservations to what was produced, so a restart serves at once.
+// Shutdown drains: every generator stops serving at once (calls waiting in
+// one are refused with "draining"), open health watches end, in-flight
+// calls finish (within --shutdown-timeout), then the generators stop and
+// release their leases, lowering reservations to what was produced, so a
+// restart serves at once.
 func (n *Node) Shutdown(ctx context.Context) error {
 	for _, rt := range n.gens {
 		rt.state.Drain("shutting down")
 	}
 	n.health.Shutdown()
+	n.drainCancel()
 	done := make(chan struct{})
 	go func() { n.grpcSrv.GracefulStop(); close(done) }()
 	select {
@@ -329,6 +352,34 @@ func (n *Node) Shutdown(ctx context.Context) error {
 	n.log.Info("firn node stopped", "node", n.nodeInfo.Name)
 	return nil
 }
+
+// drainingHealth is the gRPC health service with watches that end when the
+// node drains: grpc-go's health server leaves them open, and a graceful
+// stop waits for every open stream, so one connected client would hold the
+// drain for the whole --shutdown-timeout.
+type drainingHealth struct {
+	*health.Server
+	drain context.Context
+}
+
+func (h *drainingHealth) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	stop := context.AfterFunc(h.drain, cancel)
+	defer stop()
+	err := h.Server.Watch(req, &watchStream{Health_WatchServer: stream, ctx: ctx})
+	if h.drain.Err() != nil {
+		return status.Error(codes.Unavailable, "node draining: shutting down")
+	}
+	return err
+}
+
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx context.Context
+}
+
+func (s *watchStream) Context() context.Context { return s.ctx }
 
 // Done is closed when Shutdown finished.
 func (n *Node) Done() <-chan struct{} { return n.stopped }
@@ -362,10 +413,18 @@ func (n *Node) runGenerator(ctx context.Context, rt *genRuntime) {
 
 func (n *Node) noteAcquireError(rt *genRuntime, err error) {
 	var nameErr *coordinator.NameInUseError
+	var restored *coordinator.RestoredError
+	var rolled *coordinator.RolledBackError
 	switch {
+	case errors.As(err, &restored):
+		rt.state.Set(clockguard.SourceCoordinator, n.restoreReason(rt, restored.Evidence))
+	case errors.As(err, &rolled):
+		// The data dir remembers more than the coordinator shows: a
+		// restore. The marker stops every node, not only this one.
+		n.markRestored(rt, rolled)
 	case errors.As(err, &nameErr):
 		rt.state.Set(clockguard.SourceInstance, err.Error())
-	case errors.Is(err, coordinator.ErrRolledBack), errors.Is(err, coordinator.ErrRecreated),
+	case errors.Is(err, coordinator.ErrRecreated),
 		errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, coordinator.ErrSchemaTooNew):
 		rt.state.Set(clockguard.SourceCoordinator, err.Error())
 	default:
@@ -373,6 +432,29 @@ func (n *Node) noteAcquireError(rt *genRuntime, err error) {
 	}
 	n.metrics.coordErrors.WithLabelValues("acquire").Inc()
 	n.log.Warn("cannot acquire a worker ID", "generator", rt.cfg.Name, "err", err)
+}
+
+// markRestored writes the generator-wide restore marker with what this
+// node saw (retrying briefly), and holds the generator out naming the
+// restore and the command that clears it.
+func (n *Node) markRestored(rt *genRuntime, rb *coordinator.RolledBackError) {
+	wall, _ := n.clock.Now()
+	ev := coordinator.RestoreEvidence{Generator: rt.cfg.Name, Slot: rb.Slot, Acked: rb.Acked, Shown: rb.Seen, At: wall, Node: n.nodeInfo}
+	rt.state.Set(clockguard.SourceCoordinator, n.restoreReason(rt, ev))
+	n.metrics.restores.WithLabelValues(rt.cfg.Name).Inc()
+	n.log.Error("coordinator state restored from an older snapshot: writing the generator's restore marker; no node serves it until `firn coordinator bump`",
+		"generator", rt.cfg.Name, "worker", rb.Slot.Worker, "datacenter", rb.Slot.Datacenter,
+		"acknowledged", rb.Acked, "shown", rb.Seen)
+	for attempt := 0; attempt < 5; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.CoordinatorTimeout)
+		err := n.coord.MarkRestored(ctx, ev)
+		cancel()
+		if err == nil {
+			return
+		}
+		n.log.Warn("cannot write the restore marker yet", "generator", rt.cfg.Name, "err", err)
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // acquire takes a lease and builds a new generator on it.
@@ -397,14 +479,15 @@ func (n *Node) acquire(ctx context.Context, rt *genRuntime) (*holding, error) {
 	if err != nil {
 		return nil, err
 	}
-	fail := func(err error) (*holding, error) {
+	fail := func(err error, keep int64) (*holding, error) {
 		rctx, cancel := context.WithTimeout(context.Background(), n.cfg.CoordinatorTimeout)
-		lease.Release(rctx, lease.Floor())
+		lease.Release(rctx, keep)
 		cancel()
 		return nil, err
 	}
 	if err := rt.local.Check(lease); err != nil {
-		return fail(err)
+		// Released without lowering anything below what was read.
+		return fail(err, max(lease.Floor(), rt.local.AckedFor(lease.Slot())))
 	}
 	floor := lease.Floor()
 	g, err := generator.New(generator.Config{
@@ -413,16 +496,18 @@ func (n *Node) acquire(ctx context.Context, rt *genRuntime) (*holding, error) {
 		Datacenter: lease.Datacenter(),
 		Clock:      n.clock,
 		Floor:      floor,
-		Reserved:   max(floor, 0),
-		MaxLead:    rt.cfg.MaxLead,
+		// Nothing is issued before the first acknowledged reservation.
+		Reserved:       -1,
+		MaxLead:        rt.cfg.MaxLead,
+		MaxForwardStep: n.cfg.MaxClockOffset,
 	})
 	if err != nil {
-		return fail(err)
+		return fail(err, floor)
 	}
 	h := &holding{gen: g, lease: lease, started: wall}
-	h.reserved.Store(max(floor, 0))
+	h.reserved.Store(-1)
 	if h.rs, err = n.newReserver(rt, h); err != nil {
-		return fail(err)
+		return fail(err, floor)
 	}
 	n.log.Info("holder interval opened", "event", "holder_open", "generator", rt.cfg.Name,
 		"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", floor,
@@ -437,6 +522,7 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 	lease, g := h.lease, h.gen
 	defer func() {
 		g.Retire()
+		h.stopExpiry()
 		rt.ring.Reset(nil)
 		rt.held.Store(nil)
 		n.log.Info("holder interval closed", "event", "holder_close", "generator", rt.cfg.Name,
@@ -445,7 +531,8 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 	}()
 
 	// A floor far ahead of the clock (a restart after this node reserved
-	// ahead): wait until it lies within max-lead.
+	// ahead, or a bump): wait until it lies within max-lead, reading the
+	// clock again at least every 500 ms and at every step.
 	for {
 		wall, _ := n.clock.Now()
 		ahead := lease.Floor() + 1 - l.Units(wall) - leadUnits
@@ -466,15 +553,24 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 		}
 	}
 
-	// The first reservation before any ID.
-	if err := n.reserve(ctx, rt, h); err != nil {
-		if errors.Is(err, coordinator.ErrLeaseLost) {
-			rt.state.Set(clockguard.SourceLease, "lease lost: "+err.Error())
-			return
-		}
-	}
 	rt.ring.Reset(g)
 	rt.held.Store(h)
+	// The first reservation before any ID. Until it is acknowledged the
+	// generator does not serve, naming why, and it is retried every
+	// 200 ms.
+	failing := false
+	if err := n.reserve(ctx, rt, h); err != nil {
+		switch {
+		case errors.Is(err, coordinator.ErrLeaseLost):
+			rt.state.Set(clockguard.SourceLease, "lease lost: "+err.Error())
+			return
+		case errors.Is(err, coordinator.ErrRolledBack):
+			n.rolledBack(rt, h, err)
+			return
+		}
+		rt.state.Set(clockguard.SourceReservation, "first reservation not confirmed by the coordinator: "+err.Error())
+		failing = true
+	}
 	rt.state.Clear(clockguard.SourceLease)
 	rt.state.Clear(clockguard.SourceInstance)
 	rt.state.Clear(clockguard.SourceCoordinator)
@@ -490,10 +586,13 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 		retry    = 200 * time.Millisecond
 		recovery = 100 * time.Millisecond
 	)
-	timer := time.NewTimer(recovery)
+	first := refresh
+	if failing {
+		first = retry
+	}
+	timer := time.NewTimer(rt.nextCheck(first, recovery))
 	defer timer.Stop()
 	lastTry := time.Now()
-	failing := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -526,7 +625,7 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 			rt.state.Set(clockguard.SourceLease, "lease lost: "+err.Error())
 			return
 		case errors.Is(err, coordinator.ErrRolledBack):
-			rt.state.Set(clockguard.SourceCoordinator, err.Error())
+			n.rolledBack(rt, h, err)
 			return
 		default:
 			failing = true
@@ -539,9 +638,28 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 	}
 }
 
+// rolledBack ends a holding whose reservation the coordinator showed below
+// one acknowledged: the generator stops, the restore marker is written for
+// every node, and the lease is released without lowering anything.
+func (n *Node) rolledBack(rt *genRuntime, h *holding, err error) {
+	h.gen.Retire()
+	rt.ring.Reset(nil)
+	var rb *coordinator.RolledBackError
+	if errors.As(err, &rb) {
+		n.markRestored(rt, rb)
+	} else {
+		rt.state.Set(clockguard.SourceCoordinator, err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.CoordinatorTimeout)
+	defer cancel()
+	if err := h.lease.Release(ctx, max(h.reserved.Load(), h.lease.Floor())); err != nil {
+		n.log.Warn("lease not released after the restore was noticed; it will expire", "generator", rt.cfg.Name, "err", err)
+	}
+}
+
 // newReserver builds the coordinator's Reserver for one holding: one
-// window ahead of max(L, now), journaled in the data dir before each write,
-// held below an unconfirmed forward clock step.
+// window ahead of max(L, now), journaled in the data dir before each write
+// (within a deadline), held below an unconfirmed forward clock step.
 func (n *Node) newReserver(rt *genRuntime, h *holding) (*coordinator.Reserver, error) {
 	l := rt.cfg.Layout
 	return coordinator.NewReserver(coordinator.ReserverConfig{
@@ -553,19 +671,12 @@ func (n *Node) newReserver(rt *genRuntime, h *holding) (*coordinator.Reserver, e
 			return l.Units(wall)
 		},
 		Logical: h.gen.Logical,
-		Gate: func(wanted int64) int64 {
-			_, mono := n.clock.Now()
-			if fwd := n.fwdStep.Load(); fwd != 0 && time.Duration(fwd) <= mono {
-				// An unconfirmed forward step: keep the heartbeat
-				// flowing at the current reservation.
-				return min(wanted, max(h.reserved.Load(), 0))
-			}
-			return wanted
-		},
-		Journal: rt.local,
+		Gate:    func(wanted int64) int64 { return n.holdReserved(h, wanted) },
+		Journal: newBoundedJournal(n.journalFor(rt), 2*n.cfg.CoordinatorTimeout),
 		OnAck: func(r int64) {
 			h.reserved.Store(r)
 			h.gen.SetReserved(r)
+			n.armExpiry(rt, h)
 			n.log.Debug("reservation acknowledged", "event", "holder_reserve", "generator", rt.cfg.Name,
 				"worker", h.lease.WorkerID(), "datacenter", h.lease.Datacenter(), "reserved", r)
 		},
@@ -581,13 +692,17 @@ func (n *Node) newReserver(rt *genRuntime, h *holding) (*coordinator.Reserver, e
 func (n *Node) reserve(ctx context.Context, rt *genRuntime, h *holding) error {
 	start := time.Now()
 	err := h.rs.Step(ctx)
-	n.metrics.coordLatency.WithLabelValues("reserve").Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	n.metrics.coordLatency.WithLabelValues("reserve").Observe(took.Seconds())
 	if err != nil {
 		n.metrics.coordErrors.WithLabelValues("reserve").Inc()
-		// Not extended: the generator stops at the old reservation.
+		msg := err.Error()
+		h.lastErr.Store(&msg)
+		// Not extended: the generator stops at the old reservation (the
+		// expiry timer takes it out shortly before).
 		wall, _ := n.clock.Now()
 		left := rt.cfg.Layout.UnitStart(h.reserved.Load() + 1).Sub(wall)
-		if left <= 0 {
+		if left <= 0 && h.reserved.Load() >= 0 {
 			rt.state.Set(clockguard.SourceReservation, fmt.Sprintf("reservation exhausted: the coordinator did not confirm a new one (%v)", err))
 		}
 		if !errors.Is(err, coordinator.ErrLeaseLost) {
@@ -596,6 +711,8 @@ func (n *Node) reserve(ctx context.Context, rt *genRuntime, h *holding) error {
 		}
 		return err
 	}
+	h.noteWriteLatency(took)
+	n.armExpiry(rt, h)
 	rt.state.Clear(clockguard.SourceReservation)
 	return nil
 }
@@ -608,7 +725,7 @@ func (n *Node) release(rt *genRuntime, h *holding) {
 	highest := max(h.gen.Highest(), h.lease.Floor())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*n.cfg.CoordinatorTimeout)
 	defer cancel()
-	if err := rt.local.BeforeRelease(h.lease.Slot(), highest); err != nil {
+	if err := runBounded(ctx, func() error { return rt.local.BeforeRelease(h.lease.Slot(), highest) }); err != nil {
 		n.log.Warn("cannot lower the data-dir reservation; the lease is left to expire", "generator", rt.cfg.Name, "err", err)
 		return
 	}
@@ -669,17 +786,18 @@ func (n *Node) onStep(st clockguard.Step) {
 				}
 			}
 		}
-		return
 	}
-	if -st.Size > n.cfg.MaxClockOffset {
-		if len(n.cfg.NTP) == 0 && !n.peersConfigured() {
-			n.log.Warn("forward clock step accepted unconfirmed: no NTP and no peers to check it", "size", -st.Size)
-			return
-		}
-		n.fwdStep.Store(max(int64(st.Mono), 1))
-		n.log.Warn("forward clock step: reservations held until NTP or the peer median confirms the clock", "size", -st.Size)
-		if n.ntp != nil {
-			go n.checkNTPNow()
+	// Either way: the forward-step gate sees the reading, NTP is asked at
+	// once, every wait sized from the old clock is woken, and every
+	// reservation-expiry timer is sized again.
+	n.gateReading(st.Wall, st.Mono)
+	if n.ntp != nil {
+		n.ntp.Trigger()
+	}
+	for _, rt := range n.gens {
+		if h := rt.held.Load(); h != nil {
+			h.gen.Wake()
+			n.armExpiry(rt, h)
 		}
 	}
 }
@@ -713,6 +831,7 @@ func (n *Node) Resume(generatorName string) error {
 // --- clock checks -----------------------------------------------------
 
 func (n *Node) startClockChecks(ctx context.Context) error {
+	n.initGate()
 	var err error
 	n.steps, err = clockguard.NewStepDetector(n.clock, clockguard.DefaultStepConfig(),
 		clockguard.WithStepCallback(n.onStep), clockguard.WithStepLogger(n.log))
@@ -742,13 +861,6 @@ func (n *Node) startClockChecks(ctx context.Context) error {
 	return n.ntp.Start()
 }
 
-func (n *Node) checkNTPNow() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	res, err := n.ntp.Check(ctx)
-	n.onNTP(res, err)
-}
-
 func (n *Node) onNTP(res clockguard.NTPResult, err error) {
 	n.ntpMu.Lock()
 	n.ntpLast, n.ntpErr, n.ntpHave = res, err, true
@@ -775,8 +887,14 @@ func (n *Node) onNTP(res clockguard.NTPResult, err error) {
 			rt.state.Set(clockguard.SourceNTP, reason)
 		}
 	}
-	if reason == "" && err == nil && res.OK {
-		n.fwdStep.Store(0) // NTP agrees with the clock: any forward step is confirmed
+	// The forward-step gate: a check begun after the step that agrees
+	// confirms it; with NTP not required, unreachable NTP and fewer than 3
+	// live nodes leave nothing to ask, and the step is accepted.
+	switch {
+	case err == nil && res.OK:
+		n.confirmGate(res.StartMono, "NTP agrees with the clock")
+	case errors.Is(err, clockguard.ErrNTPUnreachable) && !n.cfg.NTPRequired && !n.peersConfigured():
+		n.confirmGate(res.StartMono, "accepted unconfirmed: NTP is unreachable (and not required) and fewer than 3 live nodes can compare clocks")
 	}
 }
 
@@ -840,6 +958,38 @@ func (n *Node) countInUse(beats []coordinator.PeerBeat) {
 	}
 }
 
+// peerGateReading feeds the forward-step gate a peer reading made only of
+// heartbeats received after the step (a heartbeat received before it says
+// nothing of the stepped clock), when there are enough of them for the
+// median of at least 3 nodes.
+func (n *Node) peerGateReading(latest map[string]coordinator.PeerBeat) {
+	pending, stepWall := n.gatePending()
+	if !pending {
+		return
+	}
+	offsets := []time.Duration{0}
+	for _, b := range latest {
+		if !b.Received.Before(stepWall) {
+			offsets = append(offsets, b.Heartbeat.Wall.Sub(b.Received))
+		}
+	}
+	if len(offsets) < 3 {
+		return
+	}
+	skew := -median(offsets)
+	n.gatePeerReading(max(skew, -skew) <= n.cfg.MaxPeerSkew)
+}
+
+// median of a non-empty slice (sorted in place); the mean of the middle two
+// for an even count.
+func median(d []time.Duration) time.Duration {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	if len(d)%2 == 0 {
+		return (d[len(d)/2-1] + d[len(d)/2]) / 2
+	}
+	return d[len(d)/2]
+}
+
 // checkPeers takes the median clock offset over all live nodes, this one
 // included (offset 0), one entry per instance; the node stops serving only
 // when it is the outlier beyond --max-peer-skew among at least 3.
@@ -867,12 +1017,7 @@ func (n *Node) checkPeers(beats []coordinator.PeerBeat, first bool) {
 	for _, b := range latest {
 		offsets = append(offsets, b.Heartbeat.Wall.Sub(b.Received))
 	}
-	sort.Slice(offsets, func(i, j int) bool { return offsets[i] < offsets[j] })
-	median := offsets[len(offsets)/2]
-	if len(offsets)%2 == 0 {
-		median = (offsets[len(offsets)/2-1] + offsets[len(offsets)/2]) / 2
-	}
-	skew := -median // this node's clock minus the median
+	skew := -median(offsets) // this node's clock minus the median
 	n.peerMu.Lock()
 	n.peerSkew, n.peerCount, n.peerChecked = skew, len(offsets), true
 	n.peerMu.Unlock()
@@ -902,9 +1047,8 @@ func (n *Node) checkPeers(beats []coordinator.PeerBeat, first bool) {
 			n.log.Warn("clock differs from the only peer; with 2 nodes firn only warns",
 				"skew", skew.Round(time.Millisecond), "max_peer_skew", n.cfg.MaxPeerSkew)
 		}
-	} else if len(offsets) >= 3 {
-		n.fwdStep.Store(0) // the peer median agrees with this clock
 	}
+	n.peerGateReading(latest)
 	for _, rt := range n.gens {
 		if reason == "" {
 			rt.state.Clear(clockguard.SourcePeers)

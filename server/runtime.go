@@ -19,10 +19,43 @@ type holding struct {
 	gen   *generator.Generator
 	lease coordinator.Lease
 	rs    *coordinator.Reserver
-	// reserved is the last reservation acknowledged (time-field units).
+	// reserved is the last reservation acknowledged (time-field units);
+	// -1 before the first.
 	reserved atomic.Int64
 	released atomic.Bool // Release lowered the reservation to the highest time produced
 	started  time.Time
+
+	// expiry fires shortly before the reservation runs out unless a new
+	// one was acknowledged meanwhile (armExpiry): the generator then stops
+	// serving before a call could find it unable to produce.
+	expMu   sync.Mutex
+	expiry  *time.Timer
+	closed  bool
+	latency time.Duration // the slowest recent reservation write, decaying
+	lastErr atomic.Pointer[string] // the last failed write's error, for the expiry reason
+}
+
+// stopExpiry disarms the expiry timer for good (the holding ended).
+func (h *holding) stopExpiry() {
+	h.expMu.Lock()
+	h.closed = true
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	h.expMu.Unlock()
+}
+
+// servingEpoch is one spell of serving: its context is cancelled when the
+// generator stops serving, which wakes every call waiting in it.
+type servingEpoch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func endedEpoch() *servingEpoch {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return &servingEpoch{ctx: ctx, cancel: cancel}
 }
 
 // genRuntime is one named generator of the node: its serving state, its
@@ -46,6 +79,12 @@ type genRuntime struct {
 	// kick wakes the holder's loop when a rollback hold begins, so that
 	// it checks for recovery every 100 ms instead of once a second.
 	kick chan struct{}
+
+	// epoch is the current spell of serving (ended while not serving).
+	epoch atomic.Pointer[servingEpoch]
+	// onForward is told of a forward step the generator refused
+	// (ErrForwardStep): the node's clock policy decides on it.
+	onForward func(err *generator.ForwardStepError)
 
 	// rollback: the step size reported while the clock-rollback reason is
 	// held (for recovery and the status page).
@@ -115,14 +154,13 @@ func (rt *genRuntime) recentEvents() []event {
 // ErrEmpty and never an ID older than one it got before from this node.
 func (rt *genRuntime) issue(ctx context.Context, dst []uint64) error {
 	if !rt.state.Serving() {
-		return &NotServingError{Generator: rt.cfg.Name, Reason: rt.state.Reason()}
+		return rt.notServing()
 	}
 	n, _ := rt.ring.TakeN(dst)
 	if n < len(dst) {
-		m, err := rt.ring.Generate(ctx, dst[n:])
+		m, err := rt.generate(ctx, dst[n:])
 		n += m
 		if err != nil {
-			rt.noteError(err)
 			return err
 		}
 	}
@@ -133,19 +171,57 @@ func (rt *genRuntime) issue(ctx context.Context, dst []uint64) error {
 // issueOne is issue for a single ID without a slice.
 func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
 	if !rt.state.Serving() {
-		return 0, &NotServingError{Generator: rt.cfg.Name, Reason: rt.state.Reason()}
+		return 0, rt.notServing()
 	}
 	id, err := rt.ring.Take()
 	if err != nil {
 		var one [1]uint64
-		if _, err = rt.ring.Generate(ctx, one[:]); err != nil {
-			rt.noteError(err)
+		if _, err = rt.generate(ctx, one[:]); err != nil {
 			return 0, err
 		}
 		id = one[0]
 	}
 	rt.issued.Add(1)
 	return id, nil
+}
+
+func (rt *genRuntime) notServing() error {
+	return &NotServingError{Generator: rt.cfg.Name, Reason: rt.state.Reason()}
+}
+
+// generate is the ring's Generate within the current spell of serving: a
+// call waiting in it (for the filler's lock, the clock or the reservation)
+// ends at once, refused with the cause, when the generator stops serving.
+// A forward step the generator refused goes to the clock policy first,
+// and the call is tried once more if the generator still serves.
+func (rt *genRuntime) generate(ctx context.Context, dst []uint64) (int, error) {
+	for attempt := 0; ; attempt++ {
+		ep := rt.epoch.Load()
+		if ep.ctx.Err() != nil {
+			return 0, rt.notServing()
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(ep.ctx, cancel)
+		n, err := rt.ring.Generate(cctx, dst)
+		stop()
+		cancel()
+		if err == nil {
+			return n, nil
+		}
+		if ep.ctx.Err() != nil && ctx.Err() == nil {
+			return n, rt.notServing()
+		}
+		var fs *generator.ForwardStepError
+		if errors.As(err, &fs) && rt.onForward != nil && attempt == 0 && n == 0 {
+			rt.onForward(fs)
+			if rt.state.Serving() {
+				continue
+			}
+			return 0, rt.notServing()
+		}
+		rt.noteError(err)
+		return n, err
+	}
 }
 
 // noteError feeds the serving state from the generator's typed errors.
