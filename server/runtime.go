@@ -31,7 +31,7 @@ type holding struct {
 	expMu   sync.Mutex
 	expiry  *time.Timer
 	closed  bool
-	latency time.Duration // the slowest recent reservation write, decaying
+	latency time.Duration          // the slowest recent reservation write, decaying
 	lastErr atomic.Pointer[string] // the last failed write's error, for the expiry reason
 }
 
