@@ -409,6 +409,12 @@ func (s *Server) Zxid() (int64, error) {
 	return v, nil
 }
 
+// DataDir is the server's dataDir (its snapshots and transaction logs; for
+// an ensemble member also its myid). A test that restores the server from
+// an older copy of it kills the server, replaces the directory's contents
+// and starts it again.
+func (s *Server) DataDir() string { return filepath.Join(s.dir, "data") }
+
 // LogTail returns the last n lines of the server's log.
 func (s *Server) LogTail(n int) string {
 	b, err := os.ReadFile(s.logPath)
