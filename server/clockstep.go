@@ -21,9 +21,10 @@ import (
 // reservations are held below the step, and the generators refuse the
 // stepped reading themselves (generator.MaxForwardStep), so no ID carries
 // the stepped time. The clock coming back within the limit of the accepted
-// offset ends the gate by itself. With no NTP and fewer than three live
-// nodes, and with NTP configured but not required and unreachable, there is
-// nothing to ask: the step is accepted unconfirmed, and said so loudly.
+// offset ends the gate by itself. With no NTP configured and fewer than
+// three live nodes there is nothing to ask: the step is accepted
+// unconfirmed, and said so loudly. NTP configured but unreachable (required
+// or not) confirms nothing: the gate holds until it answers.
 type fwdGate struct {
 	mu       sync.Mutex
 	top      time.Duration // the largest wall − mono offset accepted

@@ -122,7 +122,11 @@ func startNode(t *testing.T, endpoints []string, dir string, args ...string) *tn
 		n.coord.Close()
 		t.Fatalf("data dir: %v", err)
 	}
-	n.node, err = server.New(cfg, n.coord, st, clock, "node-"+t.Name(), opts...)
+	name := cfg.NodeName
+	if name == "" {
+		name = "node-" + t.Name()
+	}
+	n.node, err = server.New(cfg, n.coord, st, clock, name, opts...)
 	if err != nil {
 		n.coord.Close()
 		t.Fatalf("server.New: %v", err)

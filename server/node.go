@@ -888,13 +888,11 @@ func (n *Node) onNTP(res clockguard.NTPResult, err error) {
 		}
 	}
 	// The forward-step gate: a check begun after the step that agrees
-	// confirms it; with NTP not required, unreachable NTP and fewer than 3
-	// live nodes leave nothing to ask, and the step is accepted.
-	switch {
-	case err == nil && res.OK:
+	// confirms it. Unreachable NTP confirms nothing, required or not: the
+	// gate then holds until NTP answers, the peers agree, or the clock
+	// comes back (its reason says so).
+	if err == nil && res.OK {
 		n.confirmGate(res.StartMono, "NTP agrees with the clock")
-	case errors.Is(err, clockguard.ErrNTPUnreachable) && !n.cfg.NTPRequired && !n.peersConfigured():
-		n.confirmGate(res.StartMono, "accepted unconfirmed: NTP is unreachable (and not required) and fewer than 3 live nodes can compare clocks")
 	}
 }
 
