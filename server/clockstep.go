@@ -213,13 +213,24 @@ func (h *holding) noteWriteLatency(d time.Duration) {
 // armExpiry (re)sets the timer that takes the generator out of service
 // shortly before its reservation runs out, sized from a fresh clock
 // reading; a clock step re-arms it.
-func (n *Node) armExpiry(rt *genRuntime, h *holding) {
+func (n *Node) armExpiry(rt *genRuntime, h *holding) { n.armExpiryAt(rt, h, 0) }
+
+// armExpiryAfterStep re-arms the timer after a clock step: a forward step
+// may have left the reservation behind the clock, and the write the step
+// asked for (askReserve) is given one margin to land before the generator
+// is taken out.
+func (n *Node) armExpiryAfterStep(rt *genRuntime, h *holding) {
+	n.armExpiryAt(rt, h, n.expiryMargin(rt, h))
+}
+
+func (n *Node) armExpiryAt(rt *genRuntime, h *holding, atLeast time.Duration) {
 	r := h.reserved.Load()
 	if r < 0 {
 		return
 	}
 	wall, _ := n.clock.Now()
 	left := rt.cfg.Layout.UnitStart(r+1).Sub(wall) - max(h.gen.Lead(wall), 0) - n.expiryMargin(rt, h)
+	left = max(left, atLeast)
 	h.expMu.Lock()
 	defer h.expMu.Unlock()
 	if h.closed {

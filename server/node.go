@@ -141,6 +141,7 @@ func New(cfg Config, coord coordinator.Coordinator, st *local.State, clock clock
 			ring:            ring,
 			datacenterFixed: cfg.Datacenter >= 0,
 			kick:            make(chan struct{}, 1),
+			reserveNow:      make(chan struct{}, 1),
 			state: clockguard.NewServingState(gc.Name,
 				clockguard.WithStateClock(clock), clockguard.WithStateLogger(n.log)),
 		}
@@ -603,13 +604,15 @@ func (n *Node) hold(ctx context.Context, rt *genRuntime, h *holding) {
 			return
 		case <-rt.kick:
 		case <-timer.C:
+		case <-rt.reserveNow:
+			lastTry = time.Time{}
 		}
 		n.probeClock(rt, h)
 		due := refresh
 		if failing {
 			due = retry
 		}
-		if wait := due - time.Since(lastTry); wait > 0 {
+		if wait := due - time.Since(lastTry); wait > 0 && !lastTry.IsZero() {
 			timer.Reset(rt.nextCheck(wait, recovery))
 			continue
 		}
@@ -797,7 +800,8 @@ func (n *Node) onStep(st clockguard.Step) {
 	for _, rt := range n.gens {
 		if h := rt.held.Load(); h != nil {
 			h.gen.Wake()
-			n.armExpiry(rt, h)
+			n.armExpiryAfterStep(rt, h)
+			rt.askReserve()
 		}
 	}
 }

@@ -80,6 +80,10 @@ type genRuntime struct {
 	// it checks for recovery every 100 ms instead of once a second.
 	kick chan struct{}
 
+	// reserveNow asks the holder's loop for a reservation write at once
+	// (after a clock step, the reservation may no longer cover the clock).
+	reserveNow chan struct{}
+
 	// epoch is the current spell of serving (ended while not serving).
 	epoch atomic.Pointer[servingEpoch]
 	// onForward is told of a forward step the generator refused
@@ -232,6 +236,14 @@ func (rt *genRuntime) noteError(err error) {
 		rt.setRollback(rb.Error())
 	case errors.Is(err, generator.ErrClockRange):
 		rt.state.Set(clockguard.SourceClockRange, err.Error())
+	}
+}
+
+// askReserve wakes the holder's loop for a reservation write now.
+func (rt *genRuntime) askReserve() {
+	select {
+	case rt.reserveNow <- struct{}{}:
+	default:
 	}
 }
 
