@@ -128,12 +128,20 @@ func checkRealTime(t *testing.T, ids []uint64, slack time.Duration) {
 // (issue: "a node wedged while /readyz said 200"): while stepped the node
 // is not ready and refuses at once; after the correction it is ready within
 // 5 s, at least 95 % of calls succeed, none runs to its deadline, the IDs
-// carry the real time, and SIGTERM drains in seconds.
+// carry the real time, and SIGTERM drains in seconds. With a minute between
+// NTP checks too: a step either way asks NTP at once (before, the node came
+// back only at the next --ntp-interval).
 func TestForwardStepHeldByNTPThenCorrected(t *testing.T) {
+	for _, interval := range []string{"1s", "1m"} {
+		t.Run("ntp-interval="+interval, func(t *testing.T) { forwardStepHeldByNTP(t, interval) })
+	}
+}
+
+func forwardStepHeldByNTP(t *testing.T, interval string) {
 	e := etcdtest.StartEmbedded(t)
 	ntp := ntptest.NewServer(t)
 	n := startNode(t, e.Endpoints, t.TempDir(), "--enable-fault-injection", "--fault-addr", "127.0.0.1:0",
-		"--ntp", ntp.Addr(), "--ntp-interval", "1s")
+		"--ntp", ntp.Addr(), "--ntp-interval", interval)
 	waitServing(t, n.ids, "", 10*time.Second)
 	load := startShortCalls(n.ids, 4, time.Second)
 	defer load.finish()
@@ -456,5 +464,40 @@ func TestMaxBatchOverflowRefused(t *testing.T) {
 	}
 	if b := cfg.MaxBatchFor(cfg.Generators[0]); b != cfg.MaxBatch {
 		t.Fatalf("MaxBatchFor %d; want --max-batch %d", b, cfg.MaxBatch)
+	}
+}
+
+// A wait for the clock longer than the caller's deadline is refused at
+// once as UNAVAILABLE naming the lead (before: DEADLINE_EXCEEDED after the
+// whole deadline), and an HTTP request, which may come without any
+// deadline, gets the server's own (--http-request-timeout).
+func TestClockWaitBeyondDeadlineIsUnavailable(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	// compact: 64 IDs per 1 s unit, max-lead 2 s: three batches of 128 put
+	// the generator at its lead limit, and the next 128 need at least one
+	// more whole unit (a wait of a second or more, after at most one
+	// shorter wait for the unit in progress).
+	n := startNode(t, e.Endpoints, t.TempDir(), "--generator", "user=compact", "--http-request-timeout", "300ms")
+	waitServing(t, n.ids, "user", 10*time.Second)
+	for i := 0; i < 3; i++ {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		n.ids.NextIDs(c, &firnv1.NextIDsRequest{Generator: "user", Count: 128})
+		cancel()
+	}
+	c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := n.ids.NextIDs(c, &firnv1.NextIDsRequest{Generator: "user", Count: 128})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "ahead of the clock") || time.Since(start) > 350*time.Millisecond {
+		t.Fatalf("gRPC with a 200 ms deadline: %v after %v; want UNAVAILABLE naming the lead, at once", err, time.Since(start))
+	}
+	start = time.Now()
+	resp, err := http.Get(n.base + "/v1/ids?generator=user&count=128") // no client deadline
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || time.Since(start) > 450*time.Millisecond {
+		t.Fatalf("HTTP without a deadline: %s after %v; want 503 at once within --http-request-timeout", resp.Status, time.Since(start))
 	}
 }
