@@ -252,7 +252,7 @@ func parseEpoch(v string) (time.Time, error) {
 	return t.UTC(), nil
 }
 
-// Presets, as DESIGN.md gives them.
+// Presets (docs/design.md; README, Layouts).
 var presets = map[string]Layout{
 	// The classic Twitter layout.
 	"snowflake": {Epoch: time.UnixMilli(1288834974657).UTC(), Unit: time.Millisecond,

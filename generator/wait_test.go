@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The liveness rules of DESIGN.md: no wait outlives the clock reading it
+// The liveness rules (docs/design.md, Liveness rules): no wait outlives the clock reading it
 // was sized from, a wait longer than the caller's deadline is refused at
 // once, and a forward step beyond MaxForwardStep is never stamped on an ID
 // until confirmed.

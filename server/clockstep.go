@@ -11,7 +11,7 @@ import (
 	"github.com/firnid/firn/generator"
 )
 
-// The forward-step gate (README, Clock policy; DESIGN.md, Forward steps).
+// The forward-step gate (docs/design.md, Clock policy; README, Clock policy).
 //
 // A forward step of the clock larger than --max-clock-offset, measured from
 // the largest wall − monotonic offset the node has accepted, is not

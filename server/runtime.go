@@ -193,7 +193,8 @@ func (rt *genRuntime) notServing() error {
 	return &NotServingError{Generator: rt.cfg.Name, Reason: rt.state.Reason()}
 }
 
-// generate is the ring's Generate within the current spell of serving: a
+// generate is the ring's Generate within the current spell of serving
+// (docs/design.md, Liveness rules): a
 // call waiting in it (for the filler's lock, the clock or the reservation)
 // ends at once, refused with the cause, when the generator stops serving.
 // A forward step the generator refused goes to the clock policy first,
