@@ -217,6 +217,9 @@ type candidate struct {
 	pos      uint64 // cursor position; take-backs leave the cursor alone
 	limit    int64  // largest R accepted
 	takeBack *ownerState
+	// again: a slot held in a session this coordinator gave up (see
+	// redial), taken again; it leaves the cursor alone.
+	again bool
 }
 
 func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, node coordinator.NodeInfo) (coordinator.Lease, error) {
@@ -259,6 +262,34 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 		case err == nil:
 			return l, nil
 		case errors.Is(err, errLostRace), errors.Is(err, errTooFar):
+		default:
+			return nil, err
+		}
+	}
+
+	// Then the slots this coordinator held in a session it gave up
+	// (redial: the servers kept refusing its client, as a server restored
+	// from an older copy of its data does), so that the reservation the
+	// restored data shows for them is compared with what the node
+	// acknowledged. Their owner nodes, if the restored data still has
+	// them, are ours and stale: the take-backs above.
+	for _, slot := range c.lostSlots(spec.Generator) {
+		if spec.Index(slot) >= n || spec.SlotAt(spec.Index(slot)) != slot {
+			c.forgetLost(spec.Generator, slot)
+			continue
+		}
+		if o, owned := s.owners[slotName(slot)]; owned {
+			if o.rec.Instance != node.InstanceID || o.stat.EphemeralOwner == sid {
+				c.forgetLost(spec.Generator, slot) // someone else's now
+			}
+			continue // or our old session's, not yet stale: next scan
+		}
+		l, err := c.take(ctx, p, s, spec, candidate{slot: slot, limit: max(spec.MaxFloor, spec.LocalFloor), again: true}, rec, sid)
+		switch {
+		case err == nil:
+			return l, nil
+		case errors.Is(err, errLostRace), errors.Is(err, errTooFar):
+			c.forgetLost(spec.Generator, slot)
 		default:
 			return nil, err
 		}
@@ -336,7 +367,7 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 			resIdx = len(ops)
 			ops = append(ops, op)
 		}
-		if cand.takeBack == nil {
+		if cand.takeBack == nil && !cand.again {
 			curIdx = len(ops)
 			ops = append(ops, &zk.SetDataRequest{Path: p.cursor(),
 				Data: encodeValue(int64(max(s.cursorVal, cand.pos+1))), Version: s.cursorVer})
@@ -445,10 +476,38 @@ func (c *Coordinator) adoptOwner(ctx context.Context, p paths, spec coordinator.
 
 func (c *Coordinator) started(l *lease, cand candidate) *lease {
 	c.register(l)
+	c.forgetLost(l.spec.Generator, l.slot)
 	c.log.Info("worker acquired", "generator", l.spec.Generator, "slot", l.slot.String(),
 		"reserved", l.readR, "floor", l.floor, "session", fmt.Sprintf("%#x", l.session),
-		"take_back", cand.takeBack != nil)
+		"take_back", cand.takeBack != nil, "again", cand.again)
 	return l
+}
+
+// lostSlots are the slots of generator held in sessions this coordinator
+// gave up and not taken again since, in (datacenter, worker) order.
+func (c *Coordinator) lostSlots(generator string) []coordinator.Slot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]coordinator.Slot, 0, len(c.lost[generator]))
+	for s := range c.lost[generator] {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		return a.Datacenter < b.Datacenter || (a.Datacenter == b.Datacenter && a.Worker < b.Worker)
+	})
+	return out
+}
+
+func (c *Coordinator) forgetLost(generator string, slot coordinator.Slot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.lost[generator]; m != nil {
+		delete(m, slot)
+		if len(m) == 0 {
+			delete(c.lost, generator)
+		}
+	}
 }
 
 // addOrphan remembers an owner node an unanswered acquisition may have
@@ -479,7 +538,7 @@ func (c *Coordinator) dropOrphan(ctx context.Context, path string, data []byte, 
 		c.mu.Unlock()
 		return false
 	}
-	_, err := call(c, ctx, func() (struct{}, error) { return struct{}{}, c.conn.Delete(path, st.Version) })
+	_, err := call(c, ctx, func() (struct{}, error) { return struct{}{}, c.client().Delete(path, st.Version) })
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return false
 	}

@@ -207,7 +207,7 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 	if marker == nil {
 		return out, nil
 	}
-	_, err = call(c, ctx, func() (struct{}, error) { return struct{}{}, c.conn.Delete(p.restored(), mst.Version) })
+	_, err = call(c, ctx, func() (struct{}, error) { return struct{}{}, c.client().Delete(p.restored(), mst.Version) })
 	switch {
 	case err == nil, errors.Is(err, zk.ErrNoNode):
 	case errors.Is(err, zk.ErrBadVersion):
@@ -271,7 +271,7 @@ func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEv
 		if old, err := coordinator.DecodeRestore(p.restored(), d); err == nil && old.Gap() >= ev.Gap() {
 			return nil // the standing marker covers this evidence
 		}
-		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.conn.Set(p.restored(), data, st.Version) })
+		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.client().Set(p.restored(), data, st.Version) })
 		if err == nil {
 			c.log.Error("restore marker replaced by evidence with a larger gap",
 				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap())
@@ -343,7 +343,7 @@ func (c *Coordinator) bumpOne(ctx context.Context, path string, by int64) error 
 			return fmt.Errorf("%w: bump of %s from %d by %d overflows", coordinator.ErrInvalidSpec, path, v, by)
 		}
 		want := encodeValue(v + by)
-		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.conn.Set(path, want, st.Version) })
+		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.client().Set(path, want, st.Version) })
 		if err == nil {
 			return nil
 		}
@@ -391,7 +391,7 @@ func (c *Coordinator) raiseFloor(ctx context.Context, path string, v int64) (int
 		if cur >= v {
 			return cur, nil
 		}
-		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.conn.Set(path, encodeValue(v), st.Version) })
+		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.client().Set(path, encodeValue(v), st.Version) })
 		if err == nil {
 			return v, nil
 		}

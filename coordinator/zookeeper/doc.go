@@ -63,6 +63,31 @@
 // again through the fence. A connection loss shorter than the session
 // timeout keeps the session and every lease.
 //
+// A server restored from an older copy of its data directory has a last
+// zxid below the one the client has seen, and refuses that client's every
+// reconnect for good: it accepts the TCP connection and closes it without
+// answering the connect request (its log says "Refusing session request
+// for client ... as it has seen zxid ..."); the client library retries
+// once a second forever. The dialer wrapper counts such rounds (a
+// connection the server ended before answering; a read deadline — a slow
+// or frozen server — does not count, nor does a failed dial). When they
+// have gone on, with no answer from any server in between, for at least
+// the negotiated session timeout, the coordinator gives its client up:
+// every lease of the session ends as on an expiry (Done closes, Reserve
+// and Release return coordinator.ErrLeaseLost), the old client is closed,
+// and a new client with a fresh state (no session, no zxid seen) connects
+// and authenticates. Until it has, the old, closed client stays current
+// and every call fails as coordinator.ErrUnavailable; Peers' watches are
+// set again on the new client. The old session is gone for firn either
+// way: its holders could not extend their reservations for a session
+// timeout, so giving it up is never less safe than waiting (if the servers
+// still keep it — an ensemble without quorum for that long — its owner
+// nodes linger until it expires there, and a take-back or another slot
+// serves meanwhile). The next acquisitions of each generator try the slots
+// of the given-up session first (leaving the cursor alone), so that the
+// reservation the restored data shows for them is compared with what the
+// node acknowledged, and a restore marker written.
+//
 // Hazards: the client library has no per-request deadline. A call given up
 // on (Config.Timing.Timeout) stays queued and may still be applied later;
 // every write is version-fenced, so at most one of several writes from one

@@ -103,7 +103,7 @@ type armed struct {
 func (w *peerWatch) childrenW(ctx context.Context, path string) (*armed, error) {
 	c := w.c
 	return call(c, ctx, func() (*armed, error) {
-		n, _, ch, err := c.conn.ChildrenW(path)
+		n, _, ch, err := c.client().ChildrenW(path)
 		if err != nil {
 			return nil, err
 		}
@@ -114,7 +114,7 @@ func (w *peerWatch) childrenW(ctx context.Context, path string) (*armed, error) 
 func (w *peerWatch) getW(ctx context.Context, path string) (*armed, error) {
 	c := w.c
 	return call(c, ctx, func() (*armed, error) {
-		d, _, ch, err := c.conn.GetW(path)
+		d, _, ch, err := c.client().GetW(path)
 		if err != nil {
 			return nil, err
 		}
@@ -192,7 +192,7 @@ func (w *peerWatch) watchChildren(path string, init *armed, found func(names []s
 			if errors.Is(err, zk.ErrNoNode) {
 				// Not there yet: wait for it to appear.
 				e, err := call(c, c.bg, func() (*armed, error) {
-					_, _, ch, err := c.conn.ExistsW(path)
+					_, _, ch, err := c.client().ExistsW(path)
 					return &armed{ch: ch}, err
 				})
 				if err != nil {

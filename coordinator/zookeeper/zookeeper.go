@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,26 +24,32 @@ import (
 // ownership of each slot is an ephemeral owner node of that session, and
 // every write a holder makes is fenced on the exact versions it last wrote.
 type Coordinator struct {
-	cfg   Config
-	conn  *zk.Conn
-	clock clockguard.Clock
-	log   *slog.Logger
-	acl   []zk.ACL
-	root  string // <prefix>/<cluster>
-	gate  *gate
+	cfg    Config
+	clock  clockguard.Clock
+	log    *slog.Logger
+	acl    []zk.ACL
+	root   string // <prefix>/<cluster>
+	dialer Dialer
 
-	// sid is the session the server last confirmed (0 before the first
-	// and after an expiry); negotiated its timeout.
+	// conn is the current client. It is replaced (see redial) when the
+	// servers keep closing its connections without answering its connect
+	// request; every call reads it anew.
+	conn atomic.Pointer[zk.Conn]
+
+	// sid is the session the server last confirmed (0 before the first,
+	// after an expiry and while a new client is being set up); negotiated
+	// its timeout.
 	sid        atomic.Int64
 	negotiated atomic.Int64
-	hasSession chan struct{}
-	sessOnce   sync.Once
 
-	mu      sync.Mutex
-	leases  map[*lease]struct{}
-	closed  bool
-	ensured map[string]bool   // generator paths known to exist
-	orphans map[string][]byte // see addOrphan
+	mu        sync.Mutex
+	gate      *gate // the current client's dialer
+	redialing bool  // a new client is being set up
+	leases    map[*lease]struct{}
+	closed    bool
+	ensured   map[string]bool                      // generator paths known to exist
+	orphans   map[string][]byte                    // see addOrphan
+	lost      map[string]map[coordinator.Slot]bool // generator: slots of given-up sessions, see redial
 
 	peersOnce sync.Once
 	peers     *peerWatch
@@ -80,41 +87,33 @@ func NewContext(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	bg, stop := context.WithCancel(context.Background())
 	c := &Coordinator{
-		cfg:        cfg,
-		clock:      cfg.Clock,
-		log:        log.With("coordinator", "zookeeper", "cluster", cfg.Cluster),
-		acl:        cfg.acl(),
-		root:       cfg.Prefix + "/" + cfg.Cluster,
-		hasSession: make(chan struct{}),
-		leases:     map[*lease]struct{}{},
-		ensured:    map[string]bool{},
-		bg:         bg,
-		stop:       stop,
+		cfg:     cfg,
+		clock:   cfg.Clock,
+		log:     log.With("coordinator", "zookeeper", "cluster", cfg.Cluster),
+		acl:     cfg.acl(),
+		root:    cfg.Prefix + "/" + cfg.Cluster,
+		dialer:  cfg.Dialer,
+		leases:  map[*lease]struct{}{},
+		ensured: map[string]bool{},
+		bg:      bg,
+		stop:    stop,
 	}
-	dial := cfg.Dialer
-	if dial == nil {
-		dial = net.DialTimeout
+	if c.dialer == nil {
+		c.dialer = net.DialTimeout
 	}
-	c.gate = &gate{dial: dial, onHandshake: c.onHandshake, limit: max(time.Second, cfg.Timing.LeaseTTL/3)}
-	conn, _, err := zk.Connect(cfg.Servers, cfg.Timing.LeaseTTL,
-		zk.WithDialer(c.gate.Dial),
-		zk.WithLogger(zkLogger{c.log}),
-		zk.WithLogInfo(false),
-		zk.WithEventCallback(c.onEvent),
-	)
+	g, conn, err := c.connect()
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("%w: zookeeper connect %v: %w", coordinator.ErrInvalidSpec, cfg.Servers, err)
 	}
-	c.conn = conn
+	c.gate = g
+	c.conn.Store(conn)
 	fail := func(err error) (*Coordinator, error) {
-		c.gate.abandon()
-		conn.Close()
-		stop()
+		c.Abandon()
 		return nil, err
 	}
 	select {
-	case <-c.hasSession:
+	case <-g.session:
 	case <-time.After(cfg.DialTimeout):
 		return fail(fmt.Errorf("%w: zookeeper %v: no session within %v", coordinator.ErrUnavailable, cfg.Servers, cfg.DialTimeout))
 	case <-ctx.Done():
@@ -139,11 +138,38 @@ func NewContext(ctx context.Context, cfg Config) (*Coordinator, error) {
 	return c, nil
 }
 
+// connect starts a client with a fresh state (no session, no zxid seen)
+// behind a new gate. The client connects in the background; the gate's
+// session channel closes at its first session.
+func (c *Coordinator) connect() (*gate, *zk.Conn, error) {
+	g := &gate{
+		dial:        c.dialer,
+		onHandshake: c.onHandshake,
+		onNoAnswer:  c.onNoAnswer,
+		limit:       max(time.Second, c.cfg.Timing.LeaseTTL/3),
+		session:     make(chan struct{}),
+	}
+	conn, _, err := zk.Connect(c.cfg.Servers, c.cfg.Timing.LeaseTTL,
+		zk.WithDialer(g.Dial),
+		zk.WithLogger(zkLogger{c.log}),
+		zk.WithLogInfo(false),
+		zk.WithEventCallback(c.onEvent),
+	)
+	if err != nil {
+		return nil, nil, err
+	}
+	return g, conn, nil
+}
+
 // Root is the node path of this cluster, "<prefix>/<cluster>".
 func (c *Coordinator) Root() string { return c.root }
 
-// Conn is the underlying client (for tools and tests).
-func (c *Coordinator) Conn() *zk.Conn { return c.conn }
+// Conn is the current underlying client (for tools and tests). It is
+// replaced when the servers keep refusing it (see the package comment).
+func (c *Coordinator) Conn() *zk.Conn { return c.conn.Load() }
+
+// client is the current client.
+func (c *Coordinator) client() *zk.Conn { return c.conn.Load() }
 
 // SessionID is the session the server last confirmed (0 while there is
 // none).
@@ -156,11 +182,12 @@ func (c *Coordinator) SessionTimeout() time.Duration { return time.Duration(c.ne
 // reservations are separate, persistent nodes and stay), stops background
 // work and ends every lease not yet released.
 func (c *Coordinator) Close() error {
-	if !c.markClosed() {
+	_, conn, ok := c.markClosed()
+	if !ok {
 		return nil
 	}
 	c.stop()
-	c.conn.Close()
+	conn.Close()
 	c.finishAll("coordinator closed")
 	c.wg.Wait()
 	return nil
@@ -170,12 +197,13 @@ func (c *Coordinator) Close() error {
 // connection is cut and no close reaches the server, so its owner nodes
 // linger until the session times out. For tests and fault injection.
 func (c *Coordinator) Abandon() {
-	if !c.markClosed() {
+	g, conn, ok := c.markClosed()
+	if !ok {
 		return
 	}
-	c.gate.abandon()
+	g.abandon()
 	c.stop()
-	c.conn.Close()
+	conn.Close()
 	c.finishAll("coordinator abandoned")
 	c.wg.Wait()
 }
@@ -185,6 +213,11 @@ func (c *Coordinator) Abandon() {
 func (c *Coordinator) track() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.track0()
+}
+
+// track0 is track with c.mu held.
+func (c *Coordinator) track0() bool {
 	if c.closed {
 		return false
 	}
@@ -192,14 +225,17 @@ func (c *Coordinator) track() bool {
 	return true
 }
 
-func (c *Coordinator) markClosed() bool {
+// markClosed marks the coordinator closed and returns the client and gate
+// current at that moment (a client set up later is closed by redial
+// itself); false if it already was.
+func (c *Coordinator) markClosed() (*gate, *zk.Conn, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return false
+		return nil, nil, false
 	}
 	c.closed = true
-	return true
+	return c.gate, c.conn.Load(), true
 }
 
 func (c *Coordinator) finishAll(why string) {
@@ -214,13 +250,13 @@ func (c *Coordinator) finishAll(why string) {
 	}
 }
 
-// onHandshake runs for every handshake answer: a new session ends every
-// lease of the one before, an expiry (session 0) ends them all.
+// onHandshake runs for every handshake answer of a client not given up
+// (its gate not abandoned): a new session ends every lease of the one
+// before, an expiry (session 0) ends them all.
 func (c *Coordinator) onHandshake(sessionID int64, timeout time.Duration) {
 	old := c.sid.Swap(sessionID)
 	if sessionID != 0 {
 		c.negotiated.Store(int64(timeout))
-		c.sessOnce.Do(func() { close(c.hasSession) })
 	}
 	if old != 0 && old != sessionID {
 		if sessionID == 0 {
@@ -228,12 +264,135 @@ func (c *Coordinator) onHandshake(sessionID int64, timeout time.Duration) {
 		} else {
 			c.log.Warn("zookeeper session replaced", "old", fmt.Sprintf("%#x", old), "new", fmt.Sprintf("%#x", sessionID))
 		}
-		c.sessionEnded(old)
+		c.sessionEnded(old, "zookeeper session expired")
 	}
 }
 
+// onNoAnswer runs each time a connection of g's client ended without an
+// answer to its connect request (the TCP connection was made, the server
+// closed it), with the number of such rounds since the last answer and
+// when the first of them ended. A server whose data is older than what the
+// client has seen (restored from an older copy of its data directory)
+// refuses that client this way on every reconnect, for good. Once this has
+// gone on for the negotiated session timeout, the session is lost for firn
+// whatever the servers think of it, and only a client with a fresh state
+// can get a session again: redial.
+func (c *Coordinator) onNoAnswer(g *gate, rounds int, since time.Time) {
+	to := c.SessionTimeout()
+	lasted := time.Since(since)
+	c.log.Debug("zookeeper server closed the connection without answering the connect request",
+		"rounds", rounds, "for", lasted.Round(time.Millisecond))
+	if rounds < 2 || to <= 0 || lasted < to {
+		return
+	}
+	c.mu.Lock()
+	if c.closed || c.gate != g || c.redialing || !c.track0() {
+		c.mu.Unlock()
+		return
+	}
+	c.redialing = true
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		c.redial(g, rounds, lasted)
+	}()
+}
+
+// redial gives up the client behind gate old and sets up a new one with a
+// fresh state. Every lease of the old session ends first, as on an expiry
+// (no old owner node is ever re-created: the node acquires again through
+// the fence). Until the new client has a session (and has authenticated)
+// the old, closed client stays current, so every call meanwhile fails as
+// unavailable.
+func (c *Coordinator) redial(old *gate, rounds int, refusedFor time.Duration) {
+	defer func() {
+		c.mu.Lock()
+		c.redialing = false
+		c.mu.Unlock()
+	}()
+	// No handshake of the old client counts from here on.
+	old.abandon()
+	sid := c.sid.Swap(0)
+	c.log.Warn("zookeeper servers keep closing the connection without answering the connect request: "+
+		"giving up this client and its session and connecting anew (a server restored from an older copy "+
+		"of its data refuses a client that has seen more)",
+		"session", fmt.Sprintf("%#x", sid), "rounds", rounds, "for", refusedFor.Round(time.Millisecond),
+		"session_timeout", c.SessionTimeout())
+	if sid != 0 {
+		c.mu.Lock()
+		for l := range c.leases {
+			if l.session != sid {
+				continue
+			}
+			if c.lost == nil {
+				c.lost = map[string]map[coordinator.Slot]bool{}
+			}
+			if c.lost[l.spec.Generator] == nil {
+				c.lost[l.spec.Generator] = map[coordinator.Slot]bool{}
+			}
+			c.lost[l.spec.Generator][l.slot] = true
+		}
+		c.mu.Unlock()
+		c.sessionEnded(sid, "zookeeper session given up: the servers keep refusing it")
+	}
+	c.client().Close() // still the old client: only redial replaces it
+
+	var g *gate
+	var conn *zk.Conn
+	for {
+		var err error
+		if g, conn, err = c.connect(); err == nil {
+			break
+		}
+		c.log.Warn("zookeeper connect", "servers", strings.Join(c.cfg.Servers, ","), "err", err)
+		if !c.pause(time.Second) {
+			return
+		}
+	}
+	drop := func() {
+		g.abandon()
+		conn.Close()
+	}
+	select {
+	case <-g.session:
+	case <-c.bg.Done():
+		drop()
+		return
+	}
+	if c.cfg.Auth != "" {
+		for {
+			_, err := call(c, c.bg, func() (struct{}, error) {
+				return struct{}{}, conn.AddAuth("digest", []byte(c.cfg.Auth))
+			})
+			if err == nil {
+				break
+			}
+			c.log.Warn("zookeeper digest auth on the new client", "err", err)
+			if !c.pause(time.Second) {
+				drop()
+				return
+			}
+		}
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		drop()
+		return
+	}
+	c.gate = g
+	c.conn.Store(conn)
+	c.mu.Unlock()
+	neg := c.SessionTimeout()
+	if err := c.cfg.checkSession(neg, "negotiated"); err != nil {
+		c.log.Warn("zookeeper session on the new client", "err", err)
+	}
+	c.log.Info("zookeeper session established on a new client", "session", fmt.Sprintf("%#x", c.sid.Load()),
+		"timeout", neg, "servers", strings.Join(c.cfg.Servers, ","))
+}
+
 // sessionEnded ends every lease taken in session id.
-func (c *Coordinator) sessionEnded(id int64) {
+func (c *Coordinator) sessionEnded(id int64, why string) {
 	c.mu.Lock()
 	var ls []*lease
 	for l := range c.leases {
@@ -243,7 +402,7 @@ func (c *Coordinator) sessionEnded(id int64) {
 	}
 	c.mu.Unlock()
 	for _, l := range ls {
-		l.finish("zookeeper session expired")
+		l.finish(why)
 	}
 }
 
@@ -330,7 +489,7 @@ type getResult struct {
 
 func (c *Coordinator) get(ctx context.Context, path string) ([]byte, *zk.Stat, error) {
 	r, err := call(c, ctx, func() (getResult, error) {
-		d, st, err := c.conn.Get(path)
+		d, st, err := c.client().Get(path)
 		return getResult{d, st}, err
 	})
 	return r.data, r.stat, err
@@ -339,7 +498,7 @@ func (c *Coordinator) get(ctx context.Context, path string) ([]byte, *zk.Stat, e
 // exists returns the node's stat, nil when it does not exist.
 func (c *Coordinator) exists(ctx context.Context, path string) (*zk.Stat, error) {
 	return call(c, ctx, func() (*zk.Stat, error) {
-		ok, st, err := c.conn.Exists(path)
+		ok, st, err := c.client().Exists(path)
 		if err != nil || !ok {
 			return nil, err
 		}
@@ -349,18 +508,18 @@ func (c *Coordinator) exists(ctx context.Context, path string) (*zk.Stat, error)
 
 func (c *Coordinator) children(ctx context.Context, path string) ([]string, error) {
 	return call(c, ctx, func() ([]string, error) {
-		ch, _, err := c.conn.Children(path)
+		ch, _, err := c.client().Children(path)
 		return ch, err
 	})
 }
 
 func (c *Coordinator) create(ctx context.Context, path string, data []byte, flags int32) error {
-	_, err := call(c, ctx, func() (string, error) { return c.conn.Create(path, data, flags, c.acl) })
+	_, err := call(c, ctx, func() (string, error) { return c.client().Create(path, data, flags, c.acl) })
 	return err
 }
 
 func (c *Coordinator) multi(ctx context.Context, ops []any) ([]zk.MultiResponse, error) {
-	return call(c, ctx, func() ([]zk.MultiResponse, error) { return c.conn.Multi(ops...) })
+	return call(c, ctx, func() ([]zk.MultiResponse, error) { return c.client().Multi(ops...) })
 }
 
 // failedOp is the index of the op that made a multi fail: the ops before
@@ -498,19 +657,28 @@ func decodeOwner(b []byte) ownerRecord            { return coordinator.DecodeOwn
 
 // --- the connection gate -----------------------------------------------------
 
-// gate wraps the dialer. It reads each connection's handshake answer (the
-// session ID and negotiated timeout, which the client does not expose),
-// bounds the handshake read so that a frozen server cannot hold the client
-// for ten receive timeouts (the client's own deadline), and can refuse all
-// further connections (Abandon).
+// gate wraps the dialer of one client. It reads each connection's
+// handshake answer (the session ID and negotiated timeout, which the client
+// does not expose), bounds the handshake read so that a frozen server
+// cannot hold the client for ten receive timeouts (the client's own
+// deadline), counts the connections a server closed without answering the
+// connect request, and can refuse all further connections (Abandon, and a
+// client given up by redial). An abandoned gate reports nothing more.
 type gate struct {
 	dial        Dialer
 	onHandshake func(sessionID int64, timeout time.Duration)
+	onNoAnswer  func(g *gate, rounds int, since time.Time)
 	limit       time.Duration
+	session     chan struct{} // closed at the first session answered
+	sessOnce    sync.Once
 
 	mu        sync.Mutex
 	abandoned bool
 	conns     map[*gateConn]struct{}
+	// refused counts the connections ended without a connect answer since
+	// the last answer; refusedSince is when the first of them ended.
+	refused      int
+	refusedSince time.Time
 }
 
 var errAbandoned = errors.New("zookeeper: coordinator abandoned")
@@ -541,6 +709,8 @@ func (g *gate) Dial(network, address string, timeout time.Duration) (net.Conn, e
 	return gc, nil
 }
 
+// abandon cuts every connection and refuses new ones. Once it returns, no
+// handshake of this gate's client is reported any more.
 func (g *gate) abandon() {
 	g.mu.Lock()
 	g.abandoned = true
@@ -552,11 +722,44 @@ func (g *gate) abandon() {
 	}
 }
 
+// answered reports a handshake answer (under g.mu, so that abandon waits
+// for a report under way) and ends a run of unanswered connections.
+func (g *gate) answered(id int64, timeout time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.abandoned {
+		return
+	}
+	g.refused, g.refusedSince = 0, time.Time{}
+	g.onHandshake(id, timeout)
+	if id != 0 {
+		g.sessOnce.Do(func() { close(g.session) })
+	}
+}
+
+// unanswered counts a connection the server ended before answering the
+// connect request.
+func (g *gate) unanswered() {
+	g.mu.Lock()
+	if g.abandoned {
+		g.mu.Unlock()
+		return
+	}
+	if g.refused == 0 {
+		g.refusedSince = time.Now()
+	}
+	g.refused++
+	rounds, since := g.refused, g.refusedSince
+	g.mu.Unlock()
+	g.onNoAnswer(g, rounds, since)
+}
+
 type gateConn struct {
 	net.Conn
 	g      *gate
 	buf    []byte
 	hsDone atomic.Bool
+	failed atomic.Bool // counted as unanswered
 	once   sync.Once
 }
 
@@ -590,14 +793,39 @@ func (gc *gateConn) Read(p []byte) (int, error) {
 				gc.hsDone.Store(true)
 				if len(gc.buf) >= want {
 					if id, to, ok := parseConnectResponse(gc.buf[4:want]); ok {
-						gc.g.onHandshake(id, to)
+						gc.g.answered(id, to)
 					}
 				}
 				gc.buf = nil
 			}
 		}
 	}
+	if err != nil && !gc.hsDone.Load() {
+		gc.noAnswer(err)
+	}
 	return n, err
+}
+
+func (gc *gateConn) Write(p []byte) (int, error) {
+	n, err := gc.Conn.Write(p)
+	if err != nil && !gc.hsDone.Load() {
+		gc.noAnswer(err)
+	}
+	return n, err
+}
+
+// noAnswer counts the connection as ended by the server before it answered
+// the connect request: once, and only for an error from the peer (end of
+// stream, reset), never for a deadline (a slow or frozen server) or a
+// connection closed on this side.
+func (gc *gateConn) noAnswer(err error) {
+	var ne net.Error
+	if errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return
+	}
+	if gc.failed.CompareAndSwap(false, true) {
+		gc.g.unanswered()
+	}
 }
 
 // parseConnectResponse decodes a handshake answer: protocolVersion int32,
