@@ -180,9 +180,25 @@ func (n *Node) forwardRefused(_ *genRuntime, _ *generator.ForwardStepError) {
 	n.gateReading(wall, mono)
 }
 
+// gateCheck takes a fresh reading to the gate when it shows a forward
+// jump the gate has not seen: whoever sizes something from the clock (a
+// reservation, the expiry timer) checks first, so that a step between two
+// polls of the detector cannot slip into it.
+func (n *Node) gateCheck() {
+	wall, mono := n.clock.Now()
+	n.gate.mu.Lock()
+	jump := clockOffset(wall, mono) - n.gate.top
+	pending := n.gate.pending
+	n.gate.mu.Unlock()
+	if !pending && jump > n.cfg.MaxClockOffset {
+		n.gateReading(wall, mono)
+	}
+}
+
 // holdReserved is the Reserver's gate: while a forward step awaits
 // confirmation, reservations are not raised past what is held.
 func (n *Node) holdReserved(h *holding, wanted int64) int64 {
+	n.gateCheck()
 	if n.gate.held.Load() {
 		return min(wanted, max(h.reserved.Load(), 0))
 	}
@@ -227,6 +243,12 @@ func (n *Node) armExpiryAt(rt *genRuntime, h *holding, atLeast time.Duration) {
 	r := h.reserved.Load()
 	if r < 0 {
 		return
+	}
+	n.gateCheck()
+	if n.gate.held.Load() {
+		// A forward step unconfirmed: the generator does not serve, and
+		// the reservation held below the step is given one margin.
+		atLeast = max(atLeast, n.expiryMargin(rt, h))
 	}
 	wall, _ := n.clock.Now()
 	left := rt.cfg.Layout.UnitStart(r+1).Sub(wall) - max(h.gen.Lead(wall), 0) - n.expiryMargin(rt, h)

@@ -145,7 +145,6 @@ func New(cfg Config, coord coordinator.Coordinator, st *local.State, clock clock
 			state: clockguard.NewServingState(gc.Name,
 				clockguard.WithStateClock(clock), clockguard.WithStateLogger(n.log)),
 		}
-		rt.epoch.Store(endedEpoch())
 		rt.onForward = func(fs *generator.ForwardStepError) { n.forwardRefused(rt, fs) }
 		n.gens = append(n.gens, rt)
 		n.byName[gc.Name] = rt
@@ -225,14 +224,9 @@ func (n *Node) Start(ctx context.Context) error {
 		rt := rt
 		n.health.SetServingStatus(rt.cfg.Name, healthpb.HealthCheckResponse_NOT_SERVING)
 		rt.state.Subscribe(func(t clockguard.Transition) {
-			// A spell of serving begins, or ends: calls waiting in the
-			// generator wake and are refused with the cause.
-			switch {
-			case t.To == clockguard.StateServing && t.From != clockguard.StateServing:
-				ctx, cancel := context.WithCancel(context.Background())
-				rt.epoch.Store(&servingEpoch{ctx: ctx, cancel: cancel})
-			case t.From == clockguard.StateServing && t.To != clockguard.StateServing:
-				rt.epoch.Load().cancel()
+			// A spell of serving ended (its context, the state's Spell,
+			// is cancelled already): the generator's waiters re-read too.
+			if t.From == clockguard.StateServing && t.To != clockguard.StateServing {
 				if h := rt.held.Load(); h != nil {
 					h.gen.Wake()
 				}

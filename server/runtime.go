@@ -45,19 +45,6 @@ func (h *holding) stopExpiry() {
 	h.expMu.Unlock()
 }
 
-// servingEpoch is one spell of serving: its context is cancelled when the
-// generator stops serving, which wakes every call waiting in it.
-type servingEpoch struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-}
-
-func endedEpoch() *servingEpoch {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return &servingEpoch{ctx: ctx, cancel: cancel}
-}
-
 // genRuntime is one named generator of the node: its serving state, its
 // ring buffer (for the node's life; Reset on each new lease) and the
 // current holding.
@@ -84,8 +71,6 @@ type genRuntime struct {
 	// (after a clock step, the reservation may no longer cover the clock).
 	reserveNow chan struct{}
 
-	// epoch is the current spell of serving (ended while not serving).
-	epoch atomic.Pointer[servingEpoch]
 	// onForward is told of a forward step the generator refused
 	// (ErrForwardStep): the node's clock policy decides on it.
 	onForward func(err *generator.ForwardStepError)
@@ -201,19 +186,19 @@ func (rt *genRuntime) notServing() error {
 // and the call is tried once more if the generator still serves.
 func (rt *genRuntime) generate(ctx context.Context, dst []uint64) (int, error) {
 	for attempt := 0; ; attempt++ {
-		ep := rt.epoch.Load()
-		if ep.ctx.Err() != nil {
+		spell := rt.state.Spell()
+		if spell.Err() != nil {
 			return 0, rt.notServing()
 		}
 		cctx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(ep.ctx, cancel)
+		stop := context.AfterFunc(spell, cancel)
 		n, err := rt.ring.Generate(cctx, dst)
 		stop()
 		cancel()
 		if err == nil {
 			return n, nil
 		}
-		if ep.ctx.Err() != nil && ctx.Err() == nil {
+		if spell.Err() != nil && ctx.Err() == nil {
 			return n, rt.notServing()
 		}
 		var fs *generator.ForwardStepError

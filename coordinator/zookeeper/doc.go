@@ -17,7 +17,7 @@
 // (all permissions to it alone), or world:anyone when no credentials are
 // configured.
 //
-// The fences (DESIGN.md, "The fences, exactly"):
+// The fences (docs/design.md, Fences):
 //
 //   - Acquisition is one multi: check(pin, version read), check(floor,
 //     version read; a bump between the read and the multi fails it),
