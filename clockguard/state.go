@@ -85,8 +85,6 @@ type Snapshot struct {
 	Causes []Cause
 	// Since is the wall reading when State was entered.
 	Since time.Time
-
-	spell context.Context // the current spell of serving (Spell)
 }
 
 // Transition is what subscribers receive: a change of state, or (with From
@@ -132,11 +130,6 @@ type ServingState struct {
 	// deliver serialises notifications in the order of the changes: it is
 	// taken before mu is released, so subscribers see transitions in order.
 	deliver sync.Mutex
-
-	// spell is the context of the current spell of serving: created when
-	// the state becomes serving, cancelled when it stops.
-	spell       context.Context
-	spellCancel context.CancelFunc
 }
 
 // NewServingState returns the state of one generator, in StateStarting.
@@ -166,13 +159,6 @@ func (s *ServingState) State() State { return s.snap.Load().State }
 // Reason returns why the generator does not serve, as a human sentence
 // ("" while serving). Held reasons are joined with "; ", oldest first.
 func (s *ServingState) Reason() string { return s.snap.Load().Reason }
-
-// Spell returns the context of the current spell of serving: it is
-// cancelled the moment the state stops serving, and already cancelled
-// while it does not serve. A call waiting on the generator's behalf waits
-// with it, so that it ends, and is refused with the cause, when serving
-// ends. It is one atomic load, consistent with Serving.
-func (s *ServingState) Spell() context.Context { return s.snap.Load().spell }
 
 // Snapshot returns a consistent copy of the whole state.
 func (s *ServingState) Snapshot() Snapshot {
@@ -356,19 +342,9 @@ func (s *ServingState) refuseLocked(to State) error {
 	return fmt.Errorf("%w: generator %q cannot go from %s to %s", ErrInvalidTransition, s.generator, from, to)
 }
 
-// publishLocked stores a fresh snapshot for the lock-free readers, and
-// begins or ends the spell of serving with the state.
+// publishLocked stores a fresh snapshot for the lock-free readers.
 func (s *ServingState) publishLocked() {
-	switch {
-	case s.state == StateServing && (s.spell == nil || s.spell.Err() != nil):
-		s.spell, s.spellCancel = context.WithCancel(context.Background())
-	case s.state != StateServing && s.spell == nil:
-		s.spell, s.spellCancel = context.WithCancel(context.Background())
-		s.spellCancel()
-	case s.state != StateServing:
-		s.spellCancel()
-	}
-	sn := &Snapshot{Generator: s.generator, State: s.state, Causes: slices.Clone(s.causes), Since: s.since, spell: s.spell}
+	sn := &Snapshot{Generator: s.generator, State: s.state, Causes: slices.Clone(s.causes), Since: s.since}
 	sn.Reason = s.reasonLocked()
 	s.snap.Store(sn)
 }

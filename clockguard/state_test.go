@@ -280,31 +280,3 @@ func TestStateString(t *testing.T) {
 		t.Errorf("State(42) = %q", got)
 	}
 }
-
-// Spell is the context of the current spell of serving: live exactly while
-// serving, cancelled the moment serving ends (with the state, not after a
-// subscriber ran), and a new one for the next spell.
-func TestSpell(t *testing.T) {
-	s := clockguard.NewServingState("g")
-	if s.Spell().Err() == nil {
-		t.Fatal("spell live while starting")
-	}
-	s.Ready()
-	first := s.Spell()
-	if first.Err() != nil || !s.Serving() {
-		t.Fatal("no live spell while serving")
-	}
-	s.Set(clockguard.SourceNTP, "offset")
-	if first.Err() == nil || s.Spell().Err() == nil {
-		t.Fatal("spell still live after serving ended")
-	}
-	s.Clear(clockguard.SourceNTP)
-	second := s.Spell()
-	if second.Err() != nil || second == first {
-		t.Fatal("no new spell after serving again")
-	}
-	s.Drain("shutting down")
-	if second.Err() == nil {
-		t.Fatal("spell live after Drain")
-	}
-}

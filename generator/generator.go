@@ -36,6 +36,9 @@ var (
 	// ErrForwardStep: the clock stepped forward further than
 	// MaxForwardStep and the step was not confirmed (ConfirmClock).
 	ErrForwardStep = errors.New("generator: clock stepped forward")
+	// ErrHeld: the owner holds the generator out of service (Hold); a
+	// call that would produce or wait returns it at once.
+	ErrHeld = errors.New("generator: held out of service")
 	// ErrConfig marks a refused Config.
 	ErrConfig = errors.New("generator: invalid config")
 )
@@ -205,6 +208,7 @@ type Generator struct {
 	haveUnit        bool
 
 	retired atomic.Bool
+	held    atomic.Bool   // Hold: refuse what would produce or wait (ErrHeld)
 	waits   atomic.Uint64 // waits on the reservation
 
 	// wake is closed and replaced on every raise of the reservation, every
@@ -359,6 +363,17 @@ func (g *Generator) Wake() {
 	old := g.wake.Swap(&ch)
 	close(*old)
 	g.wakeMu.Unlock()
+}
+
+// Hold holds the generator out of service (on) or lets it serve again.
+// While held, a call that cannot be answered by Next's fast path — one
+// that would wait, or a batch — returns ErrHeld, and every waiting call
+// wakes and returns it: the owner holds a generator whose node stopped
+// serving, so that nothing waits on its behalf (docs/design.md, Liveness
+// rules).
+func (g *Generator) Hold(on bool) {
+	g.held.Store(on)
+	g.Wake()
 }
 
 // waker returns the channel the next Wake closes. A wait takes it before
@@ -531,6 +546,10 @@ func (g *Generator) next(dst []uint64, spin bool) (int, wait, int64, error) {
 	if g.retired.Load() {
 		g.mu.Unlock()
 		return 0, wait{}, 0, ErrRetired
+	}
+	if g.held.Load() {
+		g.mu.Unlock()
+		return 0, wait{}, 0, ErrHeld
 	}
 	wall, mono := g.read()
 	n, w, err := g.fill(wall, mono, dst)

@@ -1,7 +1,6 @@
 package ringbuffer
 
 import (
-	"context"
 	"math"
 	"time"
 )
@@ -158,13 +157,6 @@ func (b *Buffer) writable(t uint64, want int) int {
 	return n
 }
 
-// fillWait bounds how long one refill chunk may wait in the source (for
-// the clock or the reservation) while holding the lock: a filler does not
-// wait out what a caller would have to wait for; it tries again on its
-// next round, and callers generate directly meanwhile, each with its own
-// deadline.
-const fillWait = 10 * time.Millisecond
-
 // fill adds up to k IDs from the source, chunk by chunk.
 func (b *Buffer) fill(k int) {
 	select {
@@ -187,9 +179,7 @@ func (b *Buffer) fill(k int) {
 		}
 		// Stamp before generating: an ID is never younger than its stamp.
 		stamp := b.nowTick()
-		ctx, cancel := context.WithTimeout(srcCtx, fillWait)
-		n, err := src.NextBatch(ctx, b.scratch[:room])
-		cancel()
+		n, err := src.NextBatch(srcCtx, b.scratch[:room])
 		if err != nil {
 			b.refillErrors.Add(1)
 			break

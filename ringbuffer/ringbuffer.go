@@ -386,7 +386,9 @@ func (b *Buffer) poke() {
 //
 // Under the lock it first drains what the ring holds, so every ID it
 // returns is newer than any the same caller took before, and older than
-// any the filler publishes after.
+// any the filler publishes after. The source waits with ctx: a source
+// that may wait long must end its waits by itself when it is retired (the
+// generator's Retire and Hold do).
 func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
 	select {
 	case b.fillLock <- struct{}{}:
@@ -399,10 +401,6 @@ func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
 	if src == nil {
 		err = ErrNoSource
 	}
-	// The source waits with the caller's context, ended also by Reset and
-	// Close (they cancel srcCtx before they wait for the lock).
-	sctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(b.srcCtx, cancel)
 	for err == nil && got < len(dst) {
 		n, terr := b.takeN(dst[got:])
 		if terr != nil {
@@ -413,11 +411,9 @@ func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
 	fromRing := got
 	for err == nil && got < len(dst) {
 		var n int
-		n, err = src.NextBatch(sctx, dst[got:])
+		n, err = src.NextBatch(ctx, dst[got:])
 		got += n
 	}
-	stop()
-	cancel()
 	<-b.fillLock
 	b.direct.Add(uint64(got - fromRing))
 	b.poke()
@@ -429,8 +425,8 @@ func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
 // source is dropped (also by a taker that claimed it before the Reset and
 // copies it after), and no refill from the old source is published.
 //
-// The old source's context is cancelled first, so that a filler or a
-// Generate waiting in it wakes and lets go of the lock Reset then takes.
+// The old source's context is cancelled first, so that a filler waiting
+// in it wakes and lets go of the lock Reset then takes.
 func (b *Buffer) Reset(src Source) {
 	b.srcMu.Lock()
 	if b.srcCancel != nil {

@@ -21,16 +21,16 @@ func (s *stuck) NextBatch(ctx context.Context, dst []uint64) (int, error) {
 }
 
 // Reset and Close cancel the source before they take the filler's lock, so
-// a source waiting under that lock cannot hold them. Before, both blocked
-// for as long as the source waited.
-func TestResetAndCloseWakeAWaitingSource(t *testing.T) {
+// a filler waiting in the source under that lock cannot hold them. Before,
+// both blocked for as long as the source waited.
+func TestResetAndCloseWakeAWaitingFiller(t *testing.T) {
 	for _, op := range []string{"Reset", "Close"} {
 		t.Run(op, func(t *testing.T) {
 			b := newBuf(t, Config{Size: 256})
 			src := &stuck{entered: make(chan struct{}, 1)}
 			b.Reset(src)
-			go b.Generate(context.Background(), make([]uint64, 1))
-			<-src.entered // Generate holds the lock, waiting in the source
+			go b.fill(64)
+			<-src.entered // the filler holds the lock, waiting in the source
 			done := make(chan struct{})
 			go func() {
 				if op == "Reset" {
@@ -43,7 +43,7 @@ func TestResetAndCloseWakeAWaitingSource(t *testing.T) {
 			select {
 			case <-done:
 			case <-time.After(2 * time.Second):
-				t.Fatalf("%s still blocked after 2 s behind a waiting source", op)
+				t.Fatalf("%s still blocked after 2 s behind a waiting filler", op)
 			}
 		})
 	}

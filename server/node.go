@@ -224,11 +224,12 @@ func (n *Node) Start(ctx context.Context) error {
 		rt := rt
 		n.health.SetServingStatus(rt.cfg.Name, healthpb.HealthCheckResponse_NOT_SERVING)
 		rt.state.Subscribe(func(t clockguard.Transition) {
-			// A spell of serving ended (its context, the state's Spell,
-			// is cancelled already): the generator's waiters re-read too.
-			if t.From == clockguard.StateServing && t.To != clockguard.StateServing {
+			// Serving begins or ends: the generator is held out of
+			// service while the state does not serve, so that every call
+			// waiting in it is refused at once with the cause.
+			if (t.From == clockguard.StateServing) != (t.To == clockguard.StateServing) {
 				if h := rt.held.Load(); h != nil {
-					h.gen.Wake()
+					h.gen.Hold(t.To != clockguard.StateServing)
 				}
 			}
 			st := healthpb.HealthCheckResponse_NOT_SERVING

@@ -178,27 +178,20 @@ func (rt *genRuntime) notServing() error {
 	return &NotServingError{Generator: rt.cfg.Name, Reason: rt.state.Reason()}
 }
 
-// generate is the ring's Generate within the current spell of serving
-// (docs/design.md, Liveness rules): a
-// call waiting in it (for the filler's lock, the clock or the reservation)
-// ends at once, refused with the cause, when the generator stops serving.
-// A forward step the generator refused goes to the clock policy first,
-// and the call is tried once more if the generator still serves.
+// generate is the ring's Generate for what the ring could not give
+// (docs/design.md, Liveness rules). A call waiting in it (for the filler's
+// lock, the clock or the reservation) ends at once, refused with the
+// cause, when the generator stops serving: the node holds the generator
+// (generator.Hold) the moment its state leaves serving. A forward step the
+// generator refused goes to the clock policy first, and the call is tried
+// once more if the generator still serves.
 func (rt *genRuntime) generate(ctx context.Context, dst []uint64) (int, error) {
 	for attempt := 0; ; attempt++ {
-		spell := rt.state.Spell()
-		if spell.Err() != nil {
-			return 0, rt.notServing()
-		}
-		cctx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(spell, cancel)
-		n, err := rt.ring.Generate(cctx, dst)
-		stop()
-		cancel()
+		n, err := rt.ring.Generate(ctx, dst)
 		if err == nil {
 			return n, nil
 		}
-		if spell.Err() != nil && ctx.Err() == nil {
+		if errors.Is(err, generator.ErrHeld) {
 			return n, rt.notServing()
 		}
 		var fs *generator.ForwardStepError
