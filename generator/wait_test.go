@@ -196,3 +196,31 @@ func TestNothingBeforeTheFirstReservation(t *testing.T) {
 		t.Fatalf("time %v", p.Time)
 	}
 }
+
+// Hold ends every wait at once with ErrHeld (the node holds a generator
+// whose state stopped serving), and refuses new calls that would wait or
+// batch, until released.
+func TestHoldEndsWaits(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.Reserved = 0 })
+	r.g.SetReserved(r.now() + 5)
+	r.clock.Step(time.Hour) // needs a reservation that will not come
+	done := batchAsync(r.g, context.Background(), 4)
+	time.Sleep(20 * time.Millisecond)
+	r.g.Hold(true)
+	select {
+	case x := <-done:
+		if !errors.Is(x.err, ErrHeld) {
+			t.Fatalf("got %v; want ErrHeld", x.err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("Hold did not end the wait")
+	}
+	r.clock.Step(-time.Hour)
+	if _, err := r.g.NextBatch(context.Background(), make([]uint64, 4)); !errors.Is(err, ErrHeld) {
+		t.Fatalf("while held: %v", err)
+	}
+	r.g.Hold(false)
+	if n, err := r.g.NextBatch(context.Background(), make([]uint64, 4)); err != nil || n == 0 {
+		t.Fatalf("after release: %d, %v", n, err)
+	}
+}
