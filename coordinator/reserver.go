@@ -53,9 +53,22 @@ type ReserverConfig struct {
 	// Interval between writes; default 1 s. Every write carries a
 	// heartbeat, so one is written at idle too.
 	Interval time.Duration
+	// RetryInterval is Run's wait after a write that failed; default
+	// Interval/5.
+	RetryInterval time.Duration
 	// CallTimeout bounds one Reserve; default 3 s (a call and its retry
 	// on a 1 s coordinator timeout, plus slack).
 	CallTimeout time.Duration
+	// Wake, when set, makes Run write at once when it receives (after a
+	// clock step, the reservation may no longer cover the clock).
+	Wake <-chan struct{}
+	// BeforeStep, when set, runs right before each of Run's writes is
+	// sized (a node polls its clock-step detector there, so that a step
+	// reaches its clock policy first).
+	BeforeStep func()
+	// AfterStep, when set, receives the outcome of each of Run's writes
+	// and how long it took, before Run decides what to do next.
+	AfterStep func(err error, took time.Duration)
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -85,11 +98,15 @@ func NewReserver(cfg ReserverConfig) (*Reserver, error) {
 		return nil, fmt.Errorf("%w: ReserverConfig.OnAck is nil", ErrInvalidSpec)
 	case cfg.Window <= 0:
 		return nil, fmt.Errorf("%w: ReserverConfig.Window %d must be positive", ErrInvalidSpec, cfg.Window)
-	case cfg.Interval < 0 || cfg.CallTimeout < 0:
-		return nil, fmt.Errorf("%w: ReserverConfig.Interval %v and CallTimeout %v must not be negative", ErrInvalidSpec, cfg.Interval, cfg.CallTimeout)
+	case cfg.Interval < 0 || cfg.CallTimeout < 0 || cfg.RetryInterval < 0:
+		return nil, fmt.Errorf("%w: ReserverConfig.Interval %v, RetryInterval %v and CallTimeout %v must not be negative",
+			ErrInvalidSpec, cfg.Interval, cfg.RetryInterval, cfg.CallTimeout)
 	}
 	if cfg.Interval == 0 {
 		cfg.Interval = time.Second
+	}
+	if cfg.RetryInterval == 0 {
+		cfg.RetryInterval = cfg.Interval / 5
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = 3 * time.Second
@@ -161,15 +178,23 @@ func (r *Reserver) Step(ctx context.Context) error {
 	return nil
 }
 
-// Run makes a reservation at once and then every Interval until ctx ends
+// Run makes a reservation at once and then every Interval (every
+// RetryInterval after one that failed, and at once on Wake) until ctx ends
 // or the lease is done. It returns the final error: one matching
 // ErrLeaseLost or ErrRolledBack, or ctx's error.
 func (r *Reserver) Run(ctx context.Context) error {
-	t := time.NewTicker(r.cfg.Interval)
+	t := time.NewTimer(r.cfg.Interval)
 	defer t.Stop()
 	failing := false
 	for {
+		if r.cfg.BeforeStep != nil {
+			r.cfg.BeforeStep()
+		}
+		start := time.Now()
 		err := r.Step(ctx)
+		if r.cfg.AfterStep != nil {
+			r.cfg.AfterStep(err, time.Since(start))
+		}
 		switch {
 		case err == nil:
 			if failing {
@@ -187,12 +212,24 @@ func (r *Reserver) Run(ctx context.Context) error {
 				failing = true
 			}
 		}
+		next := r.cfg.Interval
+		if failing {
+			next = r.cfg.RetryInterval
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(next)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-r.cfg.Lease.Done():
 			return fmt.Errorf("%w: lease done", ErrLeaseLost)
 		case <-t.C:
+		case <-r.cfg.Wake:
 		}
 	}
 }

@@ -506,6 +506,18 @@ func (g *Generator) NextBatch(ctx context.Context, dst []uint64) (int, error) {
 	return g.nextBatch(ctx, dst, false)
 }
 
+// TryBatch is NextBatch without waiting: it fills dst with what one time
+// unit allows now and returns 0 (and no error) when more would need a wait
+// for the clock or the reservation. The ring buffer's filler uses it, so
+// that it never waits while holding the lock callers take.
+func (g *Generator) TryBatch(dst []uint64) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	n, _, _, err := g.next(dst, false)
+	return n, err
+}
+
 // nextBatch is NextBatch; spin spins out short clock waits (see next).
 // Next spins: its callers are many goroutines that each want one ID now.
 // NextBatch does not: its caller (the ring buffer's filler, a batch

@@ -1,6 +1,7 @@
 package ringbuffer
 
 import (
+	"context"
 	"math"
 	"time"
 )
@@ -54,7 +55,7 @@ func (b *Buffer) Close() {
 		return
 	}
 	close(b.closed)
-	b.Reset(nil) // cancels the source before it takes the lock
+	b.Reset(nil)
 	if b.started.Load() {
 		<-b.done
 	}
@@ -157,6 +158,19 @@ func (b *Buffer) writable(t uint64, want int) int {
 	return n
 }
 
+// produce asks the source for what it can give at once. The filler never
+// waits while it holds the lock that Generate, Reset and Close take: a
+// Source that may wait (for the clock, a reservation) implements TrySource,
+// and the filler declines what would need a wait; callers wait for it in
+// Generate, each within its own deadline. A Source without TryBatch is
+// asked with NextBatch and must not wait long.
+func (b *Buffer) produce(src Source, dst []uint64) (int, error) {
+	if t, ok := src.(TrySource); ok {
+		return t.TryBatch(dst)
+	}
+	return src.NextBatch(context.Background(), dst)
+}
+
 // fill adds up to k IDs from the source, chunk by chunk.
 func (b *Buffer) fill(k int) {
 	select {
@@ -165,7 +179,7 @@ func (b *Buffer) fill(k int) {
 		return
 	}
 	defer func() { <-b.fillLock }()
-	src, srcCtx := b.src, b.srcCtx
+	src := b.src
 	if src == nil {
 		return
 	}
@@ -179,10 +193,13 @@ func (b *Buffer) fill(k int) {
 		}
 		// Stamp before generating: an ID is never younger than its stamp.
 		stamp := b.nowTick()
-		n, err := src.NextBatch(srcCtx, b.scratch[:room])
+		n, err := b.produce(src, b.scratch[:room])
 		if err != nil {
 			b.refillErrors.Add(1)
 			break
+		}
+		if n == 0 {
+			break // the source would have to wait: callers wait in Generate
 		}
 		for i := 0; i < n; i++ {
 			p := t + uint64(i)

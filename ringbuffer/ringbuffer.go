@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -14,6 +13,16 @@ import (
 // may wait (honouring ctx).
 type Source interface {
 	NextBatch(ctx context.Context, dst []uint64) (int, error)
+}
+
+// TrySource is a Source that can say it has nothing right now instead of
+// waiting: TryBatch fills dst with what can be produced at once and
+// returns 0 (and no error) when more would need a wait. The filler uses it
+// so that it never waits while it holds the lock callers take (the
+// generator's TryBatch satisfies it).
+type TrySource interface {
+	Source
+	TryBatch(dst []uint64) (int, error)
 }
 
 // Clock supplies the monotonic reading that stamps refill chunks. The
@@ -133,13 +142,8 @@ type Buffer struct {
 	// used as a lock, so that Generate takes it with its caller's context.
 	fillLock   chan struct{}
 	src        Source
-	srcCtx     context.Context
 	scratch    []uint64
 	lastSample sampler
-	// srcCancel cancels srcCtx: Reset and Close call it before they take
-	// fillLock, so that a source waiting under the lock wakes and lets go.
-	srcMu     sync.Mutex
-	srcCancel context.CancelFunc
 
 	wake    chan struct{}
 	closed  chan struct{}
@@ -185,7 +189,6 @@ func New(cfg Config) (*Buffer, error) {
 		shift++
 	}
 	b := &Buffer{
-		srcCtx:   context.Background(),
 		fillLock: make(chan struct{}, 1),
 		ids:      make([]uint64, cfg.Size),
 		meta:     make([]meta, cfg.Size),
@@ -423,24 +426,14 @@ func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
 // Reset retires the current source and installs src (nil: none). The epoch
 // advances instead of the ring rewinding: every ID buffered from the old
 // source is dropped (also by a taker that claimed it before the Reset and
-// copies it after), and no refill from the old source is published.
-//
-// The old source's context is cancelled first, so that a filler waiting
-// in it wakes and lets go of the lock Reset then takes.
+// copies it after), and no refill from the old source is published. The
+// filler never waits while it holds the lock (TrySource), so Reset waits
+// at most for one chunk being produced, or for a Generate whose source
+// waits (the generator's Retire ends such a wait).
 func (b *Buffer) Reset(src Source) {
-	b.srcMu.Lock()
-	if b.srcCancel != nil {
-		b.srcCancel()
-	}
-	b.srcMu.Unlock()
 	b.fillLock <- struct{}{}
 	b.epoch.Add(1)
 	b.src = src
-	ctx, cancel := context.WithCancel(context.Background())
-	b.srcCtx = ctx
-	b.srcMu.Lock()
-	b.srcCancel = cancel
-	b.srcMu.Unlock()
 	<-b.fillLock
 	b.drain()
 	b.poke()

@@ -8,8 +8,17 @@ import (
 )
 
 // stuck is a Source that waits, holding whatever its caller holds, until
-// its context ends: a generator waiting for a reservation or the clock.
+// its context ends: a generator waiting for a reservation or the clock. As
+// a TrySource it says it has nothing now.
 type stuck struct{ entered chan struct{} }
+
+func (s *stuck) TryBatch([]uint64) (int, error) {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	return 0, nil
+}
 
 func (s *stuck) NextBatch(ctx context.Context, dst []uint64) (int, error) {
 	select {
@@ -20,30 +29,43 @@ func (s *stuck) NextBatch(ctx context.Context, dst []uint64) (int, error) {
 	return 0, ctx.Err()
 }
 
-// Reset and Close cancel the source before they take the filler's lock, so
-// a filler waiting in the source under that lock cannot hold them. Before,
-// both blocked for as long as the source waited.
-func TestResetAndCloseWakeAWaitingFiller(t *testing.T) {
-	for _, op := range []string{"Reset", "Close"} {
+// The filler never waits in its source while it holds the lock (it asks a
+// TrySource for what it has now), so a source that would wait cannot hold
+// Reset or Close, nor a caller's Generate. Before, a filler waiting in its
+// source blocked both for as long as the source waited.
+func TestFillerNeverWaitsUnderTheLock(t *testing.T) {
+	for _, op := range []string{"Reset", "Close", "Generate"} {
 		t.Run(op, func(t *testing.T) {
 			b := newBuf(t, Config{Size: 256})
 			src := &stuck{entered: make(chan struct{}, 1)}
 			b.Reset(src)
-			go b.fill(64)
-			<-src.entered // the filler holds the lock, waiting in the source
+			filled := make(chan struct{})
+			go func() { b.fill(64); close(filled) }()
+			<-src.entered
+			select {
+			case <-filled:
+			case <-time.After(2 * time.Second):
+				t.Fatal("the filler waits in its source")
+			}
 			done := make(chan struct{})
 			go func() {
-				if op == "Reset" {
+				switch op {
+				case "Reset":
 					b.Reset(&counter{perCall: 8})
-				} else {
+				case "Close":
 					b.Close()
+				default:
+					b.Reset(&counter{perCall: 8})
+					if _, err := b.Generate(context.Background(), make([]uint64, 4)); err != nil {
+						t.Error(err)
+					}
 				}
 				close(done)
 			}()
 			select {
 			case <-done:
 			case <-time.After(2 * time.Second):
-				t.Fatalf("%s still blocked after 2 s behind a waiting filler", op)
+				t.Fatalf("%s still blocked after 2 s", op)
 			}
 		})
 	}

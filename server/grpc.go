@@ -82,7 +82,7 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 		Coordinator:     n.coordName,
 	}
 	wall, _ := n.clock.Now()
-	ntpOffset, ntpOK := n.lastNTPOffset()
+	ntpOffset, ntpOK := n.policy.lastNTPOffset()
 	for _, rt := range n.gens {
 		st := rt.status(wall)
 		gi := &firnv1.GeneratorInfo{

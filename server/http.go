@@ -334,23 +334,21 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if n.offset != nil {
 		data.FaultOffset = n.offset.CurrentOffset()
 	}
-	if off, ok := n.lastNTPOffset(); ok {
+	if off, ok := n.policy.lastNTPOffset(); ok {
 		data.NTP = fmt.Sprintf("offset %v (limit --max-clock-offset %v)", off.Round(time.Microsecond), n.cfg.MaxClockOffset)
 	} else if len(n.cfg.NTP) > 0 {
 		data.NTP = fmt.Sprintf("no usable answer yet (limit --max-clock-offset %v)", n.cfg.MaxClockOffset)
 	}
-	n.peerMu.Lock()
-	if n.peerChecked {
+	if checked, count, skew := n.policy.peerStatus(); checked {
 		nodes := "nodes"
-		if n.peerCount == 1 {
+		if count == 1 {
 			nodes = "node (this one)"
 		}
 		data.Peers = fmt.Sprintf("%d live %s; this clock is %v from their median (limit --max-peer-skew %v)",
-			n.peerCount, nodes, n.peerSkew.Round(time.Millisecond), n.cfg.MaxPeerSkew)
+			count, nodes, skew.Round(time.Millisecond), n.cfg.MaxPeerSkew)
 	} else {
 		data.Peers = "not checked yet"
 	}
-	n.peerMu.Unlock()
 	for _, rt := range n.gens {
 		st := rt.status(wall)
 		if !st.Serving {

@@ -75,7 +75,7 @@ func runBounded(ctx context.Context, f func() error) error {
 
 // journalFor is the data-dir journal of one generator (a test hook can
 // wrap it).
-func (n *Node) journalFor(rt *genRuntime) coordinator.Journal {
+func journalFor(rt *genRuntime) coordinator.Journal {
 	if journalHook != nil {
 		return journalHook(rt.local)
 	}

@@ -479,10 +479,22 @@ func TestClockWaitBeyondDeadlineIsUnavailable(t *testing.T) {
 	// shorter wait for the unit in progress).
 	n := startNode(t, e.Endpoints, t.TempDir(), "--generator", "user=compact", "--http-request-timeout", "300ms")
 	waitServing(t, n.ids, "user", 10*time.Second)
-	for i := 0; i < 3; i++ {
+	// Take whole batches until one had to wait for the clock: the ring is
+	// empty then and the generator at its lead limit, one unit just begun.
+	for i := 0; ; i++ {
 		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		n.ids.NextIDs(c, &firnv1.NextIDsRequest{Generator: "user", Count: 128})
+		start := time.Now()
+		_, err := n.ids.NextIDs(c, &firnv1.NextIDsRequest{Generator: "user", Count: 128})
 		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(start) > 300*time.Millisecond {
+			break
+		}
+		if i == 20 {
+			t.Fatal("no batch ever waited for the clock")
+		}
 	}
 	c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -490,6 +502,21 @@ func TestClockWaitBeyondDeadlineIsUnavailable(t *testing.T) {
 	_, err := n.ids.NextIDs(c, &firnv1.NextIDsRequest{Generator: "user", Count: 128})
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "ahead of the clock") || time.Since(start) > 350*time.Millisecond {
 		t.Fatalf("gRPC with a 200 ms deadline: %v after %v; want UNAVAILABLE naming the lead, at once", err, time.Since(start))
+	}
+	for i := 0; ; i++ {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		start := time.Now()
+		_, err := n.ids.NextIDs(c, &firnv1.NextIDsRequest{Generator: "user", Count: 128})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(start) > 300*time.Millisecond {
+			break
+		}
+		if i == 20 {
+			t.Fatal("no batch ever waited for the clock")
+		}
 	}
 	start = time.Now()
 	resp, err := http.Get(n.base + "/v1/ids?generator=user&count=128") // no client deadline

@@ -15,51 +15,21 @@ import (
 // is state is read at scrape time by the collector below, so the domain
 // types stay ignorant of Prometheus.
 type metrics struct {
-	grpc         *grpcprom.ServerMetrics
-	steps        *prometheus.CounterVec
-	lastStep     prometheus.Gauge
-	ntpFailures  prometheus.Counter
-	coordLatency *prometheus.HistogramVec
-	coordErrors  *prometheus.CounterVec
-	transitions  *prometheus.CounterVec
-	peerSkew     prometheus.Gauge
-	restores     *prometheus.CounterVec
+	grpc        *grpcprom.ServerMetrics
+	transitions *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
 	m := &metrics{
 		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
 			grpcprom.WithHistogramBuckets([]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}))),
-		steps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_clock_steps_total",
-			Help: "Steps of the wall clock against the monotonic clock, by direction."}, []string{"direction"}),
-		lastStep: prometheus.NewGauge(prometheus.GaugeOpts{Name: "firn_clock_last_step_seconds",
-			Help: "Size of the last clock step (negative: backward)."}),
-		ntpFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "firn_ntp_check_failures_total",
-			Help: "NTP checks that failed (unreachable, too few answers, or offset beyond the limit)."}),
-		coordLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "firn_coordinator_operation_duration_seconds",
-			Help:    "Latency of coordinator operations.",
-			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}, []string{"op"}),
-		coordErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_coordinator_errors_total",
-			Help: "Coordinator operations that failed."}, []string{"op"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_state_transitions_total",
 			Help: "Serving-state transitions, by generator and new state."}, []string{"generator", "state"}),
-		peerSkew: prometheus.NewGauge(prometheus.GaugeOpts{Name: "firn_peer_clock_skew_seconds",
-			Help: "This node's clock minus the median of its live peers' clocks."}),
-		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_coordinator_restores_detected_total",
-			Help: "Times this node found the coordinator below a reservation it had acknowledged (a restore from an older snapshot) and wrote the generator's restore marker."}, []string{"generator"}),
 	}
-	for _, d := range []string{"backward", "forward"} {
-		m.steps.WithLabelValues(d)
-	}
-	for _, op := range []string{"acquire", "reserve"} {
-		m.coordErrors.WithLabelValues(op)
-	}
-	for _, g := range n.gens {
-		m.restores.WithLabelValues(g.cfg.Name)
-	}
-	n.reg.MustRegister(m.grpc, m.steps, m.lastStep, m.ntpFailures, m.coordLatency, m.coordErrors,
-		m.transitions, m.peerSkew, m.restores, &nodeCollector{n: n},
+	n.reg.MustRegister(m.grpc, m.transitions, &nodeCollector{n: n},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.reg.MustRegister(n.policy.m.collectors()...)
+	n.reg.MustRegister(n.hm.collectors()...)
 	return m
 }
 
@@ -152,7 +122,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- g(descMaxOffset, prometheus.GaugeValue, n.cfg.MaxClockOffset.Seconds())
 	ch <- g(descMaxPeerSkew, prometheus.GaugeValue, n.cfg.MaxPeerSkew.Seconds())
 	ch <- g(descWindow, prometheus.GaugeValue, n.cfg.ReservationWindow.Seconds())
-	off, ok := n.lastNTPOffset()
+	off, ok := n.policy.lastNTPOffset()
 	if ok {
 		ch <- g(descNTPOffset, prometheus.GaugeValue, off.Seconds())
 	} else {

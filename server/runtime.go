@@ -8,42 +8,10 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/local"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
 )
-
-// holding is one lease and the generator built for it, for life.
-type holding struct {
-	gen   *generator.Generator
-	lease coordinator.Lease
-	rs    *coordinator.Reserver
-	// reserved is the last reservation acknowledged (time-field units);
-	// -1 before the first.
-	reserved atomic.Int64
-	released atomic.Bool // Release lowered the reservation to the highest time produced
-	started  time.Time
-
-	// expiry fires shortly before the reservation runs out unless a new
-	// one was acknowledged meanwhile (armExpiry): the generator then stops
-	// serving before a call could find it unable to produce.
-	expMu   sync.Mutex
-	expiry  *time.Timer
-	closed  bool
-	latency time.Duration          // the slowest recent reservation write, decaying
-	lastErr atomic.Pointer[string] // the last failed write's error, for the expiry reason
-}
-
-// stopExpiry disarms the expiry timer for good (the holding ended).
-func (h *holding) stopExpiry() {
-	h.expMu.Lock()
-	h.closed = true
-	if h.expiry != nil {
-		h.expiry.Stop()
-	}
-	h.expMu.Unlock()
-}
 
 // genRuntime is one named generator of the node: its serving state, its
 // ring buffer (for the node's life; Reset on each new lease) and the
@@ -63,17 +31,10 @@ type genRuntime struct {
 	// slot space is the worker field alone.
 	datacenterFixed bool
 
-	// kick wakes the holder's loop when a rollback hold begins, so that
-	// it checks for recovery every 100 ms instead of once a second.
-	kick chan struct{}
-
-	// reserveNow asks the holder's loop for a reservation write at once
-	// (after a clock step, the reservation may no longer cover the clock).
-	reserveNow chan struct{}
-
-	// onForward is told of a forward step the generator refused
-	// (ErrForwardStep): the node's clock policy decides on it.
-	onForward func(err *generator.ForwardStepError)
+	// policy is the node's clock policy; stepped, set by the holder, is
+	// its call after a step of the clock.
+	policy  *clockPolicy
+	stepped func()
 
 	// rollback: the step size reported while the clock-rollback reason is
 	// held (for recovery and the status page).
@@ -195,55 +156,16 @@ func (rt *genRuntime) generate(ctx context.Context, dst []uint64) (int, error) {
 			return n, rt.notServing()
 		}
 		var fs *generator.ForwardStepError
-		if errors.As(err, &fs) && rt.onForward != nil && attempt == 0 && n == 0 {
-			rt.onForward(fs)
+		if errors.As(err, &fs) && attempt == 0 && n == 0 {
+			rt.policy.forwardRefused(fs)
 			if rt.state.Serving() {
 				continue
 			}
 			return 0, rt.notServing()
 		}
-		rt.noteError(err)
+		rt.policy.noteError(rt, err)
 		return n, err
 	}
-}
-
-// noteError feeds the serving state from the generator's typed errors.
-func (rt *genRuntime) noteError(err error) {
-	var rb *generator.RollbackError
-	switch {
-	case errors.As(err, &rb):
-		rt.setRollback(rb.Error())
-	case errors.Is(err, generator.ErrClockRange):
-		rt.state.Set(clockguard.SourceClockRange, err.Error())
-	}
-}
-
-// askReserve wakes the holder's loop for a reservation write now.
-func (rt *genRuntime) askReserve() {
-	select {
-	case rt.reserveNow <- struct{}{}:
-	default:
-	}
-}
-
-func (rt *genRuntime) setRollback(reason string) {
-	rt.mu.Lock()
-	rt.rollbackErr = reason
-	rt.mu.Unlock()
-	rt.state.Set(clockguard.SourceClockRollback, reason)
-	select {
-	case rt.kick <- struct{}{}:
-	default:
-	}
-}
-
-// nextCheck is how long the holder's loop sleeps: wait, or recovery while
-// a clock-rollback hold is waiting for the clock to catch up.
-func (rt *genRuntime) nextCheck(wait, recovery time.Duration) time.Duration {
-	if _, held := rt.state.Holds(clockguard.SourceClockRollback); held {
-		return min(wait, recovery)
-	}
-	return wait
 }
 
 // Info is a snapshot of one generator for Info, /readyz and the status

@@ -1,0 +1,637 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/generator"
+)
+
+// clockPolicy is the node's clock policy (docs/design.md, Clock policy) as
+// a component of its own. Its inputs are events — a step of the clock
+// (onStep), an NTP verdict (onNTP), the peers' heartbeats (onPeers), a
+// forward step a generator refused (forwardRefused), the passing of time
+// (probe) — and its outputs are the reasons it sets and clears in the
+// generators' serving states, plus what it asks of their generators and
+// holders (hold, wake, confirm the clock, reserve now). It reads the time
+// only from its clock, so tests drive it with clockguard.Fake.
+type clockPolicy struct {
+	cfg   policyConfig
+	clock clockguard.Clock
+	log   *slog.Logger
+	gens  []*genRuntime
+	m     policyMetrics
+
+	// askNTP asks for an NTP check now (nil without NTP); pollSteps reads
+	// the step detector now (nil in tests that feed steps themselves).
+	askNTP    func()
+	pollSteps func()
+
+	gate fwdGate
+
+	ntpMu   sync.Mutex
+	ntpLast clockguard.NTPResult
+	ntpErr  error
+	ntpHave bool
+
+	peerMu      sync.Mutex
+	peerSkew    time.Duration
+	peerCount   int
+	peerChecked bool
+	peerOver    int // consecutive checks beyond --max-peer-skew
+
+	// kick wakes the probe loop when a rollback hold begins, so that it
+	// checks for recovery every probeFast instead of every probeSlow.
+	kick chan struct{}
+}
+
+// policyConfig is what the clock policy reads of the node's configuration.
+type policyConfig struct {
+	MaxClockOffset   time.Duration
+	MaxPeerSkew      time.Duration
+	NTP              bool // --ntp is set
+	NTPRequired      bool
+	RollbackRecovery string // "auto" or "manual"
+}
+
+// policyMetrics are the policy's own metrics; the node registers them.
+type policyMetrics struct {
+	steps       *prometheus.CounterVec
+	lastStep    prometheus.Gauge
+	ntpFailures prometheus.Counter
+	peerSkew    prometheus.Gauge
+}
+
+func newPolicyMetrics() policyMetrics {
+	m := policyMetrics{
+		steps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_clock_steps_total",
+			Help: "Steps of the wall clock against the monotonic clock, by direction."}, []string{"direction"}),
+		lastStep: prometheus.NewGauge(prometheus.GaugeOpts{Name: "firn_clock_last_step_seconds",
+			Help: "Size of the last clock step (negative: backward)."}),
+		ntpFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "firn_ntp_check_failures_total",
+			Help: "NTP checks that failed (unreachable, too few answers, or offset beyond the limit)."}),
+		peerSkew: prometheus.NewGauge(prometheus.GaugeOpts{Name: "firn_peer_clock_skew_seconds",
+			Help: "This node's clock minus the median of its live peers' clocks."}),
+	}
+	for _, d := range []string{"backward", "forward"} {
+		m.steps.WithLabelValues(d)
+	}
+	return m
+}
+
+func (m policyMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.steps, m.lastStep, m.ntpFailures, m.peerSkew}
+}
+
+func newClockPolicy(cfg policyConfig, clock clockguard.Clock, log *slog.Logger, gens []*genRuntime) *clockPolicy {
+	p := &clockPolicy{cfg: cfg, clock: clock, log: log, gens: gens, m: newPolicyMetrics(), kick: make(chan struct{}, 1)}
+	wall, mono := clock.Now()
+	p.gate.top = clockOffset(wall, mono)
+	return p
+}
+
+// --- steps and rollbacks ----------------------------------------------------
+
+// onStep reacts to a step of the wall clock seen by the step detector,
+// also while no call arrives.
+func (p *clockPolicy) onStep(st clockguard.Step) {
+	if st.Backward() {
+		p.m.steps.WithLabelValues("backward").Inc()
+	} else {
+		p.m.steps.WithLabelValues("forward").Inc()
+	}
+	p.m.lastStep.Set(-st.Size.Seconds())
+	p.log.Warn("clock step", "step", st.String(), "size", -st.Size)
+	if st.Backward() {
+		for _, rt := range p.gens {
+			h := rt.held.Load()
+			if h == nil || st.Size <= rt.cfg.MaxLead {
+				continue
+			}
+			if lead := h.gen.Lead(st.Wall); lead > rt.cfg.MaxLead {
+				p.setRollback(rt, (&generator.RollbackError{Step: st.Size, Limit: rt.cfg.MaxLead}).Error())
+				if p.cfg.RollbackRecovery == "manual" {
+					rt.mu.Lock()
+					rt.manualHold = true
+					rt.mu.Unlock()
+				}
+			}
+		}
+	}
+	// Either way: the forward-step gate sees the reading, NTP is asked at
+	// once, every wait sized from the old clock is woken, and the holders
+	// size their reservation-expiry timers again and write at once.
+	p.gateReading(st.Wall, st.Mono)
+	if p.askNTP != nil {
+		p.askNTP()
+	}
+	for _, rt := range p.gens {
+		if h := rt.held.Load(); h != nil {
+			h.gen.Wake()
+		}
+		if rt.stepped != nil {
+			rt.stepped()
+		}
+	}
+}
+
+// setRollback holds rt out for a backward step beyond max-lead (from the
+// step detector, or a generator's RollbackError) and makes the probe loop
+// check for recovery often.
+func (p *clockPolicy) setRollback(rt *genRuntime, reason string) {
+	rt.mu.Lock()
+	rt.rollbackErr = reason
+	rt.mu.Unlock()
+	rt.state.Set(clockguard.SourceClockRollback, reason)
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// noteError feeds the serving state from a generator's typed errors on the
+// request path.
+func (p *clockPolicy) noteError(rt *genRuntime, err error) {
+	var rb *generator.RollbackError
+	switch {
+	case errors.As(err, &rb):
+		p.setRollback(rt, rb.Error())
+	case errors.Is(err, generator.ErrClockRange):
+		rt.state.Set(clockguard.SourceClockRange, err.Error())
+	}
+}
+
+// The probe loop: every generator's lead is compared with the clock once
+// a second, and every probeFast while a rollback hold waits for the clock.
+const (
+	probeSlow = time.Second
+	probeFast = 100 * time.Millisecond
+)
+
+// run probes until ctx ends.
+func (p *clockPolicy) run(ctx context.Context) {
+	t := time.NewTimer(probeSlow)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-p.kick:
+		}
+		held := false
+		for _, rt := range p.gens {
+			if p.probe(rt) {
+				held = true
+			}
+		}
+		next := probeSlow
+		if held {
+			next = probeFast
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(next)
+	}
+}
+
+// probe holds rt out of service while its logical time is more than
+// max-lead ahead of the clock after a backward step beyond it, lets it
+// serve again once the clock caught up (auto recovery), and holds it out
+// while the clock lies outside the layout's range. It reports whether a
+// rollback hold is still waiting.
+func (p *clockPolicy) probe(rt *genRuntime) bool {
+	wall, _ := p.clock.Now()
+	if _, held := rt.state.Holds(clockguard.SourceClockRollback); held {
+		h := rt.held.Load()
+		if h == nil {
+			return true
+		}
+		rt.mu.Lock()
+		manual := rt.manualHold
+		rt.mu.Unlock()
+		if lead := h.gen.Lead(wall); lead <= rt.cfg.MaxLead && p.cfg.RollbackRecovery == "auto" && !manual {
+			rt.state.Clear(clockguard.SourceClockRollback)
+			p.log.Info("clock caught up after a rollback; serving again", "generator", rt.cfg.Name, "lead", lead)
+			return false
+		}
+		return true
+	}
+	if u := rt.cfg.Layout.Units(wall); u < 0 || u > rt.cfg.Layout.MaxTime() {
+		rt.state.Set(clockguard.SourceClockRange, (&generator.RangeError{Clock: wall, Epoch: rt.cfg.Layout.Epoch, End: rt.cfg.Layout.End()}).Error())
+	} else {
+		rt.state.Clear(clockguard.SourceClockRange)
+	}
+	return false
+}
+
+// resume ends a manual-recovery hold (POST /admin/resume), refusing while
+// the clock is still behind the last ID by more than max-lead.
+func (p *clockPolicy) resume(rt *genRuntime) error {
+	if h := rt.held.Load(); h != nil {
+		wall, _ := p.clock.Now()
+		if lead := h.gen.Lead(wall); lead > rt.cfg.MaxLead {
+			return fmt.Errorf("clock still %v behind the last ID (max-lead %v): not resumed", lead.Round(time.Millisecond), rt.cfg.MaxLead)
+		}
+	}
+	rt.mu.Lock()
+	rt.manualHold = false
+	rt.mu.Unlock()
+	rt.state.Clear(clockguard.SourceClockRollback)
+	rt.state.Clear(clockguard.SourceManual)
+	return nil
+}
+
+// --- the forward-step gate ----------------------------------------------------
+
+// fwdGate is the forward-step gate's state.
+//
+// A forward step of the clock larger than --max-clock-offset, measured from
+// the largest wall − monotonic offset the node has accepted, is not
+// believed until something taken after it agrees: an NTP check begun after
+// the step, or the peer median on two readings of heartbeats received after
+// it. Until then every generator is out of service (reason "clock-step"),
+// reservations are held below the step, and the generators refuse the
+// stepped reading themselves (generator.MaxForwardStep), so no ID carries
+// the stepped time. The clock coming back within the limit of the accepted
+// offset ends the gate by itself. With no NTP configured and fewer than
+// three live nodes there is nothing to ask: the step is accepted
+// unconfirmed, and said so loudly. NTP configured but unreachable (required
+// or not) confirms nothing: the gate holds until it answers.
+type fwdGate struct {
+	mu       sync.Mutex
+	top      time.Duration // the largest wall − mono offset accepted
+	pending  bool
+	size     time.Duration // the step beyond top
+	stepMono time.Duration // monotonic reading when the step was seen
+	stepWall time.Time     // wall reading when the step was seen (after it)
+	peerOK   int           // agreeing peer readings since the step, in a row
+
+	held atomic.Bool // pending, for the Reserver's gate
+}
+
+// clockOffset is wall − mono of one reading.
+func clockOffset(wall time.Time, mono time.Duration) time.Duration {
+	return time.Duration(wall.UnixNano()) - mono
+}
+
+// gateReading applies one clock reading (after a step either way, or the
+// offset a generator refused): a forward jump beyond the limit opens the
+// gate, a reading back within the limit of the accepted offset closes it.
+func (p *clockPolicy) gateReading(wall time.Time, mono time.Duration) {
+	off := clockOffset(wall, mono)
+	g := &p.gate
+	g.mu.Lock()
+	jump := off - g.top
+	switch {
+	case g.pending && jump <= p.cfg.MaxClockOffset:
+		g.pending, g.peerOK = false, 0
+		g.held.Store(false)
+		size := g.size
+		g.mu.Unlock()
+		p.log.Info("clock came back before the forward step was confirmed; serving again", "step", size)
+		p.gateClosed()
+		return
+	case g.pending:
+		g.size = jump
+		g.mu.Unlock()
+		p.setGateReason(jump)
+		return
+	case jump <= p.cfg.MaxClockOffset:
+		g.top = max(g.top, off)
+		g.mu.Unlock()
+		return
+	}
+	if !p.cfg.NTP && !p.peersConfigured() {
+		g.top = off
+		g.mu.Unlock()
+		p.log.Warn("forward clock step accepted unconfirmed: no NTP and fewer than 3 live nodes to check it", "size", jump)
+		p.confirmGenerators()
+		return
+	}
+	g.pending, g.size, g.stepMono, g.stepWall, g.peerOK = true, jump, mono, wall, 0
+	g.held.Store(true)
+	g.mu.Unlock()
+	p.log.Warn("forward clock step: not serving, reservations held, until NTP or the peer median confirms the clock", "size", jump)
+	p.setGateReason(jump)
+	if p.askNTP != nil {
+		p.askNTP()
+	}
+}
+
+func (p *clockPolicy) setGateReason(size time.Duration) {
+	reason := fmt.Sprintf("clock stepped forward %v, beyond --max-clock-offset %v: not serving until NTP or the peer median confirms the clock, or it comes back",
+		size.Round(time.Millisecond), p.cfg.MaxClockOffset)
+	for _, rt := range p.gens {
+		rt.state.Set(clockguard.SourceClockStep, reason)
+	}
+}
+
+// confirmGate accepts the pending step, if the evidence was taken after it
+// (fromMono: the monotonic reading when the evidence began).
+func (p *clockPolicy) confirmGate(fromMono time.Duration, why string) {
+	g := &p.gate
+	g.mu.Lock()
+	if !g.pending || fromMono < g.stepMono {
+		g.mu.Unlock()
+		return
+	}
+	wall, mono := p.clock.Now()
+	g.top = clockOffset(wall, mono)
+	g.pending, g.peerOK = false, 0
+	g.held.Store(false)
+	size := g.size
+	g.mu.Unlock()
+	p.log.Warn("forward clock step confirmed: "+why, "size", size)
+	p.confirmGenerators()
+	p.gateClosed()
+}
+
+// gateClosed clears the gate's reason and wakes every generator.
+func (p *clockPolicy) gateClosed() {
+	for _, rt := range p.gens {
+		rt.state.Clear(clockguard.SourceClockStep)
+		if h := rt.held.Load(); h != nil {
+			h.gen.Wake()
+		}
+	}
+}
+
+// confirmGenerators makes every running generator follow the clock as it
+// reads now.
+func (p *clockPolicy) confirmGenerators() {
+	for _, rt := range p.gens {
+		if h := rt.held.Load(); h != nil {
+			h.gen.ConfirmClock()
+		}
+	}
+}
+
+// gatePending reports whether a forward step awaits confirmation, and the
+// wall reading taken right after it.
+func (p *clockPolicy) gatePending() (bool, time.Time) {
+	p.gate.mu.Lock()
+	defer p.gate.mu.Unlock()
+	return p.gate.pending, p.gate.stepWall
+}
+
+// gateHeld reports whether reservations are held below a pending step.
+func (p *clockPolicy) gateHeld() bool { return p.gate.held.Load() }
+
+// gatePeerReading counts one peer reading made only of heartbeats received
+// after the step: two agreeing readings in a row confirm it.
+func (p *clockPolicy) gatePeerReading(agrees bool) {
+	g := &p.gate
+	g.mu.Lock()
+	if !g.pending {
+		g.mu.Unlock()
+		return
+	}
+	if agrees {
+		g.peerOK++
+	} else {
+		g.peerOK = 0
+	}
+	ok, from := g.peerOK >= 2, g.stepMono
+	g.mu.Unlock()
+	if ok {
+		p.confirmGate(from, "the peer median agrees on two readings")
+	}
+}
+
+// forwardRefused is a generator's report of a forward step it would not
+// follow: the policy decides on the reading (a step the detector may not
+// have polled yet, or small steps that add up).
+func (p *clockPolicy) forwardRefused(*generator.ForwardStepError) {
+	if p.pollSteps != nil {
+		p.pollSteps()
+	}
+	wall, mono := p.clock.Now()
+	p.gateReading(wall, mono)
+}
+
+// gateCheck takes a fresh reading to the gate when it shows a forward
+// jump the gate has not seen: whoever sizes something from the clock (a
+// reservation, the expiry timer) checks first, so that a step between two
+// polls of the detector cannot slip into it.
+func (p *clockPolicy) gateCheck() {
+	wall, mono := p.clock.Now()
+	p.gate.mu.Lock()
+	jump := clockOffset(wall, mono) - p.gate.top
+	pending := p.gate.pending
+	p.gate.mu.Unlock()
+	if !pending && jump > p.cfg.MaxClockOffset {
+		p.gateReading(wall, mono)
+	}
+}
+
+// --- NTP ------------------------------------------------------------------
+
+// waitFirstNTP holds every generator out until the first NTP verdict.
+func (p *clockPolicy) waitFirstNTP() {
+	for _, rt := range p.gens {
+		rt.state.Set(clockguard.SourceNTP, "waiting for the first NTP check")
+	}
+}
+
+// onNTP takes an NTP verdict.
+func (p *clockPolicy) onNTP(res clockguard.NTPResult, err error) {
+	p.ntpMu.Lock()
+	p.ntpLast, p.ntpErr, p.ntpHave = res, err, true
+	p.ntpMu.Unlock()
+	if err != nil || !res.OK {
+		p.m.ntpFailures.Inc()
+	}
+	var reason string
+	switch {
+	case err == nil && res.OK:
+	case errors.Is(err, clockguard.ErrOffsetTooLarge):
+		reason = fmt.Sprintf("NTP offset %v beyond --max-clock-offset %v", res.Offset.Round(time.Millisecond), p.cfg.MaxClockOffset)
+	case err != nil && p.cfg.NTPRequired:
+		reason = "NTP required and unreachable: " + err.Error()
+	case err != nil:
+		p.log.Warn("NTP unreachable (not required): serving with drift unchecked", "err", err)
+	default:
+		reason = fmt.Sprintf("NTP check failed: %d of %d usable answers", res.Valid, res.Need)
+	}
+	for _, rt := range p.gens {
+		if reason == "" {
+			rt.state.Clear(clockguard.SourceNTP)
+		} else {
+			rt.state.Set(clockguard.SourceNTP, reason)
+		}
+	}
+	// The forward-step gate: a check begun after the step that agrees
+	// confirms it. Unreachable NTP confirms nothing, required or not: the
+	// gate then holds until NTP answers, the peers agree, or the clock
+	// comes back (its reason says so).
+	if err == nil && res.OK {
+		p.confirmGate(res.StartMono, "NTP agrees with the clock")
+	}
+}
+
+// lastNTPOffset is the offset of the last usable NTP verdict.
+func (p *clockPolicy) lastNTPOffset() (time.Duration, bool) {
+	p.ntpMu.Lock()
+	defer p.ntpMu.Unlock()
+	if !p.ntpHave || p.ntpErr != nil {
+		return 0, false
+	}
+	return p.ntpLast.Offset, true
+}
+
+// --- peers ------------------------------------------------------------------
+
+// waitFirstPeers holds every generator out until the clock was compared
+// with the live peers once: a node started far off their clocks never
+// serves.
+func (p *clockPolicy) waitFirstPeers() {
+	for _, rt := range p.gens {
+		rt.state.Set(clockguard.SourcePeers, "checking the clock against live peers' heartbeats")
+	}
+}
+
+// peerBeatAge bounds how old a heartbeat read (rather than received as it
+// was written) can be: holders write one with each reservation, about once
+// a second. Read at the right time, it makes a peer seem behind by as much.
+const peerBeatAge = time.Second
+
+func (p *clockPolicy) peersConfigured() bool {
+	p.peerMu.Lock()
+	defer p.peerMu.Unlock()
+	return p.peerCount >= 3
+}
+
+// peerStatus is the last peer comparison, for the status page: whether
+// there was one, the live nodes counted (this one included) and this
+// clock's skew from their median.
+func (p *clockPolicy) peerStatus() (checked bool, count int, skew time.Duration) {
+	p.peerMu.Lock()
+	defer p.peerMu.Unlock()
+	return p.peerChecked, p.peerCount, p.peerSkew
+}
+
+// onPeers takes one reading of the live holders' heartbeats: the workers
+// in use per generator, the peer clock check, and the forward-step gate.
+//
+// The check takes the median clock offset over all live nodes, this one
+// included (offset 0), one entry per instance; the node stops serving only
+// when it is the outlier beyond --max-peer-skew among at least 3. The first
+// check at start acts on its one reading: it refuses a skew beyond
+// --max-peer-skew by more than peerBeatAge (what a heartbeat read rather
+// than received may add), so that a node started far off never serves, and
+// otherwise lets the node serve; later checks act on two readings in a row
+// beyond the limit.
+func (p *clockPolicy) onPeers(self string, beats []coordinator.PeerBeat, first bool) {
+	countInUse(p.gens, beats)
+	latest := map[string]coordinator.PeerBeat{}
+	for _, b := range beats {
+		id := b.Heartbeat.Node.InstanceID
+		if id == self || b.Received.IsZero() {
+			continue // this node, or not received as a fresh heartbeat yet
+		}
+		if old, ok := latest[id]; !ok || b.Received.After(old.Received) {
+			latest[id] = b
+		}
+	}
+	offsets := []time.Duration{0}
+	for _, b := range latest {
+		offsets = append(offsets, b.Heartbeat.Wall.Sub(b.Received))
+	}
+	skew := -median(offsets) // this node's clock minus the median
+	p.m.peerSkew.Set(skew.Seconds())
+	abs := max(skew, -skew)
+	p.peerMu.Lock()
+	p.peerSkew, p.peerCount, p.peerChecked = skew, len(offsets), true
+	switch {
+	case first && abs > p.cfg.MaxPeerSkew+peerBeatAge:
+		p.peerOver = 2
+	case first:
+		p.peerOver = 0
+	case abs > p.cfg.MaxPeerSkew:
+		p.peerOver++
+	default:
+		p.peerOver = 0
+	}
+	over := p.peerOver
+	p.peerMu.Unlock()
+	var reason string
+	if abs > p.cfg.MaxPeerSkew && over >= 2 {
+		if len(offsets) >= 3 {
+			reason = fmt.Sprintf("clock %v from the peer median of %d nodes, beyond --max-peer-skew %v",
+				skew.Round(time.Millisecond), len(offsets), p.cfg.MaxPeerSkew)
+		} else {
+			p.log.Warn("clock differs from the only peer; with 2 nodes firn only warns",
+				"skew", skew.Round(time.Millisecond), "max_peer_skew", p.cfg.MaxPeerSkew)
+		}
+	}
+	p.peerGateReading(latest)
+	for _, rt := range p.gens {
+		if reason == "" {
+			rt.state.Clear(clockguard.SourcePeers)
+		} else {
+			rt.state.Set(clockguard.SourcePeers, reason)
+		}
+	}
+}
+
+// peerGateReading feeds the forward-step gate a peer reading made only of
+// heartbeats received after the step (a heartbeat received before it says
+// nothing of the stepped clock), when there are enough of them for the
+// median of at least 3 nodes.
+func (p *clockPolicy) peerGateReading(latest map[string]coordinator.PeerBeat) {
+	pending, stepWall := p.gatePending()
+	if !pending {
+		return
+	}
+	offsets := []time.Duration{0}
+	for _, b := range latest {
+		if !b.Received.Before(stepWall) {
+			offsets = append(offsets, b.Heartbeat.Wall.Sub(b.Received))
+		}
+	}
+	if len(offsets) < 3 {
+		return
+	}
+	skew := -median(offsets)
+	p.gatePeerReading(max(skew, -skew) <= p.cfg.MaxPeerSkew)
+}
+
+// countInUse records, per generator, how many worker slots have a live
+// owner in the cluster (firn_worker_ids_in_use): one beat per live owner.
+func countInUse(gens []*genRuntime, beats []coordinator.PeerBeat) {
+	live := map[string]map[coordinator.Slot]bool{}
+	for _, b := range beats {
+		if live[b.Generator] == nil {
+			live[b.Generator] = map[coordinator.Slot]bool{}
+		}
+		live[b.Generator][b.Slot] = true
+	}
+	for _, rt := range gens {
+		rt.inUse.Store(int64(len(live[rt.cfg.Name])))
+	}
+}
+
+// median of a non-empty slice (sorted in place); the mean of the middle two
+// for an even count.
+func median(d []time.Duration) time.Duration {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	if len(d)%2 == 0 {
+		return (d[len(d)/2-1] + d[len(d)/2]) / 2
+	}
+	return d[len(d)/2]
+}

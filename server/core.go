@@ -1,0 +1,256 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/ringbuffer"
+)
+
+// Core is a node without its listeners: its generators with their ring
+// buffers, serving states and holders, and the clock policy with its
+// inputs (the step detector, NTP, the peers' heartbeats). A Node wires
+// listeners, health and metrics around one; the simulator runs several on
+// a memory coordinator in virtual time.
+type Core struct {
+	cfg      Config
+	coord    coordinator.Coordinator
+	local    *local.State
+	clock    clockguard.Clock
+	log      *slog.Logger
+	nodeInfo coordinator.NodeInfo
+
+	gens   []*genRuntime
+	byName map[string]*genRuntime
+
+	policy *clockPolicy
+	hm     holderMetrics
+	steps  *clockguard.StepDetector
+	ntp    ntpRunner
+	// newNTP builds the NTP runner (nil: the real checker of --ntp).
+	newNTP func(report func(clockguard.NTPResult, error)) (ntpRunner, error)
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// ntpRunner is what the core needs of an NTP checker: a periodic loop
+// whose verdicts reach the clock policy, and a check on demand.
+type ntpRunner interface {
+	Start() error
+	Stop()
+	Trigger()
+}
+
+// newCore builds the core's generators; log is its logger.
+func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock clockguard.Clock, info coordinator.NodeInfo, log *slog.Logger) (*Core, error) {
+	if len(cfg.Generators) == 0 {
+		return nil, fmt.Errorf("%w: no generators (call Config.Finish)", ErrConfig)
+	}
+	c := &Core{cfg: cfg, coord: coord, local: st, clock: clock, log: log, nodeInfo: info, byName: map[string]*genRuntime{}}
+	for i, gc := range cfg.Generators {
+		ring, err := ringbuffer.New(ringbuffer.Config{Size: cfg.RingSize, MaxStaleness: gc.MaxStaleness, Clock: clock})
+		if err != nil {
+			return nil, configErr("ring-size", "%v", err)
+		}
+		lg, err := st.Generator(gc.Name)
+		if err != nil {
+			return nil, fmt.Errorf("--data-dir: %w", err)
+		}
+		rt := &genRuntime{
+			cfg:             gc,
+			local:           lg,
+			isDefault:       i == 0,
+			maxBatch:        cfg.MaxBatchFor(gc),
+			ring:            ring,
+			datacenterFixed: cfg.Datacenter >= 0,
+			state: clockguard.NewServingState(gc.Name,
+				clockguard.WithStateClock(clock), clockguard.WithStateLogger(log)),
+		}
+		c.gens = append(c.gens, rt)
+		c.byName[gc.Name] = rt
+	}
+	c.policy = newClockPolicy(policyConfig{
+		MaxClockOffset:   cfg.MaxClockOffset,
+		MaxPeerSkew:      cfg.MaxPeerSkew,
+		NTP:              len(cfg.NTP) > 0,
+		NTPRequired:      cfg.NTPRequired,
+		RollbackRecovery: cfg.RollbackRecovery,
+	}, clock, log, c.gens)
+	c.hm = newHolderMetrics(c.gens)
+	for _, rt := range c.gens {
+		rt.policy = c.policy
+		// The generator is held out of service while the state does not
+		// serve, so that every call waiting in it is refused at once with
+		// the cause (docs/design.md, Liveness rules).
+		rt.state.Subscribe(func(t clockguard.Transition) {
+			if (t.From == clockguard.StateServing) != (t.To == clockguard.StateServing) {
+				if h := rt.held.Load(); h != nil {
+					h.gen.Hold(t.To != clockguard.StateServing)
+				}
+			}
+		})
+	}
+	return c, nil
+}
+
+// lookup finds a generator; "" is the default.
+func (c *Core) lookup(name string) (*genRuntime, error) {
+	if name == "" {
+		return c.gens[0], nil
+	}
+	rt, ok := c.byName[name]
+	if !ok {
+		names := make([]string, 0, len(c.gens))
+		for _, g := range c.gens {
+			names = append(names, g.cfg.Name)
+		}
+		return nil, fmt.Errorf("%w %q (this node runs %v)", ErrUnknownGenerator, name, names)
+	}
+	return rt, nil
+}
+
+// start runs the core: the clock checks first (every generator is held out
+// until the first NTP verdict and the first peer comparison), then one
+// holder per generator, the peer loop and the policy's probe loop. It
+// returns at once; stop ends it.
+func (c *Core) start() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	for _, rt := range c.gens {
+		if err := rt.state.Check(); err != nil {
+			return err
+		}
+	}
+	var err error
+	c.steps, err = clockguard.NewStepDetector(c.clock, clockguard.DefaultStepConfig(),
+		clockguard.WithStepCallback(c.policy.onStep), clockguard.WithStepLogger(c.log))
+	if err != nil {
+		return err
+	}
+	c.policy.pollSteps = func() { c.steps.Poll() }
+	if err := c.steps.Start(); err != nil {
+		return err
+	}
+	if err := c.startNTP(); err != nil {
+		return err
+	}
+	c.policy.waitFirstPeers()
+	for _, rt := range c.gens {
+		hd := &holder{rt: rt, coord: c.coord, clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo,
+			cfg: holderConfig{Datacenter: c.cfg.Datacenter, ReservationWindow: c.cfg.ReservationWindow,
+				CoordinatorTimeout: c.cfg.CoordinatorTimeout, MaxClockOffset: c.cfg.MaxClockOffset}}
+		c.goRun(func() { hd.run(ctx) })
+	}
+	c.goRun(func() { c.peerLoop(ctx) })
+	c.goRun(func() { c.policy.run(ctx) })
+	return nil
+}
+
+func (c *Core) goRun(f func()) {
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); f() }()
+}
+
+// startNTP starts the NTP checks of --ntp, holding every generator out
+// until the first verdict; without --ntp it says loudly that drift is
+// unchecked.
+func (c *Core) startNTP() error {
+	if len(c.cfg.NTP) == 0 {
+		c.log.Warn("NO NTP CONFIGURED: clock drift is unchecked (set --ntp)")
+		return nil
+	}
+	newNTP := c.newNTP
+	if newNTP == nil {
+		newNTP = func(report func(clockguard.NTPResult, error)) (ntpRunner, error) {
+			nc, err := c.cfg.ntpConfig()
+			if err != nil {
+				return nil, err
+			}
+			ch, err := clockguard.NewNTPChecker(c.clock, nc, clockguard.WithNTPLogger(c.log), clockguard.WithNTPCallback(report))
+			if err != nil {
+				return nil, configErr("ntp", "%v", err)
+			}
+			return ch, nil
+		}
+	}
+	var err error
+	if c.ntp, err = newNTP(c.policy.onNTP); err != nil {
+		return err
+	}
+	c.policy.askNTP = c.ntp.Trigger
+	c.policy.waitFirstNTP()
+	return c.ntp.Start()
+}
+
+// peerLoop compares this node's clock with its live peers' heartbeats, as
+// received: at once at start (retried every 200 ms until the coordinator
+// answers), then about once a second.
+func (c *Core) peerLoop(ctx context.Context) {
+	first := true
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, c.cfg.CoordinatorTimeout)
+		beats, err := c.coord.Peers(pctx)
+		cancel()
+		if err != nil {
+			if first {
+				t.Reset(200 * time.Millisecond)
+			} else {
+				t.Reset(time.Second)
+			}
+			continue
+		}
+		c.policy.onPeers(c.nodeInfo.InstanceID, beats, first)
+		first = false
+		t.Reset(time.Second)
+	}
+}
+
+// drain takes every generator out of service for good (shutdown began):
+// calls waiting in one are refused with the reason at once.
+func (c *Core) drain(reason string) {
+	for _, rt := range c.gens {
+		rt.state.Drain(reason)
+	}
+}
+
+// stop ends the core: the holders release their leases (lowering each
+// reservation to the highest time produced), then the clock checks stop.
+func (c *Core) stop() {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	c.wg.Wait()
+	if c.ntp != nil {
+		c.ntp.Stop()
+	}
+	if c.steps != nil {
+		c.steps.Stop()
+	}
+	for _, rt := range c.gens {
+		rt.ring.Close()
+		rt.state.Stop()
+	}
+}
+
+// Resume ends a manual-recovery hold (POST /admin/resume).
+func (c *Core) Resume(generatorName string) error {
+	rt, err := c.lookup(generatorName)
+	if err != nil {
+		return err
+	}
+	return c.policy.resume(rt)
+}

@@ -1,0 +1,546 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/generator"
+)
+
+// holder runs one generator's worker leases for the node's life: acquire a
+// worker, wait until the clock reaches its floor, make the first
+// reservation, serve while the coordinator.Reserver keeps the reservation
+// one window ahead, release on the way out, and acquire again after any
+// loss (docs/design.md, Why duplicates cannot happen; Liveness rules). One
+// lease and the generator built for it are a holding, for life.
+type holder struct {
+	rt     *genRuntime
+	coord  coordinator.Coordinator
+	clock  clockguard.Clock
+	policy *clockPolicy
+	log    *slog.Logger
+	m      holderMetrics
+	node   coordinator.NodeInfo
+	cfg    holderConfig
+}
+
+// holderConfig is what a holder reads of the node's configuration.
+type holderConfig struct {
+	Datacenter         int64
+	ReservationWindow  time.Duration
+	CoordinatorTimeout time.Duration
+	MaxClockOffset     time.Duration
+}
+
+// holderMetrics are the coordinator metrics the holders feed; the node
+// registers them.
+type holderMetrics struct {
+	latency  *prometheus.HistogramVec
+	errors   *prometheus.CounterVec
+	restores *prometheus.CounterVec
+}
+
+func newHolderMetrics(gens []*genRuntime) holderMetrics {
+	m := holderMetrics{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "firn_coordinator_operation_duration_seconds",
+			Help:    "Latency of coordinator operations.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}, []string{"op"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_coordinator_errors_total",
+			Help: "Coordinator operations that failed."}, []string{"op"}),
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_coordinator_restores_detected_total",
+			Help: "Times this node found the coordinator below a reservation it had acknowledged (a restore from an older snapshot) and wrote the generator's restore marker."}, []string{"generator"}),
+	}
+	for _, op := range []string{"acquire", "reserve"} {
+		m.errors.WithLabelValues(op)
+	}
+	for _, g := range gens {
+		m.restores.WithLabelValues(g.cfg.Name)
+	}
+	return m
+}
+
+func (m holderMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.latency, m.errors, m.restores}
+}
+
+// holding is one lease and the generator built for it, for life.
+type holding struct {
+	gen   *generator.Generator
+	lease coordinator.Lease
+	rs    *coordinator.Reserver
+	// reserved is the last reservation acknowledged (time-field units);
+	// -1 before the first.
+	reserved atomic.Int64
+	released atomic.Bool // Release lowered the reservation to the highest time produced
+	started  time.Time
+	// wake asks the Reserver's loop for a write now.
+	wake chan struct{}
+
+	// expiry fires shortly before the reservation runs out unless a new
+	// one was acknowledged meanwhile (armExpiry): the generator then stops
+	// serving before a call could find it unable to produce.
+	expMu   sync.Mutex
+	expiry  *time.Timer
+	closed  bool
+	latency time.Duration          // the slowest recent reservation write, decaying
+	lastErr atomic.Pointer[string] // the last failed write's error, for the expiry reason
+}
+
+// stopExpiry disarms the expiry timer for good (the holding ended).
+func (h *holding) stopExpiry() {
+	h.expMu.Lock()
+	h.closed = true
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	h.expMu.Unlock()
+}
+
+// run acquires a lease, serves it for life, and acquires again after any
+// loss, until ctx ends.
+func (hd *holder) run(ctx context.Context) {
+	rt := hd.rt
+	rt.stepped = hd.stepped
+	backoff := 200 * time.Millisecond
+	rt.state.Set(clockguard.SourceLease, "acquiring a worker ID")
+	for ctx.Err() == nil {
+		h, err := hd.acquire(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			hd.noteAcquireError(err)
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		backoff = 200 * time.Millisecond
+		hd.serve(ctx, h)
+	}
+}
+
+// sleepCtx waits d or until ctx ends; false when ctx ended.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (hd *holder) noteAcquireError(err error) {
+	rt := hd.rt
+	var nameErr *coordinator.NameInUseError
+	var restored *coordinator.RestoredError
+	var rolled *coordinator.RolledBackError
+	switch {
+	case errors.As(err, &restored):
+		rt.state.Set(clockguard.SourceCoordinator, hd.restoreReason(restored.Evidence))
+	case errors.As(err, &rolled):
+		// The data dir remembers more than the coordinator shows: a
+		// restore. The marker stops every node, not only this one.
+		hd.markRestored(rolled)
+	case errors.As(err, &nameErr):
+		rt.state.Set(clockguard.SourceInstance, err.Error())
+	case errors.Is(err, coordinator.ErrRecreated),
+		errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, coordinator.ErrSchemaTooNew):
+		rt.state.Set(clockguard.SourceCoordinator, err.Error())
+	default:
+		rt.state.Set(clockguard.SourceLease, "acquiring a worker ID: "+err.Error())
+	}
+	hd.m.errors.WithLabelValues("acquire").Inc()
+	hd.log.Warn("cannot acquire a worker ID", "generator", rt.cfg.Name, "err", err)
+}
+
+// markRestored writes the generator-wide restore marker with what this
+// node saw (retrying briefly), and holds the generator out naming the
+// restore and the command that clears it.
+func (hd *holder) markRestored(rb *coordinator.RolledBackError) {
+	rt := hd.rt
+	wall, _ := hd.clock.Now()
+	ev := coordinator.RestoreEvidence{Generator: rt.cfg.Name, Slot: rb.Slot, Acked: rb.Acked, Shown: rb.Seen, At: wall, Node: hd.node}
+	rt.state.Set(clockguard.SourceCoordinator, hd.restoreReason(ev))
+	hd.m.restores.WithLabelValues(rt.cfg.Name).Inc()
+	hd.log.Error("coordinator state restored from an older snapshot: writing the generator's restore marker; no node serves it until `firn coordinator bump`",
+		"generator", rt.cfg.Name, "worker", rb.Slot.Worker, "datacenter", rb.Slot.Datacenter,
+		"acknowledged", rb.Acked, "shown", rb.Seen)
+	for attempt := 0; attempt < 5; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*hd.cfg.CoordinatorTimeout)
+		err := hd.coord.MarkRestored(ctx, ev)
+		cancel()
+		if err == nil {
+			return
+		}
+		hd.log.Warn("cannot write the restore marker yet", "generator", rt.cfg.Name, "err", err)
+		sleepCtx(context.Background(), 200*time.Millisecond)
+	}
+}
+
+// restoreReason is the serving-state reason while a restore marker stands:
+// the evidence, and the exact command that clears it.
+func (hd *holder) restoreReason(ev coordinator.RestoreEvidence) string {
+	gap := time.Duration(ev.Gap()) * hd.rt.cfg.Layout.Unit
+	shown := fmt.Sprintf("reservation %d", ev.Shown)
+	if ev.Shown < 0 {
+		shown = "no reservation"
+	}
+	return fmt.Sprintf("coordinator state restored from an older snapshot: generator %q %s showed %s where node %q had %d acknowledged (seen %s); no node serves this generator until an operator runs `firn coordinator bump --generator %s --by D` with D at least %v plus the writes the snapshot missed (the time from the snapshot to the restore) plus --reservation-window %v",
+		ev.Generator, ev.Slot, shown, ev.Node.Name, ev.Acked, ev.At.UTC().Format(time.RFC3339), ev.Generator,
+		gap.Round(time.Millisecond), hd.cfg.ReservationWindow)
+}
+
+// acquire takes a lease and builds a new generator on it.
+func (hd *holder) acquire(ctx context.Context) (*holding, error) {
+	rt := hd.rt
+	l := rt.cfg.Layout
+	wall, _ := hd.clock.Now()
+	leadUnits := int64(rt.cfg.MaxLead / l.Unit)
+	spec := coordinator.Spec{
+		Generator:       rt.cfg.Name,
+		Layout:          l.String(),
+		WorkerLimit:     l.WorkerLimit(),
+		DatacenterLimit: l.DatacenterLimit(),
+		Datacenter:      hd.cfg.Datacenter,
+		MaxFloor:        max(0, l.Units(wall)+leadUnits),
+		LocalFloor:      rt.local.LocalFloor(),
+	}
+	actx, cancel := context.WithTimeout(ctx, 4*hd.cfg.CoordinatorTimeout)
+	_, m0 := hd.clock.Now()
+	lease, err := hd.coord.Acquire(actx, spec, hd.node)
+	cancel()
+	_, m1 := hd.clock.Now()
+	hd.m.latency.WithLabelValues("acquire").Observe((m1 - m0).Seconds())
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error, keep int64) (*holding, error) {
+		rctx, cancel := context.WithTimeout(context.Background(), hd.cfg.CoordinatorTimeout)
+		lease.Release(rctx, keep)
+		cancel()
+		return nil, err
+	}
+	if err := rt.local.Check(lease); err != nil {
+		// Released without lowering anything below what was read.
+		return fail(err, max(lease.Floor(), rt.local.AckedFor(lease.Slot())))
+	}
+	floor := lease.Floor()
+	g, err := generator.New(generator.Config{
+		Layout:     l,
+		Worker:     lease.WorkerID(),
+		Datacenter: lease.Datacenter(),
+		Clock:      hd.clock,
+		Floor:      floor,
+		// Nothing is issued before the first acknowledged reservation.
+		Reserved:       -1,
+		MaxLead:        rt.cfg.MaxLead,
+		MaxForwardStep: hd.cfg.MaxClockOffset,
+	})
+	if err != nil {
+		return fail(err, floor)
+	}
+	h := &holding{gen: g, lease: lease, started: wall, wake: make(chan struct{}, 1)}
+	h.reserved.Store(-1)
+	hd.log.Info("holder interval opened", "event", "holder_open", "generator", rt.cfg.Name,
+		"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", floor,
+		"incarnation", lease.Incarnation(), "node", hd.node.Name, "instance", hd.node.InstanceID)
+	return h, nil
+}
+
+// serve runs one holding until its lease is lost or ctx ends.
+func (hd *holder) serve(ctx context.Context, h *holding) {
+	rt := hd.rt
+	l := rt.cfg.Layout
+	leadUnits := int64(rt.cfg.MaxLead / l.Unit)
+	lease, g := h.lease, h.gen
+	defer func() {
+		g.Retire()
+		h.stopExpiry()
+		rt.ring.Reset(nil)
+		rt.held.Store(nil)
+		hd.log.Info("holder interval closed", "event", "holder_close", "generator", rt.cfg.Name,
+			"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", lease.Floor(),
+			"reserved", h.reserved.Load(), "highest", g.Highest(), "released", h.released.Load(), "node", hd.node.Name)
+	}()
+
+	// A floor far ahead of the clock (a restart after this node reserved
+	// ahead, or a bump): wait until it lies within max-lead, reading the
+	// clock again at least every 500 ms.
+	for {
+		wall, _ := hd.clock.Now()
+		ahead := lease.Floor() + 1 - l.Units(wall) - leadUnits
+		if ahead <= 0 {
+			break
+		}
+		wait := time.Duration(ahead) * l.Unit
+		rt.state.Set(clockguard.SourceLease, fmt.Sprintf("waiting %v for the clock to reach this worker's last reservation (max-lead %v)",
+			wait.Round(time.Millisecond), rt.cfg.MaxLead))
+		t := time.NewTimer(min(wait, 500*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			hd.release(h)
+			return
+		case <-lease.Done():
+			t.Stop()
+			rt.state.Set(clockguard.SourceLease, "lease lost while waiting for the clock")
+			return
+		case <-t.C:
+		}
+	}
+
+	rt.ring.Reset(g)
+	rt.held.Store(h)
+	// The Reserver's loop makes the first reservation at once, then keeps
+	// it one window ahead. Until the first is acknowledged the generator
+	// does not serve, naming why, and it is retried every 200 ms.
+	first := true
+	rs, err := hd.newReserver(h, func(err error, took time.Duration) {
+		hd.afterStep(h, err, took)
+		if !first {
+			return
+		}
+		first = false
+		if err != nil && (errors.Is(err, coordinator.ErrLeaseLost) || errors.Is(err, coordinator.ErrRolledBack)) {
+			return
+		}
+		if err != nil {
+			rt.state.Set(clockguard.SourceReservation, "first reservation not confirmed by the coordinator: "+err.Error())
+		}
+		rt.state.Clear(clockguard.SourceLease)
+		rt.state.Clear(clockguard.SourceInstance)
+		rt.state.Clear(clockguard.SourceCoordinator)
+		rt.state.Ready()
+		rt.ring.Start()
+	})
+	if err != nil {
+		rt.state.Set(clockguard.SourceLease, "cannot keep a reservation: "+err.Error())
+		hd.release(h)
+		return
+	}
+	h.rs = rs
+	err = rs.Run(ctx)
+	switch {
+	case ctx.Err() != nil:
+		hd.release(h)
+	case errors.Is(err, coordinator.ErrRolledBack):
+		hd.rolledBack(h, err)
+	default:
+		rt.state.Set(clockguard.SourceLease, "lease lost (expired or taken over); acquiring again: "+err.Error())
+	}
+}
+
+// rolledBack ends a holding whose reservation the coordinator showed below
+// one acknowledged: the generator stops, the restore marker is written for
+// every node, and the lease is released without lowering anything.
+func (hd *holder) rolledBack(h *holding, err error) {
+	rt := hd.rt
+	h.gen.Retire()
+	rt.ring.Reset(nil)
+	var rb *coordinator.RolledBackError
+	if errors.As(err, &rb) {
+		hd.markRestored(rb)
+	} else {
+		rt.state.Set(clockguard.SourceCoordinator, err.Error())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*hd.cfg.CoordinatorTimeout)
+	defer cancel()
+	if err := h.lease.Release(ctx, max(h.reserved.Load(), h.lease.Floor())); err != nil {
+		hd.log.Warn("lease not released after the restore was noticed; it will expire", "generator", rt.cfg.Name, "err", err)
+	}
+}
+
+// newReserver builds the coordinator's Reserver for one holding: one
+// window ahead of max(L, now), journaled in the data dir before each write
+// (within a deadline), held below an unconfirmed forward clock step.
+func (hd *holder) newReserver(h *holding, after func(error, time.Duration)) (*coordinator.Reserver, error) {
+	rt := hd.rt
+	l := rt.cfg.Layout
+	return coordinator.NewReserver(coordinator.ReserverConfig{
+		Lease: h.lease,
+		Node:  hd.node,
+		Clock: hd.clock,
+		Now: func() int64 {
+			wall, _ := hd.clock.Now()
+			return l.Units(wall)
+		},
+		Logical: h.gen.Logical,
+		Gate:    func(wanted int64) int64 { return hd.holdReserved(h, wanted) },
+		Journal: newBoundedJournal(journalFor(rt), 2*hd.cfg.CoordinatorTimeout),
+		OnAck: func(r int64) {
+			h.reserved.Store(r)
+			h.gen.SetReserved(r)
+			hd.armExpiry(h)
+			hd.log.Debug("reservation acknowledged", "event", "holder_reserve", "generator", rt.cfg.Name,
+				"worker", h.lease.WorkerID(), "datacenter", h.lease.Datacenter(), "reserved", r)
+		},
+		Window:        max(int64(hd.cfg.ReservationWindow/l.Unit), 1),
+		MaxUntil:      l.MaxTime(),
+		Interval:      time.Second,
+		RetryInterval: 200 * time.Millisecond,
+		CallTimeout:   2 * hd.cfg.CoordinatorTimeout,
+		Wake:          h.wake,
+		BeforeStep:    hd.policy.pollSteps,
+		AfterStep:     after,
+		Logger:        hd.log,
+	})
+}
+
+// holdReserved is the Reserver's gate: while a forward step awaits
+// confirmation, reservations are not raised past what is held.
+func (hd *holder) holdReserved(h *holding, wanted int64) int64 {
+	hd.policy.gateCheck()
+	if hd.policy.gateHeld() {
+		return min(wanted, max(h.reserved.Load(), 0))
+	}
+	return wanted
+}
+
+// afterStep feeds one reservation write's outcome to the serving state
+// and the metrics.
+func (hd *holder) afterStep(h *holding, err error, took time.Duration) {
+	rt := hd.rt
+	hd.m.latency.WithLabelValues("reserve").Observe(took.Seconds())
+	if err != nil {
+		hd.m.errors.WithLabelValues("reserve").Inc()
+		msg := err.Error()
+		h.lastErr.Store(&msg)
+		// Not extended: the generator stops at the old reservation (the
+		// expiry timer takes it out shortly before).
+		wall, _ := hd.clock.Now()
+		left := rt.cfg.Layout.UnitStart(h.reserved.Load() + 1).Sub(wall)
+		if left <= 0 && h.reserved.Load() >= 0 {
+			rt.state.Set(clockguard.SourceReservation, fmt.Sprintf("reservation exhausted: the coordinator did not confirm a new one (%v)", err))
+		}
+		if !errors.Is(err, coordinator.ErrLeaseLost) {
+			hd.log.Warn("reservation not extended", "generator", rt.cfg.Name, "worker", h.lease.WorkerID(),
+				"left", left.Round(time.Millisecond), "err", err)
+		}
+		return
+	}
+	h.noteWriteLatency(took)
+	hd.armExpiry(h)
+	rt.state.Clear(clockguard.SourceReservation)
+}
+
+// stepped is the clock policy's call after a step of the clock: the
+// current holding writes at once and sizes its expiry timer again.
+func (hd *holder) stepped() {
+	h := hd.rt.held.Load()
+	if h == nil {
+		return
+	}
+	hd.armExpiryAt(h, hd.expiryMargin(h))
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// release stops the generator and frees the lease, lowering the
+// reservation to the highest time produced.
+func (hd *holder) release(h *holding) {
+	rt := hd.rt
+	h.gen.Retire()
+	rt.ring.Reset(nil)
+	highest := max(h.gen.Highest(), h.lease.Floor())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*hd.cfg.CoordinatorTimeout)
+	defer cancel()
+	if err := runBounded(ctx, func() error { return rt.local.BeforeRelease(h.lease.Slot(), highest) }); err != nil {
+		hd.log.Warn("cannot lower the data-dir reservation; the lease is left to expire", "generator", rt.cfg.Name, "err", err)
+		return
+	}
+	if err := h.lease.Release(ctx, highest); err != nil {
+		hd.log.Warn("lease not released; it will expire", "generator", rt.cfg.Name, "worker", h.lease.WorkerID(), "err", err)
+		return
+	}
+	h.released.Store(true)
+	hd.log.Info("lease released", "generator", rt.cfg.Name, "worker", h.lease.WorkerID(), "highest", highest)
+}
+
+// --- reservation expiry --------------------------------------------------
+
+// expiryMargin is how long before the reservation runs out a generator
+// stops serving if no new one was acknowledged: twice the slowest recent
+// write (what the next write may take), at least 20 ms and one unit, at
+// most --coordinator-timeout.
+func (hd *holder) expiryMargin(h *holding) time.Duration {
+	h.expMu.Lock()
+	lat := h.latency
+	h.expMu.Unlock()
+	return min(max(2*lat, 20*time.Millisecond, hd.rt.cfg.Layout.Unit), hd.cfg.CoordinatorTimeout)
+}
+
+// noteWriteLatency records how long an acknowledged write took; the
+// record decays so that one slow write is forgotten in a minute.
+func (h *holding) noteWriteLatency(d time.Duration) {
+	h.expMu.Lock()
+	h.latency = max(d, h.latency*9/10)
+	h.expMu.Unlock()
+}
+
+// armExpiry (re)sets the timer that takes the generator out of service
+// shortly before its reservation runs out, sized from a fresh clock
+// reading; a clock step re-arms it (stepped).
+func (hd *holder) armExpiry(h *holding) { hd.armExpiryAt(h, 0) }
+
+func (hd *holder) armExpiryAt(h *holding, atLeast time.Duration) {
+	rt := hd.rt
+	r := h.reserved.Load()
+	if r < 0 {
+		return
+	}
+	hd.policy.gateCheck()
+	if hd.policy.gateHeld() {
+		// A forward step unconfirmed: the generator does not serve, and
+		// the reservation held below the step is given one margin.
+		atLeast = max(atLeast, hd.expiryMargin(h))
+	}
+	wall, _ := hd.clock.Now()
+	left := rt.cfg.Layout.UnitStart(r+1).Sub(wall) - max(h.gen.Lead(wall), 0) - hd.expiryMargin(h)
+	left = max(left, atLeast)
+	h.expMu.Lock()
+	defer h.expMu.Unlock()
+	if h.closed {
+		return
+	}
+	if h.expiry != nil {
+		h.expiry.Stop()
+	}
+	h.expiry = time.AfterFunc(max(left, 0), func() { hd.expired(h, r) })
+}
+
+// expired runs when the reservation r is about to run out: unless a newer
+// one was acknowledged meanwhile, the generator stops serving, naming the
+// cause, until a write succeeds.
+func (hd *holder) expired(h *holding, r int64) {
+	rt := hd.rt
+	if h.reserved.Load() != r || rt.held.Load() != h {
+		return
+	}
+	h.expMu.Lock()
+	closed := h.closed
+	h.expMu.Unlock()
+	if closed {
+		return
+	}
+	until := rt.cfg.Layout.UnitStart(r + 1)
+	reason := fmt.Sprintf("reservation runs out at %s and the coordinator has not confirmed a new one", until.UTC().Format(time.RFC3339Nano))
+	if e := h.lastErr.Load(); e != nil {
+		reason += " (" + *e + ")"
+	}
+	rt.state.Set(clockguard.SourceReservation, reason)
+}
