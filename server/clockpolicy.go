@@ -416,12 +416,21 @@ func (p *clockPolicy) gatePeerReading(agrees bool) {
 // forwardRefused is a generator's report of a forward step it would not
 // follow: the policy decides on the reading (a step the detector may not
 // have polled yet, or small steps that add up).
+//
+// The generator measures from the largest offset it adopted itself, the
+// policy from the largest the node accepted; an idle generator can miss
+// small steps the node followed one by one. When the policy holds no step
+// pending after the reading, the clock is what the node accepts, and the
+// generators are told to follow it.
 func (p *clockPolicy) forwardRefused(*generator.ForwardStepError) {
 	if p.pollSteps != nil {
 		p.pollSteps()
 	}
 	wall, mono := p.clock.Now()
 	p.gateReading(wall, mono)
+	if pending, _ := p.gatePending(); !pending {
+		p.confirmGenerators()
+	}
 }
 
 // gateCheck takes a fresh reading to the gate when it shows a forward

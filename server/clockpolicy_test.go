@@ -1,0 +1,267 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/generator"
+)
+
+// The clock policy on its own, driven with a fake clock: inputs in,
+// reasons out (docs/design.md, Clock policy).
+
+type policyRig struct {
+	t        *testing.T
+	clock    *clockguard.Fake
+	p        *clockPolicy
+	rt       *genRuntime
+	ntpAsked int
+}
+
+func newPolicyRig(t *testing.T, cfg policyConfig) *policyRig {
+	t.Helper()
+	clock := clockguard.NewFake(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
+	if cfg.MaxClockOffset == 0 {
+		cfg.MaxClockOffset = 250 * time.Millisecond
+	}
+	if cfg.MaxPeerSkew == 0 {
+		cfg.MaxPeerSkew = time.Second
+	}
+	if cfg.RollbackRecovery == "" {
+		cfg.RollbackRecovery = "auto"
+	}
+	l, ok := generator.Preset("snowflake")
+	if !ok {
+		t.Fatal("no snowflake preset")
+	}
+	rt := &genRuntime{
+		cfg:   GeneratorConfig{Name: "g", Layout: l, MaxLead: time.Second, MaxStaleness: 100 * time.Millisecond},
+		state: clockguard.NewServingState("g", clockguard.WithStateClock(clock)),
+	}
+	g, err := generator.New(generator.Config{Layout: l, Worker: 1, Clock: clock, Floor: -1,
+		Reserved: generator.NoReservation, MaxLead: time.Second, MaxForwardStep: cfg.MaxClockOffset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.held.Store(&holding{gen: g})
+	rt.state.Ready()
+	r := &policyRig{t: t, clock: clock, rt: rt}
+	r.p = newClockPolicy(cfg, clock, slog.New(slog.NewTextHandler(io.Discard, nil)), []*genRuntime{rt})
+	rt.policy = r.p
+	r.p.askNTP = func() { r.ntpAsked++ }
+	return r
+}
+
+// step moves the wall clock by d and tells the policy, as the detector
+// would.
+func (r *policyRig) step(d time.Duration) {
+	r.clock.Step(d)
+	wall, mono := r.clock.Now()
+	r.p.onStep(clockguard.Step{Size: -d, Wall: wall, Mono: mono})
+}
+
+func (r *policyRig) reason() string { return r.rt.state.Reason() }
+
+func (r *policyRig) wantServing(want bool, what string) {
+	r.t.Helper()
+	if got := r.rt.state.Serving(); got != want {
+		r.t.Fatalf("%s: serving %v, want %v (reason %q)", what, got, want, r.reason())
+	}
+}
+
+// An NTP verdict as from a check begun now.
+func (r *policyRig) ntpOK() {
+	_, mono := r.clock.Now()
+	r.p.onNTP(clockguard.NTPResult{OK: true, StartMono: mono}, nil)
+}
+
+func TestPolicyForwardStepConfirmedByNTP(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{NTP: true, NTPRequired: true})
+	_, before := r.clock.Now()
+	r.clock.Advance(time.Second)
+	r.step(time.Hour)
+	r.wantServing(false, "after +1h")
+	if !strings.Contains(r.reason(), "stepped forward 1h0m0s") || r.ntpAsked == 0 || !r.p.gateHeld() {
+		t.Fatalf("reason %q, NTP asked %d, held %v", r.reason(), r.ntpAsked, r.p.gateHeld())
+	}
+	// A verdict from a check begun before the step confirms nothing.
+	r.p.onNTP(clockguard.NTPResult{OK: true, StartMono: before}, nil)
+	r.wantServing(false, "after a verdict older than the step")
+	// One begun after it does, and the generator follows the clock.
+	r.ntpOK()
+	r.wantServing(true, "after NTP agreed")
+	if _, err := r.rt.held.Load().gen.TryBatch(make([]uint64, 1)); err != nil {
+		t.Fatalf("the generator still refuses the confirmed clock: %v", err)
+	}
+}
+
+func TestPolicyForwardStepCorrected(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{NTP: true, NTPRequired: true})
+	r.clock.Advance(time.Second)
+	r.step(time.Hour)
+	r.wantServing(false, "after +1h")
+	// Unreachable NTP confirms nothing.
+	r.p.onNTP(clockguard.NTPResult{}, errors.New("unreachable"))
+	r.p.onNTP(clockguard.NTPResult{OK: true}, nil) // a verdict from before the step
+	r.wantServing(false, "with NTP unreachable")
+	r.step(-time.Hour)
+	if r.p.gateHeld() || strings.Contains(r.reason(), "stepped") {
+		t.Fatalf("the correction did not close the gate: %q", r.reason())
+	}
+}
+
+func TestPolicyForwardStepAcceptedWithNothingToAsk(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{})
+	r.step(10 * time.Second)
+	r.wantServing(true, "a lone node without NTP")
+	if r.p.gateHeld() {
+		t.Fatal("reservations held with nothing to confirm the step")
+	}
+}
+
+// Steps each within the limit are followed one by one (as slews are); a
+// generator idle through them sees their sum at its next call, refuses it,
+// and the policy, which followed them, tells it to follow the clock.
+func TestPolicySmallStepsFollowed(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{NTP: true})
+	gen := r.rt.held.Load().gen
+	if _, err := gen.TryBatch(make([]uint64, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		r.step(100 * time.Millisecond)
+	}
+	r.wantServing(true, "after four steps of 100ms")
+	_, err := gen.TryBatch(make([]uint64, 1))
+	var fs *generator.ForwardStepError
+	if !errors.As(err, &fs) {
+		t.Fatalf("the idle generator: %v; want it to refuse the 400ms it did not see", err)
+	}
+	r.p.forwardRefused(fs)
+	r.wantServing(true, "after the refusal")
+	if n, err := gen.TryBatch(make([]uint64, 1)); err != nil || n != 1 {
+		t.Fatalf("after the policy's answer: %d, %v", n, err)
+	}
+}
+
+// beat is a heartbeat of node id whose clock reads offset from this one's,
+// received now.
+func (r *policyRig) beat(id string, offset time.Duration) coordinator.PeerBeat {
+	wall, _ := r.clock.Now()
+	return coordinator.PeerBeat{Generator: "g", Slot: coordinator.Slot{Worker: uint64(len(id))},
+		Heartbeat: coordinator.Heartbeat{Node: coordinator.NodeInfo{InstanceID: id}, Wall: wall.Add(offset)}, Received: wall}
+}
+
+func TestPolicyPeersConfirmOnlyWithBeatsAfterTheStep(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{})
+	old := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
+	r.p.onPeers("self", old, true) // three live nodes: the gate has someone to ask
+	r.clock.Advance(100 * time.Millisecond)
+	r.step(time.Hour)
+	r.wantServing(false, "after +1h among three")
+	// Heartbeats received before the step say nothing of it, however often
+	// they are read.
+	for range 3 {
+		r.p.onPeers("self", old, false)
+	}
+	r.wantServing(false, "on heartbeats from before the step")
+	// Beats received after the step, with the peers an hour behind: the
+	// median disagrees; the node is the outlier.
+	r.clock.Advance(time.Second)
+	stepped := []coordinator.PeerBeat{r.beat("a", -time.Hour), r.beat("b", -time.Hour)}
+	r.p.onPeers("self", stepped, false)
+	r.p.onPeers("self", stepped, false)
+	r.wantServing(false, "while the peers disagree")
+	if !strings.Contains(r.reason(), "peer median") {
+		t.Fatalf("reason %q does not name the peer median", r.reason())
+	}
+}
+
+func TestPolicyPeersConfirmOnTwoReadings(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{})
+	r.p.onPeers("self", []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}, true)
+	r.step(2 * time.Second)
+	r.wantServing(false, "after +2s")
+	r.clock.Advance(time.Second)
+	agree := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
+	r.p.onPeers("self", agree, false)
+	r.wantServing(false, "after one agreeing reading")
+	r.p.onPeers("self", agree, false)
+	r.wantServing(true, "after two agreeing readings")
+}
+
+func TestPolicyPeerOutlierTwoReadings(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{})
+	fine := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
+	r.p.onPeers("self", fine, true)
+	r.wantServing(true, "among agreeing peers")
+	far := []coordinator.PeerBeat{r.beat("a", -3*time.Second), r.beat("b", -3*time.Second)}
+	r.p.onPeers("self", far, false)
+	r.wantServing(true, "after one reading beyond the limit")
+	r.p.onPeers("self", far, false)
+	r.wantServing(false, "after two readings beyond the limit")
+	r.p.onPeers("self", fine, false)
+	r.wantServing(true, "back within the limit")
+	// At start one reading beyond the limit plus a heartbeat's age is
+	// enough.
+	r2 := newPolicyRig(t, policyConfig{})
+	r2.p.onPeers("self", []coordinator.PeerBeat{r2.beat("a", -3*time.Second), r2.beat("b", -3*time.Second)}, true)
+	r2.wantServing(false, "started 3s off")
+}
+
+func TestPolicyRollbackAndRecovery(t *testing.T) {
+	for _, mode := range []string{"auto", "manual"} {
+		t.Run(mode, func(t *testing.T) {
+			r := newPolicyRig(t, policyConfig{RollbackRecovery: mode})
+			gen := r.rt.held.Load().gen
+			if _, err := gen.TryBatch(make([]uint64, 1)); err != nil {
+				t.Fatal(err)
+			}
+			r.step(-5 * time.Second)
+			r.wantServing(false, "after -5s")
+			if !strings.Contains(r.reason(), "clock rolled back 5s, limit 1s") {
+				t.Fatalf("reason %q", r.reason())
+			}
+			if !r.p.probe(r.rt) {
+				t.Fatal("probe: hold not waiting while the clock is behind")
+			}
+			r.clock.Advance(4500 * time.Millisecond)
+			r.p.probe(r.rt)
+			if mode == "auto" {
+				r.wantServing(true, "once the clock caught up")
+				return
+			}
+			r.wantServing(false, "manual: until resumed")
+			if err := r.p.resume(r.rt); err != nil {
+				t.Fatal(err)
+			}
+			r.wantServing(true, "after resume")
+		})
+	}
+}
+
+func TestPolicyNTPVerdicts(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{NTP: true, NTPRequired: true})
+	r.p.waitFirstNTP()
+	r.wantServing(false, "before the first verdict")
+	r.p.onNTP(clockguard.NTPResult{Offset: time.Second}, &clockguard.OffsetError{Offset: time.Second, Limit: 250 * time.Millisecond})
+	if !strings.Contains(r.reason(), "NTP offset 1s beyond --max-clock-offset 250ms") {
+		t.Fatalf("reason %q", r.reason())
+	}
+	r.p.onNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
+	if !strings.Contains(r.reason(), "NTP required and unreachable") {
+		t.Fatalf("reason %q", r.reason())
+	}
+	r.ntpOK()
+	r.wantServing(true, "NTP agrees")
+
+	loose := newPolicyRig(t, policyConfig{NTP: true, NTPRequired: false})
+	loose.p.onNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
+	loose.wantServing(true, "NTP unreachable, not required")
+}
