@@ -40,7 +40,7 @@ type Cluster interface {
 	// connection and its own lease or session) on this cluster. Its
 	// heartbeat readings and take-back ages come from clock. It is closed
 	// at t's cleanup (closing it twice must be harmless).
-	Connect(t testing.TB, clock clockguard.Clock) coordinator.Coordinator
+	Connect(t testing.TB, clock clockguard.Clock) coordinator.Backend
 	// Endpoint is an opaque, single-line string for Backend.Dial in a
 	// child process.
 	Endpoint() string

@@ -237,7 +237,7 @@ func waitDone(t testing.TB, l coordinator.Lease, d time.Duration) {
 func Concurrent64(t *testing.T, b Backend) {
 	cl := b.NewCluster(t)
 	spec := Spec("conc", 64)
-	var clients []coordinator.Coordinator
+	var clients []coordinator.Backend
 	for i := 0; i < 8; i++ {
 		clients = append(clients, cl.Connect(t, sysClock))
 	}
@@ -609,7 +609,7 @@ func WorkersAndForceRelease(t *testing.T, b Backend) {
 }
 
 // bump runs Bump with a MaxTime that no case reaches.
-func bump(t testing.TB, c coordinator.Coordinator, generator string, by, now int64) (coordinator.BumpResult, error) {
+func bump(t testing.TB, c coordinator.Admin, generator string, by, now int64) (coordinator.BumpResult, error) {
 	return c.Bump(ctxT(t, 10*time.Second), coordinator.BumpSpec{Generator: generator, By: by, Now: now, MaxTime: bigFloor})
 }
 
