@@ -122,13 +122,13 @@ type child struct {
 	t       testing.TB
 	cmd     *exec.Cmd
 	freezer Freezer
-	mu    sync.Mutex
-	acks  []int64
-	lines []string
-	slot  chan acquired
-	lost  chan struct{}
-	exit  chan struct{}
-	once  sync.Once
+	mu      sync.Mutex
+	acks    []int64
+	lines   []string
+	slot    chan acquired
+	lost    chan struct{}
+	exit    chan struct{}
+	once    sync.Once
 }
 
 type acquired struct {
