@@ -779,20 +779,21 @@ func (c *Client) restored() {
 // first call reads every live holder's heartbeat (received now, on this
 // client's clock) and from then on the client is sent each heartbeat as it
 // is written, received at that moment. While it cannot reach the store it
-// answers from what it had; once it can again, it reads all again.
+// answers at once from what it had; the first call after it can again
+// reads all again.
 func (c *Client) Peers(ctx context.Context) ([]coordinator.PeerBeat, error) {
 	c.pmu.Lock()
-	need := !c.watching || c.resync
+	watching, resync := c.watching, c.resync
 	c.pmu.Unlock()
-	if need {
+	_, avail := c.availability(OpPeers)
+	if !watching || (resync && avail == Available) {
 		err := c.call(ctx, OpPeers, "peers", func(time.Time) error {
 			c.pmu.Lock()
 			defer c.pmu.Unlock()
 			wall, _ := c.clock.Now()
 			c.beats = map[string]coordinator.PeerBeat{}
 			for _, name := range sortedKeys(c.s.st.gens) {
-				g := c.s.st.gens[name]
-				for slot, o := range g.owners {
+				for slot, o := range c.s.st.gens[name].owners {
 					ev := peerEvent{generator: name, slot: slot}
 					c.beats[ev.key()] = coordinator.PeerBeat{Generator: name, Slot: slot, Heartbeat: o.rec.Heartbeat(), Received: wall}
 				}
@@ -800,9 +801,6 @@ func (c *Client) Peers(ctx context.Context) ([]coordinator.PeerBeat, error) {
 			c.watching, c.resync, c.pending = true, false, nil
 			return nil
 		})
-		c.pmu.Lock()
-		watching := c.watching
-		c.pmu.Unlock()
 		if err != nil && (!watching || c.isClosed()) {
 			return nil, err
 		}
