@@ -609,24 +609,7 @@ func (c *Client) Workers(ctx context.Context, generator string) ([]coordinator.H
 	}
 	var out []coordinator.Holder
 	err := c.call(ctx, OpAdmin, "workers", func(time.Time) error {
-		g := c.s.st.gen(generator, false)
-		if g == nil {
-			return nil
-		}
-		all := map[coordinator.Slot]bool{}
-		for s := range g.owners {
-			all[s] = true
-		}
-		for s := range g.reserved {
-			all[s] = true
-		}
-		for _, slot := range slots(all) {
-			h := coordinator.Holder{Slot: slot, Reserved: g.reservedOf(slot)}
-			if o, ok := g.owners[slot]; ok {
-				h.Live, h.Heartbeat = true, o.rec.Heartbeat()
-			}
-			out = append(out, h)
-		}
+		out = c.s.st.holders(generator)
 		return nil
 	})
 	return out, err

@@ -90,6 +90,9 @@
 //	func (s *Store) Restore(snap *Snapshot)    // back to it, as a coordinator restore
 //	func (s *Store) SetReserved(generator string, slot coordinator.Slot, r int64) // behind the holders' back
 //
+// and, for checks from outside the system under test, with no fault
+// applied: Store.Holders, Store.Reserved, Store.Revision, Store.Sessions.
+//
 // Op selects kinds of operations (OpAcquire, OpReserve, OpRelease,
 // OpRenew, OpMark, OpPeers, OpAdmin; OpWrites, OpAll). Latency delays an
 // operation before it is applied; its context ending first fails it with

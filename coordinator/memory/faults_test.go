@@ -47,17 +47,11 @@ func mustReserve(t *testing.T, l coordinator.Lease, until int64, n coordinator.N
 	}
 }
 
-// live is the live slots of generator, read through a fault-free client.
+// live is the live slots of generator, read directly.
 func live(t *testing.T, s *memory.Store, generator string) []coordinator.Slot {
 	t.Helper()
-	c := s.Connect(clockguard.NewSystem())
-	defer c.Close()
-	hs, err := c.Workers(ctxFor(t, 10*time.Second), generator)
-	if err != nil {
-		t.Fatalf("Workers: %v", err)
-	}
 	var out []coordinator.Slot
-	for _, h := range hs {
+	for _, h := range s.Holders(generator) {
 		if h.Live {
 			out = append(out, h.Slot)
 		}

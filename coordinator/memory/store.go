@@ -343,6 +343,39 @@ func (s *Store) SetReserved(generator string, slot coordinator.Slot, r int64) {
 	s.st.gen(generator, true).reserved[slot] = r
 }
 
+// Holders reads generator's slots directly, as Workers lists them (every
+// slot with an owner or a reservation, in slot order), with no fault
+// applied: for checks from outside the system under test.
+func (s *Store) Holders(generator string) []coordinator.Holder {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reapLocked(time.Now())
+	return s.st.holders(generator)
+}
+
+func (st *state) holders(generator string) []coordinator.Holder {
+	g := st.gen(generator, false)
+	if g == nil {
+		return nil
+	}
+	all := map[coordinator.Slot]bool{}
+	for s := range g.owners {
+		all[s] = true
+	}
+	for s := range g.reserved {
+		all[s] = true
+	}
+	var out []coordinator.Holder
+	for _, slot := range slots(all) {
+		h := coordinator.Holder{Slot: slot, Reserved: g.reservedOf(slot)}
+		if o, ok := g.owners[slot]; ok {
+			h.Live, h.Heartbeat = true, o.rec.Heartbeat()
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
 // Revision is the revision counter: the number of writes so far (less
 // those a Restore undid).
 func (s *Store) Revision() int64 {

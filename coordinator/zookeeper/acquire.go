@@ -286,7 +286,10 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 		}
 		cand := candidate{slot: pc.Slot, pos: pc.Pos, limit: pc.Limit, again: pc.Kind == coordinator.Retake}
 		if pc.Kind == coordinator.TakeBack {
-			o := s.owners[slotName(pc.Slot)]
+			o, ok := s.owners[slotName(pc.Slot)]
+			if !ok {
+				continue // listed under a name not in the canonical form
+			}
 			cand.takeBack = &o
 		}
 		l, err := c.take(ctx, p, s, spec, cand, rec, sid)
