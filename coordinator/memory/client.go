@@ -238,9 +238,9 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 
 // keepAlive renews s every TTL/5, each renewal bounded by min(Timeout,
 // TTL/10) and retried after a short pause when it fails. The session is
-// given up (its leases end) when the store no longer knows it, or once a
-// TTL has passed since the last acknowledged renewal was sent: the store
-// may have ended it by then.
+// given up (its leases end) when a renewal finds the store no longer knows
+// it, or at the first failed renewal once a TTL has passed since the last
+// acknowledged one was sent: the store may have ended it by then.
 func (c *Client) keepAlive(s *session) {
 	defer c.wg.Done()
 	ttl := c.s.cfg.TTL

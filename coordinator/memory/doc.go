@@ -20,11 +20,11 @@
 //     again after one is lost), renewed every TTL/5 by the client, ended by
 //     the store once a TTL passes without a renewal, deleting every owner
 //     record bound to it. A client gives its session up (its leases' Done
-//     close) when the store no longer knows it, or once a TTL has passed
-//     since the last acknowledged renewal was sent: so when the TTL ends a
-//     session, the client gives it up no later than the store does (an
-//     injected expiry or restore it learns at its next renewal). A frozen
-//     or killed client loses its ownership after the TTL. Renewals, expiry and every injected delay are Go
+//     close) when a renewal finds the store no longer knows it, or at the
+//     first failed renewal once a TTL has passed since the last
+//     acknowledged one was sent: the store may have let it go a little
+//     earlier, as with etcd, and safety never waits on Done (the fences
+//     hold). A frozen or killed client loses its ownership after the TTL. Renewals, expiry and every injected delay are Go
 //     timers, so inside a testing/synctest bubble they run in virtual time.
 //   - Acquire is coordinator.Plan over the generator's state, decided and
 //     taken in one step under the store's lock: the pin created when

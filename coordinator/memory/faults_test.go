@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -139,6 +140,7 @@ func TestUnavailableRefusing(t *testing.T) {
 		mustReserve(t, l, 100, n)
 
 		s.Faults().SetAvailability(memory.OpAll, memory.Refusing)
+		cut := time.Now()
 		start := time.Now()
 		err := l.Reserve(ctxFor(t, 10*time.Second), 200, coordtest.Beat(n))
 		if !errors.Is(err, coordinator.ErrUnavailable) || time.Since(start) != 0 || !strings.Contains(err.Error(), "refused") {
@@ -151,11 +153,12 @@ func TestUnavailableRefusing(t *testing.T) {
 			!errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Acquire while refusing: %v, want ErrUnavailable once its context ended", err)
 		}
-		// Renewals are refused too: the client gives its session up once a
-		// TTL passed since the last acknowledged renewal.
-		d := waitDone(t, l, 2*ttl)
-		if d > ttl {
-			t.Fatalf("Done %v after the store began refusing, want within the TTL %v", d, ttl)
+		// Renewals are refused too: the client gives its session up at the
+		// first failed renewal once a TTL has passed since the last
+		// acknowledged one was sent.
+		waitDone(t, l, 2*ttl)
+		if d := time.Since(cut); d < ttl-time.Second || d > ttl+timeout {
+			t.Fatalf("Done %v after the store began refusing, want about the TTL %v", d, ttl)
 		}
 		if err := l.Reserve(ctxFor(t, time.Second), 300, coordtest.Beat(n)); !errors.Is(err, coordinator.ErrLeaseLost) {
 			t.Fatalf("Reserve after the lease ended: %v, want ErrLeaseLost", err)
@@ -593,4 +596,54 @@ func TestFaultNames(t *testing.T) {
 	if f.Pending(memory.OpReserve) != 3 || f.Pending(memory.OpRenew) != 0 {
 		t.Error("LoseReplies applies to holder writes only")
 	}
+}
+
+// TestReserverInVirtualTime: the Reserver loop a node runs, on a memory
+// lease in a bubble: one write per interval in virtual time; cut off from
+// the store, its writes fail after the call timeout and it stops with
+// ErrLeaseLost once the session ran out, never having had a write
+// acknowledged that the store does not hold.
+func TestReserverInVirtualTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newStore()
+		c := connect(t, s)
+		n := coordtest.Node("r")
+		l := mustAcquire(t, c, coordtest.Spec("rsv", 1), n)
+		clock := clockguard.NewSystem()
+		nowMs := func() int64 { w, _ := clock.Now(); return w.UnixMilli() }
+		var last atomic.Int64
+		rs, err := coordinator.NewReserver(coordinator.ReserverConfig{
+			Lease: l, Node: n, Clock: clock, Now: nowMs, OnAck: last.Store,
+			Window: 5000, Interval: time.Second, CallTimeout: 2 * time.Second,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- rs.Run(context.Background()) }()
+		time.Sleep(10*time.Second + time.Millisecond)
+		if rs.Writes() != 11 || rs.Failures() != 0 {
+			t.Fatalf("after 10s: %d writes, %d failures; want 11 (one at once, then one a second) and 0", rs.Writes(), rs.Failures())
+		}
+		if got := s.Reserved("rsv", l.Slot()); got != last.Load() || got != nowMs()-1+5000 {
+			t.Fatalf("stored %d, last acknowledged %d, want both at the last write's now + window", got, last.Load())
+		}
+		cut := time.Now()
+		c.Faults().SetAvailability(memory.OpAll, memory.Hanging)
+		// Given up at the first failed renewal once a TTL has passed since
+		// the last acknowledged one was sent.
+		if d := waitDone(t, l, 2*ttl); d < ttl-time.Second || d > ttl+timeout {
+			t.Fatalf("the lease ended %v after the cut, want about the TTL %v", d, ttl)
+		}
+		err = <-done // after the write in flight gives up
+		if !errors.Is(err, coordinator.ErrLeaseLost) || rs.Failures() == 0 {
+			t.Fatalf("Run while cut off: %v after %d failures, want ErrLeaseLost", err, rs.Failures())
+		}
+		if d := time.Since(cut); d > ttl+timeout {
+			t.Fatalf("Run returned %v after the cut, want within the TTL and one call timeout %v", d, ttl+timeout)
+		}
+		if got := s.Reserved("rsv", l.Slot()); got != last.Load() {
+			t.Fatalf("stored %d, last acknowledged %d", got, last.Load())
+		}
+	})
 }
