@@ -416,12 +416,28 @@ type Lease interface {
 	Release(ctx context.Context, highest int64) error
 }
 
-// Coordinator hands out worker-ID leases and stores reservations.
+// Coordinator is the runtime part of a coordinator, what a node uses: it
+// hands out worker-ID leases (whose writes store the reservations),
+// records restore evidence, and reports peers' heartbeats.
 type Coordinator interface {
-	// Acquire checks or creates the layout pin, then takes the next free
-	// slot in cursor order atomically with reading its reservation and
-	// checking that no restore marker stands (*RestoredError otherwise).
+	// Acquire checks or creates the layout pin, then takes a slot chosen
+	// by Plan (one's own stale slot first, then the next free slot in
+	// cursor order) atomically with reading its reservation and checking
+	// that no restore marker stands (*RestoredError otherwise).
 	Acquire(ctx context.Context, spec Spec, node NodeInfo) (Lease, error)
+	// MarkRestored writes the generator's restore marker with ev, or
+	// replaces a standing one only when ev has a larger Gap (idempotent).
+	// While it stands, Acquire for that generator returns a
+	// *RestoredError, checked atomically with taking ownership.
+	MarkRestored(ctx context.Context, ev RestoreEvidence) error
+	// Peers returns live holders' heartbeats as received.
+	Peers(ctx context.Context) ([]PeerBeat, error)
+	Close() error
+}
+
+// Admin is the administrative part of a coordinator: what `firn workers`
+// and `firn coordinator bump` use.
+type Admin interface {
 	// Workers lists every slot that has an owner or a reservation.
 	Workers(ctx context.Context, generator string) ([]Holder, error)
 	// ForceRelease frees a slot's ownership through the fenced path,
@@ -440,15 +456,14 @@ type Coordinator interface {
 	// re-written meanwhile stands, and Bump then returns an error matching
 	// ErrRestored with the result. Call it once per generator.
 	Bump(ctx context.Context, b BumpSpec) (BumpResult, error)
-	// MarkRestored writes the generator's restore marker with ev, or
-	// replaces a standing one only when ev has a larger Gap (idempotent).
-	// While it stands, Acquire for that generator returns a
-	// *RestoredError, checked atomically with taking ownership.
-	MarkRestored(ctx context.Context, ev RestoreEvidence) error
 	// Generators lists every generator of this cluster (with a pin, a
 	// floor or a restore marker), sorted by name.
 	Generators(ctx context.Context) ([]GeneratorState, error)
-	// Peers returns live holders' heartbeats as received.
-	Peers(ctx context.Context) ([]PeerBeat, error)
-	Close() error
+}
+
+// Backend is what every backend (etcd, ZooKeeper, memory, and Lazy over
+// any of them) implements: both parts.
+type Backend interface {
+	Coordinator
+	Admin
 }

@@ -59,8 +59,8 @@ func TestTypedErrors(t *testing.T) {
 func TestLazyConnectsInTheBackground(t *testing.T) {
 	var mu sync.Mutex
 	tries := 0
-	var real Coordinator
-	dial := func(context.Context) (Coordinator, error) {
+	var real Backend
+	dial := func(context.Context) (Backend, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		tries++
@@ -125,7 +125,7 @@ func TestLazyCloseDuringDial(t *testing.T) {
 
 	t.Run("dial honours its context", func(t *testing.T) {
 		started, cancelled := make(chan struct{}), make(chan struct{})
-		l := NewLazy(func(ctx context.Context) (Coordinator, error) {
+		l := NewLazy(func(ctx context.Context) (Backend, error) {
 			close(started)
 			<-ctx.Done()
 			close(cancelled)
@@ -143,7 +143,7 @@ func TestLazyCloseDuringDial(t *testing.T) {
 	t.Run("dial ignores its context", func(t *testing.T) {
 		started, release := make(chan struct{}), make(chan struct{})
 		closed := make(chan struct{})
-		l := NewLazy(func(context.Context) (Coordinator, error) {
+		l := NewLazy(func(context.Context) (Backend, error) {
 			close(started)
 			<-release
 			return closeRecorder{closed}, nil
@@ -225,7 +225,7 @@ func TestRestoreEvidence(t *testing.T) {
 }
 
 // closedCoordinator answers Peers with nothing.
-type closedCoordinator struct{ Coordinator }
+type closedCoordinator struct{ Backend }
 
 func (closedCoordinator) Peers(context.Context) ([]PeerBeat, error) { return nil, nil }
 func (closedCoordinator) Close() error                              { return nil }
@@ -252,5 +252,66 @@ func TestPinCheckAndOwnerRecord(t *testing.T) {
 	}
 	if r := DecodeOwner([]byte("{")); r.Name != "?" {
 		t.Fatalf("unreadable record: %+v", r)
+	}
+}
+
+// adminRecorder records which admin calls reach it.
+type adminRecorder struct {
+	Backend
+	calls []string
+}
+
+func (a *adminRecorder) Workers(context.Context, string) ([]Holder, error) {
+	a.calls = append(a.calls, "Workers")
+	return nil, nil
+}
+func (a *adminRecorder) ForceRelease(context.Context, string, Slot) error {
+	a.calls = append(a.calls, "ForceRelease")
+	return nil
+}
+func (a *adminRecorder) Bump(context.Context, BumpSpec) (BumpResult, error) {
+	a.calls = append(a.calls, "Bump")
+	return BumpResult{}, nil
+}
+func (a *adminRecorder) Generators(context.Context) ([]GeneratorState, error) {
+	a.calls = append(a.calls, "Generators")
+	return nil, nil
+}
+func (a *adminRecorder) Close() error { return nil }
+
+// TestLazyAdmin: Lazy is an Admin too; until it connects every admin call
+// fails with ErrUnavailable, then each reaches the dialled backend.
+func TestLazyAdmin(t *testing.T) {
+	rec := &adminRecorder{}
+	ready := make(chan struct{})
+	l := NewLazy(func(ctx context.Context) (Backend, error) {
+		select {
+		case <-ready:
+			return rec, nil
+		default:
+			return nil, errors.New("connection refused")
+		}
+	}, time.Millisecond, errors.New("first: connection refused"))
+	defer l.Close()
+	var a Admin = l
+	ctx := context.Background()
+	if _, err := a.Workers(ctx, "g"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Workers before connecting: %v, want ErrUnavailable", err)
+	}
+	close(ready)
+	for i := 0; ; i++ {
+		if _, err := a.Generators(ctx); err == nil {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("never connected")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, _ = a.Workers(ctx, "g")
+	_ = a.ForceRelease(ctx, "g", Slot{})
+	_, _ = a.Bump(ctx, BumpSpec{})
+	if want := []string{"Generators", "Workers", "ForceRelease", "Bump"}; strings.Join(rec.calls, ",") != strings.Join(want, ",") {
+		t.Fatalf("calls reaching the backend: %v, want %v", rec.calls, want)
 	}
 }

@@ -1,10 +1,16 @@
 // Package coordinator hands out worker-ID leases and stores time
-// reservations, behind one interface that the etcd and ZooKeeper backends
-// (and the embedded default, which is the etcd backend on an in-process
-// etcd) implement. It also holds what every backend shares: the Spec and
-// its slot order (Spec.SlotAt: workers vary fastest, the datacenter comes
-// from the same cursor unless fixed), the typed errors, the Timing
-// defaults and their relations, and the Reserver.
+// reservations. A node uses the runtime part, Coordinator (Acquire,
+// MarkRestored, Peers, Close); the admin commands use Admin (Workers,
+// ForceRelease, Bump, Generators). Every backend implements both
+// (Backend): etcd, ZooKeeper, the embedded default (the etcd backend on an
+// in-process etcd), memory (in-process, with injected faults, for tests
+// and simulation) and Lazy over any of them. This package also holds what
+// every backend shares: the Spec and its slot order (Spec.SlotAt: workers
+// vary fastest, the datacenter comes from the same cursor unless fixed),
+// the slot-choice policy (Plan over a backend's Scan: each backend keeps
+// its scan, its take and its fences, and takes the plan's candidates in
+// order), the typed errors, the Timing defaults and their relations, and
+// the Reserver.
 //
 // It knows nothing of ID generation: a layout is its canonical string plus
 // its worker and datacenter limits, and a reservation is an opaque ordered

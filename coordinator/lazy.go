@@ -8,31 +8,31 @@ import (
 	"time"
 )
 
-// Lazy is a Coordinator whose connection is made in the background, again
+// Lazy is a Backend whose connection is made in the background, again
 // and again until it succeeds, so that a node whose coordinator is down when
 // it starts stays up, not serving, with the reason in its state (every call
 // returns ErrUnavailable naming the cause at once), instead of exiting.
 type Lazy struct {
 	mu      sync.Mutex
-	c       Coordinator
+	c       Backend
 	lastErr error
 	closed  bool
 	cancel  context.CancelFunc // ends the dial in progress and the loop
 	done    chan struct{}
 }
 
-var _ Coordinator = (*Lazy)(nil)
+var _ Backend = (*Lazy)(nil)
 
 // lazyCloseWait bounds how long Close waits for the dialling goroutine to
 // end: a dial that ignores its context is left to finish on its own (a
 // coordinator it returns after Close is closed at once).
 const lazyCloseWait = 50 * time.Millisecond
 
-// NewLazy returns a Coordinator that dials in the background every backoff
+// NewLazy returns a Backend that dials in the background every backoff
 // until dial succeeds; until then calls fail with ErrUnavailable wrapping
 // the last dial error (first the given one). dial's context is cancelled
 // by Close.
-func NewLazy(dial func(context.Context) (Coordinator, error), backoff time.Duration, first error) *Lazy {
+func NewLazy(dial func(context.Context) (Backend, error), backoff time.Duration, first error) *Lazy {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Lazy{cancel: cancel, done: make(chan struct{})}
 	l.lastErr = unreachable(first)
@@ -75,7 +75,7 @@ func unreachable(err error) error {
 	return fmt.Errorf("%w: cannot reach the coordinator: %w", ErrUnavailable, err)
 }
 
-func (l *Lazy) get() (Coordinator, error) {
+func (l *Lazy) get() (Backend, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -96,7 +96,7 @@ func (l *Lazy) Acquire(ctx context.Context, spec Spec, node NodeInfo) (Lease, er
 	return c.Acquire(ctx, spec, node)
 }
 
-// Workers implements Coordinator.
+// Workers implements Admin.
 func (l *Lazy) Workers(ctx context.Context, generator string) ([]Holder, error) {
 	c, err := l.get()
 	if err != nil {
@@ -105,7 +105,7 @@ func (l *Lazy) Workers(ctx context.Context, generator string) ([]Holder, error) 
 	return c.Workers(ctx, generator)
 }
 
-// ForceRelease implements Coordinator.
+// ForceRelease implements Admin.
 func (l *Lazy) ForceRelease(ctx context.Context, generator string, slot Slot) error {
 	c, err := l.get()
 	if err != nil {
@@ -114,7 +114,7 @@ func (l *Lazy) ForceRelease(ctx context.Context, generator string, slot Slot) er
 	return c.ForceRelease(ctx, generator, slot)
 }
 
-// Bump implements Coordinator.
+// Bump implements Admin.
 func (l *Lazy) Bump(ctx context.Context, b BumpSpec) (BumpResult, error) {
 	c, err := l.get()
 	if err != nil {
@@ -132,7 +132,7 @@ func (l *Lazy) MarkRestored(ctx context.Context, ev RestoreEvidence) error {
 	return c.MarkRestored(ctx, ev)
 }
 
-// Generators implements Coordinator.
+// Generators implements Admin.
 func (l *Lazy) Generators(ctx context.Context) ([]GeneratorState, error) {
 	c, err := l.get()
 	if err != nil {

@@ -204,7 +204,7 @@ func TestNamedGeneratorsOwnLeases(t *testing.T) {
 }
 
 // inspector is a separate coordinator connection for looking at leases.
-func inspector(t *testing.T, endpoints []string, cluster string) coordinator.Coordinator {
+func inspector(t *testing.T, endpoints []string, cluster string) coordinator.Admin {
 	t.Helper()
 	ec := etcd.DefaultConfig()
 	ec.Endpoints = endpoints

@@ -68,7 +68,7 @@ func TestShutdownReleasesAndLowers(t *testing.T) {
 	}
 }
 
-func findHolder(t *testing.T, c coordinator.Coordinator, slot coordinator.Slot) coordinator.Holder {
+func findHolder(t *testing.T, c coordinator.Admin, slot coordinator.Slot) coordinator.Holder {
 	t.Helper()
 	hs, err := c.Workers(ctx(t), "default")
 	if err != nil {

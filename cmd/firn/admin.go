@@ -74,7 +74,7 @@ func pinnedLayout(name, given string, st *coordinator.GeneratorState) (generator
 }
 
 // generators reads every generator of the cluster, by name.
-func generators(ctx context.Context, coord coordinator.Coordinator) (map[string]*coordinator.GeneratorState, []string, error) {
+func generators(ctx context.Context, coord coordinator.Admin) (map[string]*coordinator.GeneratorState, []string, error) {
 	gs, err := coord.Generators(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -101,7 +101,14 @@ func markerLine(ev *coordinator.RestoreEvidence, layout generator.Layout) string
 		ev.Generator, gap)
 }
 
-func (c *coordFlags) open() (coordinator.Coordinator, error) {
+// adminConn is the coordinator as the admin commands use it: its admin
+// part, closed when the command ends.
+type adminConn interface {
+	coordinator.Admin
+	Close() error
+}
+
+func (c *coordFlags) open() (adminConn, error) {
 	clock := clockguard.NewSystem()
 	timing := coordinator.Timing{LeaseTTL: c.cfg.LeaseTTL, ReservationWindow: c.cfg.ReservationWindow,
 		Timeout: c.cfg.CoordinatorTimeout, RefreshInterval: time.Second}

@@ -97,7 +97,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		Timeout: cfg.CoordinatorTimeout, RefreshInterval: time.Second, AllowShortWindow: sf.allowShortWindow}
 	switch {
 	case len(cfg.ZooKeeper) > 0:
-		c, err := connect(func() (coordinator.Coordinator, error) { return newZooKeeper(cfg, timing, clock, log) }, log)
+		c, err := connect(func() (coordinator.Backend, error) { return newZooKeeper(cfg, timing, clock, log) }, log)
 		if err != nil {
 			return fail(stderr, exitFailure, "serve: --zookeeper: %v", err)
 		}
@@ -128,7 +128,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		ec.Timing = timing
 		ec.Clock = clock
 		ec.Logger = log
-		c, err := connect(func() (coordinator.Coordinator, error) { return etcd.New(ec) }, log)
+		c, err := connect(func() (coordinator.Backend, error) { return etcd.New(ec) }, log)
 		if err != nil {
 			if stopEmbedded != nil {
 				stopEmbedded()
@@ -170,14 +170,14 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 // connect dials the coordinator. A configuration error fails at once; an
 // unreachable coordinator does not: the node starts, does not serve, says
 // why (its generators' reason names the coordinator), and keeps dialling.
-func connect(dial func() (coordinator.Coordinator, error), log *slog.Logger) (coordinator.Coordinator, error) {
+func connect(dial func() (coordinator.Backend, error), log *slog.Logger) (coordinator.Coordinator, error) {
 	c, err := dial()
 	switch {
 	case err == nil:
 		return c, nil
 	case errors.Is(err, coordinator.ErrUnavailable):
 		log.Warn("coordinator unreachable at start: not serving until it answers", "err", err)
-		return coordinator.NewLazy(func(context.Context) (coordinator.Coordinator, error) { return dial() }, time.Second, err), nil
+		return coordinator.NewLazy(func(context.Context) (coordinator.Backend, error) { return dial() }, time.Second, err), nil
 	}
 	return nil, err
 }

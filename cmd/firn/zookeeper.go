@@ -10,7 +10,7 @@ import (
 )
 
 // newZooKeeper builds the ZooKeeper coordinator from the serve flags.
-func newZooKeeper(cfg server.Config, timing coordinator.Timing, clock clockguard.Clock, log *slog.Logger) (coordinator.Coordinator, error) {
+func newZooKeeper(cfg server.Config, timing coordinator.Timing, clock clockguard.Clock, log *slog.Logger) (coordinator.Backend, error) {
 	zc := zookeeper.DefaultConfig()
 	zc.Servers = cfg.ZooKeeper
 	if cfg.ZooKeeperPrefix != "" {

@@ -30,7 +30,9 @@ type Backend interface {
 	NewCluster(t testing.TB) Cluster
 	// Dial connects to the cluster that Cluster.Endpoint described, outside
 	// any test: a child process (a separate OS process the harness can
-	// SIGSTOP) calls it. It must use the same TTL and timeouts as Connect.
+	// SIGSTOP) calls it, and so does Decisive. It must use the same TTL and
+	// timeouts as Connect. (A cluster that no other process can reach
+	// implements InProcessCluster: its children run in the test process.)
 	Dial(endpoint string, clock clockguard.Clock) (coordinator.Coordinator, error)
 }
 
@@ -40,7 +42,7 @@ type Cluster interface {
 	// connection and its own lease or session) on this cluster. Its
 	// heartbeat readings and take-back ages come from clock. It is closed
 	// at t's cleanup (closing it twice must be harmless).
-	Connect(t testing.TB, clock clockguard.Clock) coordinator.Coordinator
+	Connect(t testing.TB, clock clockguard.Clock) coordinator.Backend
 	// Endpoint is an opaque, single-line string for Backend.Dial in a
 	// child process.
 	Endpoint() string

@@ -58,48 +58,77 @@ func runChild(b Backend, raw string) int {
 		return 3
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), o.Life)
+	return hold(context.Background(), c, clock, o, func(line string) { fmt.Println(line) })
+}
+
+// hold is a child holder's life on c, reporting each event as a line to
+// out (see runChild), until ctx ends or o.Life runs out.
+func hold(ctx context.Context, c coordinator.Coordinator, clock clockguard.Clock, o childOrders, out func(string)) int {
+	ctx, cancel := context.WithTimeout(ctx, o.Life)
 	defer cancel()
 	l, err := c.Acquire(ctx, o.Spec, o.Node)
 	if err != nil {
-		fmt.Printf("fatal acquire: %v\n", err)
+		out(fmt.Sprintf("fatal acquire: %v", err))
 		return 3
 	}
-	fmt.Printf("acquired %d %d %d\n", l.Datacenter(), l.WorkerID(), l.Floor())
+	out(fmt.Sprintf("acquired %d %d %d", l.Datacenter(), l.WorkerID(), l.Floor()))
 	next := max(o.Start, l.Floor()+1)
 	for ctx.Err() == nil {
 		wall, _ := clock.Now()
 		err := l.Reserve(ctx, next, coordinator.Heartbeat{Node: o.Node, Wall: wall})
 		switch {
 		case err == nil:
-			fmt.Printf("ack %d\n", next)
+			out(fmt.Sprintf("ack %d", next))
 			next++
 		case errors.Is(err, coordinator.ErrLeaseLost):
-			fmt.Println("lost")
+			out("lost")
 			return 0
 		default:
-			fmt.Printf("error %v\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			out(fmt.Sprintf("error %v", strings.ReplaceAll(err.Error(), "\n", " ")))
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(o.Interval):
 		}
 	}
-	fmt.Println("timeout")
+	out("timeout")
 	return 2
 }
 
-// child is the test's handle on a child holder process.
+// InProcessCluster is an optional interface of a Cluster whose coordinator
+// lives in the test process and cannot be reached from another one (the
+// memory coordinator). For it the harness runs each child holder as a
+// goroutine on a client of its own and freezes it through its Freezer in
+// place of SIGSTOP and SIGCONT; the cases check the same things of it.
+type InProcessCluster interface {
+	Cluster
+	// ConnectChild returns a new client for a child holder, as Connect
+	// does (closed at t's cleanup), and the means to freeze it.
+	ConnectChild(t testing.TB, clock clockguard.Clock) (coordinator.Coordinator, Freezer)
+}
+
+// Freezer stops and resumes everything one client does, as SIGSTOP and
+// SIGCONT do to a process: while frozen none of its calls returns (one
+// already applied gets its reply only after Thaw) and none of its
+// renewals is sent, so its ownership runs out after the TTL.
+type Freezer interface {
+	Freeze()
+	Thaw()
+}
+
+// child is the test's handle on a child holder: a process, or a goroutine
+// with a Freezer for an InProcessCluster.
 type child struct {
-	t     testing.TB
-	cmd   *exec.Cmd
-	mu    sync.Mutex
-	acks  []int64
-	lines []string
-	slot  chan acquired
-	lost  chan struct{}
-	exit  chan struct{}
-	once  sync.Once
+	t       testing.TB
+	cmd     *exec.Cmd
+	freezer Freezer
+	mu      sync.Mutex
+	acks    []int64
+	lines   []string
+	slot    chan acquired
+	lost    chan struct{}
+	exit    chan struct{}
+	once    sync.Once
 }
 
 type acquired struct {
@@ -107,12 +136,16 @@ type acquired struct {
 	floor int64
 }
 
-// startChild re-executes the test binary as a holder of one lease on cl.
-// It is killed at cleanup.
+// startChild re-executes the test binary as a holder of one lease on cl
+// (on an InProcessCluster, starts a goroutine holder on a client of its
+// own). It is killed at cleanup.
 func startChild(t testing.TB, cl Cluster, spec coordinator.Spec, node coordinator.NodeInfo, start int64) *child {
 	t.Helper()
 	o := childOrders{Endpoint: cl.Endpoint(), Spec: spec, Node: node, Start: start,
 		Interval: 100 * time.Millisecond, Life: 60 * time.Second}
+	if ic, ok := cl.(InProcessCluster); ok {
+		return startInProcess(t, ic, o)
+	}
 	raw, _ := json.Marshal(o)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
@@ -138,6 +171,24 @@ func startChild(t testing.TB, cl Cluster, spec coordinator.Spec, node coordinato
 		}
 		_ = cmd.Wait()
 		close(ch.exit)
+	}()
+	return ch
+}
+
+// startInProcess runs a child holder as a goroutine on its own client of
+// cl. At cleanup it is thawed and stopped, and waited for.
+func startInProcess(t testing.TB, cl InProcessCluster, o childOrders) *child {
+	c, fr := cl.ConnectChild(t, sysClock)
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := &child{t: t, freezer: fr, slot: make(chan acquired, 1), lost: make(chan struct{}), exit: make(chan struct{})}
+	t.Cleanup(func() {
+		fr.Thaw()
+		cancel()
+		<-ch.exit
+	})
+	go func() {
+		defer close(ch.exit)
+		hold(ctx, c, sysClock, o, ch.line)
 	}()
 	return ch
 }
@@ -201,6 +252,10 @@ func (c *child) output() []string {
 
 func (c *child) freeze() {
 	c.t.Helper()
+	if c.freezer != nil {
+		c.freezer.Freeze()
+		return
+	}
 	if err := syscall.Kill(c.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
 		c.t.Fatalf("coordtest: SIGSTOP child: %v", err)
 	}
@@ -208,6 +263,10 @@ func (c *child) freeze() {
 
 func (c *child) thaw() {
 	c.t.Helper()
+	if c.freezer != nil {
+		c.freezer.Thaw()
+		return
+	}
 	if err := syscall.Kill(c.cmd.Process.Pid, syscall.SIGCONT); err != nil {
 		c.t.Fatalf("coordtest: SIGCONT child: %v", err)
 	}

@@ -15,5 +15,8 @@
 //
 // Hazards: the frozen-holder cases re-execute the test binary as a child
 // (see Main) and wait multiples of the cluster's TTL, so keep the TTL small.
-// Every child is killed at cleanup, even when the test fails.
+// A cluster no other process can reach (the memory coordinator) implements
+// InProcessCluster: its children are goroutines on clients of their own,
+// frozen through a Freezer instead of SIGSTOP. Every child is killed at
+// cleanup, even when the test fails.
 package coordtest

@@ -18,7 +18,7 @@ func evidence(generator string, slot coordinator.Slot, acked, shown int64, node 
 
 // marker is the generator's restore marker as Generators reports it (nil:
 // none; the generator must be listed).
-func marker(t testing.TB, c coordinator.Coordinator, generator string) (*coordinator.RestoreEvidence, coordinator.GeneratorState) {
+func marker(t testing.TB, c coordinator.Admin, generator string) (*coordinator.RestoreEvidence, coordinator.GeneratorState) {
 	t.Helper()
 	gs, err := c.Generators(ctxT(t, 10*time.Second))
 	if err != nil {
@@ -105,7 +105,7 @@ func RestoreMarkerKeepsLargerGap(t *testing.T, b Backend) {
 	smaller := evidence("gaps", slot, 550, 500, Node("b")) // gap 50
 	larger := evidence("gaps", coordinator.Slot{Worker: 2}, 900, -1, Node("c"))
 	for _, step := range []struct {
-		c    coordinator.Coordinator
+		c    coordinator.Backend
 		ev   coordinator.RestoreEvidence
 		want coordinator.RestoreEvidence
 	}{

@@ -14,13 +14,17 @@ import (
 	"github.com/firnid/firn/coordinator/local"
 )
 
-// Run runs every shared case that is not a fence case as a subtest, each on
-// a fresh cluster of b.
-func Run(t *testing.T, b Backend) {
-	cases := []struct {
-		name string
-		fn   func(*testing.T, Backend)
-	}{
+// Case is one shared case.
+type Case struct {
+	Name string
+	Fn   func(*testing.T, Backend)
+}
+
+// Cases are the shared cases that are not fence cases, in the order Run
+// runs them (for a backend that runs each one its own way, such as in a
+// testing/synctest bubble).
+func Cases() []Case {
+	return []Case{
 		{"SequentialWrapAround", SequentialWrapAround},
 		{"FixedDatacenter", FixedDatacenter},
 		{"ReuseRules", ReuseRules},
@@ -46,8 +50,13 @@ func Run(t *testing.T, b Backend) {
 		{"Peers", Peers},
 		{"FrozenHolderPastTTL", FrozenHolderPastTTL},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { c.fn(t, b) })
+}
+
+// Run runs every shared case that is not a fence case as a subtest, each on
+// a fresh cluster of b.
+func Run(t *testing.T, b Backend) {
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) { c.Fn(t, b) })
 	}
 }
 
@@ -237,7 +246,7 @@ func waitDone(t testing.TB, l coordinator.Lease, d time.Duration) {
 func Concurrent64(t *testing.T, b Backend) {
 	cl := b.NewCluster(t)
 	spec := Spec("conc", 64)
-	var clients []coordinator.Coordinator
+	var clients []coordinator.Backend
 	for i := 0; i < 8; i++ {
 		clients = append(clients, cl.Connect(t, sysClock))
 	}
@@ -609,7 +618,7 @@ func WorkersAndForceRelease(t *testing.T, b Backend) {
 }
 
 // bump runs Bump with a MaxTime that no case reaches.
-func bump(t testing.TB, c coordinator.Coordinator, generator string, by, now int64) (coordinator.BumpResult, error) {
+func bump(t testing.TB, c coordinator.Admin, generator string, by, now int64) (coordinator.BumpResult, error) {
 	return c.Bump(ctxT(t, 10*time.Second), coordinator.BumpSpec{Generator: generator, By: by, Now: now, MaxTime: bigFloor})
 }
 

@@ -20,7 +20,8 @@ const maxAttempts = 30
 // errRescan asks acquire's loop for a fresh scan at once.
 var errRescan = errors.New("etcd: rescan")
 
-// Acquire implements coordinator.Coordinator. It returns a
+// Acquire implements coordinator.Coordinator: the slot is chosen by
+// coordinator.Plan over one consistent scan. It returns a
 // *coordinator.RestoredError while the generator's restore marker stands,
 // a *coordinator.LayoutMismatchError, *coordinator.ExhaustedError or
 // *coordinator.NameInUseError (each matching its sentinel),
@@ -144,35 +145,50 @@ func (s *scanned) reservedOf(name string) resState {
 	return resState{value: -1}
 }
 
-// ensurePin creates the pin if absent (create-if-absent: of two first
-// nodes exactly one wins), then checks it against spec.
-func (c *Coordinator) ensurePin(ctx context.Context, k keys, s *scanned, spec coordinator.Spec) error {
-	if s.pinRev == 0 {
-		want := coordinator.NewPin(spec)
-		b, _ := json.Marshal(want)
-		cctx, cancel := c.call(ctx)
-		resp, err := c.cli.Txn(cctx).
-			If(clientv3.Compare(clientv3.CreateRevision(k.pin()), "=", 0)).
-			Then(clientv3.OpPut(k.pin(), string(b))).
-			Commit()
-		cancel()
-		if err != nil {
-			return unavailable("create pin", err)
-		}
-		if resp.Succeeded {
-			c.log.Info("generator pinned", "generator", spec.Generator, "layout", spec.Layout,
-				"datacenter", spec.Datacenter, "incarnation", want.Incarnation)
-		}
-		return errRescan
+// createPin creates the pin, create-if-absent: of two first nodes exactly
+// one wins. It returns errRescan: the next scan checks the pin against the
+// spec (Plan).
+func (c *Coordinator) createPin(ctx context.Context, k keys, spec coordinator.Spec) error {
+	want := coordinator.NewPin(spec)
+	b, _ := json.Marshal(want)
+	cctx, cancel := c.call(ctx)
+	resp, err := c.cli.Txn(cctx).
+		If(clientv3.Compare(clientv3.CreateRevision(k.pin()), "=", 0)).
+		Then(clientv3.OpPut(k.pin(), string(b))).
+		Commit()
+	cancel()
+	if err != nil {
+		return unavailable("create pin", err)
 	}
-	return s.pin.Check(spec)
+	if resp.Succeeded {
+		c.log.Info("generator pinned", "generator", spec.Generator, "layout", spec.Layout,
+			"datacenter", spec.Datacenter, "incarnation", want.Incarnation)
+	}
+	return errRescan
 }
 
-type candidate struct {
-	slot     coordinator.Slot
-	pos      uint64 // cursor position; takeBack candidates leave the cursor
-	res      resState
-	takeBack *ownerState
+// plan is the scan in the terms coordinator.Plan reads: owners in key
+// order, every reservation read.
+func (s *scanned) plan() coordinator.Scan {
+	p := coordinator.Scan{Marker: s.marker, Cursor: s.cursor, Floor: s.floor.value,
+		Reserved: make(map[coordinator.Slot]int64, len(s.reserved))}
+	if s.pinRev != 0 {
+		pin := s.pin
+		p.Pin = &pin
+	}
+	for _, name := range s.ownerKeys {
+		slot, ok := parseSlot(name)
+		if !ok {
+			continue
+		}
+		p.Owners = append(p.Owners, coordinator.Owner{Slot: slot, Record: s.owners[name].rec})
+	}
+	for name, r := range s.reserved {
+		if slot, ok := parseSlot(name); ok {
+			p.Reserved[slot] = r.value
+		}
+	}
+	return p
 }
 
 func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, node coordinator.NodeInfo) (coordinator.Lease, error) {
@@ -181,64 +197,19 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	if err != nil {
 		return nil, err
 	}
-	// A standing restore marker refuses every acquisition of the
-	// generator, a node with an empty data dir included; the take txn
-	// checks it again atomically.
-	if s.marker != nil {
-		return nil, &coordinator.RestoredError{Evidence: *s.marker}
-	}
-	if err := c.ensurePin(ctx, k, s, spec); err != nil {
-		return nil, err
+	// A standing marker is refused by the plan before the pin is looked
+	// at; the take txn checks its absence again atomically.
+	if s.marker == nil && s.pinRev == 0 {
+		return nil, c.createPin(ctx, k, spec)
 	}
 	now, _ := c.clock.Now()
 	if err := c.dropStrays(ctx, k, s, node); err != nil {
 		return nil, err
 	}
-
-	// The node name is a label: refuse while another instance holds it.
-	for _, name := range s.ownerKeys {
-		o := s.owners[name]
-		if o.rec.Name == node.Name && o.rec.Instance != node.InstanceID {
-			slot, _ := parseSlot(name)
-			return nil, &coordinator.NameInUseError{Name: node.Name, Slot: slot, Instance: o.rec.Instance, Address: o.rec.Address}
-		}
+	cands, err := coordinator.Plan(spec, node, s.plan(), now)
+	if err != nil {
+		return nil, err
 	}
-
-	// Our own stale records first (a restart before the old lease ran
-	// out), then free slots in cursor order.
-	var cands []candidate
-	n := spec.Slots()
-	takeBackLimit := max(spec.MaxFloor, spec.LocalFloor)
-	for i := uint64(0); i < n; i++ {
-		slot := spec.SlotAt(i)
-		name := slotName(slot)
-		o, owned := s.owners[name]
-		if !owned || o.rec.Instance != node.InstanceID || now.Sub(o.rec.Wall) <= coordinator.TakeBackAge {
-			continue
-		}
-		if r := s.reservedOf(name); max(r.value, s.floor.value) <= takeBackLimit {
-			cands = append(cands, candidate{slot: slot, res: r, takeBack: &o})
-		}
-	}
-	tooFar := 0
-	for i := uint64(0); i < n; i++ {
-		pos := s.cursor + i
-		slot := spec.SlotAt(pos)
-		name := slotName(slot)
-		if _, owned := s.owners[name]; owned {
-			continue
-		}
-		r := s.reservedOf(name)
-		if max(r.value, s.floor.value) > spec.MaxFloor {
-			tooFar++
-			continue
-		}
-		cands = append(cands, candidate{slot: slot, pos: pos, res: r})
-	}
-	if len(cands) == 0 {
-		return nil, c.exhausted(spec, s, n, tooFar)
-	}
-
 	sess, err := c.getSession(ctx)
 	if err != nil {
 		return nil, err
@@ -259,12 +230,29 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 // errLostRace: someone else changed the candidate slot first; try the next.
 var errLostRace = errors.New("etcd: lost the race for a slot")
 
+// candidate is one of the plan's candidates with what the take compares:
+// the reservation as scanned and, for a take-back, the stale record.
+type candidate struct {
+	slot     coordinator.Slot
+	pos      uint64 // cursor position; take-backs leave the cursor
+	res      resState
+	takeBack *ownerState
+}
+
 // take acquires one candidate slot: If(CreateRevision(owner)==0, the pin,
 // the reservation and the generator floor unchanged since the scan) Then(Put(owner,
 // lease), Get(reserved), advance the cursor). A take-back first deletes our
 // own stale record, guarded by its create revision.
 func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordinator.Spec, sess *session,
-	cand candidate, hb coordinator.Heartbeat) (*lease, error) {
+	pc coordinator.Candidate, hb coordinator.Heartbeat) (*lease, error) {
+	cand := candidate{slot: pc.Slot, pos: pc.Pos, res: s.reservedOf(slotName(pc.Slot))}
+	if pc.Kind == coordinator.TakeBack {
+		o, ok := s.owners[slotName(pc.Slot)]
+		if !ok {
+			return nil, errLostRace
+		}
+		cand.takeBack = &o
+	}
 	ownerKey, resKey := k.owner(cand.slot), k.reserved(cand.slot)
 	ownerCmp := clientv3.Compare(clientv3.CreateRevision(ownerKey), "=", 0)
 	if cand.takeBack != nil {
@@ -367,23 +355,6 @@ func (c *Coordinator) dropSession(s *session) {
 	}
 	c.mu.Unlock()
 	s.stop()
-}
-
-func (c *Coordinator) exhausted(spec coordinator.Spec, s *scanned, n uint64, tooFar int) error {
-	e := &coordinator.ExhaustedError{Generator: spec.Generator, Limit: n, TooFar: tooFar}
-	if s.floor.value > spec.MaxFloor {
-		e.Floor = s.floor.value
-	}
-	for _, name := range s.ownerKeys {
-		slot, ok := parseSlot(name)
-		if !ok {
-			continue
-		}
-		o := s.owners[name]
-		e.Live = append(e.Live, coordinator.Holder{Slot: slot, Live: true, Heartbeat: o.rec.Heartbeat(),
-			Reserved: s.reservedOf(name).value})
-	}
-	return e
 }
 
 // beginTake marks an acquisition of ownerKey as in flight: until endTake,

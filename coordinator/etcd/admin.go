@@ -14,7 +14,7 @@ import (
 	"github.com/firnid/firn/coordinator"
 )
 
-// Workers implements coordinator.Coordinator: every slot of the generator
+// Workers implements coordinator.Admin: every slot of the generator
 // with an owner or a reservation, in slot order.
 func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordinator.Holder, error) {
 	if !validName(generator) {
@@ -58,7 +58,7 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 	return out, nil
 }
 
-// ForceRelease implements coordinator.Coordinator: deletes the slot's owner
+// ForceRelease implements coordinator.Admin: deletes the slot's owner
 // key in a txn guarded by the create revision just read, keeping the
 // reservation. It returns coordinator.ErrNotHeld when the slot has no owner.
 func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot coordinator.Slot) error {
@@ -94,7 +94,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 	return fmt.Errorf("%w: etcd force release of %s: owner kept changing", coordinator.ErrUnavailable, slot)
 }
 
-// Bump implements coordinator.Coordinator. It reads the reservations, the
+// Bump implements coordinator.Admin. It reads the reservations, the
 // generator floor and the restore marker in one consistent read, refuses
 // (before writing anything) a By below a standing marker's gap and a floor
 // past b.MaxTime, then raises the generator floor (read, compared as a
@@ -261,7 +261,7 @@ func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEv
 	return fmt.Errorf("%w: etcd restore marker of %q kept changing", coordinator.ErrUnavailable, ev.Generator)
 }
 
-// Generators implements coordinator.Coordinator: every generator of the
+// Generators implements coordinator.Admin: every generator of the
 // cluster with a pin, a floor or a restore marker, sorted by name.
 func (c *Coordinator) Generators(ctx context.Context) ([]coordinator.GeneratorState, error) {
 	cctx, cancel := c.call(ctx)

@@ -54,7 +54,7 @@ type Coordinator struct {
 	wg   sync.WaitGroup
 }
 
-var _ coordinator.Coordinator = (*Coordinator)(nil)
+var _ coordinator.Backend = (*Coordinator)(nil)
 
 // session is one etcd lease with its keepalive.
 type session struct {

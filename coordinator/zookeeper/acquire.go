@@ -27,7 +27,9 @@ var (
 	errTooFar = errors.New("zookeeper: reservation past max-lead")
 )
 
-// Acquire implements coordinator.Coordinator. It returns a
+// Acquire implements coordinator.Coordinator: the slot is chosen by
+// coordinator.Plan over a scan that leaves reservation values to the take.
+// It returns a
 // *coordinator.RestoredError while the generator's restore marker stands,
 // a *coordinator.LayoutMismatchError, *coordinator.ExhaustedError or
 // *coordinator.NameInUseError (each matching its sentinel),
@@ -98,6 +100,33 @@ type scanned struct {
 	owners     map[string]ownerState
 	ownerNames []string
 	reserved   map[string]bool
+	marker     *coordinator.RestoreEvidence // when set, the scan stopped there
+}
+
+// plan is the scan in the terms coordinator.Plan reads: owners in name
+// order (OwnSession: an ephemeral node of session sid), reservation values
+// unread (the take reads each), and the given-up slots to retake.
+func (s *scanned) plan(sid int64, retake []coordinator.Slot) coordinator.Scan {
+	p := coordinator.Scan{Marker: s.marker, Cursor: s.start, Floor: s.floor, Unread: map[coordinator.Slot]bool{}, Retake: retake}
+	if s.marker != nil {
+		return p
+	}
+	pin := s.pin
+	p.Pin = &pin
+	for _, name := range s.ownerNames {
+		slot, ok := parseSlot(name)
+		if !ok {
+			continue
+		}
+		o := s.owners[name]
+		p.Owners = append(p.Owners, coordinator.Owner{Slot: slot, Record: o.rec, OwnSession: o.stat.EphemeralOwner == sid})
+	}
+	for name := range s.reserved {
+		if slot, ok := parseSlot(name); ok {
+			p.Unread[slot] = true
+		}
+	}
+	return p
 }
 
 // scan reads the pin (creating it if absent: of two first nodes exactly one
@@ -107,12 +136,13 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 		return nil, err
 	}
 	// A standing restore marker refuses every acquisition of the
-	// generator, a node with an empty data dir included; the acquiring
-	// multi checks it again atomically (markerAbsentOps).
+	// generator, a node with an empty data dir included (the plan says
+	// so; the acquiring multi checks it again atomically, markerAbsentOps):
+	// nothing more needs reading.
 	if ev, err := c.readMarker(ctx, p); err != nil {
 		return nil, err
 	} else if ev != nil {
-		return nil, &coordinator.RestoredError{Evidence: *ev}
+		return &scanned{marker: ev}, nil
 	}
 	data, st, err := c.get(ctx, p.pin())
 	if errors.Is(err, zk.ErrNoNode) {
@@ -139,8 +169,8 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 	if err := json.Unmarshal(data, &s.pin); err != nil {
 		return nil, fmt.Errorf("zookeeper: pin %s is not readable: %w", p.pin(), err)
 	}
-	if err := s.pin.Check(spec); err != nil {
-		return nil, err
+	if s.pin.Check(spec) != nil {
+		return s, nil // the plan refuses it: nothing more needs reading
 	}
 
 	data, st, err = c.get(ctx, p.cursor())
@@ -229,52 +259,71 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 		return nil, err
 	}
 	sid := c.sid.Load()
-	if sid == 0 {
+	if sid == 0 && s.marker == nil {
 		return nil, unavailable("acquire", errors.New("no session"))
 	}
 	now, _ := c.clock.Now()
-
-	// The node name is a label: refuse while another instance holds it.
-	for _, name := range s.ownerNames {
-		o := s.owners[name]
-		if o.rec.Name == node.Name && o.rec.Instance != node.InstanceID {
-			slot, _ := parseSlot(name)
-			return nil, &coordinator.NameInUseError{Name: node.Name, Slot: slot, Instance: o.rec.Instance, Address: o.rec.Address}
-		}
+	var retake []coordinator.Slot
+	if s.marker == nil {
+		retake = c.retakeSlots(spec, s, node, sid)
 	}
-	hb := coordinator.Heartbeat{Node: node, Wall: now}
-	rec := encodeOwner(hb)
-	n := spec.Slots()
-
-	// Our own stale records first (a restart before the old session ran
-	// out), so that a crash loop does not burn the worker space.
-	for _, name := range s.ownerNames {
-		o := s.owners[name]
-		if o.rec.Instance != node.InstanceID || o.stat.EphemeralOwner == sid || now.Sub(o.rec.Wall) <= coordinator.TakeBackAge {
-			continue
+	scan := s.plan(sid, retake)
+	cands, err := coordinator.Plan(spec, node, scan, now)
+	if err != nil {
+		var ex *coordinator.ExhaustedError
+		if errors.As(err, &ex) {
+			c.readLive(ctx, p, ex)
 		}
-		slot, ok := parseSlot(name)
-		if !ok || spec.Index(slot) >= n || spec.SlotAt(spec.Index(slot)) != slot {
-			continue
+		return nil, err
+	}
+	rec := encodeOwner(coordinator.Heartbeat{Node: node, Wall: now})
+	tooFar := 0
+	for _, pc := range cands {
+		if pc.Kind == coordinator.Free {
+			if err := ctx.Err(); err != nil {
+				return nil, unavailable("acquire", err)
+			}
 		}
-		l, err := c.take(ctx, p, s, spec, candidate{slot: slot, limit: max(spec.MaxFloor, spec.LocalFloor), takeBack: &o}, rec, sid)
+		cand := candidate{slot: pc.Slot, pos: pc.Pos, limit: pc.Limit, again: pc.Kind == coordinator.Retake}
+		if pc.Kind == coordinator.TakeBack {
+			o, ok := s.owners[slotName(pc.Slot)]
+			if !ok {
+				continue // listed under a name not in the canonical form
+			}
+			cand.takeBack = &o
+		}
+		l, err := c.take(ctx, p, s, spec, cand, rec, sid)
 		switch {
 		case err == nil:
 			return l, nil
 		case errors.Is(err, errLostRace), errors.Is(err, errTooFar):
+			if pc.Kind == coordinator.Retake {
+				c.forgetLost(spec.Generator, pc.Slot)
+			}
+			if pc.Kind == coordinator.Free && errors.Is(err, errTooFar) {
+				tooFar++
+			}
 		default:
 			return nil, err
 		}
 	}
+	ex := coordinator.Exhausted(spec, scan, tooFar)
+	c.readLive(ctx, p, ex)
+	return nil, ex
+}
 
-	// Then the slots this coordinator held in a session it gave up
-	// (redial: the servers kept refusing its client, as a server restored
-	// from an older copy of its data does), so that the reservation the
-	// restored data shows for them is compared with what the node
-	// acknowledged. Their owner nodes, if the restored data still has
-	// them, are ours and stale: the take-backs above.
+// retakeSlots are the slots this coordinator held in a session it gave up
+// (redial: the servers kept refusing its client, as a server restored from
+// an older copy of its data does) that are free now, for the plan to take
+// again first, so that the reservation the restored data shows for them is
+// compared with what the node acknowledged. Their owner nodes, if the
+// restored data still has them, are ours and stale: the plan's take-backs.
+// Slots outside the spec, or owned by another instance or by this session,
+// are forgotten.
+func (c *Coordinator) retakeSlots(spec coordinator.Spec, s *scanned, node coordinator.NodeInfo, sid int64) []coordinator.Slot {
+	var out []coordinator.Slot
 	for _, slot := range c.lostSlots(spec.Generator) {
-		if spec.Index(slot) >= n || spec.SlotAt(spec.Index(slot)) != slot {
+		if !spec.Contains(slot) {
 			c.forgetLost(spec.Generator, slot)
 			continue
 		}
@@ -284,39 +333,9 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 			}
 			continue // or our old session's, not yet stale: next scan
 		}
-		l, err := c.take(ctx, p, s, spec, candidate{slot: slot, limit: max(spec.MaxFloor, spec.LocalFloor), again: true}, rec, sid)
-		switch {
-		case err == nil:
-			return l, nil
-		case errors.Is(err, errLostRace), errors.Is(err, errTooFar):
-			c.forgetLost(spec.Generator, slot)
-		default:
-			return nil, err
-		}
+		out = append(out, slot)
 	}
-
-	tooFar := 0
-	for i := uint64(0); i < n; i++ {
-		if err := ctx.Err(); err != nil {
-			return nil, unavailable("acquire", err)
-		}
-		pos := s.start + i
-		slot := spec.SlotAt(pos)
-		if _, owned := s.owners[slotName(slot)]; owned {
-			continue
-		}
-		l, err := c.take(ctx, p, s, spec, candidate{slot: slot, pos: pos, limit: spec.MaxFloor}, rec, sid)
-		switch {
-		case err == nil:
-			return l, nil
-		case errors.Is(err, errTooFar):
-			tooFar++
-		case errors.Is(err, errLostRace):
-		default:
-			return nil, err
-		}
-	}
-	return nil, c.exhausted(ctx, p, spec, s, n, tooFar)
+	return out
 }
 
 // take acquires one candidate in one multi: the pin's version unchanged,
@@ -549,25 +568,18 @@ func (c *Coordinator) dropOrphan(ctx context.Context, path string, data []byte, 
 	return true
 }
 
-func (c *Coordinator) exhausted(ctx context.Context, p paths, spec coordinator.Spec, s *scanned, n uint64, tooFar int) error {
-	e := &coordinator.ExhaustedError{Generator: spec.Generator, Limit: n, TooFar: tooFar}
-	if s.floor > spec.MaxFloor {
-		e.Floor = s.floor
-	}
-	for _, name := range s.ownerNames {
-		slot, ok := parseSlot(name)
-		if !ok {
-			continue
-		}
-		r := int64(-1)
+// readLive fills in the reservations of the live holders an exhaustion
+// names (the scan did not read them).
+func (c *Coordinator) readLive(ctx context.Context, p paths, e *coordinator.ExhaustedError) {
+	for i := range e.Live {
+		name := slotName(e.Live[i].Slot)
+		e.Live[i].Reserved = -1
 		if d, _, err := c.get(ctx, p.reservations()+"/"+name); err == nil {
 			if v, err := parsePath(p.reservations()+"/"+name, d); err == nil {
-				r = v
+				e.Live[i].Reserved = v
 			}
 		}
-		e.Live = append(e.Live, coordinator.Holder{Slot: slot, Live: true, Heartbeat: s.owners[name].rec.Heartbeat(), Reserved: r})
 	}
-	return e
 }
 
 // markerAbsentOps are the ops of an acquiring multi that fail it while the

@@ -21,7 +21,7 @@ func (c *Coordinator) checkGenerator(generator string) error {
 	return nil
 }
 
-// Workers implements coordinator.Coordinator: every slot with an owner node
+// Workers implements coordinator.Admin: every slot with an owner node
 // or a reservation node, in (datacenter, worker) order.
 func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordinator.Holder, error) {
 	if err := c.checkGenerator(generator); err != nil {
@@ -88,7 +88,7 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 	return out, nil
 }
 
-// ForceRelease implements coordinator.Coordinator. One multi deletes the
+// ForceRelease implements coordinator.Admin. One multi deletes the
 // owner node at the version read and rewrites the reservation with the
 // exact bytes and version read: it fails if a new holder took the slot in
 // between (its acquisition moved the reservation's version), and it keeps
@@ -139,7 +139,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 	return unavailable("force release", fmt.Errorf("no outcome after %d rounds: %w", maxWriteRounds, last))
 }
 
-// Bump implements coordinator.Coordinator: it reads the restore marker,
+// Bump implements coordinator.Admin: it reads the restore marker,
 // the reservations and the generator floor, refuses (before writing
 // anything) a By below a standing marker's gap and a floor past b.MaxTime,
 // then raises the generator floor node (acquiring multis check its
@@ -285,7 +285,7 @@ func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEv
 	return unavailable("write restore marker", fmt.Errorf("%s: no outcome: %w", p.restored(), last))
 }
 
-// Generators implements coordinator.Coordinator: every child of the
+// Generators implements coordinator.Admin: every child of the
 // cluster's node with a pin, a floor or a restore marker, sorted by name.
 func (c *Coordinator) Generators(ctx context.Context) ([]coordinator.GeneratorState, error) {
 	names, err := c.children(ctx, c.root)

@@ -64,7 +64,7 @@ type Coordinator struct {
 	wg   sync.WaitGroup
 }
 
-var _ coordinator.Coordinator = (*Coordinator)(nil)
+var _ coordinator.Backend = (*Coordinator)(nil)
 
 // New connects to ZooKeeper, waits for a session, checks the negotiated
 // session timeout against the reservation window, authenticates and makes

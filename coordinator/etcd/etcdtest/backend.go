@@ -149,7 +149,7 @@ func (c *cluster) root() string { return "/" + c.e.Prefix + "/" + c.e.Cluster + 
 // change it before calling etcd.New themselves.
 func (c *cluster) Config(clock clockguard.Clock) etcd.Config { return c.e.config(clock) }
 
-func (c *cluster) Connect(t testing.TB, clock clockguard.Clock) coordinator.Coordinator {
+func (c *cluster) Connect(t testing.TB, clock clockguard.Clock) coordinator.Backend {
 	t.Helper()
 	co, err := etcd.New(c.e.config(clock))
 	if err != nil {

@@ -143,7 +143,7 @@ var _ coordtest.Cluster = (*Cluster)(nil)
 
 // Connect implements coordtest.Cluster: a coordinator with its own
 // session, whose handshakes a Recorder watches (for Expire).
-func (cl *Cluster) Connect(t testing.TB, clock clockguard.Clock) coordinator.Coordinator {
+func (cl *Cluster) Connect(t testing.TB, clock clockguard.Clock) coordinator.Backend {
 	t.Helper()
 	return cl.ConnectWith(t, clock, nil)
 }
