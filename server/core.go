@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/firnid/firn/clockguard"
@@ -36,24 +37,114 @@ type Core struct {
 	// newNTP builds the NTP runner (nil: the real checker of --ntp).
 	newNTP func(report func(clockguard.NTPResult, error)) (ntpRunner, error)
 
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	crashed atomic.Bool // Crash: holders release nothing on the way out
 }
 
 // ntpRunner is what the core needs of an NTP checker: a periodic loop
 // whose verdicts reach the clock policy, and a check on demand.
-type ntpRunner interface {
+type ntpRunner = NTPRunner
+
+// NTPRunner is an NTP checker as the core runs it: a periodic loop whose
+// verdicts go to the report function it was built with, and a check on
+// demand (Trigger). clockguard.NTPChecker is one; the simulator has a fake.
+type NTPRunner interface {
 	Start() error
 	Stop()
 	Trigger()
 }
 
+// CoreOption configures optional collaborators of a Core.
+type CoreOption func(*Core)
+
+// WithCoreLogger sets the core's logger (default slog.Default()).
+func WithCoreLogger(l *slog.Logger) CoreOption { return func(c *Core) { c.log = l } }
+
+// WithNTPRunner replaces the NTP checker of --ntp (which queries its
+// servers over UDP) with the runner newNTP builds; its verdicts go to
+// report. Used when --ntp is set.
+func WithNTPRunner(newNTP func(report func(clockguard.NTPResult, error)) (NTPRunner, error)) CoreOption {
+	return func(c *Core) { c.newNTP = newNTP }
+}
+
+// NewCore builds a node's core — generators, holders, clock policy — over
+// a coordinator, the data-dir state and a clock, with no listener: for
+// embedding firn in a process of one's own, and for the simulator. cfg must
+// have passed Finish. Start runs it; Stop ends it, releasing its leases;
+// Crash ends it as a killed process would, leaving them to expire.
+func NewCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock clockguard.Clock, info coordinator.NodeInfo, opts ...CoreOption) (*Core, error) {
+	c, err := newCore(cfg, coord, st, clock, info, slog.Default(), opts...)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Start runs the core; see start.
+func (c *Core) Start() error { return c.start() }
+
+// Stop drains the core (every generator refuses at once with "shutting
+// down") and ends it: the holders release their leases, lowering each
+// reservation to the highest time produced.
+func (c *Core) Stop() {
+	c.drain("shutting down")
+	c.stop()
+}
+
+// Crash ends the core as a killed process would: nothing is released and
+// nothing more is written (leases are left to expire), and the data dir
+// keeps what it had.
+func (c *Core) Crash() {
+	c.crashed.Store(true)
+	c.drain("crashed")
+	c.stop()
+}
+
+// NextIDs fills dst with IDs of the named generator ("" is the default),
+// as the gRPC and HTTP APIs do: increasing, refused at once with the cause
+// when the generator does not serve.
+func (c *Core) NextIDs(ctx context.Context, generator string, dst []uint64) error {
+	rt, err := c.lookup(generator)
+	if err != nil {
+		return err
+	}
+	if err := checkCount(rt, int64(len(dst))); err != nil {
+		return err
+	}
+	return rt.issue(ctx, dst)
+}
+
+// NextID is NextIDs for one ID.
+func (c *Core) NextID(ctx context.Context, generator string) (uint64, error) {
+	rt, err := c.lookup(generator)
+	if err != nil {
+		return 0, err
+	}
+	return rt.issueOne(ctx)
+}
+
+// Status is a snapshot of one generator ("" is the default), as Info and
+// the status page show it.
+func (c *Core) Status(generator string) (GeneratorStatus, error) {
+	rt, err := c.lookup(generator)
+	if err != nil {
+		return GeneratorStatus{}, err
+	}
+	wall, _ := c.clock.Now()
+	return rt.status(wall), nil
+}
+
 // newCore builds the core's generators; log is its logger.
-func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock clockguard.Clock, info coordinator.NodeInfo, log *slog.Logger) (*Core, error) {
+func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock clockguard.Clock, info coordinator.NodeInfo, log *slog.Logger, opts ...CoreOption) (*Core, error) {
 	if len(cfg.Generators) == 0 {
 		return nil, fmt.Errorf("%w: no generators (call Config.Finish)", ErrConfig)
 	}
 	c := &Core{cfg: cfg, coord: coord, local: st, clock: clock, log: log, nodeInfo: info, byName: map[string]*genRuntime{}}
+	for _, o := range opts {
+		o(c)
+	}
+	log = c.log
 	for i, gc := range cfg.Generators {
 		ring, err := ringbuffer.New(ringbuffer.Config{Size: cfg.RingSize, MaxStaleness: gc.MaxStaleness, Clock: clock})
 		if err != nil {
@@ -143,7 +234,7 @@ func (c *Core) start() error {
 	}
 	c.policy.waitFirstPeers()
 	for _, rt := range c.gens {
-		hd := &holder{rt: rt, coord: c.coord, clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo,
+		hd := &holder{rt: rt, coord: c.coord, clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo, crashed: &c.crashed,
 			cfg: holderConfig{Datacenter: c.cfg.Datacenter, ReservationWindow: c.cfg.ReservationWindow,
 				CoordinatorTimeout: c.cfg.CoordinatorTimeout, MaxClockOffset: c.cfg.MaxClockOffset}}
 		c.goRun(func() { hd.run(ctx) })

@@ -31,6 +31,8 @@ type holder struct {
 	m      holderMetrics
 	node   coordinator.NodeInfo
 	cfg    holderConfig
+	// crashed, when set, makes the way out write nothing (Core.Crash).
+	crashed *atomic.Bool
 }
 
 // holderConfig is what a holder reads of the node's configuration.
@@ -456,6 +458,9 @@ func (hd *holder) release(h *holding) {
 	rt := hd.rt
 	h.gen.Retire()
 	rt.ring.Reset(nil)
+	if hd.crashed != nil && hd.crashed.Load() {
+		return // a killed process releases nothing
+	}
 	highest := max(h.gen.Highest(), h.lease.Floor())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*hd.cfg.CoordinatorTimeout)
 	defer cancel()
