@@ -148,13 +148,28 @@ type RestoreEvidence struct {
 	Node      NodeInfo  // the noticing node (name, instance, address)
 }
 
-// Gap is how far a bump must raise, in time-field units: Acked - Shown
-// (Acked+1 when Shown is -1, absent).
+// Gap is how far the coordinator fell behind, in time-field units: Acked
+// - Shown (Acked+1 when Shown is -1, absent). A bump by Gap always covers
+// the evidence; MinBump may ask less.
 func (e RestoreEvidence) Gap() int64 {
 	if e.Shown < 0 {
 		return e.Acked + 1
 	}
 	return e.Acked - e.Shown
+}
+
+// MinBump is the least bump, in time-field units, that covers the
+// evidence when the bump's clock and every reservation stand at top or
+// below. Where the restored coordinator shows a reservation, it is the gap
+// (the worker's reservation raised back above Acked). Where it shows none
+// (the snapshot predates the worker's first use), the gap would count from
+// the layout's epoch: what covers that evidence is a generator floor above
+// Acked, since every acquisition starts above the floor.
+func (e RestoreEvidence) MinBump(top int64) int64 {
+	if e.Shown >= 0 {
+		return e.Gap()
+	}
+	return max(e.Acked-top+1, 1)
 }
 
 // Validate refuses evidence that cannot be a marker (no generator, no gap).
@@ -235,11 +250,11 @@ func (b BumpSpec) Validate() error {
 // when a restore marker stands whose gap By does not cover. Backends call
 // it before they write anything.
 func (b BumpSpec) BumpFloor(top int64, marker *RestoreEvidence) (int64, error) {
-	if marker != nil && b.By < marker.Gap() {
-		return 0, fmt.Errorf("%w: generator %q has a restore marker with a gap of %d time units (node %q saw %d acknowledged, the coordinator showed %d): a bump by %d does not cover it",
-			ErrInvalidSpec, b.Generator, marker.Gap(), marker.Node.Name, marker.Acked, marker.Shown, b.By)
-	}
 	top = max(top, b.Now)
+	if marker != nil && b.By < marker.MinBump(top) {
+		return 0, fmt.Errorf("%w: generator %q has a restore marker with a gap of %d time units (node %q saw %d acknowledged, the coordinator showed %d): a bump by %d does not cover it (at least %d)",
+			ErrInvalidSpec, b.Generator, marker.Gap(), marker.Node.Name, marker.Acked, marker.Shown, b.By, marker.MinBump(top))
+	}
 	if top > b.MaxTime-b.By {
 		return 0, fmt.Errorf("%w: generator %q: a floor of %d + %d is past the layout's last time value %d (the floor is never lowered: it would stop the generator for good); nothing was written",
 			ErrInvalidSpec, b.Generator, top, b.By, b.MaxTime)

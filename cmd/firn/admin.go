@@ -90,7 +90,7 @@ func generators(ctx context.Context, coord coordinator.Admin) (map[string]*coord
 
 // markerLine describes a standing restore marker in the layout's units.
 func markerLine(ev *coordinator.RestoreEvidence, layout generator.Layout) string {
-	gap := time.Duration(ev.Gap()) * layout.Unit
+	gap := time.Duration(ev.MinBump(layout.Units(ev.At))) * layout.Unit
 	shown := "no reservation"
 	if ev.Shown >= 0 {
 		shown = layout.UnitStart(ev.Shown + 1).UTC().Format(time.RFC3339Nano)
@@ -298,7 +298,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 			failed++
 			msg := err.Error()
 			if tg.state != nil && tg.state.Restore != nil && errors.Is(err, coordinator.ErrInvalidSpec) {
-				msg += fmt.Sprintf(" (the marker's gap is %v in this layout)", time.Duration(tg.state.Restore.Gap())*l.Unit)
+				msg += fmt.Sprintf(" (in this layout: at least %v)", time.Duration(tg.state.Restore.MinBump(max(0, l.Units(wall))))*l.Unit)
 			}
 			fmt.Fprintf(stderr, "firn: coordinator bump: generator %s: %s\n", tg.name, strings.ReplaceAll(msg, "\n", " "))
 			continue
@@ -314,7 +314,8 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 			serveAt.UTC().Format(time.RFC3339), wait, lead)
 		if res.Cleared != nil {
 			fmt.Fprintf(stdout, "generator %s: cleared the restore marker (node %q found dc=%d worker=%d %v below what it had acknowledged)\n",
-				tg.name, res.Cleared.Node.Name, res.Cleared.Slot.Datacenter, res.Cleared.Slot.Worker, time.Duration(res.Cleared.Gap())*l.Unit)
+				tg.name, res.Cleared.Node.Name, res.Cleared.Slot.Datacenter, res.Cleared.Slot.Worker,
+				time.Duration(res.Cleared.MinBump(l.Units(res.Cleared.At)))*l.Unit)
 		}
 	}
 	if failed > 0 {

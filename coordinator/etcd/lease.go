@@ -74,8 +74,8 @@ func (l *lease) etcdLease() clientv3.LeaseID { return l.sess.id }
 
 func (l *lease) finish(why string) {
 	l.once.Do(func() {
+		l.cancel() // before Done closes: whoever sees Done sees Ctx ended
 		close(l.done)
-		l.cancel()
 		l.c.forget(l.ownerKey, l.rev)
 		l.c.log.Info("worker lease ended", "generator", l.spec.Generator, "slot", l.slot.String(), "reason", why)
 	})

@@ -59,8 +59,8 @@ func (l *lease) Token() int64 { return l.token }
 
 func (l *lease) finish(why string) {
 	l.once.Do(func() {
+		l.cancel() // before Done closes: whoever sees Done sees Ctx ended
 		close(l.done)
-		l.cancel()
 		l.c.unregister(l)
 		l.c.log.Info("worker lease ended", "generator", l.spec.Generator, "slot", l.slot.String(), "reason", why)
 	})

@@ -1,0 +1,259 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/memory"
+	"github.com/firnid/firn/generator"
+)
+
+// action is one moment of the schedule.
+type action struct {
+	at   time.Duration
+	what string
+	do   func(w *world)
+}
+
+type schedule struct{ actions []action }
+
+// plan draws the run's shape from the seed — how many nodes, which layout,
+// NTP or not — and its faults.
+func (w *world) plan() *schedule {
+	r := w.rng
+	nodes := 2 + r.Intn(3) // 2..4
+	w.spec = "snowflake"
+	if r.Intn(4) == 0 {
+		// Two worker bits: with four nodes, workers run out.
+		w.spec = "time=41,dc=0,worker=2,seq=12,unit=1ms,epoch=2026-01-01T00:00:00Z"
+	}
+	var err error
+	if l, ok := generator.Preset(w.spec); ok {
+		w.layout = l
+	} else if w.layout, err = generator.ParseLayout(w.spec); err != nil {
+		panic(err)
+	}
+	w.ntp = r.Intn(2) == 0
+	for i := range nodes {
+		w.nodes = append(w.nodes, w.newNode(i))
+	}
+	w.note("seed %d: %d nodes %v, layout %s, NTP %v, %v virtual", w.o.Seed, nodes, sortedNames(w.nodes), w.spec, w.ntp, w.o.Virtual)
+
+	s := &schedule{}
+	busy := map[string]time.Duration{} // a resource's faults do not overlap
+	span := w.o.Virtual
+	faults := int(span / (15 * time.Second))
+	for range faults {
+		at := time.Duration(5+r.Int63n(int64((span-30*time.Second)/time.Second))) * time.Second
+		at += time.Duration(r.Intn(1000)) * time.Millisecond
+		n := w.nodes[r.Intn(len(w.nodes))]
+		kind := r.Intn(13)
+		var res string
+		switch kind {
+		case 0, 1, 2:
+			res = "clock/" + n.name
+		case 3, 4:
+			res = "ntp"
+		case 5, 6, 7, 8:
+			res = "coord"
+		default:
+			res = "node/" + n.name
+		}
+		if busy[res] > at {
+			continue
+		}
+		d := s.fault(w, kind, at, n)
+		busy[res] = at + d + time.Second
+	}
+	sort.SliceStable(s.actions, func(i, j int) bool { return s.actions[i].at < s.actions[j].at })
+	return s
+}
+
+// fault adds one fault at time at, and says how long it lasts.
+func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Duration {
+	r := w.rng
+	add := func(at time.Duration, what string, do func(*world)) {
+		s.actions = append(s.actions, action{at: at, what: what, do: do})
+	}
+	dur := time.Duration(1+r.Intn(20)) * time.Second
+	switch kind {
+	case 0, 1, 2: // a clock step, then back
+		sizes := []time.Duration{5 * time.Millisecond, 300 * time.Millisecond, time.Second, 1500 * time.Millisecond,
+			5 * time.Second, time.Hour}
+		if !w.ntp && len(w.nodes) < 3 {
+			// Nothing can confirm a forward step: it is accepted, and
+			// after its correction the node waits out its size (the
+			// documented outage). Keep those within the settle bound.
+			sizes = sizes[:len(sizes)-1]
+		}
+		size := sizes[r.Intn(len(sizes))]
+		if r.Intn(2) == 0 {
+			size = -size
+		}
+		add(at, fmt.Sprintf("%s clock %+v", n.name, size), func(*world) { n.clock.SetOffset(size) })
+		add(at+dur, fmt.Sprintf("%s clock back", n.name), func(*world) { n.clock.SetOffset(0) })
+	case 3, 4: // NTP offset or silence
+		if !w.ntp {
+			return 0
+		}
+		if kind == 3 {
+			// NTP wrong by an hour would confirm a node's own +1h
+			// step, and the node would then wait the hour out after the
+			// correction, as designed: not a fault the bounds can hold.
+			off := []time.Duration{100 * time.Millisecond, time.Second}[r.Intn(2)]
+			add(at, fmt.Sprintf("NTP says clocks are off by %v", off), func(w *world) { w.setNTP(off, false) })
+		} else {
+			add(at, "NTP silent", func(w *world) { w.setNTP(0, true) })
+		}
+		add(at+dur, "NTP normal", func(w *world) { w.setNTP(0, false) })
+	case 5: // coordinator latency
+		lat := []time.Duration{10 * time.Millisecond, 200 * time.Millisecond, 900 * time.Millisecond}[r.Intn(3)]
+		add(at, fmt.Sprintf("coordinator latency %v", lat), func(w *world) { w.store.Faults().SetLatency(memory.OpAll, lat) })
+		add(at+dur, "coordinator latency ends", func(w *world) { w.store.Faults().SetLatency(memory.OpAll, 0) })
+	case 6: // coordinator unavailable
+		a := []memory.Availability{memory.Refusing, memory.Hanging}[r.Intn(2)]
+		dur = time.Duration(500+r.Intn(8000)) * time.Millisecond
+		add(at, fmt.Sprintf("coordinator %v", a), func(w *world) { w.store.Faults().SetAvailability(memory.OpAll, a) })
+		add(at+dur, "coordinator available", func(w *world) { w.store.Faults().SetAvailability(memory.OpAll, memory.Available) })
+	case 7: // lost replies
+		k := 1 + r.Intn(3)
+		add(at, fmt.Sprintf("the next %d write replies are lost", k), func(w *world) { w.store.Faults().LoseReplies(memory.OpWrites, k) })
+		dur = 0
+	case 8: // a restore to a snapshot taken earlier, then the operator's bump
+		gap := time.Duration(2+r.Intn(20)) * time.Second
+		var snap *memory.Snapshot
+		add(at, "snapshot of the coordinator", func(w *world) { snap = w.store.Snapshot() })
+		add(at+gap, fmt.Sprintf("coordinator restored to the snapshot of %v ago", gap), func(w *world) {
+			w.store.Restore(snap)
+			w.mu.Lock()
+			w.restores++
+			w.restoredAt = time.Now()
+			w.mu.Unlock()
+		})
+		by := gap + 6*time.Second
+		add(at+gap+time.Duration(r.Intn(3000))*time.Millisecond, fmt.Sprintf("operator bumps by %v", by), func(w *world) { w.bump(by) })
+		dur = gap + 10*time.Second
+		add(at+dur, "operator bumps any marker left", func(w *world) { w.bumpMarkers() })
+	case 9: // frozen past its lease TTL, then thawed
+		dur = time.Duration(2+r.Intn(10)) * time.Second
+		add(at, fmt.Sprintf("%s frozen", n.name), func(*world) { n.freeze(true) })
+		add(at+dur, fmt.Sprintf("%s thawed", n.name), func(*world) { n.freeze(false) })
+	case 10: // killed, restarted with or without its data dir
+		wipe := r.Intn(4) == 0
+		dur = time.Duration(500+r.Intn(8000)) * time.Millisecond
+		add(at, fmt.Sprintf("%s killed", n.name), func(*world) { n.stopNode(false) })
+		add(at+dur, fmt.Sprintf("%s restarted (data dir wiped: %v)", n.name, wipe), func(w *world) {
+			if err := n.startNode(wipe); err != nil {
+				w.violate("%s: restart: %v", n.name, err)
+			}
+		})
+	case 11: // a burst of large batches
+		add(at, fmt.Sprintf("%s callers burst", n.name), func(*world) { n.set(func() { n.burst = true }) })
+		add(at+dur, fmt.Sprintf("%s callers calm", n.name), func(*world) { n.set(func() { n.burst = false }) })
+	default: // an idle stretch, or a graceful restart
+		if r.Intn(2) == 0 {
+			dur = time.Duration(5+r.Intn(55)) * time.Second
+			add(at, fmt.Sprintf("%s callers idle", n.name), func(*world) { n.set(func() { n.paused = true }) })
+			add(at+dur, fmt.Sprintf("%s callers back", n.name), func(*world) { n.set(func() { n.paused = false }) })
+		} else {
+			dur = time.Second
+			add(at, fmt.Sprintf("%s restarted gracefully", n.name), func(w *world) {
+				n.stopNode(true)
+				if err := n.startNode(false); err != nil {
+					w.violate("%s: restart: %v", n.name, err)
+				}
+			})
+		}
+	}
+	return dur
+}
+
+// run plays the schedule in (virtual) time.
+func (s *schedule) run(w *world) {
+	for _, a := range s.actions {
+		if d := a.at - time.Since(w.start); d > 0 {
+			time.Sleep(d)
+		}
+		w.note("%s", a.what)
+		a.do(w)
+	}
+	if d := w.o.Virtual - time.Since(w.start); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+func (n *node) set(f func()) {
+	n.mu.Lock()
+	f()
+	n.mu.Unlock()
+}
+
+// freeze stops (or lets go) the node's coordinator client and its
+// callers, as SIGSTOP would stop its process's traffic.
+func (n *node) freeze(on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.up || n.frozen == on {
+		return
+	}
+	n.frozen = on
+	if on {
+		n.client.Freeze()
+	} else {
+		n.client.Thaw()
+	}
+}
+
+func (w *world) setNTP(offset time.Duration, silent bool) {
+	w.mu.Lock()
+	w.ntpOffset, w.ntpSilent = offset, silent
+	w.mu.Unlock()
+	for _, n := range w.nodes {
+		n.mu.Lock()
+		f := n.ntp
+		up := n.up
+		n.mu.Unlock()
+		if f != nil && up {
+			f.Trigger()
+		}
+	}
+}
+
+// bump is the operator's `firn coordinator bump --by D`.
+func (w *world) bump(by time.Duration) {
+	admin := w.store.Connect(w.base)
+	defer admin.Close()
+	wall, _ := w.base.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	units := int64(by / w.layout.Unit)
+	res, err := admin.Bump(ctx, coordinator.BumpSpec{Generator: generatorName, By: units, Now: w.layout.Units(wall), MaxTime: w.layout.MaxTime()})
+	if err != nil {
+		w.note("bump by %v: %v", by, err)
+		return
+	}
+	w.note("bumped: floor %d, marker cleared: %v", res.Floor, res.Cleared != nil)
+}
+
+// bumpMarkers bumps once more when a marker stands (a node noticed the
+// restore after the first bump), by what the marker asks.
+func (w *world) bumpMarkers() {
+	admin := w.store.Connect(w.base)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	gens, err := admin.Generators(ctx)
+	cancel()
+	admin.Close()
+	if err != nil {
+		w.note("generators: %v", err)
+		return
+	}
+	for _, g := range gens {
+		if g.Name == generatorName && g.Restore != nil {
+			wall, _ := w.base.Now()
+			w.bump(time.Duration(g.Restore.MinBump(w.layout.Units(wall)))*w.layout.Unit + 6*time.Second)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+var (
+	seeds   = flag.Int("seeds", 0, "seeds to run (0: the default budget)")
+	first   = flag.Int64("seed", 1, "the first seed")
+	virtual = flag.Duration("virtual", 10*time.Minute, "virtual time per seed")
+	verbose = flag.Bool("show", false, "print every seed's trace")
+)
+
+// defaultSeeds is the test command's budget: the full count in the
+// dedicated run (FIRN_SIM_SEEDS), a handful under -race.
+func defaultSeeds() int {
+	if v := os.Getenv("FIRN_SIM_SEEDS"); v != "" {
+		var n int
+		fmt.Sscan(v, &n)
+		return n
+	}
+	return 8
+}
+
+// TestSim runs the seeds, each in its own synctest bubble (virtual time),
+// two at a time, and fails with the replay command and the trace of every
+// seed that broke a promise.
+func TestSim(t *testing.T) {
+	n := *seeds
+	if n == 0 {
+		n = defaultSeeds()
+	}
+	var failed atomic.Int64
+	start := time.Now()
+	var ids, calls atomic.Int64
+	for i := range n {
+		seed := *first + int64(i)
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				res, err := Run(Options{Seed: seed, Virtual: *virtual})
+				if err != nil {
+					t.Fatalf("seed %d: %v", seed, err)
+				}
+				ids.Add(int64(res.IDs))
+				calls.Add(int64(res.Calls))
+				if res.Failed() {
+					failed.Add(1)
+					t.Errorf("%s\nreplay: go test ./test/sim -run 'TestSim$' -seeds 1 -seed %d -virtual %v -show",
+						res.Report(), seed, *virtual)
+				} else if *verbose {
+					t.Logf("%s", res.Report())
+				}
+			})
+		})
+	}
+	t.Cleanup(func() {
+		el := time.Since(start)
+		t.Logf("%d seeds × %v virtual in %v: %.1f seeds/s, %.0f× real time; %d calls, %d IDs checked; %d failed",
+			n, *virtual, el.Round(time.Millisecond), float64(n)/el.Seconds(),
+			float64(time.Duration(n)*(*virtual))/float64(el), calls.Load(), ids.Load(), failed.Load())
+	})
+}
