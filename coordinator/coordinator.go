@@ -405,6 +405,10 @@ type Lease interface {
 	// applied: the node-local state compares it with the last R it saw
 	// acknowledged for this slot.
 	ReadReserved() int64
+	// GeneratorFloor is the generator floor (set by a bump) read in the
+	// step that took ownership, -1 if none: with ReadReserved, what the
+	// coordinator vouches for this slot.
+	GeneratorFloor() int64
 	// Floor is the largest of the reservation read when ownership was
 	// taken and Spec.LocalFloor: the holder never emits a time <= Floor.
 	Floor() int64

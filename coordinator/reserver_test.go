@@ -27,6 +27,7 @@ func (s *scriptLease) WorkerID() uint64      { return 3 }
 func (s *scriptLease) Datacenter() uint64    { return 1 }
 func (s *scriptLease) Slot() Slot            { return Slot{Datacenter: 1, Worker: 3} }
 func (s *scriptLease) ReadReserved() int64   { return -1 }
+func (s *scriptLease) GeneratorFloor() int64 { return -1 }
 func (s *scriptLease) Floor() int64          { return -1 }
 func (s *scriptLease) Incarnation() string   { return "x" }
 func (s *scriptLease) Done() <-chan struct{} { return s.done }

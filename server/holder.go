@@ -278,6 +278,12 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 			"reserved", h.reserved.Load(), "highest", g.Highest(), "released", h.released.Load(), "node", hd.node.Name)
 	}()
 
+	// The acquisition went through: no restore marker stands, the pin
+	// and the name are this node's. What remains is the wait for the
+	// floor and the first reservation, which say so themselves.
+	rt.state.Clear(clockguard.SourceCoordinator)
+	rt.state.Clear(clockguard.SourceInstance)
+
 	// A floor far ahead of the clock (a restart after this node reserved
 	// ahead, or a bump): wait until it lies within max-lead, reading the
 	// clock again at least every 500 ms.

@@ -23,6 +23,7 @@ type lease struct {
 	guardLease  clientv3.LeaseID // the etcd lease the owner key is bound to
 	rev         int64
 	readR       int64
+	genFloor    int64 // the generator floor read at acquisition (-1: none)
 	floor       int64
 	incarnation string
 
@@ -43,7 +44,7 @@ func newLease(c *Coordinator, spec coordinator.Spec, k keys, slot coordinator.Sl
 	readR := res.value
 	l := &lease{
 		c: c, spec: spec, slot: slot, ownerKey: k.owner(slot), resKey: k.reserved(slot),
-		sess: sess, guardLease: guardLease, rev: rev, readR: readR, floor: max(readR, spec.LocalFloor, genFloor), incarnation: incarnation,
+		sess: sess, guardLease: guardLease, rev: rev, readR: readR, genFloor: genFloor, floor: max(readR, spec.LocalFloor, genFloor), incarnation: incarnation,
 		res: res, done: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
 	l.acked.Store(readR)
@@ -65,6 +66,7 @@ func (l *lease) WorkerID() uint64            { return l.slot.Worker }
 func (l *lease) Datacenter() uint64          { return l.slot.Datacenter }
 func (l *lease) Slot() coordinator.Slot      { return l.slot }
 func (l *lease) ReadReserved() int64         { return l.readR }
+func (l *lease) GeneratorFloor() int64       { return l.genFloor }
 func (l *lease) Floor() int64                { return l.floor }
 func (l *lease) Incarnation() string         { return l.incarnation }
 func (l *lease) Reserved() int64             { return l.acked.Load() }

@@ -167,7 +167,11 @@ func (g *Gen) Check(l coordinator.Lease) error {
 		return fmt.Errorf("%w: generator %q: pin incarnation is %s, this data dir knows %s",
 			coordinator.ErrRecreated, g.name, l.Incarnation(), g.f.Incarnation)
 	}
-	if acked, ok := g.f.Acked[slotKey(l.Slot())]; ok && l.ReadReserved() < acked {
+	// What the coordinator vouches for the slot is its reservation or,
+	// when a bump set one above it, the generator floor: after a bump that
+	// covers what this node acknowledged, a worker the restored state does
+	// not show is no new evidence of a restore.
+	if acked, ok := g.f.Acked[slotKey(l.Slot())]; ok && max(l.ReadReserved(), l.GeneratorFloor()) < acked {
 		return &coordinator.RolledBackError{Generator: g.name, Slot: l.Slot(), Seen: l.ReadReserved(), Acked: acked}
 	}
 	if g.f.Incarnation == l.Incarnation() {

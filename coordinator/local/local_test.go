@@ -15,11 +15,13 @@ type fakeLease struct {
 	coordinator.Lease
 	slot        coordinator.Slot
 	read        int64
+	genFloor    int64
 	incarnation string
 }
 
 func (f fakeLease) Slot() coordinator.Slot { return f.slot }
 func (f fakeLease) ReadReserved() int64    { return f.read }
+func (f fakeLease) GeneratorFloor() int64  { return f.genFloor }
 func (f fakeLease) Incarnation() string    { return f.incarnation }
 
 func TestInstanceIDStable(t *testing.T) {
@@ -99,6 +101,12 @@ func TestCheck(t *testing.T) {
 		{"R above acked", fakeLease{slot: slot, read: 9000, incarnation: "inc-1"}, nil},
 		{"other slot never held", fakeLease{slot: coordinator.Slot{Worker: 3}, read: -1, incarnation: "inc-1"}, nil},
 		{"R below acked", fakeLease{slot: slot, read: 4999, incarnation: "inc-1"}, coordinator.ErrRolledBack},
+		{"R absent after a restore", fakeLease{slot: slot, read: -1, genFloor: -1, incarnation: "inc-1"}, coordinator.ErrRolledBack},
+		// A bump's generator floor above what this node acknowledged:
+		// the restore was handled, the slot absent from the restored state
+		// is no new evidence.
+		{"R absent under a bump's floor above acked", fakeLease{slot: slot, read: -1, genFloor: 5001, incarnation: "inc-1"}, nil},
+		{"R below acked, floor below too", fakeLease{slot: slot, read: 10, genFloor: 4000, incarnation: "inc-1"}, coordinator.ErrRolledBack},
 		{"pin recreated", fakeLease{slot: slot, read: 9000, incarnation: "inc-2"}, coordinator.ErrRecreated},
 	} {
 		err := g.Check(tc.l)

@@ -21,6 +21,7 @@ type lease struct {
 	guardSession int64    // the session the owner record is bound to
 	token        int64
 	readR        int64
+	genFloor     int64 // the generator floor read at acquisition (-1: none)
 	floor        int64
 	incarnation  string
 
@@ -37,7 +38,7 @@ var _ coordinator.Lease = (*lease)(nil)
 func newLease(c *Client, spec coordinator.Spec, slot coordinator.Slot, sess *session, guardSession, token, readR, genFloor int64, incarnation string) *lease {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &lease{c: c, spec: spec, slot: slot, sess: sess, guardSession: guardSession, token: token,
-		readR: readR, floor: max(readR, spec.LocalFloor, genFloor), incarnation: incarnation,
+		readR: readR, genFloor: genFloor, floor: max(readR, spec.LocalFloor, genFloor), incarnation: incarnation,
 		write: make(chan struct{}, 1), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 	l.acked.Store(readR)
 	return l
@@ -47,6 +48,7 @@ func (l *lease) WorkerID() uint64       { return l.slot.Worker }
 func (l *lease) Datacenter() uint64     { return l.slot.Datacenter }
 func (l *lease) Slot() coordinator.Slot { return l.slot }
 func (l *lease) ReadReserved() int64    { return l.readR }
+func (l *lease) GeneratorFloor() int64  { return l.genFloor }
 func (l *lease) Floor() int64           { return l.floor }
 func (l *lease) Incarnation() string    { return l.incarnation }
 func (l *lease) Reserved() int64        { return l.acked.Load() }

@@ -30,6 +30,7 @@ type lease struct {
 	owner       int64 // session owning the owner node (= session, but for the weak take-back)
 	czxid       int64
 	readR       int64
+	genFloor    int64 // the generator floor read at acquisition (-1: none)
 	floor       int64
 	incarnation string
 
@@ -49,7 +50,7 @@ func newLease(c *Coordinator, spec coordinator.Spec, p paths, slot coordinator.S
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &lease{
 		c: c, spec: spec, slot: slot, ownerPath: p.owner(slot), resPath: p.reserved(slot),
-		session: session, owner: session, czxid: czxid, readR: readR, floor: max(readR, spec.LocalFloor, genFloor),
+		session: session, owner: session, czxid: czxid, readR: readR, genFloor: genFloor, floor: max(readR, spec.LocalFloor, genFloor),
 		incarnation: incarnation, rv: rv, ov: ov,
 		done: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
@@ -65,6 +66,7 @@ func (l *lease) WorkerID() uint64       { return l.slot.Worker }
 func (l *lease) Datacenter() uint64     { return l.slot.Datacenter }
 func (l *lease) Slot() coordinator.Slot { return l.slot }
 func (l *lease) ReadReserved() int64    { return l.readR }
+func (l *lease) GeneratorFloor() int64  { return l.genFloor }
 func (l *lease) Floor() int64           { return l.floor }
 func (l *lease) Incarnation() string    { return l.incarnation }
 func (l *lease) Reserved() int64        { return l.acked.Load() }

@@ -236,6 +236,9 @@ func (w *world) bump(by time.Duration) {
 		return
 	}
 	w.note("bumped: floor %d, marker cleared: %v", res.Floor, res.Cleared != nil)
+	w.mu.Lock()
+	w.bumpedTo = w.layout.UnitStart(res.Floor).Add(-era) // in the bubble's own time
+	w.mu.Unlock()
 }
 
 // bumpMarkers bumps once more when a marker stands (a node noticed the

@@ -115,6 +115,7 @@ type world struct {
 	issued     map[uint64]string
 	restores   int       // bumps the epoch of the reservation check
 	restoredAt time.Time // the last restore: holders run above the store's values until they notice
+	bumpedTo   time.Time // nodes may wait until about here for a bump's floor
 	ntpOffset  time.Duration
 	ntpSilent  bool
 	violations []string
@@ -508,7 +509,12 @@ func (w *world) settle() {
 	// A node whose logical time ran ahead (a forward step accepted, then
 	// undone) serves once the clock caught up: at most the largest step
 	// the schedule accepts without confirmation, plus the window.
-	const bound = 20 * time.Second
+	bound := 20 * time.Second
+	w.mu.Lock()
+	if wait := time.Until(w.bumpedTo); wait > 0 {
+		bound += wait // a bump by D holds the generator for about D plus the window
+	}
+	w.mu.Unlock()
 	deadline := time.Now().Add(bound)
 	for _, n := range w.nodes {
 		n.mu.Lock()

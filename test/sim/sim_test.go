@@ -15,6 +15,7 @@ var (
 	first   = flag.Int64("seed", 1, "the first seed")
 	virtual = flag.Duration("virtual", 10*time.Minute, "virtual time per seed")
 	verbose = flag.Bool("show", false, "print every seed's trace")
+	logTo   = flag.String("log", "", "write the nodes' logs to this file (with one seed)")
 )
 
 // defaultSeeds is the test command's budget: the full count in the
@@ -44,7 +45,16 @@ func TestSim(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
-				res, err := Run(Options{Seed: seed, Virtual: *virtual})
+				o := Options{Seed: seed, Virtual: *virtual}
+				if *logTo != "" {
+					f, err := os.Create(*logTo)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer f.Close()
+					o.Log = f
+				}
+				res, err := Run(o)
 				if err != nil {
 					t.Fatalf("seed %d: %v", seed, err)
 				}
