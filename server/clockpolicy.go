@@ -268,9 +268,9 @@ func (p *clockPolicy) resume(rt *genRuntime) error {
 // reservations are held below the step, and the generators refuse the
 // stepped reading themselves (generator.MaxForwardStep), so no ID carries
 // the stepped time. The clock coming back within the limit of the accepted
-// offset ends the gate by itself. With no NTP configured and fewer than
-// three live nodes there is nothing to ask: the step is accepted
-// unconfirmed, and said so loudly. NTP configured but unreachable (required
+// offset ends the gate by itself. With no NTP configured and no other live
+// node there is nothing to ask: the step is accepted unconfirmed, and said
+// so loudly. NTP configured but unreachable (required
 // or not) confirms nothing: the gate holds until it answers.
 type fwdGate struct {
 	mu       sync.Mutex
@@ -316,10 +316,10 @@ func (p *clockPolicy) gateReading(wall time.Time, mono time.Duration) {
 		g.mu.Unlock()
 		return
 	}
-	if !p.cfg.NTP && !p.peersConfigured() {
+	if !p.cfg.NTP && p.alone() {
 		g.top = off
 		g.mu.Unlock()
-		p.log.Warn("forward clock step accepted unconfirmed: no NTP and fewer than 3 live nodes to check it", "size", jump)
+		p.log.Warn("forward clock step accepted unconfirmed: no NTP and no other live node to check it", "size", jump)
 		p.confirmGenerators()
 		return
 	}
@@ -479,7 +479,7 @@ func (p *clockPolicy) onNTP(res clockguard.NTPResult, err error) {
 	}
 	for _, rt := range p.gens {
 		if reason == "" {
-			rt.state.Clear(clockguard.SourceNTP)
+			p.clearDoubt(rt, clockguard.SourceNTP)
 		} else {
 			rt.state.Set(clockguard.SourceNTP, reason)
 		}
@@ -519,10 +519,12 @@ func (p *clockPolicy) waitFirstPeers() {
 // a second. Read at the right time, it makes a peer seem behind by as much.
 const peerBeatAge = time.Second
 
-func (p *clockPolicy) peersConfigured() bool {
+// alone reports whether the last peer reading saw no other live node
+// (or there was none yet).
+func (p *clockPolicy) alone() bool {
 	p.peerMu.Lock()
 	defer p.peerMu.Unlock()
-	return p.peerCount >= 3
+	return p.peerCount <= 1
 }
 
 // peerStatus is the last peer comparison, for the status page: whether
@@ -591,17 +593,33 @@ func (p *clockPolicy) onPeers(self string, beats []coordinator.PeerBeat, first b
 	p.peerGateReading(latest)
 	for _, rt := range p.gens {
 		if reason == "" {
-			rt.state.Clear(clockguard.SourcePeers)
+			p.clearDoubt(rt, clockguard.SourcePeers)
 		} else {
 			rt.state.Set(clockguard.SourcePeers, reason)
 		}
 	}
 }
 
+// clearDoubt clears a clock check's reason; when one was held, the
+// holder's reservations were held with it, and it is asked to write at
+// once rather than at its next tick.
+func (p *clockPolicy) clearDoubt(rt *genRuntime, src clockguard.Source) {
+	if _, held := rt.state.Holds(src); !held {
+		return
+	}
+	rt.state.Clear(src)
+	if rt.stepped != nil {
+		rt.stepped()
+	}
+}
+
 // peerGateReading feeds the forward-step gate a peer reading made only of
 // heartbeats received after the step (a heartbeat received before it says
-// nothing of the stepped clock), when there are enough of them for the
-// median of at least 3 nodes.
+// nothing of the stepped clock), when at least one other node gave one.
+// Unlike the outlier rule, which stops a node only among three, one peer
+// is enough here: the question is not whether to stop a serving node but
+// whether to believe a step, and one peer that agrees on two readings is
+// evidence, one that disagrees is reason enough to wait.
 func (p *clockPolicy) peerGateReading(latest map[string]coordinator.PeerBeat) {
 	pending, stepWall := p.gatePending()
 	if !pending {
@@ -613,7 +631,7 @@ func (p *clockPolicy) peerGateReading(latest map[string]coordinator.PeerBeat) {
 			offsets = append(offsets, b.Heartbeat.Wall.Sub(b.Received))
 		}
 	}
-	if len(offsets) < 3 {
+	if len(offsets) < 2 {
 		return
 	}
 	skew := -median(offsets)

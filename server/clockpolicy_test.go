@@ -161,7 +161,7 @@ func (r *policyRig) beat(id string, offset time.Duration) coordinator.PeerBeat {
 func TestPolicyPeersConfirmOnlyWithBeatsAfterTheStep(t *testing.T) {
 	r := newPolicyRig(t, policyConfig{})
 	old := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
-	r.p.onPeers("self", old, true) // three live nodes: the gate has someone to ask
+	r.p.onPeers("self", old, true) // live peers: the gate has someone to ask
 	r.clock.Advance(100 * time.Millisecond)
 	r.step(time.Hour)
 	r.wantServing(false, "after +1h among three")

@@ -409,12 +409,29 @@ func (hd *holder) newReserver(h *holding, after func(error, time.Duration)) (*co
 
 // holdReserved is the Reserver's gate: while a forward step awaits
 // confirmation, reservations are not raised past what is held.
+//
+// The same holds while NTP or the peers say the clock is off (or have not
+// said yet, at start): a node started with a clock an hour fast must not
+// reserve an hour ahead, which would hold its worker, and its own restart
+// after the correction, for that hour. The heartbeat still flows with the
+// held reservation.
 func (hd *holder) holdReserved(h *holding, wanted int64) int64 {
 	hd.policy.gateCheck()
-	if hd.policy.gateHeld() {
+	if hd.policy.gateHeld() || hd.clockInDoubt() {
 		return min(wanted, max(h.reserved.Load(), 0))
 	}
 	return wanted
+}
+
+// clockInDoubt reports whether NTP or the peer check holds the generator
+// out: the clock is off, or not yet checked.
+func (hd *holder) clockInDoubt() bool {
+	for _, src := range []clockguard.Source{clockguard.SourceNTP, clockguard.SourcePeers} {
+		if _, held := hd.rt.state.Holds(src); held {
+			return true
+		}
+	}
+	return false
 }
 
 // afterStep feeds one reservation write's outcome to the serving state

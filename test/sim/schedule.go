@@ -83,7 +83,7 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 	case 0, 1, 2: // a clock step, then back
 		sizes := []time.Duration{5 * time.Millisecond, 300 * time.Millisecond, time.Second, 1500 * time.Millisecond,
 			5 * time.Second, time.Hour}
-		if !w.ntp && len(w.nodes) < 3 {
+		if !w.ntp && len(w.nodes) < 2 {
 			// Nothing can confirm a forward step: it is accepted, and
 			// after its correction the node waits out its size (the
 			// documented outage). Keep those within the settle bound.
