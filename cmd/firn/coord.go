@@ -216,6 +216,7 @@ func openCoordinator(c coordConfig, mode openMode, env openEnv) (*openedCoordina
 	o := &openedCoordinator{}
 	endpoints := c.Etcd
 	o.name = "etcd " + strings.Join(endpoints, ",")
+	what := "--etcd"
 	if c.embedded() {
 		switch mode {
 		case forNode:
@@ -235,6 +236,7 @@ func openCoordinator(c coordConfig, mode openMode, env openEnv) (*openedCoordina
 		case forAdmin:
 			endpoints = []string{"http://" + c.EmbeddedClientAddr} // the embedded etcd of a local node
 			o.name = "embedded etcd " + endpoints[0]
+			what = "the local node's embedded etcd (--embedded-client-addr; or name the coordinator with --etcd or --zookeeper)"
 		}
 	}
 	ec := etcd.DefaultConfig()
@@ -251,7 +253,7 @@ func openCoordinator(c coordConfig, mode openMode, env openEnv) (*openedCoordina
 		if o.stop != nil {
 			o.stop()
 		}
-		return nil, fmt.Errorf("--etcd: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	o.Backend = b
 	return o, nil
