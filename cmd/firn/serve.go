@@ -17,6 +17,10 @@ import (
 	"github.com/firnid/firn/server"
 )
 
+// cmdServe runs `firn serve`: the flags, environment and --config file
+// become the node's configuration (serveConfig.finish), the coordinator is
+// opened (openCoordinator, as for the admin commands), and the node runs
+// until SIGTERM or SIGINT, then drains.
 func cmdServe(args []string, stdout, stderr io.Writer) int {
 	sc := defaultServeConfig()
 	fs := newServeFlagSet(&sc, stderr)
@@ -67,7 +71,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		opts = append(opts, server.WithOffsetClock(offset))
 	}
 
-	node, err := server.New(cfg, coord, dd, clock, name, opts...)
+	node, err := server.New(cfg, coord.Backend, dd, clock, name, opts...)
 	if err != nil {
 		return fail(stderr, exitUsage, "serve: %v", err)
 	}
