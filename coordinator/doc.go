@@ -9,8 +9,11 @@
 // vary fastest, the datacenter comes from the same cursor unless fixed),
 // the slot-choice policy (Plan over a backend's Scan: each backend keeps
 // its scan, its take and its fences, and takes the plan's candidates in
-// order), the typed errors, the Timing defaults and their relations, and
-// the Reserver.
+// order), the typed errors, the Timing defaults and their relations
+// (Timing.Validate, and ValidateSession for a session-based backend: the
+// one place they are checked, by the backends, by a node's configuration
+// and by cmd/firn, which names its flags through TimingNames), and the
+// Reserver.
 //
 // It knows nothing of ID generation: a layout is its canonical string plus
 // its worker and datacenter limits, and a reservation is an opaque ordered
@@ -40,6 +43,7 @@
 // Hazards: a lease's Done channel (etcd keepalive, ZooKeeper session events)
 // can fire after the coordinator has already let the lease go. Safety never
 // waits on it; it only triggers re-acquisition. The Timing relations
-// (window >= 2 × timeout + 1.5 s) protect availability only; the test-only
+// (window >= 2 × timeout + 1.5 s; on ZooKeeper also >= 2/3 of the session
+// timeout + 1.5 s) protect availability only; the test-only
 // AllowShortWindow lifts them.
 package coordinator

@@ -50,7 +50,7 @@ func decodeHTTP(t *testing.T, n *tnode, gen string, id uint64) decoded {
 // ID, one increasing sequence across both, and /readyz says what Info says.
 func TestHTTPAndGRPCAgree(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--generator", "default=snowflake", "--generator", "user=compact")
+	n := startNode(t, e.Endpoints, t.TempDir(), generators("default=snowflake", "user=compact"))
 	waitServing(t, n.ids, "default", 10*time.Second)
 	waitServing(t, n.ids, "user", 10*time.Second)
 
@@ -141,7 +141,7 @@ func TestHTTPAndGRPCAgree(t *testing.T) {
 // and its own worker lease in the coordinator.
 func TestNamedGeneratorsOwnLeases(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--generator", "default=snowflake", "--generator", "user=compact")
+	n := startNode(t, e.Endpoints, t.TempDir(), generators("default=snowflake", "user=compact"))
 	waitServing(t, n.ids, "default", 10*time.Second)
 	waitServing(t, n.ids, "user", 10*time.Second)
 
@@ -225,8 +225,8 @@ func TestHealth(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	ntp := ntptest.NewServer(t)
 	ntp.SetOffset(2 * time.Second)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--ntp", ntp.Addr(), "--ntp-interval", "1s",
-		"--generator", "default=snowflake", "--generator", "user=compact")
+	n := startNode(t, e.Endpoints, t.TempDir(), ntpServers(time.Second, ntp.Addr()),
+		generators("default=snowflake", "user=compact"))
 
 	check := func(service string) healthpb.HealthCheckResponse_ServingStatus {
 		t.Helper()

@@ -1,8 +1,8 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"math/bits"
 	"net"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/generator"
 )
 
@@ -21,49 +22,60 @@ func configErr(flagName, format string, args ...any) error {
 	return fmt.Errorf("%w: --%s: %s", ErrConfig, flagName, fmt.Sprintf(format, args...))
 }
 
-// GeneratorConfig is one named generator (--generator name=layout).
+// GeneratorConfig is one named generator.
 type GeneratorConfig struct {
 	Name   string
 	Layout generator.Layout
-	// MaxLead and MaxStaleness, resolved per generator from the node's
-	// flags (zero there means the per-layout default).
+	// MaxLead and MaxStaleness, resolved per generator by Finish from the
+	// node's (zero there means the per-layout default).
 	MaxLead      time.Duration
 	MaxStaleness time.Duration
 }
 
-// Config is one node's configuration. Every field is a flag of `firn serve`
-// (also FIRN_<FLAG> in the environment and a key of the --config file).
+// Config is what one node consumes: its generators, its timing, its clock
+// rules, its listeners and their TLS, fault injection and its drain. It is
+// filled by cmd/firn from the flags, the FIRN_* environment and the
+// --config file of `firn serve`, or by a program embedding a node
+// (DefaultConfig, then the fields it wants). Finish validates it; its
+// refusals name the `firn serve` flag of the field at fault.
+//
+// The coordinator a node runs on, its data dir and its name are given to
+// New (or NewCore) already opened: choosing and opening them is the
+// caller's (cmd/firn's coordinator opener).
 type Config struct {
-	// DataDir holds the node's identity, its own last reservations and,
-	// with the embedded coordinator, the etcd data. Default ./firn-data.
-	DataDir string
-	// GRPCAddr and HTTPAddr are the listeners (default loopback 7300/7301).
+	// GRPCAddr and HTTPAddr are the listeners (host:port; port 0 picks a
+	// free one). Default loopback 7300 and 7301.
 	GRPCAddr, HTTPAddr string
-	// Etcd and ZooKeeper name an external coordinator (host:port lists,
-	// etcd also URLs). Neither: the embedded single-node etcd.
-	Etcd, ZooKeeper []string
-	// EtcdPrefix and ZooKeeperPrefix are the key prefix / chroot.
-	EtcdPrefix, ZooKeeperPrefix string
-	// Cluster names the ID space within the coordinator.
+	// TLS, when set, serves gRPC and HTTP over TLS. ClientAuth
+	// tls.RequireAndVerifyClientCert turns on mTLS: the ID API and POST
+	// /admin/resume then need a verified client certificate, and
+	// /healthz, /readyz, /metrics and the status page still answer
+	// without one.
+	TLS *tls.Config
+	// Cluster names the ID space within the coordinator (shown in Info,
+	// metrics and the status page; the coordinator was opened on it).
 	Cluster string
-	// NodeName is a label (default hostname plus a short hash of the data
-	// dir); never a credential.
-	NodeName string
-	// Generators; the first is the default. Default: default=snowflake.
+	// Generators; the first is the default. None: default=snowflake.
 	Generators []GeneratorConfig
 	// Datacenter fixes the datacenter field (-1: allocated with the worker).
 	Datacenter int64
 	// MaxBatch bounds NextIDs' count (also by sequence × units in max-lead).
 	MaxBatch int
-	// LeaseTTL, ReservationWindow, CoordinatorTimeout: coordination timing.
-	LeaseTTL, ReservationWindow, CoordinatorTimeout time.Duration
+	// Timing is the coordination timing: the holders keep reservations
+	// ReservationWindow ahead, writing every RefreshInterval, each call
+	// bounded by Timeout. The coordinator given to New must have been
+	// built with the same Timing (its LeaseTTL is the coordinator's).
+	Timing coordinator.Timing
 	// MaxLead and MaxStaleness: zero means per generator, max(1s, 2 units)
 	// and max(100ms, 2 units).
 	MaxLead, MaxStaleness time.Duration
-	// MaxClockOffset is the NTP offset beyond which the node does not serve.
+	// MaxClockOffset is the NTP offset beyond which the node does not
+	// serve, and the largest forward clock step accepted without
+	// confirmation.
 	MaxClockOffset time.Duration
-	// NTP servers (host or host:port); NTPRequired decides whether
-	// unreachable NTP blocks serving (default: true when NTP is set).
+	// NTP servers (host or host:port; port 123 when none); NTPRequired
+	// decides whether unreachable NTP blocks serving; NTPInterval is how
+	// often they are asked.
 	NTP         []string
 	NTPRequired bool
 	NTPInterval time.Duration
@@ -71,58 +83,35 @@ type Config struct {
 	// at least 3 stops serving.
 	MaxPeerSkew time.Duration
 	// RollbackRecovery: "auto" (serve again once the clock caught up) or
-	// "manual" (wait for POST /admin/resume).
+	// "manual" (wait for POST /admin/resume, which needs mTLS).
 	RollbackRecovery string
 	// RingSize is the ring buffer's slot count (power of two).
 	RingSize int
-	// TLS for gRPC and HTTP: certificate and key; ClientCA turns on mTLS.
-	TLSCert, TLSKey, TLSClientCA string
-	// Etcd TLS and authentication.
-	EtcdCA, EtcdCert, EtcdKey, EtcdUser, EtcdPassword string
-	// ZooKeeper digest authentication (user:password).
-	ZooKeeperAuth string
-	// Fault injection (chaos tests, game days).
+	// Fault injection (chaos tests, game days): a listener on FaultAddr
+	// that sets the offset of the node's Offset clock (WithOffsetClock),
+	// whose offset starts at FaultClockOffset.
 	EnableFaultInjection bool
 	FaultAddr            string
-	FaultAddrAllowRemote bool
 	FaultClockOffset     time.Duration
-	// EmbeddedServeRemote allows non-loopback listeners on the embedded
-	// coordinator; AcceptMovedDataDir accepts a copied or moved data dir.
-	EmbeddedServeRemote bool
-	AcceptMovedDataDir  bool
 	// ShutdownTimeout bounds the drain on SIGTERM.
 	ShutdownTimeout time.Duration
 	// HTTPRequestTimeout is the server's deadline for an HTTP ID request
 	// (an HTTP client may send none); a generator that cannot answer in
 	// time answers 503 or 504 naming the cause.
 	HTTPRequestTimeout time.Duration
-	// LogLevel: debug, info, warn, error.
-	LogLevel string
 	// Version is reported in Info and build_info.
 	Version string
-
-	// ntpRequiredSet records an explicit --ntp-required.
-	ntpRequiredSet bool
-	// generatorFlags are the raw --generator values.
-	generatorFlags []string
-	// allowShortWindow lifts the window relations (tests only).
-	allowShortWindow bool
 }
 
-// DefaultConfig returns the defaults of `firn serve`.
+// DefaultConfig returns a node's defaults (those of `firn serve` too).
 func DefaultConfig() Config {
 	return Config{
-		DataDir:            "firn-data",
 		GRPCAddr:           "127.0.0.1:7300",
 		HTTPAddr:           "127.0.0.1:7301",
-		EtcdPrefix:         "/firn",
-		ZooKeeperPrefix:    "/firn",
 		Cluster:            "default",
 		Datacenter:         -1,
 		MaxBatch:           100_000,
-		LeaseTTL:           5 * time.Second,
-		ReservationWindow:  5 * time.Second,
-		CoordinatorTimeout: time.Second,
+		Timing:             coordinator.DefaultTiming(),
 		MaxClockOffset:     250 * time.Millisecond,
 		NTPInterval:        time.Minute,
 		MaxPeerSkew:        time.Second,
@@ -131,149 +120,54 @@ func DefaultConfig() Config {
 		FaultAddr:          "127.0.0.1:7302",
 		ShutdownTimeout:    20 * time.Second,
 		HTTPRequestTimeout: 5 * time.Second,
-		LogLevel:           "info",
 		Version:            "dev",
 	}
 }
 
-// listFlag is a comma-separated list flag.
-type listFlag struct{ v *[]string }
+// TimingFlags are the `firn serve` flags of the Timing fields (the refresh
+// interval has none); a refused Timing names them.
+var TimingFlags = coordinator.TimingNames{
+	LeaseTTL:          "--lease-ttl",
+	ReservationWindow: "--reservation-window",
+	Timeout:           "--coordinator-timeout",
+	RefreshInterval:   "refresh interval",
+}
 
-func (l listFlag) String() string {
-	if l.v == nil {
-		return ""
+// TimingErr turns a refused Timing (ValidateNamed with TimingFlags) into a
+// configuration error naming the flag; other errors pass unchanged.
+func TimingErr(err error) error {
+	var te *coordinator.TimingError
+	if errors.As(err, &te) {
+		return fmt.Errorf("%w: %s: %s", ErrConfig, te.Field, te.Reason)
 	}
-	return strings.Join(*l.v, ",")
-}
-func (l listFlag) Set(s string) error {
-	*l.v = nil
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			*l.v = append(*l.v, p)
-		}
-	}
-	return nil
+	return err
 }
 
-// repeatFlag is a repeatable flag.
-type repeatFlag struct{ v *[]string }
-
-func (r repeatFlag) String() string {
-	if r.v == nil {
-		return ""
-	}
-	return strings.Join(*r.v, ";")
-}
-func (r repeatFlag) Set(s string) error { *r.v = append(*r.v, s); return nil }
-
-// boolSetFlag records whether a bool flag was given.
-type boolSetFlag struct {
-	v   *bool
-	set *bool
+// MutualTLS reports whether the node requires verified client
+// certificates (TLS with ClientAuth tls.RequireAndVerifyClientCert).
+func (c *Config) MutualTLS() bool {
+	return c.TLS != nil && c.TLS.ClientAuth == tls.RequireAndVerifyClientCert
 }
 
-func (b boolSetFlag) String() string {
-	if b.v == nil {
-		return "false"
-	}
-	return fmt.Sprint(*b.v)
-}
-func (b boolSetFlag) Set(s string) error {
-	switch strings.ToLower(s) {
-	case "true", "1", "yes":
-		*b.v = true
-	case "false", "0", "no":
-		*b.v = false
-	default:
-		return fmt.Errorf("%q is not a boolean", s)
-	}
-	*b.set = true
-	return nil
-}
-func (b boolSetFlag) IsBoolFlag() bool { return true }
-
-// RepeatableFlags names the flags whose values accumulate (their
-// environment variable separates values with ';').
-var RepeatableFlags = map[string]bool{"generator": true}
-
-// RegisterFlags defines every serve flag on fs, writing into c.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "node state directory (identity, reservations, embedded etcd)")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
-	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (API, /metrics, /healthz, /readyz, status page)")
-	fs.Var(listFlag{&c.Etcd}, "etcd", "external etcd endpoints, comma-separated host:port or URLs (default: embedded etcd)")
-	fs.Var(listFlag{&c.ZooKeeper}, "zookeeper", "ZooKeeper servers, comma-separated host:port")
-	fs.StringVar(&c.EtcdPrefix, "etcd-prefix", c.EtcdPrefix, "etcd key prefix")
-	fs.StringVar(&c.ZooKeeperPrefix, "zookeeper-prefix", c.ZooKeeperPrefix, "ZooKeeper path prefix (chroot)")
-	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "cluster name: a separate ID space within the coordinator")
-	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "node name label (default hostname plus a short hash of the data dir)")
-	fs.Var(repeatFlag{&c.generatorFlags}, "generator", "name=layout (preset or canonical string); repeatable; the first is the default (default default=snowflake)")
-	fs.Int64Var(&c.Datacenter, "datacenter", c.Datacenter, "fix the datacenter field (-1: allocated with the worker ID)")
-	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "largest NextIDs count (also bounded by sequence × units in max-lead)")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "worker lease TTL (etcd lease, ZooKeeper session timeout)")
-	fs.DurationVar(&c.ReservationWindow, "reservation-window", c.ReservationWindow, "how far ahead reservations are kept")
-	fs.DurationVar(&c.CoordinatorTimeout, "coordinator-timeout", c.CoordinatorTimeout, "timeout of each coordinator call")
-	fs.DurationVar(&c.MaxLead, "max-lead", c.MaxLead, "how far IDs' time may run ahead of the clock (0: max(1s, 2 units) per generator)")
-	fs.DurationVar(&c.MaxStaleness, "max-staleness", c.MaxStaleness, "oldest a buffered ID may be when handed out (0: max(100ms, 2 units) per generator)")
-	fs.DurationVar(&c.MaxClockOffset, "max-clock-offset", c.MaxClockOffset, "NTP offset beyond which the node does not serve")
-	fs.Var(listFlag{&c.NTP}, "ntp", "NTP servers, comma-separated host[:port] (none: drift unchecked)")
-	fs.Var(boolSetFlag{&c.NTPRequired, &c.ntpRequiredSet}, "ntp-required", "unreachable NTP blocks serving (default true when --ntp is set)")
-	fs.DurationVar(&c.NTPInterval, "ntp-interval", c.NTPInterval, "how often NTP is checked")
-	fs.DurationVar(&c.MaxPeerSkew, "max-peer-skew", c.MaxPeerSkew, "clock skew from the peer median beyond which an outlier stops serving")
-	fs.StringVar(&c.RollbackRecovery, "rollback-recovery", c.RollbackRecovery, "after a clock rollback beyond max-lead: auto or manual (POST /admin/resume)")
-	fs.IntVar(&c.RingSize, "ring-size", c.RingSize, "ring buffer slots per generator (power of two)")
-	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "TLS certificate for gRPC and HTTP")
-	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "TLS key for gRPC and HTTP")
-	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "CA that client certificates must chain to (turns on mTLS)")
-	fs.StringVar(&c.EtcdCA, "etcd-ca", c.EtcdCA, "CA of the etcd servers")
-	fs.StringVar(&c.EtcdCert, "etcd-cert", c.EtcdCert, "client certificate for etcd")
-	fs.StringVar(&c.EtcdKey, "etcd-key", c.EtcdKey, "client key for etcd")
-	fs.StringVar(&c.EtcdUser, "etcd-user", c.EtcdUser, "etcd user name")
-	fs.StringVar(&c.EtcdPassword, "etcd-password", c.EtcdPassword, "etcd password")
-	fs.StringVar(&c.ZooKeeperAuth, "zookeeper-auth", c.ZooKeeperAuth, "ZooKeeper digest credentials user:password (ACLs on every node firn creates)")
-	fs.BoolVar(&c.EnableFaultInjection, "enable-fault-injection", c.EnableFaultInjection, "serve the fault-injection listener (chaos tests only)")
-	fs.StringVar(&c.FaultAddr, "fault-addr", c.FaultAddr, "fault-injection listen address")
-	fs.BoolVar(&c.FaultAddrAllowRemote, "fault-addr-allow-remote", c.FaultAddrAllowRemote, "allow a non-loopback --fault-addr")
-	fs.DurationVar(&c.FaultClockOffset, "fault-clock-offset", c.FaultClockOffset, "clock offset from the first read (needs --enable-fault-injection)")
-	fs.BoolVar(&c.EmbeddedServeRemote, "embedded-serve-remote", c.EmbeddedServeRemote, "allow non-loopback listeners on the embedded coordinator")
-	fs.BoolVar(&c.AcceptMovedDataDir, "accept-moved-data-dir", c.AcceptMovedDataDir, "accept a data dir that was copied or moved")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "longest graceful drain on SIGTERM")
-	fs.DurationVar(&c.HTTPRequestTimeout, "http-request-timeout", c.HTTPRequestTimeout, "the server's deadline for an HTTP ID request")
-	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
-}
-
-// Embedded reports whether the node runs on the embedded coordinator.
-func (c *Config) Embedded() bool { return len(c.Etcd) == 0 && len(c.ZooKeeper) == 0 }
-
-// Finish resolves the per-generator values and validates everything; now is
-// the clock reading layouts are validated against. Errors match ErrConfig
-// and name the flag and the bound.
+// Finish resolves the per-generator values and validates what the node
+// consumes; now is the clock reading layouts are validated against.
+// Errors match ErrConfig and name the flag and the bound. The timing is
+// checked by coordinator.Timing (its relations live there alone).
 func (c *Config) Finish(now time.Time) error {
 	if len(c.Generators) == 0 {
-		specs := c.generatorFlags
-		if len(specs) == 0 {
-			specs = []string{"default=snowflake"}
-		}
-		seen := map[string]bool{}
-		for _, s := range specs {
-			name, layout, ok := strings.Cut(s, "=")
-			name = strings.TrimSpace(name)
-			if !ok || name == "" || strings.ContainsAny(name, "/ \t") || len(name) > 64 {
-				return configErr("generator", "%q is not name=layout (name 1..64 characters, no '/' or spaces)", s)
-			}
-			if seen[name] {
-				return configErr("generator", "name %q given twice", name)
-			}
-			seen[name] = true
-			l, err := generator.ParseLayout(layout)
-			if err != nil {
-				return configErr("generator", "%s: %v", name, err)
-			}
-			c.Generators = append(c.Generators, GeneratorConfig{Name: name, Layout: l})
-		}
+		l, _ := generator.Preset("snowflake")
+		c.Generators = []GeneratorConfig{{Name: "default", Layout: l}}
 	}
+	seen := map[string]bool{}
 	for i := range c.Generators {
 		g := &c.Generators[i]
+		if g.Name == "" || strings.ContainsAny(g.Name, "/ \t") || len(g.Name) > 64 {
+			return configErr("generator", "name %q must be 1..64 characters, no '/' or spaces", g.Name)
+		}
+		if seen[g.Name] {
+			return configErr("generator", "name %q given twice", g.Name)
+		}
+		seen[g.Name] = true
 		if err := g.Layout.Validate(now); err != nil {
 			return configErr("generator", "%s: %v", g.Name, err)
 		}
@@ -304,16 +198,10 @@ func (c *Config) Finish(now time.Time) error {
 		}
 	}
 	switch {
-	case c.DataDir == "":
-		return configErr("data-dir", "must be set")
-	case c.Cluster == "" || strings.ContainsAny(c.Cluster, "/ \t") || len(c.Cluster) > 64:
-		return configErr("cluster", "%q must be 1..64 characters without '/' or spaces", c.Cluster)
 	case c.Datacenter < -1:
 		return configErr("datacenter", "%d must be -1 or a datacenter value", c.Datacenter)
 	case c.MaxBatch < 1 || c.MaxBatch > 1_000_000:
 		return configErr("max-batch", "%d outside [1, 1000000]", c.MaxBatch)
-	case len(c.Etcd) > 0 && len(c.ZooKeeper) > 0:
-		return configErr("zookeeper", "cannot be combined with --etcd")
 	case c.MaxClockOffset <= 0:
 		return configErr("max-clock-offset", "%v must be positive", c.MaxClockOffset)
 	case c.NTPInterval < time.Second:
@@ -324,10 +212,8 @@ func (c *Config) Finish(now time.Time) error {
 		return configErr("rollback-recovery", "%q must be auto or manual", c.RollbackRecovery)
 	case c.RingSize < 128 || c.RingSize&(c.RingSize-1) != 0 || c.RingSize > 1<<24:
 		return configErr("ring-size", "%d must be a power of two in [128, 16777216]", c.RingSize)
-	case (c.TLSCert == "") != (c.TLSKey == ""):
-		return configErr("tls-cert", "--tls-cert and --tls-key go together")
-	case c.TLSClientCA != "" && c.TLSCert == "":
-		return configErr("tls-client-ca", "needs --tls-cert and --tls-key")
+	case c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil:
+		return configErr("tls-cert", "the TLS configuration holds no certificate")
 	case c.ShutdownTimeout <= 0:
 		return configErr("shutdown-timeout", "%v must be positive", c.ShutdownTimeout)
 	case c.HTTPRequestTimeout <= 0:
@@ -340,52 +226,10 @@ func (c *Config) Finish(now time.Time) error {
 			return err
 		}
 	}
-	if c.RollbackRecovery == "manual" && c.TLSClientCA == "" {
+	if c.RollbackRecovery == "manual" && !c.MutualTLS() {
 		return configErr("rollback-recovery", "manual needs mTLS (--tls-client-ca) for POST /admin/resume")
 	}
-	for _, a := range []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
-		loop, err := loopback(a.addr)
-		if err != nil {
-			return configErr(a.flag, "%v", err)
-		}
-		if c.Embedded() && !loop && !c.EmbeddedServeRemote {
-			return configErr(a.flag, "%s is not loopback; on the embedded coordinator every node is its own ID space, so serving remote clients needs --embedded-serve-remote (or point the node at --etcd/--zookeeper)", a.addr)
-		}
-	}
-	if c.EnableFaultInjection {
-		loop, err := loopback(c.FaultAddr)
-		if err != nil {
-			return configErr("fault-addr", "%v", err)
-		}
-		if !loop && !c.FaultAddrAllowRemote {
-			return configErr("fault-addr", "%s is not loopback (needs --fault-addr-allow-remote)", c.FaultAddr)
-		}
-	}
-	if !c.ntpRequiredSet {
-		c.NTPRequired = len(c.NTP) > 0
-	}
-	if err := c.timingValidate(); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (c *Config) timingValidate() error {
-	switch {
-	case c.LeaseTTL < 2*time.Second || c.LeaseTTL%time.Second != 0:
-		return configErr("lease-ttl", "%v must be whole seconds, at least 2s", c.LeaseTTL)
-	case c.CoordinatorTimeout <= 0 || c.CoordinatorTimeout >= c.LeaseTTL:
-		return configErr("coordinator-timeout", "%v must be positive and below --lease-ttl %v", c.CoordinatorTimeout, c.LeaseTTL)
-	case c.allowShortWindow:
-		return nil
-	case c.ReservationWindow < 2*c.CoordinatorTimeout+1500*time.Millisecond:
-		return configErr("reservation-window", "%v is shorter than 2 × --coordinator-timeout + 1.5s = %v",
-			c.ReservationWindow, 2*c.CoordinatorTimeout+1500*time.Millisecond)
-	case len(c.ZooKeeper) > 0 && c.ReservationWindow < c.LeaseTTL*2/3+1500*time.Millisecond:
-		return configErr("reservation-window", "%v is shorter than 2/3 of the ZooKeeper session timeout (--lease-ttl %v) + 1.5s = %v",
-			c.ReservationWindow, c.LeaseTTL, c.LeaseTTL*2/3+1500*time.Millisecond)
-	}
-	return nil
+	return TimingErr(c.Timing.ValidateNamed(TimingFlags))
 }
 
 // ntpConfig is the NTP checker's configuration from --ntp (a host without
@@ -409,22 +253,6 @@ func (c *Config) ntpConfig() (clockguard.NTPConfig, error) {
 	return nc, nil
 }
 
-// loopback reports whether a listen address is on loopback.
-func loopback(addr string) (bool, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false, fmt.Errorf("%q is not host:port", addr)
-	}
-	if host == "localhost" {
-		return true, nil
-	}
-	ip := net.ParseIP(host)
-	if ip == nil {
-		return false, nil
-	}
-	return ip.IsLoopback(), nil
-}
-
 // MaxBatchFor is the largest NextIDs count for a generator: min(--max-batch,
 // sequence per unit × units in max-lead). Finish refuses a generator whose
 // product overflows, so it is never 0.
@@ -442,6 +270,3 @@ func perLead(g GeneratorConfig) (uint64, bool) {
 	hi, lo := bits.Mul64(g.Layout.PerUnit(), uint64(g.MaxLead/g.Layout.Unit))
 	return lo, hi == 0
 }
-
-// AllowShortWindow lifts the reservation-window relations; tests only.
-func (c *Config) AllowShortWindow() { c.allowShortWindow = true }

@@ -2,13 +2,16 @@ package server_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/server"
 )
 
@@ -16,31 +19,39 @@ import (
 func TestConfigRefusals(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		args []string
+		mod  func(*server.Config)
 		want []string
 	}{
-		{"max-batch 0", []string{"--max-batch", "0"}, []string{"--max-batch", "[1, 1000000]"}},
-		{"max-batch too large", []string{"--max-batch", "1000001"}, []string{"--max-batch", "[1, 1000000]"}},
-		{"bad layout", []string{"--generator", "user=time=10"}, []string{"--generator", "user"}},
-		{"generator without layout", []string{"--generator", "user"}, []string{"--generator", "name=layout"}},
-		{"generator twice", []string{"--generator", "a=snowflake", "--generator", "a=compact"}, []string{"--generator", `"a" given twice`}},
-		{"max-lead below 2 units", []string{"--generator", "u=compact", "--max-lead", "1s"}, []string{"--max-lead", "2 time units"}},
-		{"datacenter too wide", []string{"--datacenter", "32"}, []string{"--datacenter", "max 31"}},
-		{"ring size", []string{"--ring-size", "64"}, []string{"--ring-size", "power of two"}},
-		{"lease ttl", []string{"--lease-ttl", "1500ms"}, []string{"--lease-ttl", "at least 2s"}},
-		{"short window", []string{"--reservation-window", "2s"}, []string{"--reservation-window", "2 × --coordinator-timeout + 1.5s"}},
-		{"rollback recovery", []string{"--rollback-recovery", "sometimes"}, []string{"--rollback-recovery", "auto or manual"}},
-		{"manual without mTLS", []string{"--rollback-recovery", "manual"}, []string{"--rollback-recovery", "--tls-client-ca"}},
-		{"tls cert without key", []string{"--tls-cert", "c.pem"}, []string{"--tls-cert", "--tls-key"}},
-		{"fault offset", []string{"--fault-clock-offset", "1s"}, []string{"--fault-clock-offset", "--enable-fault-injection"}},
-		{"ntp bad port", []string{"--ntp", "127.0.0.1:0"}, []string{"--ntp", "1..65535"}},
-		{"ntp twice", []string{"--ntp", "127.0.0.1:123,127.0.0.1"}, []string{"--ntp", "twice"}},
-		{"ntp interval", []string{"--ntp-interval", "10ms"}, []string{"--ntp-interval", "1s"}},
-		{"cluster", []string{"--cluster", "a/b"}, []string{"--cluster", "'/'"}},
-		{"bad grpc addr", []string{"--grpc-addr", "nowhere"}, []string{"--grpc-addr", "host:port"}},
+		{"max-batch 0", func(c *server.Config) { c.MaxBatch = 0 }, []string{"--max-batch", "[1, 1000000]"}},
+		{"max-batch too large", func(c *server.Config) { c.MaxBatch = 1_000_001 }, []string{"--max-batch", "[1, 1000000]"}},
+		{"layout running out", generators("user=time=20,worker=10,seq=12,unit=1ms,epoch=2020-01-01T00:00:00Z"),
+			[]string{"--generator", "user", "within 10 years"}},
+		{"generator without name", func(c *server.Config) {
+			l, _ := generator.Preset("snowflake")
+			c.Generators = []server.GeneratorConfig{{Layout: l}}
+		}, []string{"--generator", "name"}},
+		{"generator name with a slash", generators("a/b=snowflake"), []string{"--generator", "a/b"}},
+		{"generator twice", generators("a=snowflake", "a=compact"), []string{"--generator", `"a" given twice`}},
+		{"max-lead below 2 units", func(c *server.Config) {
+			generators("u=compact")(c)
+			c.MaxLead = time.Second
+		}, []string{"--max-lead", "2 time units"}},
+		{"datacenter too wide", func(c *server.Config) { c.Datacenter = 32 }, []string{"--datacenter", "max 31"}},
+		{"ring size", func(c *server.Config) { c.RingSize = 64 }, []string{"--ring-size", "power of two"}},
+		{"lease ttl", func(c *server.Config) { c.Timing.LeaseTTL = 1500 * time.Millisecond }, []string{"--lease-ttl", "at least 2s"}},
+		{"timeout not below the ttl", func(c *server.Config) { c.Timing.Timeout = 5 * time.Second }, []string{"--coordinator-timeout", "below the --lease-ttl 5s"}},
+		{"short window", func(c *server.Config) { c.Timing.ReservationWindow = 2 * time.Second },
+			[]string{"--reservation-window", "2 × --coordinator-timeout 1s + 1.5s"}},
+		{"rollback recovery", func(c *server.Config) { c.RollbackRecovery = "sometimes" }, []string{"--rollback-recovery", "auto or manual"}},
+		{"manual without mTLS", func(c *server.Config) { c.RollbackRecovery = "manual" }, []string{"--rollback-recovery", "--tls-client-ca"}},
+		{"TLS without a certificate", func(c *server.Config) { c.TLS = &tls.Config{} }, []string{"--tls-cert", "no certificate"}},
+		{"fault offset", func(c *server.Config) { c.FaultClockOffset = time.Second }, []string{"--fault-clock-offset", "--enable-fault-injection"}},
+		{"ntp bad port", func(c *server.Config) { c.NTP = []string{"127.0.0.1:0"} }, []string{"--ntp", "1..65535"}},
+		{"ntp twice", func(c *server.Config) { c.NTP = []string{"127.0.0.1:123", "127.0.0.1"} }, []string{"--ntp", "twice"}},
+		{"ntp interval", func(c *server.Config) { c.NTPInterval = 10 * time.Millisecond }, []string{"--ntp-interval", "1s"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := finishConfig(t.TempDir(), append([]string{"--etcd", "127.0.0.1:2379"}, c.args...)...)
+			_, err := nodeConfig(c.mod)
 			if !errors.Is(err, server.ErrConfig) {
 				t.Fatalf("error %v, want ErrConfig", err)
 			}
@@ -51,18 +62,40 @@ func TestConfigRefusals(t *testing.T) {
 			}
 		})
 	}
+	// The test-only lift of the window relations.
+	if _, err := nodeConfig(func(c *server.Config) {
+		c.Timing.ReservationWindow = 200 * time.Millisecond
+		c.Timing.AllowShortWindow = true
+	}); err != nil {
+		t.Fatalf("a 200ms window with AllowShortWindow: %v", err)
+	}
+}
+
+// With no generator the node runs default=snowflake, and Finish resolves
+// max-lead and max-staleness per generator.
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := nodeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, _ := generator.Preset("snowflake")
+	if len(cfg.Generators) != 1 || cfg.Generators[0].Name != "default" || cfg.Generators[0].Layout != sf {
+		t.Fatalf("generators %+v, want default=snowflake", cfg.Generators)
+	}
+	if g := cfg.Generators[0]; g.MaxLead != time.Second || g.MaxStaleness != 100*time.Millisecond {
+		t.Fatalf("max-lead %v, max-staleness %v; want 1s and 100ms", g.MaxLead, g.MaxStaleness)
+	}
 }
 
 // Start refuses fault injection without the Offset clock before it binds
 // anything: the addresses stay free.
 func TestStartRefusalBindsNothing(t *testing.T) {
 	addr := freeAddr(t)
-	cfg, err := finishConfig(t.TempDir(), "--etcd", "127.0.0.1:1", "--grpc-addr", addr,
-		"--enable-fault-injection", "--fault-addr", "127.0.0.1:0")
+	cfg, err := nodeConfig(faultInjection, func(c *server.Config) { c.GRPCAddr = addr })
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := local.Open(cfg.DataDir)
+	st, err := local.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -235,8 +235,9 @@ func (c *Core) start() error {
 	c.policy.waitFirstPeers()
 	for _, rt := range c.gens {
 		hd := &holder{rt: rt, coord: c.coord, clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo, crashed: &c.crashed,
-			cfg: holderConfig{Datacenter: c.cfg.Datacenter, ReservationWindow: c.cfg.ReservationWindow,
-				CoordinatorTimeout: c.cfg.CoordinatorTimeout, MaxClockOffset: c.cfg.MaxClockOffset}}
+			cfg: holderConfig{Datacenter: c.cfg.Datacenter, ReservationWindow: c.cfg.Timing.ReservationWindow,
+				RefreshInterval: c.cfg.Timing.RefreshInterval, CoordinatorTimeout: c.cfg.Timing.Timeout,
+				MaxClockOffset: c.cfg.MaxClockOffset}}
 		c.goRun(func() { hd.run(ctx) })
 	}
 	c.goRun(func() { c.peerLoop(ctx) })
@@ -293,7 +294,7 @@ func (c *Core) peerLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		pctx, cancel := context.WithTimeout(ctx, c.cfg.CoordinatorTimeout)
+		pctx, cancel := context.WithTimeout(ctx, c.cfg.Timing.Timeout)
 		beats, err := c.coord.Peers(pctx)
 		cancel()
 		if err != nil {

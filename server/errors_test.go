@@ -13,6 +13,7 @@ import (
 	"github.com/firnid/firn/clockguard/ntptest"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	"github.com/firnid/firn/server"
 )
 
 // wantCode fails unless err is a gRPC status with code c whose message
@@ -58,8 +59,8 @@ func wantHTTP(t *testing.T, n *tnode, path string, status int, parts ...string) 
 // Every error code of the API, gRPC and HTTP, on a serving node.
 func TestErrorCodes(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--max-batch", "1000",
-		"--generator", "default=snowflake", "--generator", "user=compact")
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.MaxBatch = 1000 },
+		generators("default=snowflake", "user=compact"))
 	waitServing(t, n.ids, "default", 10*time.Second)
 	waitServing(t, n.ids, "user", 10*time.Second)
 	// compact: 64 IDs per 1s unit × 2 units in max-lead (max(1s, 2 units)).
@@ -124,7 +125,7 @@ func TestNotServingIsUnavailableWithReason(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	ntp := ntptest.NewServer(t)
 	ntp.SetOffset(2 * time.Second) // beyond --max-clock-offset 250ms
-	n := startNode(t, e.Endpoints, t.TempDir(), "--ntp", ntp.Addr(), "--ntp-interval", "1s")
+	n := startNode(t, e.Endpoints, t.TempDir(), ntpServers(time.Second, ntp.Addr()))
 
 	// Wait for the NTP verdict (the reason names the offset) to be the only
 	// cause left: the start-up holds (the first peer check, the worker ID

@@ -90,7 +90,7 @@ func (l *load) finish() {
 // health NOT_SERVING) and the node serves again once the offset clears.
 func TestFaultClockOffset(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--enable-fault-injection", "--fault-addr", "127.0.0.1:0")
+	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection)
 	waitServing(t, n.ids, "", 10*time.Second)
 	if n.node.FaultAddr() == "" {
 		t.Fatal("no fault listener with --enable-fault-injection")
@@ -191,8 +191,8 @@ func TestFaultClockOffset(t *testing.T) {
 // shifted time, and no step is seen.
 func TestFaultClockOffsetFromStart(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--enable-fault-injection", "--fault-addr", "127.0.0.1:0",
-		"--fault-clock-offset", "-3s")
+	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection,
+		func(c *server.Config) { c.FaultClockOffset = -3 * time.Second })
 	waitServing(t, n.ids, "", 10*time.Second)
 	resp, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{})
 	if err != nil {
@@ -218,7 +218,7 @@ func TestFaultClockOffsetFromStart(t *testing.T) {
 func TestFaultListenerAbsentWithoutFlag(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	addr := freeAddr(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--fault-addr", addr)
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.FaultAddr = addr })
 	waitServing(t, n.ids, "", 10*time.Second)
 	if a := n.node.FaultAddr(); a != "" {
 		t.Fatalf("FaultAddr %q without the flag", a)
@@ -232,18 +232,10 @@ func TestFaultListenerAbsentWithoutFlag(t *testing.T) {
 		t.Fatalf("firn_fault_injection_enabled %v without the flag", v)
 	}
 
-	_, err := finishConfig(t.TempDir(), "--fault-clock-offset", "-5s")
+	_, err := nodeConfig(func(c *server.Config) { c.FaultClockOffset = -5 * time.Second })
 	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "--fault-clock-offset") ||
 		!strings.Contains(err.Error(), "--enable-fault-injection") {
 		t.Fatalf("--fault-clock-offset without the flag: %v", err)
-	}
-	_, err = finishConfig(t.TempDir(), "--enable-fault-injection", "--fault-addr", "10.1.2.3:7302")
-	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "--fault-addr") ||
-		!strings.Contains(err.Error(), "--fault-addr-allow-remote") {
-		t.Fatalf("non-loopback --fault-addr: %v", err)
-	}
-	if _, err := finishConfig(t.TempDir(), "--enable-fault-injection", "--fault-addr", "10.1.2.3:7302", "--fault-addr-allow-remote"); err != nil {
-		t.Fatalf("non-loopback --fault-addr with --fault-addr-allow-remote: %v", err)
 	}
 }
 
@@ -253,7 +245,7 @@ func TestFaultListenerAbsentWithoutFlag(t *testing.T) {
 // not only on the request path.
 func TestIdleRollbackFailsClosedWithoutCalls(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--enable-fault-injection", "--fault-addr", "127.0.0.1:0")
+	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection)
 	waitServing(t, n.ids, "", 10*time.Second)
 	if _, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{}); err != nil {
 		t.Fatal(err)

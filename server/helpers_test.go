@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,6 +27,7 @@ import (
 	"github.com/firnid/firn/coordinator/etcd"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/generator"
 	firnv1 "github.com/firnid/firn/proto/firn/v1"
 	"github.com/firnid/firn/server"
 )
@@ -51,19 +51,47 @@ func (l *logBuf) String() string {
 	return l.b.String()
 }
 
-// finishConfig builds a node configuration the way `firn serve` does:
-// through the flags, then Finish. Listeners default to loopback port 0.
-func finishConfig(dataDir string, args ...string) (server.Config, error) {
+// nodeConfig is a node configuration for the tests: the defaults with
+// loopback port-0 listeners, then each option in order, then Finish.
+func nodeConfig(opts ...func(*server.Config)) (server.Config, error) {
 	cfg := server.DefaultConfig()
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	cfg.RegisterFlags(fs)
-	base := []string{"--data-dir", dataDir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}
-	if err := fs.Parse(append(base, args...)); err != nil {
-		return cfg, err
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	for _, o := range opts {
+		o(&cfg)
 	}
-	wall, _ := clockguard.NewSystem().Now()
-	return cfg, cfg.Finish(wall)
+	return cfg, cfg.Finish(wallNow())
+}
+
+// generators sets the node's generators from name=layout specs (a preset
+// or a canonical layout string); the first is the default.
+func generators(specs ...string) func(*server.Config) {
+	return func(c *server.Config) {
+		c.Generators = nil
+		for _, s := range specs {
+			name, layout, _ := strings.Cut(s, "=")
+			l, err := generator.ParseLayout(layout)
+			if err != nil {
+				panic(fmt.Sprintf("generators(%q): %v", s, err))
+			}
+			c.Generators = append(c.Generators, server.GeneratorConfig{Name: name, Layout: l})
+		}
+	}
+}
+
+// faultInjection turns fault injection on, its listener on a free
+// loopback port.
+func faultInjection(c *server.Config) {
+	c.EnableFaultInjection = true
+	c.FaultAddr = "127.0.0.1:0"
+}
+
+// ntpServers points the node at NTP servers, checked every interval.
+func ntpServers(interval time.Duration, addrs ...string) func(*server.Config) {
+	return func(c *server.Config) {
+		c.NTP = addrs
+		c.NTPRequired = true
+		c.NTPInterval = interval
+	}
 }
 
 // tnode is one running node and its plaintext clients.
@@ -85,12 +113,18 @@ type tnode struct {
 	stopOnce sync.Once
 }
 
-// startNode starts a node on the etcd endpoints with data dir dir and the
-// given serve flags (on top of --etcd and loopback port 0 listeners). With
-// --tls-cert the clients are left unset: the test dials itself.
-func startNode(t *testing.T, endpoints []string, dir string, args ...string) *tnode {
+// startNode starts a node named after the test on the etcd endpoints with
+// data dir dir and the configuration nodeConfig(opts...) builds. With TLS
+// the clients are left unset: the test dials itself.
+func startNode(t *testing.T, endpoints []string, dir string, opts ...func(*server.Config)) *tnode {
 	t.Helper()
-	cfg, err := finishConfig(dir, append([]string{"--etcd", strings.Join(endpoints, ",")}, args...)...)
+	return startNamedNode(t, "node-"+t.Name(), endpoints, dir, opts...)
+}
+
+// startNamedNode is startNode with the node's name.
+func startNamedNode(t *testing.T, name string, endpoints []string, dir string, opts ...func(*server.Config)) *tnode {
+	t.Helper()
+	cfg, err := nodeConfig(opts...)
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
@@ -98,19 +132,16 @@ func startNode(t *testing.T, endpoints []string, dir string, args ...string) *tn
 	log := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	var clock clockguard.Clock = clockguard.NewSystem()
-	var opts []server.Option
-	opts = append(opts, server.WithLogger(log))
+	nodeOpts := []server.Option{server.WithLogger(log)}
 	if cfg.EnableFaultInjection {
 		n.offset = clockguard.NewOffset(clock, cfg.FaultClockOffset)
 		clock = n.offset
-		opts = append(opts, server.WithOffsetClock(n.offset))
+		nodeOpts = append(nodeOpts, server.WithOffsetClock(n.offset))
 	}
 	ec := etcd.DefaultConfig()
 	ec.Endpoints = endpoints
-	ec.Prefix = strings.Trim(cfg.EtcdPrefix, "/")
 	ec.Cluster = cfg.Cluster
-	ec.Timing = coordinator.Timing{LeaseTTL: cfg.LeaseTTL, ReservationWindow: cfg.ReservationWindow,
-		Timeout: cfg.CoordinatorTimeout, RefreshInterval: time.Second}
+	ec.Timing = cfg.Timing
 	ec.Clock = clock
 	ec.Logger = log
 	n.coord, err = etcd.New(ec)
@@ -122,11 +153,7 @@ func startNode(t *testing.T, endpoints []string, dir string, args ...string) *tn
 		n.coord.Close()
 		t.Fatalf("data dir: %v", err)
 	}
-	name := cfg.NodeName
-	if name == "" {
-		name = "node-" + t.Name()
-	}
-	n.node, err = server.New(cfg, n.coord, st, clock, name, opts...)
+	n.node, err = server.New(cfg, n.coord, st, clock, name, nodeOpts...)
 	if err != nil {
 		n.coord.Close()
 		t.Fatalf("server.New: %v", err)
@@ -141,7 +168,7 @@ func startNode(t *testing.T, endpoints []string, dir string, args ...string) *tn
 			t.Logf("logs of the node on %s:\n%s", dir, n.logs.String())
 		}
 	})
-	if cfg.TLSCert == "" {
+	if cfg.TLS == nil {
 		n.conn = dialGRPC(t, n.node.GRPCAddr(), insecure.NewCredentials())
 		n.ids = firnv1.NewIDServiceClient(n.conn)
 		n.health = healthpb.NewHealthClient(n.conn)

@@ -39,6 +39,7 @@ type holder struct {
 type holderConfig struct {
 	Datacenter         int64
 	ReservationWindow  time.Duration
+	RefreshInterval    time.Duration
 	CoordinatorTimeout time.Duration
 	MaxClockOffset     time.Duration
 }
@@ -397,7 +398,7 @@ func (hd *holder) newReserver(h *holding, after func(error, time.Duration)) (*co
 		},
 		Window:        max(int64(hd.cfg.ReservationWindow/l.Unit), 1),
 		MaxUntil:      l.MaxTime(),
-		Interval:      time.Second,
+		Interval:      hd.cfg.RefreshInterval,
 		RetryInterval: 200 * time.Millisecond,
 		CallTimeout:   2 * hd.cfg.CoordinatorTimeout,
 		Wake:          h.wake,

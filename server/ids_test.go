@@ -10,6 +10,7 @@ import (
 
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	"github.com/firnid/firn/server"
 )
 
 // caller is one client that records every ID it received, in order.
@@ -86,7 +87,7 @@ func TestSuccessiveIDsIncrease(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	// A small ring that a modest demand fills (the fill target is the
 	// demand rate × max-staleness/2, at most the ring).
-	n := startNode(t, e.Endpoints, t.TempDir(), "--ring-size", "128", "--max-staleness", "2s")
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.RingSize, c.MaxStaleness = 128, 2*time.Second })
 	waitServing(t, n.ids, "", 10*time.Second)
 	c := &caller{t: t, n: n}
 
@@ -141,7 +142,7 @@ func TestSuccessiveIDsIncrease(t *testing.T) {
 // two callers.
 func TestConcurrentCallersIncreaseAndDiffer(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--ring-size", "1024")
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.RingSize = 1024 })
 	waitServing(t, n.ids, "", 10*time.Second)
 	const callers = 4
 	var wg sync.WaitGroup

@@ -17,8 +17,8 @@ func TestShutdownLeavesNoGoroutines(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	settle()
 	base := goleak.IgnoreCurrent()
-	n := startNode(t, e.Endpoints, t.TempDir(), "--generator", "default=snowflake", "--generator", "user=compact",
-		"--enable-fault-injection", "--fault-addr", "127.0.0.1:0")
+	n := startNode(t, e.Endpoints, t.TempDir(), generators("default=snowflake", "user=compact"),
+		faultInjection)
 	waitServing(t, n.ids, "default", 10*time.Second)
 	if _, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 1000}); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/server"
 )
 
 // A lost lease takes only that generator out of serving; it acquires again
@@ -15,8 +16,10 @@ func TestLostLeaseTakesOneGeneratorOut(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	// A short window keeps the wait for the node's own last reservation
 	// (window − max-lead) short.
-	n := startNode(t, e.Endpoints, t.TempDir(), "--generator", "default=snowflake", "--generator", "other=snowflake",
-		"--coordinator-timeout", "500ms", "--reservation-window", "2500ms")
+	n := startNode(t, e.Endpoints, t.TempDir(), generators("default=snowflake", "other=snowflake"),
+		func(c *server.Config) {
+			c.Timing.Timeout, c.Timing.ReservationWindow = 500*time.Millisecond, 2500*time.Millisecond
+		})
 	waitServing(t, n.ids, "default", 10*time.Second)
 	waitServing(t, n.ids, "other", 10*time.Second)
 	c := &caller{t: t, n: n, gen: "other"}

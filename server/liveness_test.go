@@ -138,10 +138,13 @@ func TestForwardStepHeldByNTPThenCorrected(t *testing.T) {
 }
 
 func forwardStepHeldByNTP(t *testing.T, interval string) {
+	every, err := time.ParseDuration(interval)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := etcdtest.StartEmbedded(t)
 	ntp := ntptest.NewServer(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--enable-fault-injection", "--fault-addr", "127.0.0.1:0",
-		"--ntp", ntp.Addr(), "--ntp-interval", interval)
+	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection, ntpServers(every, ntp.Addr()))
 	waitServing(t, n.ids, "", 10*time.Second)
 	load := startShortCalls(n.ids, 4, time.Second)
 	defer load.finish()
@@ -155,7 +158,7 @@ func forwardStepHeldByNTP(t *testing.T, interval string) {
 	}
 	time.Sleep(2 * time.Second)
 	start := time.Now()
-	_, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 1000})
+	_, err = n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 1000})
 	if status.Code(err) != codes.Unavailable || time.Since(start) > 500*time.Millisecond {
 		t.Fatalf("a call during the step: %v after %v; want UNAVAILABLE at once", err, time.Since(start))
 	}
@@ -195,8 +198,8 @@ func TestForwardStepWithUnreachableNTPNotRequired(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	ntp := ntptest.NewServer(t)
 	ntp.SetSilent(true)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--enable-fault-injection", "--fault-addr", "127.0.0.1:0",
-		"--ntp", ntp.Addr(), "--ntp-interval", "1s", "--ntp-required=false")
+	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection, ntpServers(time.Second, ntp.Addr()),
+		func(c *server.Config) { c.NTPRequired = false })
 	waitServing(t, n.ids, "", 10*time.Second)
 	load := startShortCalls(n.ids, 2, time.Second)
 	defer load.finish()
@@ -234,9 +237,9 @@ func TestForwardStepWithUnreachableNTPNotRequired(t *testing.T) {
 // 5 s (before, it stayed out for an hour).
 func TestForwardStepAmongPeers(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	a := startNode(t, e.Endpoints, t.TempDir(), "--enable-fault-injection", "--fault-addr", "127.0.0.1:0")
-	b := startNode(t, e.Endpoints, t.TempDir(), "--node-name", "b")
-	c := startNode(t, e.Endpoints, t.TempDir(), "--node-name", "c")
+	a := startNode(t, e.Endpoints, t.TempDir(), faultInjection)
+	b := startNamedNode(t, "b", e.Endpoints, t.TempDir())
+	c := startNamedNode(t, "c", e.Endpoints, t.TempDir())
 	for _, x := range []*tnode{a, b, c} {
 		waitServing(t, x.ids, "", 10*time.Second)
 	}
@@ -276,7 +279,7 @@ func TestForwardStepAmongPeers(t *testing.T) {
 // serves again once the coordinator is back.
 func TestCoordinatorFreezeRefusesBeforeExpiry(t *testing.T) {
 	procs := etcdtest.StartCluster(t, 1)
-	n := startNode(t, procs.Endpoints(), t.TempDir(), "--lease-ttl", "10s", "--reservation-window", "4s")
+	n := startNode(t, procs.Endpoints(), t.TempDir(), func(c *server.Config) { c.Timing.LeaseTTL, c.Timing.ReservationWindow = 10*time.Second, 4*time.Second })
 	waitServing(t, n.ids, "", 10*time.Second)
 	load := startShortCalls(n.ids, 3, 500*time.Millisecond)
 	defer load.finish()
@@ -357,7 +360,7 @@ func TestJournalFailuresKeepTheNodeOut(t *testing.T) {
 	server.SetJournalHook(func(inner coordinator.Journal) coordinator.Journal { j.inner = inner; return j })
 	defer server.SetJournalHook(nil)
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--shutdown-timeout", "3s")
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.ShutdownTimeout = 3 * time.Second })
 	sawReason := false
 	start := time.Now()
 	for time.Since(start) < 5*time.Second {
@@ -396,7 +399,7 @@ func TestJournalFailuresKeepTheNodeOut(t *testing.T) {
 // calls plus 2 s (before: the full --shutdown-timeout with one watcher).
 func TestDrainEndsHealthWatches(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--shutdown-timeout", "20s")
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.ShutdownTimeout = 20 * time.Second })
 	waitServing(t, n.ids, "", 10*time.Second)
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -431,7 +434,7 @@ func TestDrainEndsHealthWatches(t *testing.T) {
 // page open on the host must not move a node's clock.
 func TestFaultRefusesBrowsers(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--enable-fault-injection", "--fault-addr", "127.0.0.1:0")
+	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection)
 	req, _ := http.NewRequest("POST", "http://"+n.node.FaultAddr()+"/debug/fault/clock-offset", strings.NewReader("offset=1h"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", "http://evil.example")
@@ -452,13 +455,12 @@ func TestFaultRefusesBrowsers(t *testing.T) {
 // A generator whose IDs within max-lead overflow 64 bits is refused at
 // start naming the values (before, the largest batch overflowed to 0).
 func TestMaxBatchOverflowRefused(t *testing.T) {
-	_, err := finishConfig(t.TempDir(), "--generator", "wide=time=49,worker=1,seq=13,unit=1us,epoch=2026-01-01T00:00:00Z",
-		"--max-lead", "2500000h")
+	const wide = "wide=time=49,worker=1,seq=13,unit=1us,epoch=2026-01-01T00:00:00Z"
+	_, err := nodeConfig(generators(wide), func(c *server.Config) { c.MaxLead = 2_500_000 * time.Hour })
 	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "--max-lead") || !strings.Contains(err.Error(), "overflow") {
 		t.Fatalf("got %v", err)
 	}
-	cfg, err := finishConfig(t.TempDir(), "--generator", "wide=time=49,worker=1,seq=13,unit=1us,epoch=2026-01-01T00:00:00Z",
-		"--max-lead", "1s")
+	cfg, err := nodeConfig(generators(wide), func(c *server.Config) { c.MaxLead = time.Second })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +479,8 @@ func TestClockWaitBeyondDeadlineIsUnavailable(t *testing.T) {
 	// the generator at its lead limit, and the next 128 need at least one
 	// more whole unit (a wait of a second or more, after at most one
 	// shorter wait for the unit in progress).
-	n := startNode(t, e.Endpoints, t.TempDir(), "--generator", "user=compact", "--http-request-timeout", "300ms")
+	n := startNode(t, e.Endpoints, t.TempDir(), generators("user=compact"),
+		func(c *server.Config) { c.HTTPRequestTimeout = 300 * time.Millisecond })
 	waitServing(t, n.ids, "user", 10*time.Second)
 	// Take whole batches until one had to wait for the clock: the ring is
 	// empty then and the generator at its lead limit, one unit just begun.

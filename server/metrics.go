@@ -121,7 +121,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- g(descMaxOffset, prometheus.GaugeValue, n.cfg.MaxClockOffset.Seconds())
 	ch <- g(descMaxPeerSkew, prometheus.GaugeValue, n.cfg.MaxPeerSkew.Seconds())
-	ch <- g(descWindow, prometheus.GaugeValue, n.cfg.ReservationWindow.Seconds())
+	ch <- g(descWindow, prometheus.GaugeValue, n.cfg.Timing.ReservationWindow.Seconds())
 	off, ok := n.policy.lastNTPOffset()
 	if ok {
 		ch <- g(descNTPOffset, prometheus.GaugeValue, off.Seconds())

@@ -9,14 +9,15 @@ import (
 
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	"github.com/firnid/firn/server"
 )
 
 // /metrics exposes the firn_* series of the node, with values that match
 // the node's state, and firn_ids_issued_total counts every ID handed out.
 func TestMetrics(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), "--cluster", "metrics", "--enable-fault-injection", "--fault-addr", "127.0.0.1:0",
-		"--ring-size", "256")
+	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection,
+		func(c *server.Config) { c.Cluster, c.RingSize = "metrics", 256 })
 	waitServing(t, n.ids, "", 10*time.Second)
 	g := map[string]string{"generator": "default"}
 

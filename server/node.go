@@ -140,9 +140,7 @@ func (n *Node) Start(ctx context.Context) error {
 // listen binds the gRPC, HTTP and (with fault injection) fault listeners.
 func (n *Node) listen() error {
 	var err error
-	if n.tlsConf, err = n.serverTLS(); err != nil {
-		return err
-	}
+	n.tlsConf = n.cfg.TLS.Clone()
 	if n.cfg.EnableFaultInjection && n.offset == nil {
 		return fmt.Errorf("%w: fault injection needs the node's Offset clock", ErrConfig)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	"github.com/firnid/firn/server"
 )
 
 // roots is a client TLS configuration trusting the CA only (no client
@@ -31,6 +32,22 @@ func roots(t *testing.T, c *etcdtest.Certs) *tls.Config {
 		t.Fatal("no CA certificate")
 	}
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+}
+
+// serveTLS gives the node the server certificate of c, as `firn serve
+// --tls-cert --tls-key` loads it; mutual adds --tls-client-ca (c's CA).
+func serveTLS(t *testing.T, c *etcdtest.Certs, mutual bool) func(*server.Config) {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(c.ServerCert, c.ServerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	if mutual {
+		tc.ClientCAs = roots(t, c).RootCAs
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return func(cfg *server.Config) { cfg.TLS = tc }
 }
 
 func httpsClient(tc *tls.Config) *http.Client {
@@ -61,14 +78,14 @@ func post(c *http.Client, u string) (int, string, error) {
 	return resp.StatusCode, string(b), nil
 }
 
-// TLS: with --tls-cert/--tls-key, gRPC and HTTP work for a client that
+// TLS: with a server certificate (--tls-cert/--tls-key), gRPC and HTTP work for a client that
 // trusts the CA; a client that does not, or speaks plaintext, is refused;
 // POST /admin/resume is refused without mTLS.
 func TestTLS(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	certs := etcdtest.MakeCerts(t, "firn-client")
 	other := etcdtest.MakeCerts(t, "stranger")
-	n := startNode(t, e.Endpoints, t.TempDir(), "--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey)
+	n := startNode(t, e.Endpoints, t.TempDir(), serveTLS(t, certs, false))
 	good := roots(t, certs)
 	conn := dialGRPC(t, n.node.GRPCAddr(), tlsCreds(good))
 	cli := firnv1.NewIDServiceClient(conn)
@@ -112,16 +129,15 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-// mTLS: with --tls-client-ca, gRPC and HTTP need a client certificate from
+// mTLS: with client certificates required (--tls-client-ca), gRPC and HTTP need a client certificate from
 // that CA; POST /admin/resume works with it and ends a manual-recovery
 // hold after a clock rollback.
 func TestMTLSAndAdminResume(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	certs := etcdtest.MakeCerts(t, "firn-operator")
 	other := etcdtest.MakeCerts(t, "stranger")
-	n := startNode(t, e.Endpoints, t.TempDir(), "--tls-cert", certs.ServerCert, "--tls-key", certs.ServerKey,
-		"--tls-client-ca", certs.CA, "--rollback-recovery", "manual",
-		"--enable-fault-injection", "--fault-addr", "127.0.0.1:0")
+	n := startNode(t, e.Endpoints, t.TempDir(), serveTLS(t, certs, true), faultInjection,
+		func(c *server.Config) { c.RollbackRecovery = "manual" })
 	good := certs.ClientTLS(t)
 	conn := dialGRPC(t, n.node.GRPCAddr(), tlsCreds(good))
 	cli := firnv1.NewIDServiceClient(conn)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -13,28 +14,44 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/etcd"
 	"github.com/firnid/firn/generator"
-	"github.com/firnid/firn/server"
 )
 
-// coordFlags connect an admin command to the coordinator directly.
-type coordFlags struct {
-	cfg       server.Config
+// adminFlags are the flags of an admin command that reaches the
+// coordinator directly: the coordinator flags of serve, which like serve's
+// also come from FIRN_* variables and the --config file (a serve
+// configuration file works as it is: its other keys are ignored), and
+// the command's own --generator, command-line only.
+type adminFlags struct {
+	coord     coordConfig
+	config    string
 	generator string
+	fs        *flag.FlagSet
 }
 
-func (c *coordFlags) register(fs *flag.FlagSet, generatorDefault, generatorUsage string) {
-	c.cfg = server.DefaultConfig()
-	full := flag.NewFlagSet("", flag.ContinueOnError)
-	c.cfg.RegisterFlags(full)
-	// Only the coordinator flags of serve apply here.
-	for _, name := range []string{"etcd", "zookeeper", "etcd-prefix", "zookeeper-prefix", "cluster", "etcd-ca", "etcd-cert",
-		"etcd-key", "etcd-user", "etcd-password", "zookeeper-auth", "coordinator-timeout", "lease-ttl"} {
-		f := full.Lookup(name)
-		fs.Var(f.Value, f.Name, f.Usage)
-	}
+func (c *adminFlags) register(fs *flag.FlagSet, generatorDefault, generatorUsage string) {
+	c.coord = defaultCoordConfig()
+	c.fs = fs
+	fs.StringVar(&c.config, "config", "", "YAML file of serve flags (the coordinator's are read; the others are ignored)")
+	c.coord.register(fs)
 	fs.StringVar(&c.generator, "generator", generatorDefault, generatorUsage)
+}
+
+// parse parses args, the coordinator flags layered as serve's (flag >
+// FIRN_* > --config > default), the others from the command line only,
+// and validates the coordinator flags.
+func (c *adminFlags) parse(args []string, getenv func(string) string) error {
+	only := coordFlagNames()
+	only["config"] = true
+	if err := parseLayered(c.fs, args, &c.config, layering{only: only, known: serveFlagNames()}, getenv); err != nil {
+		return err
+	}
+	return c.coord.validate()
+}
+
+// open opens the coordinator for an admin command.
+func (c *adminFlags) open() (*openedCoordinator, error) {
+	return openCoordinator(c.coord, forAdmin, openEnv{clock: clockguard.NewSystem(), log: newLogger(io.Discard, "error")})
 }
 
 // splitGenerator reads --generator NAME[=LAYOUT]: the layout is optional
@@ -101,36 +118,6 @@ func markerLine(ev *coordinator.RestoreEvidence, layout generator.Layout) string
 		ev.Generator, gap)
 }
 
-// adminConn is the coordinator as the admin commands use it: its admin
-// part, closed when the command ends.
-type adminConn interface {
-	coordinator.Admin
-	Close() error
-}
-
-func (c *coordFlags) open() (adminConn, error) {
-	clock := clockguard.NewSystem()
-	timing := coordinator.Timing{LeaseTTL: c.cfg.LeaseTTL, ReservationWindow: c.cfg.ReservationWindow,
-		Timeout: c.cfg.CoordinatorTimeout, RefreshInterval: time.Second}
-	if len(c.cfg.ZooKeeper) > 0 {
-		return newZooKeeper(c.cfg, timing, clock, newLogger(io.Discard, "error"))
-	}
-	endpoints := c.cfg.Etcd
-	if len(endpoints) == 0 {
-		endpoints = []string{"http://127.0.0.1:7310"} // the embedded etcd of a local node
-	}
-	ec := etcd.DefaultConfig()
-	ec.Endpoints = endpoints
-	ec.Prefix = strings.Trim(c.cfg.EtcdPrefix, "/")
-	ec.Cluster = c.cfg.Cluster
-	ec.Username, ec.Password = c.cfg.EtcdUser, c.cfg.EtcdPassword
-	ec.CAFile, ec.CertFile, ec.KeyFile = c.cfg.EtcdCA, c.cfg.EtcdCert, c.cfg.EtcdKey
-	ec.Timing = timing
-	ec.Clock = clock
-	ec.Logger = newLogger(io.Discard, "error")
-	return etcd.New(ec)
-}
-
 func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("firn workers", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -138,7 +125,7 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Usage: firn workers [flags]            list worker IDs: holder, heartbeat age, reservation\n       firn workers release W [flags]  free worker W (fenced; its reservation is kept)\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	var c coordFlags
+	var c adminFlags
 	c.register(fs, "default", "the generator, as NAME (its layout is read from its pin; NAME=LAYOUT is refused when LAYOUT differs from the pin)")
 	dc := fs.Uint64("datacenter", 0, "datacenter of the worker to release")
 	release := ""
@@ -148,7 +135,7 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 		}
 		release, args = args[1], args[2:]
 	}
-	if err := parseQuiet(fs, args); err != nil {
+	if err := c.parse(args, os.Getenv); err != nil {
 		if isHelp(err) {
 			return exitOK
 		}
@@ -236,11 +223,11 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("firn coordinator bump", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var c coordFlags
+	var c adminFlags
 	c.register(fs, "", "the generator to bump, as NAME (default: every generator of the cluster); its layout, which gives the time unit and the layout's end, is read from its pin; NAME=LAYOUT is refused when LAYOUT differs from the pin and is needed only for a generator the coordinator has no pin for")
 	by := fs.Duration("by", 0, "after restoring the coordinator from a snapshot: raise every reservation of the generator, and the floor of every worker first used later, by this much (at least the time between the snapshot and the last write before the restore, plus the reservation window; at least the gap a restore marker recorded)")
 	maxLead := fs.Duration("max-lead", 0, "the nodes' --max-lead, to say when they serve again (0: max(1s, 2 units) per generator)")
-	if err := parseQuiet(fs, args[1:]); err != nil {
+	if err := c.parse(args[1:], os.Getenv); err != nil {
 		if isHelp(err) {
 			return exitOK
 		}
@@ -276,7 +263,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	if name != "" {
 		names = []string{name}
 	} else if len(names) == 0 {
-		return fail(stderr, exitFailure, "coordinator bump: cluster %q has no generators; name one with --generator NAME=LAYOUT", c.cfg.Cluster)
+		return fail(stderr, exitFailure, "coordinator bump: cluster %q has no generators; name one with --generator NAME=LAYOUT", c.coord.Cluster)
 	}
 	// Every layout is resolved before anything is written.
 	var targets []bumpTarget

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -208,5 +210,35 @@ func TestBumpEveryGenerator(t *testing.T) {
 	_, errOut, code = cli(t, nil, "coordinator", "bump", "--by", "3s", "--etcd", a.ep, "--generator", "nosuch")
 	if code == 0 || !strings.Contains(errOut, "nosuch=LAYOUT") {
 		t.Fatalf("bump of a generator with no pin: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestAdminReadsServeConfig: `firn workers` and `firn coordinator bump`
+// reach the coordinator a serve configuration names — the same --config
+// file (whose node keys they ignore) or the same FIRN_* variables.
+func TestAdminReadsServeConfig(t *testing.T) {
+	a := newAdminEtcd(t)
+	a.holder("ids", "uidgen", 5)
+	conf := filepath.Join(t.TempDir(), "firn.yaml")
+	body := "etcd: [" + a.ep + "]\ngrpc-addr: 127.0.0.1:7300\nmax-batch: 5000\ngenerator: [ids=uidgen]\nntp-required: false\n"
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := cli(t, nil, "workers", "--config", conf, "--generator", "ids")
+	if code != 0 || !strings.Contains(out, "1 live of 524288 worker IDs") {
+		t.Fatalf("firn workers --config: exit %d %s\n%s", code, errOut, out)
+	}
+	out, errOut, code = cli(t, []string{"FIRN_ETCD=" + a.ep, "FIRN_CONFIG=" + conf}, "workers", "--generator", "ids")
+	if code != 0 || !strings.Contains(out, "1 live of 524288 worker IDs") {
+		t.Fatalf("firn workers with FIRN_ETCD and FIRN_CONFIG: exit %d %s\n%s", code, errOut, out)
+	}
+	out, errOut, code = cli(t, []string{"FIRN_ETCD=" + a.ep}, "coordinator", "bump", "--by", "1s", "--generator", "ids")
+	if code != 0 || !strings.Contains(out, "generator ids:") {
+		t.Fatalf("firn coordinator bump with FIRN_ETCD: exit %d %s\n%s", code, errOut, out)
+	}
+	// Another cluster in the environment is another ID space: nothing there.
+	_, errOut, code = cli(t, []string{"FIRN_CLUSTER=other"}, "workers", "--config", conf, "--generator", "ids")
+	if code == 0 || !strings.Contains(errOut, "ids=LAYOUT") {
+		t.Fatalf("firn workers on FIRN_CLUSTER=other: exit %d, stderr %q", code, errOut)
 	}
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"io"
 
-	"github.com/firnid/firn/test/load"
+	"github.com/firnid/firn/internal/load"
 )
 
 // benchChildCommand is the hidden subcommand of the no-op floor server that

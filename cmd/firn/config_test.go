@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -8,18 +9,15 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/firnid/firn/server"
 )
 
 // parseServe runs the serve flag layering with a fake environment.
-func parseServe(t *testing.T, args []string, env map[string]string) (server.Config, error) {
+func parseServe(t *testing.T, args []string, env map[string]string) (*serveConfig, error) {
 	t.Helper()
-	cfg := server.DefaultConfig()
-	var sf serveFlags
-	fs := newServeFlagSet(&cfg, &sf, io.Discard)
-	err := parseLayered(fs, args, &sf.config, server.RepeatableFlags, func(k string) string { return env[k] })
-	return cfg, err
+	sc := defaultServeConfig()
+	fs := newServeFlagSet(&sc, io.Discard)
+	err := parseLayered(fs, args, &sc.config, layering{repeatable: repeatableServeFlags}, func(k string) string { return env[k] })
+	return &sc, err
 }
 
 // Each layer beats the ones below it, key by key.
@@ -44,23 +42,23 @@ func TestParseLayeredPrecedence(t *testing.T) {
 		"FIRN_GENERATOR": "e1=snowflake;e2=uidgen",
 		"FIRN_MAX_LEAD":  "3s",
 	}
-	cfg, err := parseServe(t, []string{"--config", conf, "--max-batch", "333"}, env)
+	sc, err := parseServe(t, []string{"--config", conf, "--max-batch", "333"}, env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	def := server.DefaultConfig()
+	def := defaultServeConfig()
 	for _, c := range []struct {
 		name      string
 		got, want any
 	}{
-		{"max-batch (flag > env > file)", cfg.MaxBatch, 333},
-		{"cluster (env > file)", cfg.Cluster, "env"},
-		{"max-lead (env > default)", cfg.MaxLead, 3 * time.Second},
-		{"ring-size (file > default)", cfg.RingSize, 1024},
-		{"lease-ttl (file > default)", cfg.LeaseTTL, 7 * time.Second},
-		{"etcd (file list)", cfg.Etcd, []string{"a:1", "b:2"}},
-		{"grpc-addr (default)", cfg.GRPCAddr, def.GRPCAddr},
-		{"reservation-window (default)", cfg.ReservationWindow, def.ReservationWindow},
+		{"max-batch (flag > env > file)", sc.node.MaxBatch, 333},
+		{"cluster (env > file)", sc.coord.Cluster, "env"},
+		{"max-lead (env > default)", sc.node.MaxLead, 3 * time.Second},
+		{"ring-size (file > default)", sc.node.RingSize, 1024},
+		{"lease-ttl (file > default)", sc.coord.LeaseTTL, 7 * time.Second},
+		{"etcd (file list)", sc.coord.Etcd, []string{"a:1", "b:2"}},
+		{"grpc-addr (default)", sc.node.GRPCAddr, def.node.GRPCAddr},
+		{"reservation-window (default)", sc.coord.ReservationWindow, def.coord.ReservationWindow},
 	} {
 		if !reflect.DeepEqual(c.got, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)
@@ -68,9 +66,10 @@ func TestParseLayeredPrecedence(t *testing.T) {
 	}
 	// The repeatable flag: the environment's two values beat the file's.
 	wall := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	cfg.DataDir = t.TempDir()
-	cfg.Etcd = []string{"127.0.0.1:2379"}
-	if err := cfg.Finish(wall); err != nil {
+	sc.dataDir = t.TempDir()
+	sc.coord.Etcd = []string{"127.0.0.1:2379"}
+	cfg, err := sc.finish(wall)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(cfg.Generators) != 2 || cfg.Generators[0].Name != "e1" || cfg.Generators[1].Name != "e2" {
@@ -78,24 +77,24 @@ func TestParseLayeredPrecedence(t *testing.T) {
 	}
 
 	// A flag given twice on the command line accumulates; it beats both.
-	cfg, err = parseServe(t, []string{"--config", conf, "--generator", "c1=snowflake", "--generator", "c2=compact"}, env)
+	sc, err = parseServe(t, []string{"--config", conf, "--generator", "c1=snowflake", "--generator", "c2=compact"}, env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.DataDir, cfg.Etcd = t.TempDir(), []string{"127.0.0.1:2379"}
-	if err := cfg.Finish(wall); err != nil {
+	sc.dataDir, sc.coord.Etcd = t.TempDir(), []string{"127.0.0.1:2379"}
+	if cfg, err = sc.finish(wall); err != nil {
 		t.Fatal(err)
 	}
 	if len(cfg.Generators) != 2 || cfg.Generators[0].Name != "c1" || cfg.Generators[1].Name != "c2" {
 		t.Fatalf("generators %+v, want the flags' c1 and c2", cfg.Generators)
 	}
 	// Without the environment, the file's list.
-	cfg, err = parseServe(t, []string{"--config", conf}, nil)
+	sc, err = parseServe(t, []string{"--config", conf}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.DataDir, cfg.Etcd = t.TempDir(), []string{"127.0.0.1:2379"}
-	if err := cfg.Finish(wall); err != nil {
+	sc.dataDir, sc.coord.Etcd = t.TempDir(), []string{"127.0.0.1:2379"}
+	if cfg, err = sc.finish(wall); err != nil {
 		t.Fatal(err)
 	}
 	if len(cfg.Generators) != 2 || cfg.Generators[0].Name != "f1" || cfg.Generators[1].Name != "f2" || cfg.MaxBatch != 111 || cfg.Cluster != "file" {
@@ -137,5 +136,223 @@ func TestParseLayeredRefusals(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// finishServe parses args as `firn serve` does (no environment) and
+// finishes the node's configuration.
+func finishServe(t *testing.T, args ...string) error {
+	t.Helper()
+	sc, err := parseServe(t, append([]string{"--data-dir", t.TempDir()}, args...), nil)
+	if err != nil {
+		return err
+	}
+	_, err = sc.finish(time.Now())
+	return err
+}
+
+// What the binary checks before the node sees its configuration — the
+// coordinator flags, the listeners' loopback rule, the TLS files, the
+// --generator syntax — is refused naming the flag; what the node checks
+// (server.Config.Finish) too.
+func TestServeConfigRefusals(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	etcd := []string{"--etcd", "127.0.0.1:2379"}
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"data dir", []string{"--data-dir", ""}, []string{"--data-dir", "must be set"}},
+		{"cluster", []string{"--cluster", "a/b"}, []string{"--cluster", "'/'"}},
+		{"etcd and zookeeper", []string{"--etcd", "a:1", "--zookeeper", "b:2"}, []string{"--zookeeper", "--etcd"}},
+		{"lease ttl", []string{"--lease-ttl", "1500ms"}, []string{"--lease-ttl", "at least 2s"}},
+		{"timeout not below the ttl", []string{"--coordinator-timeout", "5s"}, []string{"--coordinator-timeout", "below the --lease-ttl 5s"}},
+		{"short window", []string{"--reservation-window", "2s"}, []string{"--reservation-window", "2 × --coordinator-timeout 1s + 1.5s = 3.5s"}},
+		{"zookeeper session", []string{"--zookeeper", "127.0.0.1:2181", "--lease-ttl", "6s"},
+			[]string{"--reservation-window", "2/3 of the ZooKeeper session timeout (--lease-ttl) 6s + 1.5s = 5.5s"}},
+		{"generator without layout", []string{"--generator", "user"}, []string{"--generator", "name=layout"}},
+		{"generator twice", []string{"--generator", "a=snowflake", "--generator", "a=compact"}, []string{"--generator", `"a" given twice`}},
+		{"unknown preset", []string{"--generator", "user=bogus"}, []string{"--generator", "bogus"}},
+		{"bad grpc addr", []string{"--grpc-addr", "nowhere"}, []string{"--grpc-addr", "host:port"}},
+		{"bad grpc addr on etcd", append([]string{"--grpc-addr", "nowhere"}, etcd...), []string{"--grpc-addr", "host:port"}},
+		{"embedded non-loopback", []string{"--grpc-addr", "0.0.0.0:7300"}, []string{"--grpc-addr", "loopback", "--embedded-serve-remote"}},
+		{"embedded non-loopback http", []string{"--http-addr", ":7301"}, []string{"--http-addr", "loopback", "--embedded-serve-remote"}},
+		{"fault addr", []string{"--enable-fault-injection", "--fault-addr", "10.1.2.3:7302"}, []string{"--fault-addr", "loopback", "--fault-addr-allow-remote"}},
+		{"tls cert without key", []string{"--tls-cert", "c.pem"}, []string{"--tls-cert", "--tls-key"}},
+		{"client ca without cert", []string{"--tls-client-ca", notPEM}, []string{"--tls-client-ca", "--tls-cert"}},
+		{"missing cert file", []string{"--tls-cert", filepath.Join(dir, "none.pem"), "--tls-key", filepath.Join(dir, "none.key")}, []string{"--tls-cert", "none.pem"}},
+		{"max-batch (the node's check)", []string{"--max-batch", "0"}, []string{"--max-batch", "[1, 1000000]"}},
+		{"manual without mTLS (the node's check)", []string{"--rollback-recovery", "manual"}, []string{"--rollback-recovery", "--tls-client-ca"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := finishServe(t, c.args...)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+	// What lifts a rule.
+	for _, args := range [][]string{
+		{"--grpc-addr", "0.0.0.0:0", "--http-addr", "[::]:0", "--embedded-serve-remote"},
+		append([]string{"--grpc-addr", "0.0.0.0:0"}, etcd...),
+		{"--grpc-addr", "localhost:0", "--http-addr", "[::1]:0"},
+		{"--enable-fault-injection", "--fault-addr", "10.1.2.3:7302", "--fault-addr-allow-remote"},
+		{"--fault-addr", "10.1.2.3:7302"}, // no fault injection: the address is not used
+		{"--reservation-window", "200ms", "--unsafe-allow-short-window"},
+		{"--zookeeper", "127.0.0.1:2181", "--lease-ttl", "6s", "--reservation-window", "5500ms"},
+	} {
+		if err := finishServe(t, args...); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
+
+// finish hands the node what the flags say: the coordinator's timing and
+// cluster, the generators, NTP required by default when --ntp is set, the
+// TLS material.
+func TestServeConfigToNode(t *testing.T) {
+	sc, err := parseServe(t, []string{"--data-dir", t.TempDir(), "--cluster", "c1", "--lease-ttl", "7s",
+		"--reservation-window", "6s", "--coordinator-timeout", "2s", "--generator", "a=snowflake", "--generator", "b=compact",
+		"--ntp", "127.0.0.1:1234"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := sc.finish(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Cluster != "c1" || cfg.Timing.LeaseTTL != 7*time.Second || cfg.Timing.ReservationWindow != 6*time.Second ||
+		cfg.Timing.Timeout != 2*time.Second || cfg.Timing.RefreshInterval != time.Second || cfg.Timing.AllowShortWindow {
+		t.Fatalf("cluster %q, timing %+v", cfg.Cluster, cfg.Timing)
+	}
+	if len(cfg.Generators) != 2 || cfg.Generators[0].Name != "a" || cfg.Generators[1].Name != "b" {
+		t.Fatalf("generators %+v", cfg.Generators)
+	}
+	if !cfg.NTPRequired || cfg.TLS != nil || cfg.Version != version {
+		t.Fatalf("NTP required %v, TLS %v, version %q", cfg.NTPRequired, cfg.TLS, cfg.Version)
+	}
+	sc, err = parseServe(t, []string{"--data-dir", t.TempDir(), "--ntp", "127.0.0.1:1234", "--ntp-required=false"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err = sc.finish(time.Now()); err != nil || cfg.NTPRequired {
+		t.Fatalf("--ntp-required=false: required %v, %v", cfg.NTPRequired, err)
+	}
+}
+
+// The admin commands read the coordinator flags as serve does: flag >
+// FIRN_* > --config file > default. A serve configuration file works as it
+// is (its other keys are ignored; a key no serve flag has is refused), and
+// the admin commands' own flags (--generator, --datacenter) take nothing
+// from the environment or the file.
+func TestAdminFlagsLayered(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "firn.yaml")
+	yaml := strings.Join([]string{
+		"etcd: [a:1, b:2]",
+		"cluster: file",
+		"etcd-prefix: /fromfile",
+		"lease-ttl: 7s",
+		"reservation-window: 6s",
+		"embedded-client-addr: 127.0.0.1:7410",
+		"grpc-addr: 127.0.0.1:7400",
+		"generator: [main=snowflake, user=compact]",
+		"datacenter: 3",
+		"max-batch: 111",
+		"",
+	}, "\n")
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"FIRN_CLUSTER": "env", "FIRN_GENERATOR": "e=snowflake", "FIRN_COORDINATOR_TIMEOUT": "2s"}
+	var a adminFlags
+	fs := flag.NewFlagSet("firn workers", flag.ContinueOnError)
+	a.register(fs, "default", "the generator")
+	dc := fs.Uint64("datacenter", 0, "")
+	if err := a.parse([]string{"--config", conf, "--lease-ttl", "8s"}, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"etcd (file)", a.coord.Etcd, []string{"a:1", "b:2"}},
+		{"cluster (env > file)", a.coord.Cluster, "env"},
+		{"etcd-prefix (file)", a.coord.EtcdPrefix, "/fromfile"},
+		{"lease-ttl (flag > file)", a.coord.LeaseTTL, 8 * time.Second},
+		{"reservation-window (file)", a.coord.ReservationWindow, 6 * time.Second},
+		{"coordinator-timeout (env)", a.coord.CoordinatorTimeout, 2 * time.Second},
+		{"embedded-client-addr (file)", a.coord.EmbeddedClientAddr, "127.0.0.1:7410"},
+		{"generator (own flag: neither env nor file)", a.generator, "default"},
+		{"datacenter (own flag: not the file's)", *dc, uint64(0)},
+	} {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)
+		}
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("etcd: [a:1]\nmax-bach: 5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var b adminFlags
+	b.register(flag.NewFlagSet("firn workers", flag.ContinueOnError), "default", "")
+	if err := b.parse([]string{"--config", bad}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "max-bach") {
+		t.Fatalf("unknown key: %v", err)
+	}
+	// The coordinator flags are validated as serve's.
+	var z adminFlags
+	z.register(flag.NewFlagSet("firn workers", flag.ContinueOnError), "default", "")
+	err := z.parse([]string{"--zookeeper", "127.0.0.1:2181", "--lease-ttl", "6s"}, func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), "--reservation-window") || !strings.Contains(err.Error(), "--lease-ttl") {
+		t.Fatalf("ZooKeeper session rule: %v", err)
+	}
+}
+
+// The loopback rule: host:port on loopback ("localhost" or a loopback IP)
+// passes; anything else is refused naming the flag and what lifts the
+// rule, unless lifted; an address that is not host:port is refused either
+// way.
+func TestLoopbackRule(t *testing.T) {
+	rule := loopbackRule{why: "so it needs --lift-me"}
+	for _, c := range []struct {
+		addr   string
+		lifted bool
+		ok     bool
+	}{
+		{"127.0.0.1:7300", false, true},
+		{"localhost:7301", false, true},
+		{"[::1]:7300", false, true},
+		{"127.5.6.7:0", false, true},
+		{"0.0.0.0:7300", false, false},
+		{":7301", false, false},
+		{"example.com:7300", false, false},
+		{"10.1.2.3:7302", false, false},
+		{"0.0.0.0:7300", true, true},
+		{"nowhere", false, false},
+		{"nowhere", true, false},
+	} {
+		r := rule
+		r.lifted = c.lifted
+		err := r.check("some-addr", c.addr)
+		if (err == nil) != c.ok {
+			t.Errorf("check(%q, lifted %v) = %v, want ok=%v", c.addr, c.lifted, err, c.ok)
+			continue
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "--some-addr: ") {
+			t.Errorf("error %q does not name the flag", err)
+		}
+		if err != nil && c.addr != "nowhere" && !strings.Contains(err.Error(), "--lift-me") {
+			t.Errorf("error %q does not name what lifts the rule", err)
+		}
 	}
 }

@@ -10,10 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
-
-	"sigs.k8s.io/yaml"
 )
 
 // Exit codes.
@@ -44,7 +41,8 @@ Commands:
 Run "firn <command> --help" for a command's flags. Every serve flag can also be
 set as FIRN_<FLAG> in the environment (dashes become underscores) and as a key of
 the YAML file given by --config; a flag beats the environment, which beats the
-file, which beats the default.
+file, which beats the default. workers and coordinator bump read the coordinator
+flags (--etcd, --zookeeper, --cluster, ...) the same way, from the same file.
 `
 
 func main() {
@@ -85,103 +83,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "firn: unknown command %q (run firn --help)\n", cmd)
 	return exitUsage
-}
-
-// parseLayered parses args into fs with the precedence flag > environment
-// (FIRN_<FLAG>) > YAML file (--config) > default. repeatable names flags
-// whose values accumulate; their environment values separate with ';'.
-func parseLayered(fs *flag.FlagSet, args []string, configPath *string, repeatable map[string]bool, getenv func(string) string) error {
-	if err := parseQuiet(fs, args); err != nil {
-		return err
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-
-	apply := func(name string, values []string, from string) error {
-		for _, v := range values {
-			if err := fs.Set(name, v); err != nil {
-				return fmt.Errorf("%s: --%s: %v", from, name, err)
-			}
-		}
-		return nil
-	}
-	// The environment.
-	fromEnv := map[string]bool{}
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] || envErr != nil {
-			return
-		}
-		key := "FIRN_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		v := getenv(key)
-		if v == "" {
-			return
-		}
-		vals := []string{v}
-		if repeatable[f.Name] {
-			vals = strings.Split(v, ";")
-		}
-		envErr = apply(f.Name, vals, "environment "+key)
-		fromEnv[f.Name] = true
-	})
-	if envErr != nil {
-		return envErr
-	}
-	// The file.
-	if configPath == nil || *configPath == "" {
-		return nil
-	}
-	b, err := os.ReadFile(*configPath)
-	if err != nil {
-		return fmt.Errorf("--config: %w", err)
-	}
-	var m map[string]any
-	if err := yaml.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("--config %s: %w", *configPath, err)
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		f := fs.Lookup(k)
-		if f == nil || k == "config" {
-			return fmt.Errorf("--config %s: unknown key %q (keys are serve flag names, e.g. grpc-addr)", *configPath, k)
-		}
-		if set[k] || fromEnv[k] {
-			continue
-		}
-		var vals []string
-		switch v := m[k].(type) {
-		case []any:
-			if !repeatable[k] {
-				parts := make([]string, len(v))
-				for i, x := range v {
-					parts[i] = fmt.Sprint(x)
-				}
-				vals = []string{strings.Join(parts, ",")}
-			} else {
-				for _, x := range v {
-					vals = append(vals, fmt.Sprint(x))
-				}
-			}
-		case nil:
-			continue
-		case float64:
-			if v == float64(int64(v)) {
-				vals = []string{fmt.Sprint(int64(v))}
-			} else {
-				vals = []string{fmt.Sprint(v)}
-			}
-		default:
-			vals = []string{fmt.Sprint(v)}
-		}
-		if err := apply(k, vals, "--config "+*configPath); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // fail prints one line on stderr and returns the code.

@@ -14,9 +14,11 @@
 //
 // Invariant: one embedded coordinator is one node's private ID space. Two
 // nodes on two copies of one data directory would issue the same IDs, which
-// is what the identity check exists to stop; for the same reason
-// CheckServeAddrs refuses non-loopback serving addresses on the embedded
-// coordinator unless explicitly allowed (--embedded-serve-remote).
+// is what the identity check exists to stop; for the same reason `firn
+// serve` refuses non-loopback serving addresses on the embedded
+// coordinator unless explicitly allowed (--embedded-serve-remote; the
+// loopback rule in cmd/firn), and the member itself listens on loopback
+// only.
 //
 // Hazards: the member's state is in DataDir/embedded/etcd; deleting it
 // recreates the pins (nodes then refuse with "coordinator state recreated"

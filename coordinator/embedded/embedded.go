@@ -289,29 +289,3 @@ func checkLoopback(addr string) error {
 	}
 	return nil
 }
-
-// CheckServeAddrs refuses, on the embedded coordinator, serving addresses
-// that are not loopback unless allowRemote (--embedded-serve-remote): a
-// fleet started without coordinator flags must not become many private ID
-// spaces. Errors match coordinator.ErrInvalidSpec and name the flag.
-func CheckServeAddrs(allowRemote bool, addrs map[string]string) error {
-	if allowRemote {
-		return nil
-	}
-	for flag, addr := range addrs {
-		if addr == "" {
-			continue
-		}
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			return fmt.Errorf("%w: %s %q: %w", coordinator.ErrInvalidSpec, flag, addr, err)
-		}
-		ip := net.ParseIP(host)
-		if host == "localhost" || (ip != nil && ip.IsLoopback()) {
-			continue
-		}
-		return fmt.Errorf("%w: %s %q is not loopback: on the embedded coordinator each node is its own ID space; use --etcd or --zookeeper, or --embedded-serve-remote to serve one node remotely",
-			coordinator.ErrInvalidSpec, flag, addr)
-	}
-	return nil
-}

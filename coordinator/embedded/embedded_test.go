@@ -153,25 +153,6 @@ func TestLoopbackOnly(t *testing.T) {
 	if !errors.Is(err, coordinator.ErrInvalidSpec) || !strings.Contains(err.Error(), "loopback") {
 		t.Fatalf("non-loopback client address: %v, want ErrInvalidSpec naming loopback", err)
 	}
-	for _, tc := range []struct {
-		addrs  map[string]string
-		remote bool
-		ok     bool
-	}{
-		{map[string]string{"--grpc-addr": "127.0.0.1:7300", "--http-addr": "localhost:7301"}, false, true},
-		{map[string]string{"--grpc-addr": "[::1]:7300"}, false, true},
-		{map[string]string{"--grpc-addr": "0.0.0.0:7300"}, false, false},
-		{map[string]string{"--http-addr": ":7301"}, false, false},
-		{map[string]string{"--grpc-addr": "0.0.0.0:7300"}, true, true},
-	} {
-		err := embedded.CheckServeAddrs(tc.remote, tc.addrs)
-		if (err == nil) != tc.ok {
-			t.Errorf("CheckServeAddrs(%v, %v) = %v, want ok=%v", tc.remote, tc.addrs, err, tc.ok)
-		}
-		if err != nil && (!errors.Is(err, coordinator.ErrInvalidSpec) || !strings.Contains(err.Error(), "--embedded-serve-remote")) {
-			t.Errorf("error %q does not name --embedded-serve-remote", err)
-		}
-	}
 }
 
 // TestIdleTimingKeepsLeasesAndWrites: the embedded member's slower raft tick

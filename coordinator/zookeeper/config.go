@@ -127,19 +127,13 @@ func (c Config) Validate() error {
 // SessionStall is how long a session can go without a server answering
 // before the client gives up on that server and fails over: two thirds of
 // the negotiated session timeout (the client's receive timeout).
-func SessionStall(session time.Duration) time.Duration { return session * 2 / 3 }
+func SessionStall(session time.Duration) time.Duration { return coordinator.SessionStall(session) }
 
 // checkSession refuses a reservation window that one frozen server (the
-// client waits SessionStall before it fails over) would outlast.
+// client waits SessionStall before it fails over) would outlast; which is
+// "requested" or "negotiated".
 func (c Config) checkSession(session time.Duration, which string) error {
-	if c.Timing.AllowShortWindow {
-		return nil
-	}
-	if min := coordinator.MinWindow(SessionStall(session)); c.Timing.ReservationWindow < min {
-		return fmt.Errorf("%w: reservation window %v is shorter than 2/3 of the %s ZooKeeper session timeout %v + %v = %v",
-			coordinator.ErrInvalidSpec, c.Timing.ReservationWindow, which, session, coordinator.WindowSlack, min)
-	}
-	return nil
+	return c.Timing.ValidateSession(session, which+" ZooKeeper session timeout", coordinator.DefaultTimingNames)
 }
 
 // acl is what every node firn creates carries.

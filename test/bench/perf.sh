@@ -7,6 +7,7 @@
 #
 #   bash test/bench/perf.sh [duration] [pairs]   # default 5s per measured run, 9 pairs
 #
+# The load comes from `firn bench` (internal/load, built into the binary).
 # A freshly started node gets 5 s of unmeasured calls before its first
 # measured row. On this 2-core VM one node/no-op pair can differ by ±30 %
 # from the next; the ratios are medians over the pairs.

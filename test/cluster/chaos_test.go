@@ -7,6 +7,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -250,7 +251,16 @@ func waitFor(d time.Duration, cond func() bool) (time.Duration, bool) {
 	return time.Since(start), cond()
 }
 
-var scenarios = []scenario{
+// scenarios are every scenario, in the order they run and the report
+// lists them.
+var scenarios = slices.Concat(faultScenarios, clockScenarios, startScenarios, clientScenarios,
+	coordinatorScenarios, forwardStepScenarios)
+
+// faultScenarios: faults of the nodes and of the network between them and
+// the coordinator — backward clock steps, kill -9 and restart, SIGSTOP past
+// the lease, partitions, lost replies — and of capacity: worker IDs
+// exhausted, floods of batches, a drain under load.
+var faultScenarios = []scenario{
 	{name: "clock steps back 5ms 50ms 500ms absorbed", run: func(e *env) {
 		n := e.newNode("n1")
 		e.startAll(n)

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/server"
+)
+
+// serveConfig is everything `firn serve` reads from its flags, the FIRN_*
+// environment and the --config file: what the node consumes
+// (server.Config), the coordinator (shared with the admin commands), and
+// what the binary itself uses (data dir, node name, files, log level, the
+// rules that lift loopback-only listeners). finish turns it into the
+// node's server.Config.
+type serveConfig struct {
+	node  server.Config
+	coord coordConfig
+
+	// config is the --config file.
+	config string
+	// dataDir holds the node's identity, its own last reservations and,
+	// with the embedded coordinator, the etcd data.
+	dataDir string
+	// nodeName is a label (default hostname plus a short hash of the data
+	// dir); never a credential.
+	nodeName string
+	// generators are the raw --generator values, name=layout.
+	generators []string
+	// ntpRequiredSet records an explicit --ntp-required (default: true
+	// when --ntp is set).
+	ntpRequiredSet bool
+	// TLS files for gRPC and HTTP: certificate and key; a client CA turns
+	// on mTLS.
+	tlsCert, tlsKey, tlsClientCA string
+	// embeddedServeRemote and faultAddrAllowRemote lift the loopback rule
+	// of the listeners.
+	embeddedServeRemote  bool
+	faultAddrAllowRemote bool
+	// logLevel: debug, info, warn, error.
+	logLevel string
+}
+
+// repeatableServeFlags are the serve flags whose values accumulate (their
+// environment variable separates values with ';').
+var repeatableServeFlags = map[string]bool{"generator": true}
+
+// defaultServeConfig returns the defaults of `firn serve`: the node's own
+// (server.DefaultConfig) and those of the binary.
+func defaultServeConfig() serveConfig {
+	node := server.DefaultConfig()
+	node.Version = version
+	return serveConfig{
+		node:     node,
+		coord:    defaultCoordConfig(),
+		dataDir:  "firn-data",
+		logLevel: "info",
+	}
+}
+
+// newServeFlagSet defines every serve flag on a new flag set, writing into
+// sc (whose values are the defaults shown).
+func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("firn serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: firn serve [flags]\n\nRuns a node. With no --etcd or --zookeeper it runs on the embedded single-node etcd in --data-dir.\nEvery flag is also FIRN_<FLAG> in the environment and a key of the --config YAML file (flag > env > file > default).\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	c := &sc.node
+	fs.StringVar(&sc.config, "config", "", "YAML file whose keys are serve flag names")
+	fs.StringVar(&sc.dataDir, "data-dir", sc.dataDir, "node state directory (identity, reservations, embedded etcd)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (API, /metrics, /healthz, /readyz, status page)")
+	sc.coord.register(fs)
+	sc.coord.registerEmbeddedStart(fs)
+	fs.StringVar(&sc.nodeName, "node-name", sc.nodeName, "node name label (default hostname plus a short hash of the data dir)")
+	fs.Var(repeatFlag{&sc.generators}, "generator", "name=layout (preset or canonical string); repeatable; the first is the default (default default=snowflake)")
+	fs.Int64Var(&c.Datacenter, "datacenter", c.Datacenter, "fix the datacenter field (-1: allocated with the worker ID)")
+	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "largest NextIDs count (also bounded by sequence × units in max-lead)")
+	fs.DurationVar(&c.MaxLead, "max-lead", c.MaxLead, "how far IDs' time may run ahead of the clock (0: max(1s, 2 units) per generator)")
+	fs.DurationVar(&c.MaxStaleness, "max-staleness", c.MaxStaleness, "oldest a buffered ID may be when handed out (0: max(100ms, 2 units) per generator)")
+	fs.DurationVar(&c.MaxClockOffset, "max-clock-offset", c.MaxClockOffset, "NTP offset beyond which the node does not serve")
+	fs.Var(listFlag{&c.NTP}, "ntp", "NTP servers, comma-separated host[:port] (none: drift unchecked)")
+	fs.Var(boolSetFlag{&c.NTPRequired, &sc.ntpRequiredSet}, "ntp-required", "unreachable NTP blocks serving (default true when --ntp is set)")
+	fs.DurationVar(&c.NTPInterval, "ntp-interval", c.NTPInterval, "how often NTP is checked")
+	fs.DurationVar(&c.MaxPeerSkew, "max-peer-skew", c.MaxPeerSkew, "clock skew from the peer median beyond which an outlier stops serving")
+	fs.StringVar(&c.RollbackRecovery, "rollback-recovery", c.RollbackRecovery, "after a clock rollback beyond max-lead: auto or manual (POST /admin/resume)")
+	fs.IntVar(&c.RingSize, "ring-size", c.RingSize, "ring buffer slots per generator (power of two)")
+	fs.StringVar(&sc.tlsCert, "tls-cert", sc.tlsCert, "TLS certificate for gRPC and HTTP")
+	fs.StringVar(&sc.tlsKey, "tls-key", sc.tlsKey, "TLS key for gRPC and HTTP")
+	fs.StringVar(&sc.tlsClientCA, "tls-client-ca", sc.tlsClientCA, "CA that client certificates must chain to (turns on mTLS)")
+	fs.BoolVar(&c.EnableFaultInjection, "enable-fault-injection", c.EnableFaultInjection, "serve the fault-injection listener (chaos tests only)")
+	fs.StringVar(&c.FaultAddr, "fault-addr", c.FaultAddr, "fault-injection listen address")
+	fs.BoolVar(&sc.faultAddrAllowRemote, "fault-addr-allow-remote", sc.faultAddrAllowRemote, "allow a non-loopback --fault-addr")
+	fs.DurationVar(&c.FaultClockOffset, "fault-clock-offset", c.FaultClockOffset, "clock offset from the first read (needs --enable-fault-injection)")
+	fs.BoolVar(&sc.embeddedServeRemote, "embedded-serve-remote", sc.embeddedServeRemote, "allow non-loopback listeners on the embedded coordinator")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "longest graceful drain on SIGTERM")
+	fs.DurationVar(&c.HTTPRequestTimeout, "http-request-timeout", c.HTTPRequestTimeout, "the server's deadline for an HTTP ID request")
+	fs.StringVar(&sc.logLevel, "log-level", sc.logLevel, "debug, info, warn or error")
+	return fs
+}
+
+// serveFlagNames are the names of every serve flag: the keys a --config
+// file may hold.
+func serveFlagNames() map[string]bool {
+	sc := defaultServeConfig()
+	names := map[string]bool{}
+	newServeFlagSet(&sc, io.Discard).VisitAll(func(f *flag.Flag) { names[f.Name] = true })
+	return names
+}
+
+// finish checks what the binary owns (data dir, listeners' loopback rule,
+// TLS files, the coordinator flags), turns the flags into the node's
+// configuration, and has the node validate the rest (server.Config.Finish);
+// now is the clock reading layouts are validated against. Every refusal
+// names the flag.
+func (sc *serveConfig) finish(now time.Time) (server.Config, error) {
+	c := sc.node
+	if sc.dataDir == "" {
+		return c, flagErr("data-dir", "must be set")
+	}
+	if err := sc.coord.validate(); err != nil {
+		return c, err
+	}
+	c.Cluster = sc.coord.Cluster
+	c.Timing = sc.coord.timing()
+
+	seen := map[string]bool{}
+	for _, s := range sc.generators {
+		name, layout, ok := strings.Cut(s, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.ContainsAny(name, "/ \t") || len(name) > 64 {
+			return c, flagErr("generator", "%q is not name=layout (name 1..64 characters, no '/' or spaces)", s)
+		}
+		if seen[name] {
+			return c, flagErr("generator", "name %q given twice", name)
+		}
+		seen[name] = true
+		l, err := generator.ParseLayout(layout)
+		if err != nil {
+			return c, flagErr("generator", "%s: %v", name, err)
+		}
+		c.Generators = append(c.Generators, server.GeneratorConfig{Name: name, Layout: l})
+	}
+	if !sc.ntpRequiredSet {
+		c.NTPRequired = len(c.NTP) > 0
+	}
+
+	listeners := loopbackRule{lifted: !sc.coord.embedded() || sc.embeddedServeRemote,
+		why: "on the embedded coordinator every node is its own ID space, so serving remote clients needs --embedded-serve-remote (or point the node at --etcd/--zookeeper)"}
+	for _, a := range []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
+		if err := listeners.check(a.flag, a.addr); err != nil {
+			return c, err
+		}
+	}
+	if c.EnableFaultInjection {
+		fault := loopbackRule{lifted: sc.faultAddrAllowRemote,
+			why: "whoever reaches the fault listener moves this node's clock, so a remote one needs --fault-addr-allow-remote"}
+		if err := fault.check("fault-addr", c.FaultAddr); err != nil {
+			return c, err
+		}
+	}
+
+	tc, err := serverTLS(sc.tlsCert, sc.tlsKey, sc.tlsClientCA)
+	if err != nil {
+		return c, err
+	}
+	c.TLS = tc
+	if err := c.Finish(now); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// serverTLS loads the TLS configuration of gRPC and HTTP from the files of
+// --tls-cert, --tls-key and --tls-client-ca; nil without --tls-cert.
+func serverTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	switch {
+	case (certFile == "") != (keyFile == ""):
+		return nil, flagErr("tls-cert", "--tls-cert and --tls-key go together")
+	case clientCAFile != "" && certFile == "":
+		return nil, flagErr("tls-client-ca", "needs --tls-cert and --tls-key")
+	case certFile == "":
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, flagErr("tls-cert", "%v", err)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	if clientCAFile != "" {
+		pem, err := os.ReadFile(clientCAFile)
+		if err != nil {
+			return nil, flagErr("tls-client-ca", "%v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, flagErr("tls-client-ca", "%s holds no PEM certificate", clientCAFile)
+		}
+		c.ClientCAs = pool
+		c.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return c, nil
+}

@@ -1,0 +1,47 @@
+package server
+
+// The fault endpoint: POST and GET /debug/fault/clock-offset on the fault
+// listener (--fault-addr), served only with fault injection on
+// (docs/design.md, Interfaces). It moves the node's Offset clock, never the
+// machine's.
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+)
+
+func (n *Node) faultHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /debug/fault/clock-offset", func(w http.ResponseWriter, r *http.Request) {
+		s := r.FormValue("offset")
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			writeJSON(w, 400, jsonError{Error: fmt.Sprintf("offset %q is not a Go duration (e.g. -5s, 300ms, 0)", s), Code: "InvalidArgument"})
+			return
+		}
+		old := n.offset.CurrentOffset()
+		n.offset.SetOffset(d)
+		n.log.Warn("FAULT INJECTION: clock offset set", "offset", d, "previous", old)
+		writeJSON(w, 200, map[string]string{"offset": d.String(), "previous": old.String()})
+	})
+	mux.HandleFunc("GET /debug/fault/clock-offset", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]string{"offset": n.offset.CurrentOffset().String()})
+	})
+	return refuseBrowsers(mux)
+}
+
+// refuseBrowsers refuses every request that carries an Origin header.
+// Browsers send one with every cross-site POST (a plain form POST needs no
+// preflight), so without this a web page open on the node's host could
+// move the clock of a node started with fault injection; the CLI, curl and
+// the tests send none.
+func refuseBrowsers(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o != "" {
+			writeJSON(w, 403, jsonError{Error: fmt.Sprintf("fault injection refuses requests from web pages (Origin %q): use `firn fault` or curl", o), Code: "PermissionDenied"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

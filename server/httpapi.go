@@ -1,0 +1,207 @@
+package server
+
+// The HTTP API: GET /v1/ids, GET /v1/decode/{id}, /metrics, /healthz,
+// /readyz and POST /admin/resume, on the HTTP listener (with the status
+// page, statuspage.go). The fault endpoint has a listener of its own
+// (fault.go).
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// httpTLS is the HTTP listener's TLS configuration: like gRPC's, except
+// that with mTLS a client certificate is verified when given but not
+// required at the handshake, so that probes and scrapes (/healthz,
+// /readyz, /metrics, the status page) work without one; the ID API and
+// /admin require a verified certificate (requireClientCert).
+func httpTLS(c *tls.Config) *tls.Config {
+	if c == nil || c.ClientAuth != tls.RequireAndVerifyClientCert {
+		return c
+	}
+	h := c.Clone()
+	h.ClientAuth = tls.VerifyClientCertIfGiven
+	return h
+}
+
+// requireClientCert refuses a request without a verified client
+// certificate when mTLS is on.
+func (n *Node) requireClientCert(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if n.cfg.MutualTLS() && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+			writeJSON(w, 403, jsonError{Error: "this endpoint needs a client certificate signed by --tls-client-ca", Code: "PermissionDenied"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (n *Node) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/ids", n.requireClientCert(n.handleIDs))
+	mux.HandleFunc("GET /v1/decode/{id}", n.requireClientCert(n.handleDecode))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", n.handleReady)
+	mux.HandleFunc("POST /admin/resume", n.handleResume)
+	mux.HandleFunc("GET /{$}", n.handleStatus)
+	return mux
+}
+
+type jsonError struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	c := code(err)
+	writeJSON(w, httpStatus(c), jsonError{Error: err.Error(), Code: c.String()})
+}
+
+// handleIDs: GET /v1/ids?generator=&count= → {"ids":["…"]}, IDs as
+// decimal strings (JavaScript cannot hold 64-bit integers).
+func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	rt, err := n.lookup(q.Get("generator"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	count := int64(1)
+	if s := q.Get("count"); s != "" {
+		count, err = strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			writeErr(w, badRequest("count %q is not an integer in [1, %d]", s, rt.maxBatch))
+			return
+		}
+	}
+	if err := checkCount(rt, count); err != nil {
+		writeErr(w, err)
+		return
+	}
+	ids := make([]uint64, count)
+	// The server's own deadline: an HTTP client may have none.
+	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.HTTPRequestTimeout)
+	defer cancel()
+	if err := rt.issue(ctx, ids); err != nil {
+		writeErr(w, err)
+		return
+	}
+	var b strings.Builder
+	b.Grow(len(ids)*21 + 16)
+	b.WriteString(`{"ids":[`)
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		b.WriteString(strconv.FormatUint(id, 10))
+		b.WriteByte('"')
+	}
+	b.WriteString("]}\n")
+	w.Header().Set("Content-Type", "application/json")
+	w.Write([]byte(b.String()))
+}
+
+type decodeJSON struct {
+	ID         string    `json:"id"`
+	Generator  string    `json:"generator"`
+	Time       time.Time `json:"time"`
+	Datacenter uint64    `json:"datacenter"`
+	Worker     uint64    `json:"worker"`
+	Sequence   uint64    `json:"sequence"`
+}
+
+func (n *Node) handleDecode(w http.ResponseWriter, r *http.Request) {
+	rt, err := n.lookup(r.URL.Query().Get("generator"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	s := r.PathValue("id")
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		writeErr(w, badRequest("id %q is not a decimal 64-bit unsigned integer", s))
+		return
+	}
+	p, err := rt.cfg.Layout.Decode(id)
+	if err != nil {
+		writeErr(w, badRequest("%v", err))
+		return
+	}
+	writeJSON(w, 200, decodeJSON{ID: s, Generator: rt.cfg.Name, Time: p.Time.UTC(), Datacenter: p.Datacenter, Worker: p.Worker, Sequence: p.Sequence})
+}
+
+type readyGen struct {
+	Name    string `json:"name"`
+	Default bool   `json:"default"`
+	Serving bool   `json:"serving"`
+	State   string `json:"state"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// handleReady: 200 only while the default generator serves; the body gives
+// each generator's state and reason.
+func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
+	var out struct {
+		Ready      bool       `json:"ready"`
+		Generators []readyGen `json:"generators"`
+	}
+	for _, rt := range n.gens {
+		out.Generators = append(out.Generators, readyGen{Name: rt.cfg.Name, Default: rt.isDefault,
+			Serving: rt.state.Serving(), State: rt.state.State().String(), Reason: rt.state.Reason()})
+	}
+	out.Ready = n.gens[0].state.Serving()
+	status := 200
+	if !out.Ready {
+		status = 503
+	}
+	writeJSON(w, status, out)
+}
+
+// handleResume ends a manual-recovery stop; only over mTLS, and only for a
+// client whose certificate the node verified.
+func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
+	if !n.cfg.MutualTLS() || r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+		writeJSON(w, 403, jsonError{Error: "POST /admin/resume needs mTLS (--tls-client-ca) and a verified client certificate", Code: "PermissionDenied"})
+		return
+	}
+	gen := r.URL.Query().Get("generator")
+	var names []string
+	if gen == "" {
+		for _, rt := range n.gens {
+			names = append(names, rt.cfg.Name)
+		}
+	} else {
+		names = []string{gen}
+	}
+	for _, name := range names {
+		if err := n.Resume(name); err != nil {
+			if !errors.Is(err, ErrUnknownGenerator) {
+				err = fmt.Errorf("%w: %v", ErrBadRequest, err)
+			}
+			writeErr(w, err)
+			return
+		}
+	}
+	n.log.Warn("manual recovery: resumed by operator", "generators", names, "client", r.TLS.VerifiedChains[0][0].Subject.String())
+	writeJSON(w, 200, map[string]any{"resumed": names})
+}

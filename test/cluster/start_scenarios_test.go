@@ -1,0 +1,75 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
+)
+
+// startScenarios: nodes starting — behind their own last reservation, and
+// many at once competing for worker IDs.
+var startScenarios = []scenario{
+	{name: "restart 10s behind its reservation", run: func(e *env) {
+		n := e.newNode("n1")
+		e.startAll(n)
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2})
+		time.Sleep(1500 * time.Millisecond)
+		load.Stop()
+		n.Kill()
+		n.Start("--fault-clock-offset", "-10s")
+		time.Sleep(3 * time.Second)
+		if code, _ := n.Ready(); code == 200 {
+			// Serving is allowed only on IDs above the reservation;
+			// the checker below verifies that.
+			e.t.Log("serving 10s behind: on another worker or above its floor")
+		}
+		load = StartLoad(e.rec, e.nodes, LoadOptions{Callers: 1, Deadline: 2 * time.Second})
+		n.SetOffset(0)
+		if _, err := n.WaitReady(10 * time.Second); err != nil {
+			e.t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		load.Stop()
+		countFailures(e, e.rec.Failures(), func(f Failure) bool { return true })
+		e.check(Bounds{Skew: 10 * time.Second})
+	}},
+	{name: "ten nodes started at once get distinct worker IDs", run: func(e *env) {
+		var ns []*Node
+		for i := 0; i < 10; i++ {
+			ns = append(ns, e.newNode(fmt.Sprintf("n%d", i)))
+		}
+		var wg sync.WaitGroup
+		for _, n := range ns {
+			n := n
+			wg.Add(1)
+			go func() { defer wg.Done(); n.Start() }()
+		}
+		wg.Wait()
+		seen := map[string]string{}
+		for _, n := range ns {
+			if _, err := n.WaitReady(30 * time.Second); err != nil {
+				e.t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			info, err := n.ID.Info(ctx, &firnv1.InfoRequest{})
+			cancel()
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			g := info.GetGenerators()[0]
+			k := fmt.Sprintf("dc=%d worker=%d", g.GetDatacenter(), g.GetWorker())
+			if other, dup := seen[k]; dup {
+				e.t.Errorf("%s and %s both hold %s", other, n.Name, k)
+			}
+			seen[k] = n.Name
+		}
+		load := StartLoad(e.rec, ns, LoadOptions{Callers: 1, Pause: 5 * time.Millisecond})
+		time.Sleep(time.Second)
+		load.Stop()
+		countFailures(e, e.rec.Failures(), none)
+		e.check(Bounds{})
+	}},
+}
