@@ -223,7 +223,6 @@ func (n *node) startNode(wipe bool) error {
 	}
 	n.life++
 	cfg := server.DefaultConfig()
-	cfg.DataDir = n.dir
 	cfg.Cluster = "sim"
 	cfg.RingSize = 1024
 	cfg.Generators = []server.GeneratorConfig{{Name: generatorName, Layout: w.layout}}
