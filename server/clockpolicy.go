@@ -49,6 +49,7 @@ type clockPolicy struct {
 	peerCount   int
 	peerChecked bool
 	peerOver    int // consecutive checks beyond --max-peer-skew
+	peerMost    int // the most live nodes any reading saw, this one included
 
 	// kick wakes the probe loop when a rollback hold begins, so that it
 	// checks for recovery every probeFast instead of every probeSlow.
@@ -268,9 +269,9 @@ func (p *clockPolicy) resume(rt *genRuntime) error {
 // reservations are held below the step, and the generators refuse the
 // stepped reading themselves (generator.MaxForwardStep), so no ID carries
 // the stepped time. The clock coming back within the limit of the accepted
-// offset ends the gate by itself. With no NTP configured and no other live
-// node there is nothing to ask: the step is accepted unconfirmed, and said
-// so loudly. NTP configured but unreachable (required
+// offset ends the gate by itself. With no NTP configured on a node that has
+// never seen another live node there is nothing to ask: the step is
+// accepted unconfirmed, and said so loudly. NTP configured but unreachable (required
 // or not) confirms nothing: the gate holds until it answers.
 type fwdGate struct {
 	mu       sync.Mutex
@@ -319,7 +320,7 @@ func (p *clockPolicy) gateReading(wall time.Time, mono time.Duration) {
 	if !p.cfg.NTP && p.alone() {
 		g.top = off
 		g.mu.Unlock()
-		p.log.Warn("forward clock step accepted unconfirmed: no NTP and no other live node to check it", "size", jump)
+		p.log.Warn("forward clock step accepted unconfirmed: no NTP, and no other node was ever seen to check it", "size", jump)
 		p.confirmGenerators()
 		return
 	}
@@ -519,12 +520,14 @@ func (p *clockPolicy) waitFirstPeers() {
 // a second. Read at the right time, it makes a peer seem behind by as much.
 const peerBeatAge = time.Second
 
-// alone reports whether the last peer reading saw no other live node
-// (or there was none yet).
+// alone reports whether no peer reading since start ever saw another live
+// node: a node deployed alone. A node that has seen peers waits for them
+// to confirm a step even while none holds a worker (after a restore, say,
+// when every node is held out and no heartbeat flows).
 func (p *clockPolicy) alone() bool {
 	p.peerMu.Lock()
 	defer p.peerMu.Unlock()
-	return p.peerCount <= 1
+	return p.peerMost <= 1
 }
 
 // peerStatus is the last peer comparison, for the status page: whether
@@ -568,6 +571,7 @@ func (p *clockPolicy) onPeers(self string, beats []coordinator.PeerBeat, first b
 	abs := max(skew, -skew)
 	p.peerMu.Lock()
 	p.peerSkew, p.peerCount, p.peerChecked = skew, len(offsets), true
+	p.peerMost = max(p.peerMost, len(offsets))
 	switch {
 	case first && abs > p.cfg.MaxPeerSkew+peerBeatAge:
 		p.peerOver = 2

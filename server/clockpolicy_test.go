@@ -265,3 +265,18 @@ func TestPolicyNTPVerdicts(t *testing.T) {
 	loose.p.onNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
 	loose.wantServing(true, "NTP unreachable, not required")
 }
+
+// A node that has seen peers waits for them to confirm a forward step even
+// when none is live at the moment (after a restore every node is held out
+// and no heartbeat flows); one that never saw another accepts it.
+func TestPolicyOncePeeredWaits(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{})
+	r.p.onPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
+	r.p.onPeers("self", nil, false) // the peer is gone, for now
+	r.clock.Advance(time.Second)
+	r.step(time.Hour)
+	r.wantServing(false, "after +1h with no live peer, having seen one")
+	if !r.p.gateHeld() {
+		t.Fatal("reservations not held")
+	}
+}
