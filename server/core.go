@@ -219,6 +219,17 @@ func (c *Core) start() error {
 			return err
 		}
 	}
+	// The holders exist before anything that calls them (the clock
+	// policy's inputs) starts.
+	holders := make([]*holder, 0, len(c.gens))
+	for _, rt := range c.gens {
+		hd := &holder{rt: rt, coord: c.coord, clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo, crashed: &c.crashed,
+			cfg: holderConfig{Datacenter: c.cfg.Datacenter, ReservationWindow: c.cfg.Timing.ReservationWindow,
+				RefreshInterval: c.cfg.Timing.RefreshInterval, CoordinatorTimeout: c.cfg.Timing.Timeout,
+				MaxClockOffset: c.cfg.MaxClockOffset}}
+		rt.stepped = hd.stepped
+		holders = append(holders, hd)
+	}
 	var err error
 	c.steps, err = clockguard.NewStepDetector(c.clock, clockguard.DefaultStepConfig(),
 		clockguard.WithStepCallback(c.policy.onStep), clockguard.WithStepLogger(c.log))
@@ -233,11 +244,7 @@ func (c *Core) start() error {
 		return err
 	}
 	c.policy.waitFirstPeers()
-	for _, rt := range c.gens {
-		hd := &holder{rt: rt, coord: c.coord, clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo, crashed: &c.crashed,
-			cfg: holderConfig{Datacenter: c.cfg.Datacenter, ReservationWindow: c.cfg.Timing.ReservationWindow,
-				RefreshInterval: c.cfg.Timing.RefreshInterval, CoordinatorTimeout: c.cfg.Timing.Timeout,
-				MaxClockOffset: c.cfg.MaxClockOffset}}
+	for _, hd := range holders {
 		c.goRun(func() { hd.run(ctx) })
 	}
 	c.goRun(func() { c.peerLoop(ctx) })

@@ -112,7 +112,6 @@ func (h *holding) stopExpiry() {
 // loss, until ctx ends.
 func (hd *holder) run(ctx context.Context) {
 	rt := hd.rt
-	rt.stepped = hd.stepped
 	backoff := 200 * time.Millisecond
 	rt.state.Set(clockguard.SourceLease, "acquiring a worker ID")
 	for ctx.Err() == nil {

@@ -112,7 +112,7 @@ type world struct {
 	mu         sync.Mutex
 	start      time.Time
 	nodes      []*node
-	issued     map[uint64]string
+	issued     map[coordinator.Slot][]idRun // every ID received, as runs per worker
 	restores   int       // bumps the epoch of the reservation check
 	restoredAt time.Time // the last restore: holders run above the store's values until they notice
 	bumpedTo   time.Time // nodes may wait until about here for a bump's floor
@@ -129,7 +129,7 @@ func Run(o Options) (*Result, error) {
 	if o.Virtual == 0 {
 		o.Virtual = 10 * time.Minute
 	}
-	w := &world{o: o, rng: rand.New(rand.NewSource(o.Seed)), issued: map[uint64]string{}, start: time.Now()}
+	w := &world{o: o, rng: rand.New(rand.NewSource(o.Seed)), issued: map[coordinator.Slot][]idRun{}, start: time.Now()}
 	w.base = clockguard.NewOffset(clockguard.NewSystem(), era)
 	w.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if o.Log != nil {
@@ -225,6 +225,10 @@ func (n *node) startNode(wipe bool) error {
 	cfg := server.DefaultConfig()
 	cfg.Cluster = "sim"
 	cfg.RingSize = 1024
+	// A coarser freshness tick (a quarter of max-staleness) than the
+	// default's 25 ms: the ring's filler wakes on it while it holds IDs,
+	// and those wake-ups are most of a run's events.
+	cfg.MaxStaleness = time.Second
 	cfg.Generators = []server.GeneratorConfig{{Name: generatorName, Layout: w.layout}}
 	if w.ntp {
 		cfg.NTP = []string{"127.0.0.1:123"}
@@ -299,7 +303,7 @@ func (n *node) caller(id string, core *server.Core, stop <-chan struct{}, life i
 		n.mu.Lock()
 		paused, burst, frozen := n.paused, n.burst, n.frozen
 		n.mu.Unlock()
-		pause := time.Duration(50+rng.Intn(450)) * time.Millisecond
+		pause := time.Duration(100+rng.Intn(900)) * time.Millisecond
 		if paused || frozen {
 			pause = 500 * time.Millisecond
 		}
@@ -374,36 +378,61 @@ func (n *node) checkRefusal(id string, err error, took time.Duration, frozen, up
 
 // received checks and records one call's IDs: unique, and within the
 // reservation the coordinator holds for their worker (unless a restore
-// happened during the call).
+// happened during the call). IDs are kept as runs of consecutive values
+// (one time unit of one worker each), per worker, so that millions of IDs
+// cost thousands of entries.
 func (w *world) received(who string, ids []uint64, restored bool) {
-	reserved := map[coordinator.Slot]int64{}
+	seqMask := w.layout.MaxSequence()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.ids += len(ids)
-	for _, x := range ids {
-		if prev, dup := w.issued[x]; dup {
-			w.violations = append(w.violations, fmt.Sprintf("%9v  ID %d issued twice: to %s and to %s", w.since(), x, prev, who))
-			continue
+	for i := 0; i < len(ids); {
+		j := i + 1
+		for j < len(ids) && ids[j] == ids[j-1]+1 && ids[j-1]&seqMask != seqMask {
+			j++
 		}
-		w.issued[x] = who
-		if restored {
-			continue
-		}
-		p, err := w.layout.Decode(x)
+		first, last := ids[i], ids[j-1]
+		i = j
+		p, err := w.layout.Decode(last)
 		if err != nil {
-			w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d does not decode: %v", w.since(), who, x, err))
+			w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d does not decode: %v", w.since(), who, last, err))
 			continue
 		}
 		slot := coordinator.Slot{Datacenter: p.Datacenter, Worker: p.Worker}
-		r, ok := reserved[slot]
-		if !ok {
-			r = w.store.Reserved(generatorName, slot)
-			reserved[slot] = r
+		if prev, dup := w.insertRun(slot, idRun{first, last, who}); dup {
+			w.violations = append(w.violations, fmt.Sprintf("%9v  IDs %d..%d issued twice: to %s and to %s (%d..%d)",
+				w.since(), first, last, prev.who, who, prev.first, prev.last))
+			continue
 		}
-		if t := w.layout.Units(p.Time); t > r {
-			w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d has time %d above its worker's reservation %d (%s)", w.since(), who, x, t, r, slot))
+		if restored {
+			continue
+		}
+		if t, r := w.layout.Units(p.Time), w.store.Reserved(generatorName, slot); t > r {
+			w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d has time %d above its worker's reservation %d (%s)", w.since(), who, last, t, r, slot))
 		}
 	}
+}
+
+// idRun is a run of consecutive IDs handed to one caller.
+type idRun struct {
+	first, last uint64
+	who         string
+}
+
+// insertRun records r among its worker's runs, kept sorted; it reports a
+// run r overlaps, if any (then r is not recorded).
+func (w *world) insertRun(slot coordinator.Slot, r idRun) (idRun, bool) {
+	runs := w.issued[slot]
+	i := sort.Search(len(runs), func(i int) bool { return runs[i].first > r.last })
+	// runs[:i] start at or below r.last: only runs[i-1] may reach r.
+	if i > 0 && runs[i-1].last >= r.first {
+		return runs[i-1], true
+	}
+	runs = append(runs, idRun{})
+	copy(runs[i+1:], runs[i:])
+	runs[i] = r
+	w.issued[slot] = runs
+	return idRun{}, false
 }
 
 // --- NTP --------------------------------------------------------------------
