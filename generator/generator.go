@@ -514,6 +514,9 @@ func (g *Generator) TryBatch(dst []uint64) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
+	if wedge {
+		return g.nextBatch(context.Background(), dst, false)
+	}
 	n, _, _, err := g.next(dst, false)
 	return n, err
 }
@@ -686,7 +689,7 @@ func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64) (int, wai
 	// clock (s < 0: it moved forward).
 	offset := time.Duration(wall) - mono
 	if L-now > g.leadUnits {
-		if s := g.base - offset; s > g.maxLead {
+		if s := g.base - offset; s > g.maxLead && !weakStep {
 			return 0, wait{}, &RollbackError{Step: s, Limit: g.maxLead}
 		}
 		return 0, wait{kind: waitClock, d: g.until(L-g.leadUnits, wall)}, nil
@@ -695,7 +698,7 @@ func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64) (int, wai
 	// adopted, so that the clock coming back after an absorbed backward
 	// step is no step) is not followed until ConfirmClock: no ID carries
 	// the stepped time. The next reading is a full one.
-	if g.maxFwd > 0 && offset-g.top > g.maxFwd {
+	if g.maxFwd > 0 && offset-g.top > g.maxFwd && !wedge {
 		g.haveAnchor = false
 		return 0, wait{}, &ForwardStepError{Step: offset - g.top, Limit: g.maxFwd}
 	}
@@ -771,6 +774,21 @@ func (g *Generator) sleep(ctx context.Context, d time.Duration, wk <-chan struct
 func (g *Generator) awaitReservation(ctx context.Context, need int64, wk <-chan struct{}) error {
 	g.waits.Add(1)
 	if g.reserved.Load() >= need {
+		return nil
+	}
+	if wedge {
+		// The old wait: until the reservation reaches need, whatever
+		// the clock does since, and whatever the owner says.
+		for g.reserved.Load() < need {
+			select {
+			case <-wk:
+				wk = g.waker()
+			case <-ctx.Done():
+				return &ReservationError{Need: need, Reserved: g.reserved.Load(), Err: ctx.Err()}
+			case <-g.retireC:
+				return ErrRetired
+			}
+		}
 		return nil
 	}
 	t := time.NewTimer(waitSlice)

@@ -113,7 +113,7 @@ func (p *clockPolicy) onStep(st clockguard.Step) {
 	}
 	p.m.lastStep.Set(-st.Size.Seconds())
 	p.log.Warn("clock step", "step", st.String(), "size", -st.Size)
-	if st.Backward() {
+	if st.Backward() && !weakStep {
 		for _, rt := range p.gens {
 			h := rt.held.Load()
 			if h == nil || st.Size <= rt.cfg.MaxLead {

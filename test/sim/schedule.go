@@ -50,7 +50,7 @@ func (w *world) plan() *schedule {
 		at := time.Duration(5+r.Int63n(int64((span-30*time.Second)/time.Second))) * time.Second
 		at += time.Duration(r.Intn(1000)) * time.Millisecond
 		n := w.nodes[r.Intn(len(w.nodes))]
-		kind := r.Intn(13)
+		kind := r.Intn(14)
 		var res string
 		switch kind {
 		case 0, 1, 2:
@@ -150,6 +150,24 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 				w.violate("%s: restart: %v", n.name, err)
 			}
 		})
+	case 13: // a zombie: frozen while a replacement takes its worker back, then thawed
+		add(at, fmt.Sprintf("%s frozen; a replacement starts on its data dir", n.name), func(*world) { n.freeze(true) })
+		rep := &node{w: w, name: n.name + "'", dir: "", clock: n.clock}
+		add(at+2500*time.Millisecond, fmt.Sprintf("%s' starts on %s's data dir (takes its worker back)", n.name, n.name), func(w *world) {
+			n.mu.Lock()
+			up, dir := n.up, n.dir
+			n.mu.Unlock()
+			if !up {
+				return
+			}
+			rep.dir = dir
+			if err := rep.startNode(false); err != nil {
+				w.violate("%s: start: %v", rep.name, err)
+			}
+		})
+		add(at+3500*time.Millisecond, fmt.Sprintf("%s thawed (a zombie beside %s')", n.name, n.name), func(*world) { n.freeze(false) })
+		dur = 10 * time.Second
+		add(at+dur, fmt.Sprintf("%s' killed", n.name), func(*world) { rep.stopNode(false) })
 	case 11: // a burst of large batches
 		add(at, fmt.Sprintf("%s callers burst", n.name), func(*world) { n.set(func() { n.burst = true }) })
 		add(at+dur, fmt.Sprintf("%s callers calm", n.name), func(*world) { n.set(func() { n.burst = false }) })

@@ -113,9 +113,9 @@ type world struct {
 	start      time.Time
 	nodes      []*node
 	issued     map[coordinator.Slot][]idRun // every ID received, as runs per worker
-	restores   int       // bumps the epoch of the reservation check
-	restoredAt time.Time // the last restore: holders run above the store's values until they notice
-	bumpedTo   time.Time // nodes may wait until about here for a bump's floor
+	restores   int                          // bumps the epoch of the reservation check
+	restoredAt time.Time                    // the last restore: holders run above the store's values until they notice
+	bumpedTo   time.Time                    // nodes may wait until about here for a bump's floor
 	ntpOffset  time.Duration
 	ntpSilent  bool
 	violations []string
@@ -355,23 +355,33 @@ func (n *node) caller(id string, core *server.Core, stop <-chan struct{}, life i
 	}
 }
 
-// checkRefusal checks a failed call: refused at once with its cause.
+// checkRefusal checks a failed call: refused at once with its cause. A
+// node that says it serves answers within the bound: a refusal for the
+// clock or a reservation means it could not (docs/design.md, Liveness
+// rules), as does a call that runs to its deadline.
 func (n *node) checkRefusal(id string, err error, took time.Duration, frozen, up bool) {
 	w := n.w
 	w.mu.Lock()
 	w.refused++
 	w.mu.Unlock()
-	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, generator.ErrAhead) && !errors.Is(err, generator.ErrReservation) {
-		if !frozen && up {
-			w.violate("%s: a call ran to its deadline: %v", id, err)
-		}
-		return
+	if frozen || !up {
+		return // a stopped process's calls say nothing
 	}
 	var ns *server.NotServingError
-	if errors.As(err, &ns) && strings.TrimSpace(ns.Reason) == "" {
-		w.violate("%s: refused without a cause: %v", id, err)
+	switch {
+	case errors.As(err, &ns):
+		if strings.TrimSpace(ns.Reason) == "" {
+			w.violate("%s: refused without a cause: %v", id, err)
+		}
+	case errors.Is(err, generator.ErrRollback), errors.Is(err, generator.ErrForwardStep),
+		errors.Is(err, generator.ErrClockRange), errors.Is(err, generator.ErrRetired), errors.Is(err, generator.ErrHeld):
+		// The generator names the cause itself, before the state does.
+	case errors.Is(err, generator.ErrAhead):
+		w.violate("%s: refused for a wait on the clock beyond the call's deadline while serving: %v", id, err)
+	case errors.Is(err, generator.ErrReservation), errors.Is(err, context.DeadlineExceeded):
+		w.violate("%s: a call ran to its deadline: %v", id, err)
 	}
-	if took > answerBound && !frozen && up {
+	if took > answerBound {
 		w.violate("%s: refused only after %v: %v", id, took, err)
 	}
 }
