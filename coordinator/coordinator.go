@@ -160,15 +160,13 @@ func (e RestoreEvidence) Gap() int64 {
 
 // MinBump is the least bump, in time-field units, that covers the
 // evidence when the bump's clock and every reservation stand at top or
-// below. Where the restored coordinator shows a reservation, it is the gap
-// (the worker's reservation raised back above Acked). Where it shows none
-// (the snapshot predates the worker's first use), the gap would count from
-// the layout's epoch: what covers that evidence is a generator floor above
-// Acked, since every acquisition starts above the floor.
+// below. A bump sets the generator floor to at least top + By, and every
+// acquisition starts above the floor, so a floor above Acked covers the
+// evidence whatever the restored coordinator shows for the worker: no
+// reservation (the snapshot predates the worker's first use), or an old
+// or zero one (the gap would then count from near the layout's epoch and
+// ask for years). It never asks more than Gap+1.
 func (e RestoreEvidence) MinBump(top int64) int64 {
-	if e.Shown >= 0 {
-		return e.Gap()
-	}
 	return max(e.Acked-top+1, 1)
 }
 

@@ -216,6 +216,22 @@ func TestRestoreEvidence(t *testing.T) {
 	if _, err := b.BumpFloor(0, &small); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "gap of 200") || !strings.Contains(err.Error(), `"orders"`) {
 		t.Fatalf("bump below the marker's gap: %v, want ErrInvalidSpec naming the gap and the generator", err)
 	}
+	// A restored coordinator that shows the worker at zero (a lease taken
+	// and released before its first reservation, then snapshotted) asks a
+	// bump that lifts the floor above Acked, not one of Acked - 0 units.
+	zero := ev
+	zero.Acked, zero.Shown = 5000, 0
+	near := BumpSpec{Generator: "orders", By: 11, Now: 4990, MaxTime: 1 << 40}
+	if got := zero.MinBump(4990); got != 11 {
+		t.Fatalf("MinBump with the worker shown at zero = %d, want 11 (a floor of 5001)", got)
+	}
+	if f, err := near.BumpFloor(0, &zero); err != nil || f <= zero.Acked {
+		t.Fatalf("bump by 11 at 4990 over a marker acked at 5000: floor %d, %v; want a floor above 5000", f, err)
+	}
+	near.By = 10
+	if _, err := near.BumpFloor(0, &zero); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("bump by 10 at 4990 over a marker acked at 5000: %v, want ErrInvalidSpec (floor 5000 is not above it)", err)
+	}
 	for _, bad := range []BumpSpec{{Generator: "g", By: 0, MaxTime: 1}, {Generator: "g", By: 1, Now: -1, MaxTime: 1},
 		{Generator: "g", By: 1, MaxTime: 0}, {Generator: "a/b", By: 1, MaxTime: 1}} {
 		if err := bad.Validate(); !errors.Is(err, ErrInvalidSpec) {

@@ -92,6 +92,26 @@ if [ ${#weak_passed[@]} -gt 0 ]; then
 	printf '  %s\n' "${weak_passed[@]}"; exit 1
 fi
 
+echo "== simulator: 2000 seeds of 10 virtual minutes"
+# The seeded fault simulation (test/sim) runs a handful of seeds under
+# -race above; here its full budget, without the race detector, and then
+# each weakened build, which it must catch within that budget.
+FIRN_SIM_SEEDS=2000 go test -count=1 -timeout 15m -run '^TestSim$' ./test/sim/ | tail -3
+echo "== the simulator must fail under each weakened build"
+sim_passed=()
+for tag in firn_weakfence firn_weakstep firn_wedge; do
+	out=$(FIRN_SIM_SEEDS=2000 go test -count=1 -failfast -timeout 15m -tags "$tag" -run '^TestSim$' ./test/sim/ 2>&1 || true)
+	if printf '%s\n' "$out" | grep -q -- "^--- FAIL: TestSim "; then
+		echo "ok: the simulator fails under -tags $tag: $(printf '%s\n' "$out" | grep -m1 -E 'issued twice|ran to its deadline|refused|not serving|VIOLATION' | sed 's/^ *//' | cut -c1-160)"
+	else
+		echo "$out" | tail -5
+		sim_passed+=("$tag")
+	fi
+done
+if [ ${#sim_passed[@]} -gt 0 ]; then
+	echo "simulator step: it did not fail under: ${sim_passed[*]}"; exit 1
+fi
+
 echo "== fuzz seeds (brief)"
 for f in FuzzParseLayout FuzzDecode FuzzRoundTrip; do
 	go test -run '^$' -fuzz "^${f}\$" -fuzztime 5s ./generator >/dev/null

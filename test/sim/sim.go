@@ -109,19 +109,20 @@ type world struct {
 	dir    string
 	log    *slog.Logger
 
-	mu         sync.Mutex
-	start      time.Time
-	nodes      []*node
-	issued     map[coordinator.Slot][]idRun // every ID received, as runs per worker
-	restores   int                          // bumps the epoch of the reservation check
-	restoredAt time.Time                    // the last restore: holders run above the store's values until they notice
-	bumpedTo   time.Time                    // nodes may wait until about here for a bump's floor
-	ntpOffset  time.Duration
-	ntpSilent  bool
-	violations []string
-	trace      []string
-	ids, calls int
-	refused    int
+	mu          sync.Mutex
+	start       time.Time
+	nodes       []*node
+	issued      map[coordinator.Slot][]idRun // every ID received, as runs per worker
+	restores    int                          // bumps the epoch of the reservation check
+	restoredAt  time.Time                    // the last restore: holders run above the store's values until they notice
+	bumpedTo    time.Time                    // nodes may wait until about here for a bump's floor
+	unconfirmed time.Duration                // the largest clock lead a node started with and could not check
+	ntpOffset   time.Duration
+	ntpSilent   bool
+	violations  []string
+	trace       []string
+	ids, calls  int
+	refused     int
 }
 
 // Run runs one seed. Call it inside a testing/synctest bubble.
@@ -235,6 +236,20 @@ func (n *node) startNode(wipe bool) error {
 		cfg.NTPInterval = time.Minute
 	}
 	wall, _ := n.clock.Now()
+	if off := n.clock.CurrentOffset(); off > cfg.MaxClockOffset && !w.ntp {
+		// Started with its clock ahead and no NTP: only peers that hold
+		// a worker at that moment can check it, and there may be none
+		// (fewer than three nodes; or none holds, after a restore or
+		// while a bump's floor is ahead). The node then serves at that
+		// time (with a warning), and once the clock is put right it
+		// fails closed until the clock reaches its reservation (README,
+		// Clock policy): the documented outage, not a broken promise.
+		// settle waits it out.
+		w.mu.Lock()
+		w.unconfirmed = max(w.unconfirmed, off)
+		w.mu.Unlock()
+		w.note("%s starts with its clock %v ahead and no NTP", n.name, off)
+	}
 	if err := cfg.Finish(wall); err != nil {
 		return err
 	}
@@ -549,10 +564,22 @@ func (w *world) settle() {
 	// the schedule accepts without confirmation, plus the window.
 	bound := 20 * time.Second
 	w.mu.Lock()
-	if wait := time.Until(w.bumpedTo); wait > 0 {
-		bound += wait // a bump by D holds the generator for about D plus the window
-	}
+	wait, lead := time.Until(w.bumpedTo), w.unconfirmed
 	w.mu.Unlock()
+	bound += lead
+	if wait > 0 {
+		// A bump by D sets the floor D above the highest reservation, and
+		// holds the generator for about D plus the window past that. The
+		// schedule's bumps are seconds and its reservations stand within
+		// max-lead of the clock, but for a node that started ahead with
+		// nothing to check it against; a bump asking for more than that
+		// is a bug of its own (a gap counted from the epoch).
+		if most := time.Minute + lead; wait > most {
+			w.violate("the bump left the generator waiting %v for its floor", wait)
+			wait = most
+		}
+		bound = max(bound, 20*time.Second+wait)
+	}
 	deadline := time.Now().Add(bound)
 	for _, n := range w.nodes {
 		n.mu.Lock()

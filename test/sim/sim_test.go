@@ -4,6 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -30,8 +32,10 @@ func defaultSeeds() int {
 }
 
 // TestSim runs the seeds, each in its own synctest bubble (virtual time),
-// two at a time, and fails with the replay command and the trace of every
-// seed that broke a promise.
+// on one worker per CPU, and fails with the replay command and the trace
+// of every seed that broke a promise. The workers run seeds one after
+// another rather than as parallel subtests, so that thousands of seeds
+// hold no more memory than a few.
 func TestSim(t *testing.T) {
 	n := *seeds
 	if n == 0 {
@@ -40,40 +44,59 @@ func TestSim(t *testing.T) {
 	var failed atomic.Int64
 	start := time.Now()
 	var ids, calls atomic.Int64
-	for i := range n {
-		seed := *first + int64(i)
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			t.Parallel()
-			synctest.Test(t, func(t *testing.T) {
-				o := Options{Seed: seed, Virtual: *virtual}
-				if *logTo != "" {
-					f, err := os.Create(*logTo)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer f.Close()
-					o.Log = f
-				}
-				res, err := Run(o)
+	one := func(t *testing.T, seed int64) {
+		synctest.Test(t, func(t *testing.T) {
+			o := Options{Seed: seed, Virtual: *virtual}
+			if *logTo != "" {
+				f, err := os.Create(*logTo)
 				if err != nil {
-					t.Fatalf("seed %d: %v", seed, err)
+					t.Fatal(err)
 				}
-				ids.Add(int64(res.IDs))
-				calls.Add(int64(res.Calls))
-				if res.Failed() {
-					failed.Add(1)
-					t.Errorf("%s\nreplay: go test ./test/sim -run 'TestSim$' -seeds 1 -seed %d -virtual %v -show",
-						res.Report(), seed, *virtual)
-				} else if *verbose {
-					t.Logf("%s", res.Report())
-				}
-			})
+				defer f.Close()
+				o.Log = f
+			}
+			res, err := Run(o)
+			if err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			ids.Add(int64(res.IDs))
+			calls.Add(int64(res.Calls))
+			if res.Failed() {
+				failed.Add(1)
+				t.Errorf("%s\nreplay: go test ./test/sim -run 'TestSim$' -seeds 1 -seed %d -virtual %v -show",
+					res.Report(), seed, *virtual)
+			} else if *verbose {
+				t.Logf("%s", res.Report())
+			}
 		})
 	}
+	next := make(chan int64)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), n) {
+		wg.Go(func() {
+			for seed := range next {
+				t.Run(fmt.Sprint(seed), func(t *testing.T) { one(t, seed) })
+			}
+		})
+	}
+	for i := range n {
+		if failFast() && failed.Load() > 0 {
+			break // -failfast: no new seed after the first that failed
+		}
+		next <- *first + int64(i)
+	}
+	close(next)
+	wg.Wait()
 	t.Cleanup(func() {
 		el := time.Since(start)
 		t.Logf("%d seeds × %v virtual in %v: %.1f seeds/s, %.0f× real time; %d calls, %d IDs checked; %d failed",
 			n, *virtual, el.Round(time.Millisecond), float64(n)/el.Seconds(),
 			float64(time.Duration(n)*(*virtual))/float64(el), calls.Load(), ids.Load(), failed.Load())
 	})
+}
+
+// failFast reports whether the test binary runs with -failfast.
+func failFast() bool {
+	f := flag.Lookup("test.failfast")
+	return f != nil && f.Value.String() == "true"
 }
