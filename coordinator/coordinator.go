@@ -160,14 +160,14 @@ func (e RestoreEvidence) Gap() int64 {
 
 // MinBump is the least bump, in time-field units, that covers the
 // evidence when the bump's clock and every reservation stand at top or
-// below. A bump sets the generator floor to at least top + By, and every
-// acquisition starts above the floor, so a floor above Acked covers the
-// evidence whatever the restored coordinator shows for the worker: no
-// reservation (the snapshot predates the worker's first use), or an old
-// or zero one (the gap would then count from near the layout's epoch and
-// ask for years). It never asks more than Gap+1.
+// below. A bump sets the generator floor to at least top + By, and no
+// acquisition issues a time at or below the floor, so a floor at Acked
+// covers the evidence whatever the restored coordinator shows for the
+// worker: no reservation (the snapshot predates the worker's first use),
+// or an old or zero one (the gap would then count from near the layout's
+// epoch and ask for years). It never asks more than Gap.
 func (e RestoreEvidence) MinBump(top int64) int64 {
-	return max(e.Acked-top+1, 1)
+	return max(e.Acked-top, 1)
 }
 
 // Validate refuses evidence that cannot be a marker (no generator, no gap).

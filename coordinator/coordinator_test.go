@@ -221,16 +221,19 @@ func TestRestoreEvidence(t *testing.T) {
 	// bump that lifts the floor above Acked, not one of Acked - 0 units.
 	zero := ev
 	zero.Acked, zero.Shown = 5000, 0
-	near := BumpSpec{Generator: "orders", By: 11, Now: 4990, MaxTime: 1 << 40}
-	if got := zero.MinBump(4990); got != 11 {
-		t.Fatalf("MinBump with the worker shown at zero = %d, want 11 (a floor of 5001)", got)
+	near := BumpSpec{Generator: "orders", By: 10, Now: 4990, MaxTime: 1 << 40}
+	if got := zero.MinBump(4990); got != 10 {
+		t.Fatalf("MinBump with the worker shown at zero = %d, want 10 (a floor of 5000)", got)
 	}
-	if f, err := near.BumpFloor(0, &zero); err != nil || f <= zero.Acked {
-		t.Fatalf("bump by 11 at 4990 over a marker acked at 5000: floor %d, %v; want a floor above 5000", f, err)
+	if f, err := near.BumpFloor(0, &zero); err != nil || f < zero.Acked {
+		t.Fatalf("bump by 10 at 4990 over a marker acked at 5000: floor %d, %v; want a floor at 5000 or above", f, err)
 	}
-	near.By = 10
+	near.By = 9
 	if _, err := near.BumpFloor(0, &zero); !errors.Is(err, ErrInvalidSpec) {
-		t.Fatalf("bump by 10 at 4990 over a marker acked at 5000: %v, want ErrInvalidSpec (floor 5000 is not above it)", err)
+		t.Fatalf("bump by 9 at 4990 over a marker acked at 5000: %v, want ErrInvalidSpec (floor 4999 is below it)", err)
+	}
+	if got := zero.MinBump(6000); got != 1 {
+		t.Fatalf("MinBump once the clock passed what was acknowledged = %d, want 1", got)
 	}
 	for _, bad := range []BumpSpec{{Generator: "g", By: 0, MaxTime: 1}, {Generator: "g", By: 1, Now: -1, MaxTime: 1},
 		{Generator: "g", By: 1, MaxTime: 0}, {Generator: "a/b", By: 1, MaxTime: 1}} {

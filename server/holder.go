@@ -195,7 +195,7 @@ func (hd *holder) markRestored(rb *coordinator.RolledBackError) {
 // restoreReason is the serving-state reason while a restore marker stands:
 // the evidence, and the exact command that clears it.
 func (hd *holder) restoreReason(ev coordinator.RestoreEvidence) string {
-	gap := time.Duration(ev.MinBump(hd.rt.cfg.Layout.Units(ev.At))) * hd.rt.cfg.Layout.Unit
+	gap := time.Duration(ev.MinBump(max(hd.rt.cfg.Layout.Units(ev.At), ev.Shown))) * hd.rt.cfg.Layout.Unit
 	shown := fmt.Sprintf("reservation %d", ev.Shown)
 	if ev.Shown < 0 {
 		shown = "no reservation"

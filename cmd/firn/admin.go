@@ -107,7 +107,7 @@ func generators(ctx context.Context, coord coordinator.Admin) (map[string]*coord
 
 // markerLine describes a standing restore marker in the layout's units.
 func markerLine(ev *coordinator.RestoreEvidence, layout generator.Layout) string {
-	gap := time.Duration(ev.MinBump(layout.Units(ev.At))) * layout.Unit
+	gap := time.Duration(ev.MinBump(max(layout.Units(ev.At), ev.Shown))) * layout.Unit
 	shown := "no reservation"
 	if ev.Shown >= 0 {
 		shown = layout.UnitStart(ev.Shown + 1).UTC().Format(time.RFC3339Nano)
@@ -285,7 +285,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 			failed++
 			msg := err.Error()
 			if tg.state != nil && tg.state.Restore != nil && errors.Is(err, coordinator.ErrInvalidSpec) {
-				msg += fmt.Sprintf(" (in this layout: at least %v)", time.Duration(tg.state.Restore.MinBump(max(0, l.Units(wall))))*l.Unit)
+				msg += fmt.Sprintf(" (in this layout: at least %v)", time.Duration(tg.state.Restore.MinBump(max(0, l.Units(wall), tg.state.Restore.Shown)))*l.Unit)
 			}
 			fmt.Fprintf(stderr, "firn: coordinator bump: generator %s: %s\n", tg.name, strings.ReplaceAll(msg, "\n", " "))
 			continue
@@ -302,7 +302,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 		if res.Cleared != nil {
 			fmt.Fprintf(stdout, "generator %s: cleared the restore marker (node %q found dc=%d worker=%d %v below what it had acknowledged)\n",
 				tg.name, res.Cleared.Node.Name, res.Cleared.Slot.Datacenter, res.Cleared.Slot.Worker,
-				time.Duration(res.Cleared.MinBump(l.Units(res.Cleared.At)))*l.Unit)
+				time.Duration(res.Cleared.MinBump(max(l.Units(res.Cleared.At), res.Cleared.Shown)))*l.Unit)
 		}
 	}
 	if failed > 0 {

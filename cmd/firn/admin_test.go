@@ -116,6 +116,17 @@ func TestBumpReadsLayoutFromPin(t *testing.T) {
 		t.Fatalf("firn workers --generator ids: exit %d %s\n%s", code, errOut, out)
 	}
 
+	// The marker's node acknowledged 3 units above the reservations: a
+	// bump by 2s would leave the floor below that, and is refused naming
+	// the gap and the least D; nothing changes.
+	out, errOut, code = cli(t, nil, "coordinator", "bump", "--by", "2s", "--etcd", a.ep, "--generator", "ids")
+	if code != 1 || !strings.Contains(errOut, "gap of 3") || !strings.Contains(errOut, "at least 3s") {
+		t.Fatalf("firn coordinator bump --by 2s under a marker with gap 3s: exit %d, stdout %q, stderr %q; want exit 1 naming the gap and at least 3s", code, out, errOut)
+	}
+	if got := a.reserved("ids", slot); got != r {
+		t.Fatalf("a refused bump changed the reservation to %d, want %d", got, r)
+	}
+
 	bumped := time.Now()
 	out, errOut, code = cli(t, nil, "coordinator", "bump", "--by", "10s", "--etcd", a.ep, "--generator", "ids")
 	if code != 0 {
