@@ -96,7 +96,12 @@ echo "== simulator: 2000 seeds of 10 virtual minutes"
 # The seeded fault simulation (test/sim) runs a handful of seeds under
 # -race above; here its full budget, without the race detector, and then
 # each weakened build, which it must catch within that budget.
-FIRN_SIM_SEEDS=2000 go test -count=1 -timeout 15m -run '^TestSim$' ./test/sim/ | tail -3
+sim_log=$(mktemp)
+if ! FIRN_SIM_SEEDS=2000 go test -v -count=1 -timeout 15m -run '^TestSim$' ./test/sim/ >"$sim_log" 2>&1; then
+	grep -v -E '^(=== (RUN|NAME|PAUSE|CONT)|    --- PASS)' "$sim_log" | tail -300
+	exit 1
+fi
+grep -E 'seeds ×|^ok' "$sim_log"
 echo "== the simulator must fail under each weakened build"
 sim_passed=()
 for tag in firn_weakfence firn_weakstep firn_wedge; do
