@@ -131,6 +131,7 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 			w.mu.Lock()
 			w.restores++
 			w.restoredAt = time.Now()
+			w.restoreTimes = append(w.restoreTimes, w.since())
 			w.mu.Unlock()
 		})
 		by := gap + 6*time.Second

@@ -7,11 +7,16 @@
 //   - every ID lies at or below its worker's reservation in the
 //     coordinator when it is received (a holder never issues past what it
 //     reserved);
+//   - every ID lies above its holder's floor and at or below what that
+//     holder acknowledged, and one worker's holder intervals never
+//     overlap, whichever node held them (holders.go);
 //   - IDs increase per caller on one node;
 //   - a call is answered or refused at once: no call runs to its deadline
 //     on a node that is not frozen, and a refusal names its cause;
 //   - once every fault has ended, every node serves again within the
-//     documented bound.
+//     documented bound;
+//   - no goroutine outlives its node: a synctest bubble ends only when
+//     every goroutine in it has, and reports those still blocked.
 //
 // Run it inside a testing/synctest bubble: every timer and sleep of the
 // nodes, the coordinator and the schedule then runs in virtual time, and
@@ -109,20 +114,23 @@ type world struct {
 	dir    string
 	log    *slog.Logger
 
-	mu          sync.Mutex
-	start       time.Time
-	nodes       []*node
-	issued      map[coordinator.Slot][]idRun // every ID received, as runs per worker
-	restores    int                          // bumps the epoch of the reservation check
-	restoredAt  time.Time                    // the last restore: holders run above the store's values until they notice
-	bumpedTo    time.Time                    // nodes may wait until about here for a bump's floor
-	unconfirmed time.Duration                // the largest clock lead a node started with and could not check
-	ntpOffset   time.Duration
-	ntpSilent   bool
-	violations  []string
-	trace       []string
-	ids, calls  int
-	refused     int
+	mu           sync.Mutex
+	start        time.Time
+	nodes        []*node
+	issued       map[coordinator.Slot][]idRun     // every ID received, as runs per worker
+	restores     int                              // bumps the epoch of the reservation check
+	restoredAt   time.Time                        // the last restore: holders run above the store's values until they notice
+	bumpedTo     time.Time                        // nodes may wait until about here for a bump's floor
+	holders      map[holderKey]*interval          // each node's latest holder interval per worker
+	closed       map[coordinator.Slot][]*interval // every closed interval, per worker
+	restoreTimes []time.Duration                  // when each restore happened (virtual time since start)
+	unconfirmed  time.Duration                    // the largest clock lead a node started with and could not check
+	ntpOffset    time.Duration
+	ntpSilent    bool
+	violations   []string
+	trace        []string
+	ids, calls   int
+	refused      int
 }
 
 // Run runs one seed. Call it inside a testing/synctest bubble.
@@ -130,7 +138,8 @@ func Run(o Options) (*Result, error) {
 	if o.Virtual == 0 {
 		o.Virtual = 10 * time.Minute
 	}
-	w := &world{o: o, rng: rand.New(rand.NewSource(o.Seed)), issued: map[coordinator.Slot][]idRun{}, start: time.Now()}
+	w := &world{o: o, rng: rand.New(rand.NewSource(o.Seed)), issued: map[coordinator.Slot][]idRun{}, start: time.Now(),
+		holders: map[holderKey]*interval{}, closed: map[coordinator.Slot][]*interval{}}
 	w.base = clockguard.NewOffset(clockguard.NewSystem(), era)
 	w.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if o.Log != nil {
@@ -259,7 +268,8 @@ func (n *node) startNode(wipe bool) error {
 	}
 	n.client = w.store.Connect(n.clock)
 	info := coordinator.NodeInfo{Name: n.name, InstanceID: st.InstanceID(), Address: n.name + ":7300", StartTime: wall}
-	opts := []server.CoreOption{server.WithCoreLogger(w.log.With("node", n.name))}
+	log := slog.New(&holderLog{w: w, node: n.name, next: w.log.Handler()}).With("node", n.name)
+	opts := []server.CoreOption{server.WithCoreLogger(log)}
 	if w.ntp {
 		opts = append(opts, server.WithNTPRunner(func(report func(clockguard.NTPResult, error)) (server.NTPRunner, error) {
 			n.ntp = &fakeNTP{n: n, report: report, trigger: make(chan struct{}, 1)}
@@ -408,6 +418,7 @@ func (n *node) checkRefusal(id string, err error, took time.Duration, frozen, up
 // cost thousands of entries.
 func (w *world) received(who string, ids []uint64, restored bool) {
 	seqMask := w.layout.MaxSequence()
+	node, _, _ := strings.Cut(who, "/")
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.ids += len(ids)
@@ -424,6 +435,10 @@ func (w *world) received(who string, ids []uint64, restored bool) {
 			continue
 		}
 		slot := coordinator.Slot{Datacenter: p.Datacenter, Worker: p.Worker}
+		if fp, err := w.layout.Decode(first); err == nil {
+			w.checkHolderLocked(node, who, slot, fp.Units, first)
+		}
+		w.checkHolderLocked(node, who, slot, p.Units, last)
 		if prev, dup := w.insertRun(slot, idRun{first, last, who}); dup {
 			w.violations = append(w.violations, fmt.Sprintf("%9v  IDs %d..%d issued twice: to %s and to %s (%d..%d)",
 				w.since(), first, last, prev.who, who, prev.first, prev.last))

@@ -1,0 +1,161 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/firnid/firn/coordinator"
+)
+
+// The holder-interval check. Each holder logs the interval it serves —
+// "holder interval opened" with its floor, "holder interval closed" with
+// its floor, the reservation it had acknowledged and the highest time it
+// issued (server/holder.go) — and the simulator reads those events as they
+// are written. A holder's IDs lie above its floor and at or below what it
+// acknowledged, and the intervals (floor, highest] of one worker's holders
+// never overlap, whichever node held them (docs/design.md, Invariants).
+
+// interval is one holder's span of one worker's time field.
+type interval struct {
+	node            string
+	floor           int64
+	reserved        int64 // -1 while open: what it acknowledged is read at close
+	highest         int64
+	open            bool
+	openAt, closeAt time.Duration // virtual times since the run began
+}
+
+// holderKey names one node's holder of one worker.
+type holderKey struct {
+	node string
+	slot coordinator.Slot
+}
+
+// holderEvent records an opened or closed interval and checks it.
+func (w *world) holderEvent(node, event string, slot coordinator.Slot, floor, reserved, highest int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := holderKey{node, slot}
+	switch event {
+	case "holder_open":
+		w.holders[k] = &interval{node: node, floor: floor, reserved: -1, highest: floor, open: true, openAt: w.since()}
+	case "holder_close":
+		iv := w.holders[k]
+		if iv == nil || !iv.open {
+			w.violations = append(w.violations, fmt.Sprintf("%9v  %s: closed a holder interval of %s it never opened", w.since(), node, slot))
+			return
+		}
+		iv.open, iv.reserved, iv.closeAt = false, reserved, w.since()
+		iv.highest = max(iv.highest, highest)
+		if iv.highest > iv.reserved && iv.highest > iv.floor {
+			w.violations = append(w.violations, fmt.Sprintf("%9v  %s: holder of %s issued time %d above the %d it had acknowledged",
+				w.since(), node, slot, iv.highest, iv.reserved))
+		}
+		if iv.highest <= iv.floor {
+			return // issued nothing: no span to overlap
+		}
+		for _, o := range w.closed[slot] {
+			if o.floor < iv.highest && iv.floor < o.highest && !w.restoreExposedLocked(o, iv) {
+				w.violations = append(w.violations, fmt.Sprintf("%9v  holder intervals of %s overlap: %s (%d, %d] from %s to %s and %s (%d, %d] from %s to %s",
+					w.since(), slot, o.node, o.floor, o.highest, o.openAt, o.closeAt, node, iv.floor, iv.highest, iv.openAt, iv.closeAt))
+				break
+			}
+		}
+		c := *iv
+		w.closed[slot] = append(w.closed[slot], &c)
+	}
+}
+
+// restoreExposedLocked reports whether two intervals of one worker may
+// overlap by the restore procedure's documented exposure: the coordinator
+// restored while nodes reach it, and a node takes a worker the restore
+// made look free before its holder noticed (README, Coordination,
+// Restores). The IDs themselves are still checked for uniqueness.
+func (w *world) restoreExposedLocked(a, b *interval) bool {
+	later := max(a.openAt, b.openAt)
+	for _, at := range w.restoreTimes {
+		if later >= at && later < at+5*time.Second {
+			return true
+		}
+	}
+	return false
+}
+
+// checkHolder checks an ID's time against the interval of the holder that
+// issued it, the latest of its node for its worker (held w.mu).
+func (w *world) checkHolderLocked(node, who string, slot coordinator.Slot, t int64, id uint64) {
+	iv := w.holders[holderKey{node, slot}]
+	switch {
+	case iv == nil:
+		w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d of %s from a node that never held it", w.since(), who, id, slot))
+	case t <= iv.floor:
+		w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d has time %d at or below its holder's floor %d (%s)", w.since(), who, id, t, iv.floor, slot))
+	case !iv.open && t > iv.reserved:
+		w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d has time %d above its closed holder's acknowledged %d (%s)", w.since(), who, id, t, iv.reserved, slot))
+	default:
+		iv.highest = max(iv.highest, t)
+	}
+}
+
+// holderLog passes a node's log records on and feeds the holder events to
+// the world.
+type holderLog struct {
+	w    *world
+	node string
+	next slog.Handler
+}
+
+func (h *holderLog) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo || h.next.Enabled(ctx, l)
+}
+
+func (h *holderLog) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "holder interval opened" || r.Message == "holder interval closed" {
+		var event string
+		var slot coordinator.Slot
+		floor, reserved, highest := int64(-1), int64(-1), int64(-1)
+		r.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case "event":
+				event = a.Value.String()
+			case "worker":
+				slot.Worker = uint64(number(a.Value))
+			case "datacenter":
+				slot.Datacenter = uint64(number(a.Value))
+			case "floor":
+				floor = number(a.Value)
+			case "reserved":
+				reserved = number(a.Value)
+			case "highest":
+				highest = number(a.Value)
+			}
+			return true
+		})
+		h.w.holderEvent(h.node, event, slot, floor, reserved, highest)
+	}
+	if !h.next.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *holderLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return &holderLog{w: h.w, node: h.node, next: h.next.WithAttrs(as)}
+}
+
+func (h *holderLog) WithGroup(name string) slog.Handler {
+	return &holderLog{w: h.w, node: h.node, next: h.next.WithGroup(name)}
+}
+
+// number reads a logged integer, signed or not.
+func number(v slog.Value) int64 {
+	switch v.Kind() {
+	case slog.KindInt64:
+		return v.Int64()
+	case slog.KindUint64:
+		return int64(v.Uint64())
+	}
+	return -1
+}
