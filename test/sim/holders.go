@@ -108,7 +108,7 @@ type holderLog struct {
 }
 
 func (h *holderLog) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelInfo || h.next.Enabled(ctx, l)
+	return l == slog.LevelInfo || h.next.Enabled(ctx, l) // the holder events are Info
 }
 
 func (h *holderLog) Handle(ctx context.Context, r slog.Record) error {

@@ -141,7 +141,7 @@ func Run(o Options) (*Result, error) {
 	w := &world{o: o, rng: rand.New(rand.NewSource(o.Seed)), issued: map[coordinator.Slot][]idRun{}, start: time.Now(),
 		holders: map[holderKey]*interval{}, closed: map[coordinator.Slot][]*interval{}}
 	w.base = clockguard.NewOffset(clockguard.NewSystem(), era)
-	w.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	w.log = slog.New(slog.DiscardHandler)
 	if o.Log != nil {
 		w.log = slog.New(slog.NewTextHandler(o.Log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
@@ -324,6 +324,7 @@ func (n *node) caller(id string, core *server.Core, stop <-chan struct{}, life i
 	w := n.w
 	var last uint64
 	rng := rand.New(rand.NewSource(w.o.Seed ^ int64(len(id))*7919 ^ int64(life)))
+	buf := make([]uint64, 4096) // reused: received keeps runs, not the slice
 	for {
 		n.mu.Lock()
 		paused, burst, frozen := n.paused, n.burst, n.frozen
@@ -348,7 +349,7 @@ func (n *node) caller(id string, core *server.Core, stop <-chan struct{}, life i
 		epoch := w.restores
 		w.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
-		dst := make([]uint64, count)
+		dst := buf[:count]
 		began := time.Now()
 		err := core.NextIDs(ctx, generatorName, dst)
 		took := time.Since(began)
