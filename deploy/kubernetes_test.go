@@ -449,7 +449,8 @@ func TestKubernetesConfigRunsOnRealNode(t *testing.T) {
 			t.Errorf("GET %s on a node running the ConfigMap's config: %d %s %v", p.HTTPGet.Path, code, body, err)
 		}
 	}
-	if _, body, _ := httpGet("http://" + n.httpAddr + "/metrics"); !strings.Contains(body, `firn_build_info{cluster="prod",node="firn-0"`) {
+	if _, body, _ := httpGet("http://" + n.httpAddr + "/metrics"); !strings.Contains(grepLines(body, "firn_build_info{"), `cluster="prod"`) ||
+		!strings.Contains(grepLines(body, "firn_build_info{"), `node="firn-0"`) {
 		t.Errorf("the node did not take cluster and node name from the config and flags:\n%s", grepLines(body, "firn_build_info"))
 	}
 }

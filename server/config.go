@@ -101,6 +101,10 @@ type Config struct {
 	HTTPRequestTimeout time.Duration
 	// Version is reported in Info and build_info.
 	Version string
+	// Revision and Modified are the build's VCS revision and whether its
+	// tree had uncommitted changes, in build_info.
+	Revision string
+	Modified bool
 }
 
 // DefaultConfig returns a node's defaults (those of `firn serve` too).

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"runtime"
+	"strconv"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -59,7 +61,7 @@ var (
 	descNTPUnchecked = prometheus.NewDesc("firn_ntp_unchecked", "1 when no NTP server is configured: drift is unchecked.", nil, nil)
 	descFault        = prometheus.NewDesc("firn_fault_injection_enabled", "1 when the fault-injection listener is on.", nil, nil)
 	descFaultOffset  = prometheus.NewDesc("firn_fault_clock_offset_seconds", "Injected clock offset.", nil, nil)
-	descBuild        = prometheus.NewDesc("firn_build_info", "Build and node identity.", []string{"cluster", "node", "version"}, nil)
+	descBuild        = prometheus.NewDesc("firn_build_info", "Build and node identity: the module version, VCS revision and whether the build's tree was modified, and the Go version.", []string{"cluster", "node", "version", "revision", "modified", "go_version"}, nil)
 )
 
 // nodeCollector reads the node's state at scrape time.
@@ -135,5 +137,6 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		fo = n.offset.CurrentOffset()
 	}
 	ch <- g(descFaultOffset, prometheus.GaugeValue, fo.Seconds())
-	ch <- g(descBuild, prometheus.GaugeValue, 1, n.cfg.Cluster, n.nodeInfo.Name, n.cfg.Version)
+	ch <- g(descBuild, prometheus.GaugeValue, 1, n.cfg.Cluster, n.nodeInfo.Name, n.cfg.Version, n.cfg.Revision,
+		strconv.FormatBool(n.cfg.Modified), runtime.Version())
 }

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,8 @@ func TestMetrics(t *testing.T) {
 		{"firn_coordinator_errors_total", map[string]string{"op": "reserve"}, func(v float64) bool { return v == 0 }, "0"},
 		{"firn_fault_injection_enabled", nil, func(v float64) bool { return v == 1 }, "1"},
 		{"firn_fault_clock_offset_seconds", nil, func(v float64) bool { return v == 0 }, "0"},
-		{"firn_build_info", map[string]string{"cluster": "metrics", "node": n.node.NodeInfo().Name, "version": "dev"},
+		{"firn_build_info", map[string]string{"cluster": "metrics", "node": n.node.NodeInfo().Name, "version": "dev",
+			"revision": "", "modified": "false", "go_version": runtime.Version()},
 			func(v float64) bool { return v == 1 }, "1"},
 		{"grpc_server_handled_total", map[string]string{"grpc_method": "NextIDs", "grpc_code": "OK"}, func(v float64) bool { return v >= 1 }, ">= 1"},
 		{"grpc_server_handled_total", map[string]string{"grpc_method": "NextID", "grpc_code": "OK"}, func(v float64) bool { return v >= 1 }, ">= 1"},

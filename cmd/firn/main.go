@@ -21,8 +21,6 @@ const (
 	exitNotReady = 3 // the node answered that it is not serving
 )
 
-var version = "dev"
-
 const usage = `firn — a distributed 64-bit ID service that never issues an ID twice.
 
 Usage: firn <command> [flags]
@@ -75,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case benchChildCommand:
 		return cmdBenchChild(rest, stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, "firn", version)
+		fmt.Fprintln(stdout, readBuild())
 		return exitOK
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)

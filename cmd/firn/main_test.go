@@ -33,7 +33,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	firnBin = filepath.Join(dir, "firn")
-	build := exec.Command("go", "build", "-o", firnBin, ".")
+	// No VCS stamping whatever the machine's GOFLAGS: `firn version` of
+	// this binary is "dev" (TestVersion); deploy/release.sh stamps both.
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", firnBin, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "firn tests: go build:", err)

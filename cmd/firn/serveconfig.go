@@ -56,7 +56,8 @@ var repeatableServeFlags = map[string]bool{"generator": true}
 // (server.DefaultConfig) and those of the binary.
 func defaultServeConfig() serveConfig {
 	node := server.DefaultConfig()
-	node.Version = version
+	b := readBuild()
+	node.Version, node.Revision, node.Modified = b.Version, b.Revision, b.Modified
 	return serveConfig{
 		node:     node,
 		coord:    defaultCoordConfig(),
