@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/firnid/firn/clockguard"
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -286,6 +287,18 @@ func TestAllUnavailable(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "test: not serving") {
 		t.Fatalf("error %q lacks the server's reason", err)
+	}
+	if r := Reason(err); r != firnv1.ErrorReason_LEASE_LOST {
+		t.Fatalf("Reason(%v) = %v, want LEASE_LOST", err, r)
+	}
+	if d, ok := RetryAfter(err); !ok || d != 1500*time.Millisecond {
+		t.Fatalf("RetryAfter(%v) = %v, %v; want 1.5s", err, d, ok)
+	}
+	if r := Reason(context.DeadlineExceeded); r != firnv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		t.Fatalf("Reason of a plain error = %v, want unspecified", r)
+	}
+	if _, ok := RetryAfter(errors.New("x")); ok {
+		t.Fatal("RetryAfter of a plain error reports a delay")
 	}
 	var epErr *EndpointError
 	if !errors.As(err, &epErr) || (epErr.Endpoint != addrA && epErr.Endpoint != addrB) {

@@ -3,6 +3,12 @@ package client
 import (
 	"errors"
 	"fmt"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
+
+	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
 
 var (
@@ -33,4 +39,49 @@ func (e *EndpointError) Unwrap() error { return e.Err }
 
 func optionErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
+}
+
+// Reason returns the cause a node gave for refusing the call that returned
+// err: the ErrorInfo reason of the API (domain "firn"), as the typed
+// firnv1.ErrorReason. A program branches on it instead of parsing
+// messages: for example, DRAINING and LEASE_LOST pass on their own, while
+// RESTORE_DETECTED needs an operator. It is ERROR_REASON_UNSPECIFIED when
+// err carries none (a network error, a deadline, a node of another
+// version). For an error of a whole failover round it is the last
+// endpoint's reason.
+func Reason(err error) firnv1.ErrorReason {
+	info, _ := details(err)
+	if info == nil || info.GetDomain() != "firn" {
+		return firnv1.ErrorReason_ERROR_REASON_UNSPECIFIED
+	}
+	return firnv1.ErrorReason(firnv1.ErrorReason_value[info.GetReason()])
+}
+
+// RetryAfter returns how long the node that refused the call expected to
+// stay unable to serve, when it knew (RetryInfo).
+func RetryAfter(err error) (time.Duration, bool) {
+	_, retry := details(err)
+	if retry == nil || retry.GetRetryDelay() == nil {
+		return 0, false
+	}
+	return retry.GetRetryDelay().AsDuration(), true
+}
+
+// details finds the ErrorInfo and RetryInfo of the gRPC status err wraps.
+func details(err error) (*errdetails.ErrorInfo, *errdetails.RetryInfo) {
+	var se interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &se) {
+		return nil, nil
+	}
+	var info *errdetails.ErrorInfo
+	var retry *errdetails.RetryInfo
+	for _, d := range se.GRPCStatus().Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			info = d
+		case *errdetails.RetryInfo:
+			retry = d
+		}
+	}
+	return info, retry
 }

@@ -17,15 +17,29 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	firnv1 "github.com/firnid/firn/proto/firn/v1"
 	"github.com/firnid/firn/server/grpcopt"
 )
+
+// notServing is the refusal of a down test service, with the details a
+// node sends.
+func notServing() error {
+	st, err := status.New(codes.Unavailable, "test: not serving").WithDetails(
+		&errdetails.ErrorInfo{Reason: "LEASE_LOST", Domain: "firn", Metadata: map[string]string{"generator": "default"}},
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(1500 * time.Millisecond)})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
+}
 
 // childEnv makes the test binary a test server process (see TestMain):
 // its value is the first ID the server issues.
@@ -100,7 +114,7 @@ func (s *testService) register(srv *grpc.Server) {
 
 func (s *testService) NextID(context.Context, *firnv1.NextIDRequest) (*firnv1.NextIDResponse, error) {
 	if s.down.Load() {
-		return nil, status.Error(codes.Unavailable, "test: not serving")
+		return nil, notServing()
 	}
 	return &firnv1.NextIDResponse{Id: s.next.Add(1) - 1}, nil
 }
@@ -114,7 +128,7 @@ func (s *testService) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (
 		}
 	}
 	if s.down.Load() {
-		return nil, status.Error(codes.Unavailable, "test: not serving")
+		return nil, notServing()
 	}
 	n := req.GetCount()
 	s.mu.Lock()

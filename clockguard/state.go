@@ -73,6 +73,7 @@ type Cause struct {
 	Source Source
 	Reason string    // a human sentence, e.g. "clock rolled back 3.2s, limit 1s"
 	Since  time.Time // wall reading when the source first set a reason
+	Detail           // the machine-readable part (Code always set)
 }
 
 // Snapshot is a consistent view of a ServingState.
@@ -190,20 +191,27 @@ func (s *ServingState) Subscribe(f func(Transition)) (unsubscribe func()) {
 // are recorded in every state; they decide serving once Ready has been
 // called.
 func (s *ServingState) Set(source Source, reason string) {
+	s.set(source, reason, Detail{})
+}
+
+func (s *ServingState) set(source Source, reason string, d Detail) {
 	if reason == "" {
 		reason = string(source)
+	}
+	if d.Code == "" {
+		d.Code = defaultCode(source)
 	}
 	s.mu.Lock()
 	i := slices.IndexFunc(s.causes, func(c Cause) bool { return c.Source == source })
 	switch {
-	case i >= 0 && s.causes[i].Reason == reason:
+	case i >= 0 && s.causes[i].Reason == reason && s.causes[i].Detail == d:
 		s.mu.Unlock()
 		return
 	case i >= 0:
-		s.causes[i].Reason = reason
+		s.causes[i].Reason, s.causes[i].Detail = reason, d
 	default:
 		now, _ := s.clock.Now()
-		s.causes = append(s.causes, Cause{Source: source, Reason: reason, Since: now})
+		s.causes = append(s.causes, Cause{Source: source, Reason: reason, Since: now, Detail: d})
 	}
 	s.changedLocked(source)
 }

@@ -120,7 +120,7 @@ func (p *clockPolicy) onStep(st clockguard.Step) {
 				continue
 			}
 			if lead := h.gen.Lead(st.Wall); lead > rt.cfg.MaxLead {
-				p.setRollback(rt, (&generator.RollbackError{Step: st.Size, Limit: rt.cfg.MaxLead}).Error())
+				p.setRollback(rt, &generator.RollbackError{Step: st.Size, Limit: rt.cfg.MaxLead})
 				if p.cfg.RollbackRecovery == "manual" {
 					rt.mu.Lock()
 					rt.manualHold = true
@@ -149,11 +149,13 @@ func (p *clockPolicy) onStep(st clockguard.Step) {
 // setRollback holds rt out for a backward step beyond max-lead (from the
 // step detector, or a generator's RollbackError) and makes the probe loop
 // check for recovery often.
-func (p *clockPolicy) setRollback(rt *genRuntime, reason string) {
+func (p *clockPolicy) setRollback(rt *genRuntime, rb *generator.RollbackError) {
+	reason := rb.Error()
 	rt.mu.Lock()
 	rt.rollbackErr = reason
 	rt.mu.Unlock()
-	rt.state.Set(clockguard.SourceClockRollback, reason)
+	rt.state.Hold(clockguard.SourceClockRollback, reason,
+		clockguard.Detail{Limit: rb.Limit.String(), Measured: rb.Step.Round(time.Millisecond).String()})
 	select {
 	case p.kick <- struct{}{}:
 	default:
@@ -166,7 +168,7 @@ func (p *clockPolicy) noteError(rt *genRuntime, err error) {
 	var rb *generator.RollbackError
 	switch {
 	case errors.As(err, &rb):
-		p.setRollback(rt, rb.Error())
+		p.setRollback(rt, rb)
 	case errors.Is(err, generator.ErrClockRange):
 		rt.state.Set(clockguard.SourceClockRange, err.Error())
 	}
@@ -338,7 +340,8 @@ func (p *clockPolicy) setGateReason(size time.Duration) {
 	reason := fmt.Sprintf("clock stepped forward %v, beyond --max-clock-offset %v: not serving until NTP or the peer median confirms the clock, or it comes back",
 		size.Round(time.Millisecond), p.cfg.MaxClockOffset)
 	for _, rt := range p.gens {
-		rt.state.Set(clockguard.SourceClockStep, reason)
+		rt.state.Hold(clockguard.SourceClockStep, reason,
+			clockguard.Detail{Limit: p.cfg.MaxClockOffset.String(), Measured: size.Round(time.Millisecond).String()})
 	}
 }
 
@@ -454,7 +457,7 @@ func (p *clockPolicy) gateCheck() {
 // waitFirstNTP holds every generator out until the first NTP verdict.
 func (p *clockPolicy) waitFirstNTP() {
 	for _, rt := range p.gens {
-		rt.state.Set(clockguard.SourceNTP, "waiting for the first NTP check")
+		rt.state.Hold(clockguard.SourceNTP, "waiting for the first NTP check", clockguard.Detail{Code: clockguard.CodeStarting})
 	}
 }
 
@@ -467,12 +470,15 @@ func (p *clockPolicy) onNTP(res clockguard.NTPResult, err error) {
 		p.m.ntpFailures.Inc()
 	}
 	var reason string
+	var d clockguard.Detail
 	switch {
 	case err == nil && res.OK:
 	case errors.Is(err, clockguard.ErrOffsetTooLarge):
 		reason = fmt.Sprintf("NTP offset %v beyond --max-clock-offset %v", res.Offset.Round(time.Millisecond), p.cfg.MaxClockOffset)
+		d = clockguard.Detail{Code: clockguard.CodeNTPOffset, Limit: p.cfg.MaxClockOffset.String(), Measured: res.Offset.Round(time.Millisecond).String()}
 	case err != nil && p.cfg.NTPRequired:
 		reason = "NTP required and unreachable: " + err.Error()
+		d = clockguard.Detail{Code: clockguard.CodeNTPUnreachable}
 	case err != nil:
 		p.log.Warn("NTP unreachable (not required): serving with drift unchecked", "err", err)
 	default:
@@ -482,7 +488,7 @@ func (p *clockPolicy) onNTP(res clockguard.NTPResult, err error) {
 		if reason == "" {
 			p.clearDoubt(rt, clockguard.SourceNTP)
 		} else {
-			rt.state.Set(clockguard.SourceNTP, reason)
+			rt.state.Hold(clockguard.SourceNTP, reason, d)
 		}
 	}
 	// The forward-step gate: a check begun after the step that agrees
@@ -511,7 +517,7 @@ func (p *clockPolicy) lastNTPOffset() (time.Duration, bool) {
 // serves.
 func (p *clockPolicy) waitFirstPeers() {
 	for _, rt := range p.gens {
-		rt.state.Set(clockguard.SourcePeers, "checking the clock against live peers' heartbeats")
+		rt.state.Hold(clockguard.SourcePeers, "checking the clock against live peers' heartbeats", clockguard.Detail{Code: clockguard.CodeStarting})
 	}
 }
 
@@ -585,6 +591,7 @@ func (p *clockPolicy) onPeers(self string, beats []coordinator.PeerBeat, first b
 	over := p.peerOver
 	p.peerMu.Unlock()
 	var reason string
+	d := clockguard.Detail{Code: clockguard.CodePeerSkew, Limit: p.cfg.MaxPeerSkew.String(), Measured: skew.Round(time.Millisecond).String()}
 	if abs > p.cfg.MaxPeerSkew && over >= 2 {
 		if len(offsets) >= 3 {
 			reason = fmt.Sprintf("clock %v from the peer median of %d nodes, beyond --max-peer-skew %v",
@@ -599,7 +606,7 @@ func (p *clockPolicy) onPeers(self string, beats []coordinator.PeerBeat, first b
 		if reason == "" {
 			p.clearDoubt(rt, clockguard.SourcePeers)
 		} else {
-			rt.state.Set(clockguard.SourcePeers, reason)
+			rt.state.Hold(clockguard.SourcePeers, reason, d)
 		}
 	}
 }

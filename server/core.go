@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -202,7 +203,7 @@ func (c *Core) lookup(name string) (*genRuntime, error) {
 		for _, g := range c.gens {
 			names = append(names, g.cfg.Name)
 		}
-		return nil, fmt.Errorf("%w %q (this node runs %v)", ErrUnknownGenerator, name, names)
+		return nil, &unknownGeneratorError{name: name, known: strings.Join(names, ",")}
 	}
 	return rt, nil
 }

@@ -4,10 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
 )
@@ -25,10 +31,28 @@ var (
 	ErrBadRequest = errors.New("invalid argument")
 )
 
-// NotServingError says why a generator refuses.
+// The reasons of the API's ErrorInfo that are about the request rather
+// than the generator (the rest are clockguard's codes).
+const (
+	reasonNotFound   clockguard.Code = "NOT_FOUND"
+	reasonBadRequest clockguard.Code = "BAD_REQUEST"
+)
+
+// ErrorDomain is the domain of every ErrorInfo the node sends.
+const ErrorDomain = "firn"
+
+// NotServingError says why a generator refuses: the human reason and the
+// machine-readable cause (docs/design.md, Errors).
 type NotServingError struct {
 	Generator string
 	Reason    string
+	// Code, Limit, Measured: the cause, the bound and the value that broke
+	// it (empty when the cause has none).
+	Code            clockguard.Code
+	Limit, Measured string
+	// RetryAfter is when the generator expects to serve again, from the
+	// refusal; 0 when the node cannot know.
+	RetryAfter time.Duration
 }
 
 func (e *NotServingError) Error() string {
@@ -37,8 +61,19 @@ func (e *NotServingError) Error() string {
 
 func (e *NotServingError) Is(target error) bool { return target == ErrNotServing }
 
-func badRequest(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, args...))
+// RequestError is a request field out of bounds.
+type RequestError struct {
+	Field, Value, Limit string
+	Msg                 string
+}
+
+func (e *RequestError) Error() string { return ErrBadRequest.Error() + ": " + e.Msg }
+
+func (e *RequestError) Is(target error) bool { return target == ErrBadRequest }
+
+// badField is a RequestError; the message names the field and the bound.
+func badField(field, value, limit, format string, args ...any) error {
+	return &RequestError{Field: field, Value: value, Limit: limit, Msg: fmt.Sprintf(format, args...)}
 }
 
 // code maps an error to its gRPC code: the one table of the node. HTTP
@@ -69,7 +104,74 @@ func code(err error) codes.Code {
 	return codes.Internal
 }
 
-// grpcError turns an error into a gRPC status error.
+// detail is the machine-readable part of a refusal: the ErrorInfo reason
+// and metadata, and the retry delay (0: unknown).
+type detail struct {
+	reason   clockguard.Code
+	metadata map[string]string
+	retry    time.Duration
+}
+
+// describe maps an error to its detail; ok is false for errors that carry
+// none (deadline, cancellation, internal faults).
+func describe(err error) (d detail, ok bool) {
+	meta := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] != "" {
+				m[kv[i]] = kv[i+1]
+			}
+		}
+		return m
+	}
+	var ns *NotServingError
+	var re *RequestError
+	var ue *unknownGeneratorError
+	var rb *generator.RollbackError
+	switch {
+	case errors.As(err, &ns):
+		return detail{ns.Code, meta("generator", ns.Generator, "limit", ns.Limit, "measured", ns.Measured), ns.RetryAfter}, true
+	case errors.As(err, &re):
+		return detail{reasonBadRequest, meta("field", re.Field, "value", re.Value, "limit", re.Limit), 0}, true
+	case errors.As(err, &ue):
+		return detail{reasonNotFound, meta("generator", ue.name, "known", ue.known), 0}, true
+	case errors.Is(err, ErrBadRequest):
+		return detail{reasonBadRequest, meta(), 0}, true
+	case errors.Is(err, ErrUnknownGenerator):
+		return detail{reasonNotFound, meta(), 0}, true
+	case errors.As(err, &rb):
+		return detail{clockguard.CodeClockRollback, meta("limit", rb.Limit.String(), "measured", rb.Step.Round(time.Millisecond).String()), 0}, true
+	case errors.Is(err, generator.ErrRollback):
+		return detail{clockguard.CodeClockRollback, meta(), 0}, true
+	case errors.Is(err, generator.ErrClockRange):
+		return detail{clockguard.CodeClockRange, meta(), 0}, true
+	case errors.Is(err, generator.ErrReservation), errors.Is(err, generator.ErrAhead):
+		return detail{clockguard.CodeReservationExhausted, meta(), 0}, true
+	case errors.Is(err, generator.ErrForwardStep):
+		return detail{clockguard.CodeClockStep, meta(), 0}, true
+	case errors.Is(err, generator.ErrRetired), errors.Is(err, ringbuffer.ErrNoSource):
+		return detail{clockguard.CodeLeaseLost, meta(), 0}, true
+	case errors.Is(err, ringbuffer.ErrClosed):
+		return detail{clockguard.CodeDraining, meta(), 0}, true
+	}
+	return detail{}, false
+}
+
+// unknownGeneratorError names the generator asked for and those the node
+// runs.
+type unknownGeneratorError struct {
+	name, known string
+}
+
+func (e *unknownGeneratorError) Error() string {
+	return fmt.Sprintf("%v %q (this node runs %s)", ErrUnknownGenerator, e.name, e.known)
+}
+
+func (e *unknownGeneratorError) Is(target error) bool { return target == ErrUnknownGenerator }
+
+// grpcError turns an error into a gRPC status error carrying
+// google.rpc.ErrorInfo (domain firn) and, when the node knows when it will
+// serve again, google.rpc.RetryInfo.
 func grpcError(err error) error {
 	if err == nil {
 		return nil
@@ -77,7 +179,69 @@ func grpcError(err error) error {
 	if _, ok := status.FromError(err); ok && code(err) == codes.Internal {
 		return err
 	}
-	return status.Error(code(err), err.Error())
+	st := status.New(code(err), err.Error())
+	d, ok := describe(err)
+	if !ok {
+		return st.Err()
+	}
+	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: string(d.reason), Domain: ErrorDomain, Metadata: d.metadata}}
+	if d.retry > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.retry)})
+	}
+	if withDetails, err := st.WithDetails(details...); err == nil {
+		st = withDetails
+	}
+	return st.Err()
+}
+
+// httpError is the HTTP API's error body: {"error": {...}}.
+type httpError struct {
+	Error httpErrorBody `json:"error"`
+}
+
+type httpErrorBody struct {
+	// Code is the gRPC code's name (UNAVAILABLE, INVALID_ARGUMENT, …).
+	Code string `json:"code"`
+	// Reason is the ErrorInfo reason; empty for errors that carry none.
+	Reason string `json:"reason,omitempty"`
+	// Message is the human explanation.
+	Message string `json:"message"`
+	// RetryAfterMS is when to try again, in milliseconds (also sent as
+	// Retry-After in seconds); absent when unknown.
+	RetryAfterMS int64             `json:"retry_after_ms,omitempty"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
+}
+
+// newHTTPError is the body and the Retry-After value ("" for none) of an
+// error.
+func newHTTPError(err error) (httpError, string) {
+	c := code(err)
+	b := httpErrorBody{Code: codeName(c), Message: err.Error()}
+	retry := ""
+	if d, ok := describe(err); ok {
+		b.Reason, b.Metadata = string(d.reason), d.metadata
+		if d.retry > 0 {
+			b.RetryAfterMS = max(d.retry.Milliseconds(), 1)
+			retry = strconv.FormatInt(int64((d.retry+time.Second-1)/time.Second), 10)
+		}
+	}
+	return httpError{Error: b}, retry
+}
+
+// codeName is a gRPC code as the canonical upper-case name.
+func codeName(c codes.Code) string {
+	names := map[codes.Code]string{
+		codes.OK: "OK", codes.Canceled: "CANCELLED", codes.Unknown: "UNKNOWN", codes.InvalidArgument: "INVALID_ARGUMENT",
+		codes.DeadlineExceeded: "DEADLINE_EXCEEDED", codes.NotFound: "NOT_FOUND", codes.AlreadyExists: "ALREADY_EXISTS",
+		codes.PermissionDenied: "PERMISSION_DENIED", codes.ResourceExhausted: "RESOURCE_EXHAUSTED",
+		codes.FailedPrecondition: "FAILED_PRECONDITION", codes.Aborted: "ABORTED", codes.OutOfRange: "OUT_OF_RANGE",
+		codes.Unimplemented: "UNIMPLEMENTED", codes.Internal: "INTERNAL", codes.Unavailable: "UNAVAILABLE",
+		codes.DataLoss: "DATA_LOSS", codes.Unauthenticated: "UNAUTHENTICATED",
+	}
+	if n, ok := names[c]; ok {
+		return n
+	}
+	return c.String()
 }
 
 // httpStatus maps a gRPC code to an HTTP status.
@@ -87,6 +251,8 @@ func httpStatus(c codes.Code) int {
 		return 200
 	case codes.InvalidArgument:
 		return 400
+	case codes.PermissionDenied:
+		return 403
 	case codes.NotFound:
 		return 404
 	case codes.Unavailable:
@@ -96,7 +262,7 @@ func httpStatus(c codes.Code) int {
 	case codes.Canceled:
 		return 499
 	case codes.ResourceExhausted:
-		return 413
+		return 429
 	}
 	return 500
 }

@@ -17,7 +17,7 @@ func (n *Node) faultHandler() http.Handler {
 		s := r.FormValue("offset")
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			writeJSON(w, 400, jsonError{Error: fmt.Sprintf("offset %q is not a Go duration (e.g. -5s, 300ms, 0)", s), Code: "InvalidArgument"})
+			writeErr(w, badField("offset", s, "a Go duration", "offset %q is not a Go duration (e.g. -5s, 300ms, 0)", s))
 			return
 		}
 		old := n.offset.CurrentOffset()
@@ -39,7 +39,7 @@ func (n *Node) faultHandler() http.Handler {
 func refuseBrowsers(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if o := r.Header.Get("Origin"); o != "" {
-			writeJSON(w, 403, jsonError{Error: fmt.Sprintf("fault injection refuses requests from web pages (Origin %q): use `firn fault` or curl", o), Code: "PermissionDenied"})
+			writeDenied(w, fmt.Sprintf("fault injection refuses requests from web pages (Origin %q): use `firn fault` or curl", o))
 			return
 		}
 		h.ServeHTTP(w, r)

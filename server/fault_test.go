@@ -151,7 +151,8 @@ func TestFaultClockOffset(t *testing.T) {
 	}
 	_, err = n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 10})
 	wantCode(t, "NextIDs after a −5s step", err, codes.Unavailable, "clock rolled back")
-	wantHTTP(t, n, "/v1/ids", 503, "clock rolled back")
+	wantInfo(t, "NextIDs after a −5s step", err, "CLOCK_ROLLBACK", map[string]string{"limit": "1s"})
+	wantHTTP(t, n, "/v1/ids", 503, "CLOCK_ROLLBACK", "clock rolled back")
 	code, body := httpGet(t, n.httpc, n.base+"/readyz")
 	if code != 503 || !strings.Contains(body, "clock rolled back") {
 		t.Fatalf("/readyz %d %s after a −5s step", code, body)

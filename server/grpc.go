@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"sync"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -48,7 +50,8 @@ func (s *idService) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*f
 
 func checkCount(rt *genRuntime, count int64) error {
 	if count < 1 || count > int64(rt.maxBatch) {
-		return badRequest("count %d outside [1, %d] for generator %q (min(--max-batch, sequence per unit × units in max-lead))",
+		return badField("count", strconv.FormatInt(count, 10), fmt.Sprintf("[1, %d]", rt.maxBatch),
+			"count %d outside [1, %d] for generator %q (min(--max-batch, sequence per unit × units in max-lead))",
 			count, rt.maxBatch, rt.cfg.Name)
 	}
 	return nil
@@ -61,7 +64,7 @@ func (s *idService) Decode(ctx context.Context, req *firnv1.DecodeRequest) (*fir
 	}
 	p, err := rt.cfg.Layout.Decode(req.GetId())
 	if err != nil {
-		return nil, grpcError(badRequest("%v", err))
+		return nil, grpcError(badField("id", strconv.FormatUint(req.GetId(), 10), "", "%v", err))
 	}
 	return &firnv1.DecodeResponse{
 		Time:       timestamppb.New(p.Time),
@@ -94,6 +97,7 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 			Serving:      st.Serving,
 			State:        st.State,
 			Reason:       st.Reason,
+			Cause:        string(st.Cause),
 			ClockLead:    durationpb.New(st.ClockLead),
 			MaxBatch:     uint32(st.MaxBatch),
 			MaxLead:      durationpb.New(st.MaxLead),

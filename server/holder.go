@@ -113,7 +113,7 @@ func (h *holding) stopExpiry() {
 func (hd *holder) run(ctx context.Context) {
 	rt := hd.rt
 	backoff := 200 * time.Millisecond
-	rt.state.Set(clockguard.SourceLease, "acquiring a worker ID")
+	rt.state.Hold(clockguard.SourceLease, "acquiring a worker ID", clockguard.Detail{Code: clockguard.CodeStarting})
 	for ctx.Err() == nil {
 		h, err := hd.acquire(ctx)
 		if err != nil {
@@ -162,7 +162,7 @@ func (hd *holder) noteAcquireError(err error) {
 		errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, coordinator.ErrSchemaTooNew):
 		rt.state.Set(clockguard.SourceCoordinator, err.Error())
 	default:
-		rt.state.Set(clockguard.SourceLease, "acquiring a worker ID: "+err.Error())
+		rt.state.Hold(clockguard.SourceLease, "acquiring a worker ID: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 	}
 	hd.m.errors.WithLabelValues("acquire").Inc()
 	hd.log.Warn("cannot acquire a worker ID", "generator", rt.cfg.Name, "err", err)
@@ -294,8 +294,9 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 			break
 		}
 		wait := time.Duration(ahead) * l.Unit
-		rt.state.Set(clockguard.SourceLease, fmt.Sprintf("waiting %v for the clock to reach this worker's last reservation (max-lead %v)",
-			wait.Round(time.Millisecond), rt.cfg.MaxLead))
+		rt.state.Hold(clockguard.SourceLease, fmt.Sprintf("waiting %v for the clock to reach this worker's last reservation (max-lead %v)",
+			wait.Round(time.Millisecond), rt.cfg.MaxLead),
+			clockguard.Detail{Code: clockguard.CodeStarting, Limit: rt.cfg.MaxLead.String(), Measured: wait.Round(time.Millisecond).String(), RetryAt: wall.Add(wait)})
 		t := time.NewTimer(min(wait, 500*time.Millisecond))
 		select {
 		case <-ctx.Done():
@@ -326,7 +327,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 			return
 		}
 		if err != nil {
-			rt.state.Set(clockguard.SourceReservation, "first reservation not confirmed by the coordinator: "+err.Error())
+			rt.state.Hold(clockguard.SourceReservation, "first reservation not confirmed by the coordinator: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 		}
 		rt.state.Clear(clockguard.SourceLease)
 		rt.state.Clear(clockguard.SourceInstance)
@@ -335,7 +336,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 		rt.ring.Start()
 	})
 	if err != nil {
-		rt.state.Set(clockguard.SourceLease, "cannot keep a reservation: "+err.Error())
+		rt.state.Hold(clockguard.SourceLease, "cannot keep a reservation: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 		hd.release(h)
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
 )
 
 // httpTLS is the HTTP listener's TLS configuration: like gRPC's, except
@@ -38,7 +39,7 @@ func httpTLS(c *tls.Config) *tls.Config {
 func (n *Node) requireClientCert(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if n.cfg.MutualTLS() && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
-			writeJSON(w, 403, jsonError{Error: "this endpoint needs a client certificate signed by --tls-client-ca", Code: "PermissionDenied"})
+			writeDenied(w, "this endpoint needs a client certificate signed by --tls-client-ca")
 			return
 		}
 		h(w, r)
@@ -60,20 +61,26 @@ func (n *Node) httpHandler() http.Handler {
 	return mux
 }
 
-type jsonError struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
 }
 
+// writeErr answers err as the API's JSON error, with Retry-After when the
+// node knows when it will serve again.
 func writeErr(w http.ResponseWriter, err error) {
-	c := code(err)
-	writeJSON(w, httpStatus(c), jsonError{Error: err.Error(), Code: c.String()})
+	body, retry := newHTTPError(err)
+	if retry != "" {
+		w.Header().Set("Retry-After", retry)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, httpStatus(code(err)), body)
+}
+
+// writeDenied answers 403 PERMISSION_DENIED with msg.
+func writeDenied(w http.ResponseWriter, msg string) {
+	writeJSON(w, 403, httpError{Error: httpErrorBody{Code: codeName(codes.PermissionDenied), Message: msg}})
 }
 
 // handleIDs: GET /v1/ids?generator=&count= → {"ids":["…"]}, IDs as
@@ -89,7 +96,7 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("count"); s != "" {
 		count, err = strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			writeErr(w, badRequest("count %q is not an integer in [1, %d]", s, rt.maxBatch))
+			writeErr(w, badField("count", s, fmt.Sprintf("[1, %d]", rt.maxBatch), "count %q is not an integer in [1, %d]", s, rt.maxBatch))
 			return
 		}
 	}
@@ -118,6 +125,8 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 	}
 	b.WriteString("]}\n")
 	w.Header().Set("Content-Type", "application/json")
+	// IDs are single-use: no cache may keep or replay them.
+	w.Header().Set("Cache-Control", "no-store")
 	w.Write([]byte(b.String()))
 }
 
@@ -139,12 +148,12 @@ func (n *Node) handleDecode(w http.ResponseWriter, r *http.Request) {
 	s := r.PathValue("id")
 	id, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		writeErr(w, badRequest("id %q is not a decimal 64-bit unsigned integer", s))
+		writeErr(w, badField("id", s, "[0, 2^64)", "id %q is not a decimal 64-bit unsigned integer", s))
 		return
 	}
 	p, err := rt.cfg.Layout.Decode(id)
 	if err != nil {
-		writeErr(w, badRequest("%v", err))
+		writeErr(w, badField("id", s, "", "%v", err))
 		return
 	}
 	writeJSON(w, 200, decodeJSON{ID: s, Generator: rt.cfg.Name, Time: p.Time.UTC(), Datacenter: p.Datacenter, Worker: p.Worker, Sequence: p.Sequence})
@@ -156,6 +165,8 @@ type readyGen struct {
 	Serving bool   `json:"serving"`
 	State   string `json:"state"`
 	Reason  string `json:"reason,omitempty"`
+	// Cause is the reason's code (an ErrorReason name); empty while serving.
+	Cause string `json:"cause,omitempty"`
 }
 
 // handleReady: 200 only while the default generator serves; the body gives
@@ -167,7 +178,8 @@ func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, rt := range n.gens {
 		out.Generators = append(out.Generators, readyGen{Name: rt.cfg.Name, Default: rt.isDefault,
-			Serving: rt.state.Serving(), State: rt.state.State().String(), Reason: rt.state.Reason()})
+			Serving: rt.state.Serving(), State: rt.state.State().String(), Reason: rt.state.Reason(),
+			Cause: string(rt.state.Snapshot().Refusal().Code)})
 	}
 	out.Ready = n.gens[0].state.Serving()
 	status := 200
@@ -181,7 +193,7 @@ func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
 // client whose certificate the node verified.
 func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 	if !n.cfg.MutualTLS() || r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-		writeJSON(w, 403, jsonError{Error: "POST /admin/resume needs mTLS (--tls-client-ca) and a verified client certificate", Code: "PermissionDenied"})
+		writeDenied(w, "POST /admin/resume needs mTLS (--tls-client-ca) and a verified client certificate")
 		return
 	}
 	gen := r.URL.Query().Get("generator")

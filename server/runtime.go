@@ -136,7 +136,17 @@ func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
 }
 
 func (rt *genRuntime) notServing() error {
-	return &NotServingError{Generator: rt.cfg.Name, Reason: rt.state.Reason()}
+	r := rt.state.Snapshot().Refusal()
+	e := &NotServingError{Generator: rt.cfg.Name, Reason: r.Reason, Code: r.Code, Limit: r.Limit, Measured: r.Measured}
+	if r.Code == "" { // served again between the check and now
+		e.Code, e.Reason = clockguard.CodeStarting, "not serving"
+	}
+	if !r.RetryAt.IsZero() {
+		if wall, _ := rt.policy.clock.Now(); r.RetryAt.After(wall) {
+			e.RetryAfter = r.RetryAt.Sub(wall)
+		}
+	}
+	return e
 }
 
 // generate is the ring's Generate for what the ring could not give
@@ -177,6 +187,7 @@ type GeneratorStatus struct {
 	Serving       bool
 	State         string
 	Reason        string
+	Cause         clockguard.Code // the reason's code; "" while serving
 	Worker        uint64
 	Datacenter    uint64
 	HasLease      bool
@@ -200,6 +211,7 @@ func (rt *genRuntime) status(wall time.Time) GeneratorStatus {
 		Serving:      rt.state.Serving(),
 		State:        rt.state.State().String(),
 		Reason:       rt.state.Reason(),
+		Cause:        rt.state.Snapshot().Refusal().Code,
 		MaxLead:      rt.cfg.MaxLead,
 		MaxStaleness: rt.cfg.MaxStaleness,
 		MaxBatch:     rt.maxBatch,

@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"math/rand"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -398,6 +399,9 @@ func (n *node) checkRefusal(id string, err error, took time.Duration, frozen, up
 	case errors.As(err, &ns):
 		if strings.TrimSpace(ns.Reason) == "" {
 			w.violate("%s: refused without a cause: %v", id, err)
+		}
+		if !slices.Contains(clockguard.Codes, ns.Code) {
+			w.violate("%s: refused with code %q, not one of the API's reasons: %v", id, ns.Code, err)
 		}
 	case errors.Is(err, generator.ErrRollback), errors.Is(err, generator.ErrForwardStep),
 		errors.Is(err, generator.ErrClockRange), errors.Is(err, generator.ErrRetired), errors.Is(err, generator.ErrHeld):

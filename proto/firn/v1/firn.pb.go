@@ -26,6 +26,144 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ErrorReason is the fixed list of causes a refusal names. Every error
+// the node returns for a request it could not serve carries a
+// google.rpc.ErrorInfo with domain "firn" and reason set to one of these
+// names (without the enum's zero value), with metadata:
+//
+//	generator  the generator asked for
+//	limit      the bound that was broken, with its unit ("1s", "[1, 1000]")
+//	measured   the value that broke it ("3.2s")
+//	field, value  for BAD_REQUEST: the request field and what it held
+//	known      for NOT_FOUND: the generators the node runs
+//
+// (a key is absent when it does not apply). A refusal that knows when the
+// generator will serve again carries google.rpc.RetryInfo as well. The
+// HTTP API sends the same reason in {"error": {"reason": ...}}. New
+// reasons may be added; a program should treat an unknown one as
+// UNAVAILABLE with no retry hint.
+type ErrorReason int32
+
+const (
+	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
+	// The clock stepped back further than the generator's max-lead can
+	// absorb. The node recovers on its own when the clock catches up (auto
+	// recovery) or when an operator resumes it (manual); never restart it.
+	ErrorReason_CLOCK_ROLLBACK ErrorReason = 1
+	// The clock stepped forward beyond --max-clock-offset; the node waits
+	// for NTP or its peers to confirm the new time, or for the clock to
+	// come back.
+	ErrorReason_CLOCK_STEP ErrorReason = 2
+	// The clock lies outside the layout's time range (before its epoch or
+	// past its end).
+	ErrorReason_CLOCK_RANGE ErrorReason = 3
+	// The NTP offset is beyond --max-clock-offset, or too few NTP servers
+	// gave usable answers.
+	ErrorReason_NTP_OFFSET ErrorReason = 4
+	// NTP is required (--ntp-required) and no server answered.
+	ErrorReason_NTP_UNREACHABLE ErrorReason = 5
+	// This node's clock is the outlier against the median of its peers'
+	// heartbeats, beyond --max-peer-skew.
+	ErrorReason_PEER_SKEW ErrorReason = 6
+	// The coordinator cannot be reached, or did not confirm a write.
+	ErrorReason_COORDINATOR_UNAVAILABLE ErrorReason = 7
+	// The worker lease was lost (expired or taken over); the node is
+	// acquiring another.
+	ErrorReason_LEASE_LOST ErrorReason = 8
+	// The clock reached the end of the reservation and the coordinator has
+	// not confirmed a new one.
+	ErrorReason_RESERVATION_EXHAUSTED ErrorReason = 9
+	// The coordinator's state was restored from an older snapshot,
+	// recreated, or rolled back; no node serves the generator until an
+	// operator runs `firn coordinator bump`.
+	ErrorReason_RESTORE_DETECTED ErrorReason = 10
+	// The data dir was copied or moved, or the node name is held by
+	// another instance.
+	ErrorReason_INSTANCE_CONFLICT ErrorReason = 11
+	// Held until an operator resumes it.
+	ErrorReason_OPERATOR_HOLD ErrorReason = 12
+	// The node is shutting down.
+	ErrorReason_DRAINING ErrorReason = 13
+	// The node's start checks have not passed yet (first NTP check,
+	// acquiring a worker, waiting for the clock to reach the worker's last
+	// reservation).
+	ErrorReason_STARTING ErrorReason = 14
+	// The request names a generator the node does not run.
+	ErrorReason_NOT_FOUND ErrorReason = 15
+	// A request field is out of its bounds; metadata names the field and
+	// the bound.
+	ErrorReason_BAD_REQUEST ErrorReason = 16
+)
+
+// Enum value maps for ErrorReason.
+var (
+	ErrorReason_name = map[int32]string{
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "CLOCK_ROLLBACK",
+		2:  "CLOCK_STEP",
+		3:  "CLOCK_RANGE",
+		4:  "NTP_OFFSET",
+		5:  "NTP_UNREACHABLE",
+		6:  "PEER_SKEW",
+		7:  "COORDINATOR_UNAVAILABLE",
+		8:  "LEASE_LOST",
+		9:  "RESERVATION_EXHAUSTED",
+		10: "RESTORE_DETECTED",
+		11: "INSTANCE_CONFLICT",
+		12: "OPERATOR_HOLD",
+		13: "DRAINING",
+		14: "STARTING",
+		15: "NOT_FOUND",
+		16: "BAD_REQUEST",
+	}
+	ErrorReason_value = map[string]int32{
+		"ERROR_REASON_UNSPECIFIED": 0,
+		"CLOCK_ROLLBACK":           1,
+		"CLOCK_STEP":               2,
+		"CLOCK_RANGE":              3,
+		"NTP_OFFSET":               4,
+		"NTP_UNREACHABLE":          5,
+		"PEER_SKEW":                6,
+		"COORDINATOR_UNAVAILABLE":  7,
+		"LEASE_LOST":               8,
+		"RESERVATION_EXHAUSTED":    9,
+		"RESTORE_DETECTED":         10,
+		"INSTANCE_CONFLICT":        11,
+		"OPERATOR_HOLD":            12,
+		"DRAINING":                 13,
+		"STARTING":                 14,
+		"NOT_FOUND":                15,
+		"BAD_REQUEST":              16,
+	}
+)
+
+func (x ErrorReason) Enum() *ErrorReason {
+	p := new(ErrorReason)
+	*p = x
+	return p
+}
+
+func (x ErrorReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_firn_v1_firn_proto_enumTypes[0].Descriptor()
+}
+
+func (ErrorReason) Type() protoreflect.EnumType {
+	return &file_firn_v1_firn_proto_enumTypes[0]
+}
+
+func (x ErrorReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorReason.Descriptor instead.
+func (ErrorReason) EnumDescriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{0}
+}
+
 type NextIDRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generator     string                 `protobuf:"bytes,1,opt,name=generator,proto3" json:"generator,omitempty"`
@@ -482,10 +620,13 @@ type GeneratorInfo struct {
 	NtpOffset  *durationpb.Duration `protobuf:"bytes,11,opt,name=ntp_offset,json=ntpOffset,proto3" json:"ntp_offset,omitempty"`
 	NtpChecked bool                 `protobuf:"varint,12,opt,name=ntp_checked,json=ntpChecked,proto3" json:"ntp_checked,omitempty"`
 	// The largest count NextIDs accepts for this generator.
-	MaxBatch      uint32               `protobuf:"varint,13,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
-	MaxLead       *durationpb.Duration `protobuf:"bytes,14,opt,name=max_lead,json=maxLead,proto3" json:"max_lead,omitempty"`
-	MaxStaleness  *durationpb.Duration `protobuf:"bytes,15,opt,name=max_staleness,json=maxStaleness,proto3" json:"max_staleness,omitempty"`
-	IdsIssued     uint64               `protobuf:"varint,16,opt,name=ids_issued,json=idsIssued,proto3" json:"ids_issued,omitempty"`
+	MaxBatch     uint32               `protobuf:"varint,13,opt,name=max_batch,json=maxBatch,proto3" json:"max_batch,omitempty"`
+	MaxLead      *durationpb.Duration `protobuf:"bytes,14,opt,name=max_lead,json=maxLead,proto3" json:"max_lead,omitempty"`
+	MaxStaleness *durationpb.Duration `protobuf:"bytes,15,opt,name=max_staleness,json=maxStaleness,proto3" json:"max_staleness,omitempty"`
+	IdsIssued    uint64               `protobuf:"varint,16,opt,name=ids_issued,json=idsIssued,proto3" json:"ids_issued,omitempty"`
+	// Why the generator is not serving, as an ErrorReason name (the reason a
+	// refused call carries); empty while it serves.
+	Cause         string `protobuf:"bytes,17,opt,name=cause,proto3" json:"cause,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -632,6 +773,13 @@ func (x *GeneratorInfo) GetIdsIssued() uint64 {
 	return 0
 }
 
+func (x *GeneratorInfo) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
 var File_firn_v1_firn_proto protoreflect.FileDescriptor
 
 const file_firn_v1_firn_proto_rawDesc = "" +
@@ -667,7 +815,7 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\vcoordinator\x18\x06 \x01(\tR\vcoordinator\x126\n" +
 	"\n" +
 	"generators\x18\a \x03(\v2\x16.firn.v1.GeneratorInfoR\n" +
-	"generators\"\xe4\x04\n" +
+	"generators\"\xfa\x04\n" +
 	"\rGeneratorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\tR\x06layout\x12\x1d\n" +
@@ -692,7 +840,30 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\bmax_lead\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\amaxLead\x12>\n" +
 	"\rmax_staleness\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\fmaxStaleness\x12\x1d\n" +
 	"\n" +
-	"ids_issued\x18\x10 \x01(\x04R\tidsIssued2\xf4\x01\n" +
+	"ids_issued\x18\x10 \x01(\x04R\tidsIssued\x12\x14\n" +
+	"\x05cause\x18\x11 \x01(\tR\x05cause*\xd8\x02\n" +
+	"\vErrorReason\x12\x1c\n" +
+	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eCLOCK_ROLLBACK\x10\x01\x12\x0e\n" +
+	"\n" +
+	"CLOCK_STEP\x10\x02\x12\x0f\n" +
+	"\vCLOCK_RANGE\x10\x03\x12\x0e\n" +
+	"\n" +
+	"NTP_OFFSET\x10\x04\x12\x13\n" +
+	"\x0fNTP_UNREACHABLE\x10\x05\x12\r\n" +
+	"\tPEER_SKEW\x10\x06\x12\x1b\n" +
+	"\x17COORDINATOR_UNAVAILABLE\x10\a\x12\x0e\n" +
+	"\n" +
+	"LEASE_LOST\x10\b\x12\x19\n" +
+	"\x15RESERVATION_EXHAUSTED\x10\t\x12\x14\n" +
+	"\x10RESTORE_DETECTED\x10\n" +
+	"\x12\x15\n" +
+	"\x11INSTANCE_CONFLICT\x10\v\x12\x11\n" +
+	"\rOPERATOR_HOLD\x10\f\x12\f\n" +
+	"\bDRAINING\x10\r\x12\f\n" +
+	"\bSTARTING\x10\x0e\x12\r\n" +
+	"\tNOT_FOUND\x10\x0f\x12\x0f\n" +
+	"\vBAD_REQUEST\x10\x102\xf4\x01\n" +
 	"\tIDService\x129\n" +
 	"\x06NextID\x12\x16.firn.v1.NextIDRequest\x1a\x17.firn.v1.NextIDResponse\x12<\n" +
 	"\aNextIDs\x12\x17.firn.v1.NextIDsRequest\x1a\x18.firn.v1.NextIDsResponse\x129\n" +
@@ -711,36 +882,38 @@ func file_firn_v1_firn_proto_rawDescGZIP() []byte {
 	return file_firn_v1_firn_proto_rawDescData
 }
 
+var file_firn_v1_firn_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_firn_v1_firn_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_firn_v1_firn_proto_goTypes = []any{
-	(*NextIDRequest)(nil),         // 0: firn.v1.NextIDRequest
-	(*NextIDResponse)(nil),        // 1: firn.v1.NextIDResponse
-	(*NextIDsRequest)(nil),        // 2: firn.v1.NextIDsRequest
-	(*NextIDsResponse)(nil),       // 3: firn.v1.NextIDsResponse
-	(*DecodeRequest)(nil),         // 4: firn.v1.DecodeRequest
-	(*DecodeResponse)(nil),        // 5: firn.v1.DecodeResponse
-	(*InfoRequest)(nil),           // 6: firn.v1.InfoRequest
-	(*InfoResponse)(nil),          // 7: firn.v1.InfoResponse
-	(*GeneratorInfo)(nil),         // 8: firn.v1.GeneratorInfo
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
+	(ErrorReason)(0),              // 0: firn.v1.ErrorReason
+	(*NextIDRequest)(nil),         // 1: firn.v1.NextIDRequest
+	(*NextIDResponse)(nil),        // 2: firn.v1.NextIDResponse
+	(*NextIDsRequest)(nil),        // 3: firn.v1.NextIDsRequest
+	(*NextIDsResponse)(nil),       // 4: firn.v1.NextIDsResponse
+	(*DecodeRequest)(nil),         // 5: firn.v1.DecodeRequest
+	(*DecodeResponse)(nil),        // 6: firn.v1.DecodeResponse
+	(*InfoRequest)(nil),           // 7: firn.v1.InfoRequest
+	(*InfoResponse)(nil),          // 8: firn.v1.InfoResponse
+	(*GeneratorInfo)(nil),         // 9: firn.v1.GeneratorInfo
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
 }
 var file_firn_v1_firn_proto_depIdxs = []int32{
-	9,  // 0: firn.v1.DecodeResponse.time:type_name -> google.protobuf.Timestamp
-	8,  // 1: firn.v1.InfoResponse.generators:type_name -> firn.v1.GeneratorInfo
-	9,  // 2: firn.v1.GeneratorInfo.reserved_until:type_name -> google.protobuf.Timestamp
-	10, // 3: firn.v1.GeneratorInfo.clock_lead:type_name -> google.protobuf.Duration
-	10, // 4: firn.v1.GeneratorInfo.ntp_offset:type_name -> google.protobuf.Duration
-	10, // 5: firn.v1.GeneratorInfo.max_lead:type_name -> google.protobuf.Duration
-	10, // 6: firn.v1.GeneratorInfo.max_staleness:type_name -> google.protobuf.Duration
-	0,  // 7: firn.v1.IDService.NextID:input_type -> firn.v1.NextIDRequest
-	2,  // 8: firn.v1.IDService.NextIDs:input_type -> firn.v1.NextIDsRequest
-	4,  // 9: firn.v1.IDService.Decode:input_type -> firn.v1.DecodeRequest
-	6,  // 10: firn.v1.IDService.Info:input_type -> firn.v1.InfoRequest
-	1,  // 11: firn.v1.IDService.NextID:output_type -> firn.v1.NextIDResponse
-	3,  // 12: firn.v1.IDService.NextIDs:output_type -> firn.v1.NextIDsResponse
-	5,  // 13: firn.v1.IDService.Decode:output_type -> firn.v1.DecodeResponse
-	7,  // 14: firn.v1.IDService.Info:output_type -> firn.v1.InfoResponse
+	10, // 0: firn.v1.DecodeResponse.time:type_name -> google.protobuf.Timestamp
+	9,  // 1: firn.v1.InfoResponse.generators:type_name -> firn.v1.GeneratorInfo
+	10, // 2: firn.v1.GeneratorInfo.reserved_until:type_name -> google.protobuf.Timestamp
+	11, // 3: firn.v1.GeneratorInfo.clock_lead:type_name -> google.protobuf.Duration
+	11, // 4: firn.v1.GeneratorInfo.ntp_offset:type_name -> google.protobuf.Duration
+	11, // 5: firn.v1.GeneratorInfo.max_lead:type_name -> google.protobuf.Duration
+	11, // 6: firn.v1.GeneratorInfo.max_staleness:type_name -> google.protobuf.Duration
+	1,  // 7: firn.v1.IDService.NextID:input_type -> firn.v1.NextIDRequest
+	3,  // 8: firn.v1.IDService.NextIDs:input_type -> firn.v1.NextIDsRequest
+	5,  // 9: firn.v1.IDService.Decode:input_type -> firn.v1.DecodeRequest
+	7,  // 10: firn.v1.IDService.Info:input_type -> firn.v1.InfoRequest
+	2,  // 11: firn.v1.IDService.NextID:output_type -> firn.v1.NextIDResponse
+	4,  // 12: firn.v1.IDService.NextIDs:output_type -> firn.v1.NextIDsResponse
+	6,  // 13: firn.v1.IDService.Decode:output_type -> firn.v1.DecodeResponse
+	8,  // 14: firn.v1.IDService.Info:output_type -> firn.v1.InfoResponse
 	11, // [11:15] is the sub-list for method output_type
 	7,  // [7:11] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
@@ -758,13 +931,14 @@ func file_firn_v1_firn_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_firn_v1_firn_proto_rawDesc), len(file_firn_v1_firn_proto_rawDesc)),
-			NumEnums:      0,
+			NumEnums:      1,
 			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_firn_v1_firn_proto_goTypes,
 		DependencyIndexes: file_firn_v1_firn_proto_depIdxs,
+		EnumInfos:         file_firn_v1_firn_proto_enumTypes,
 		MessageInfos:      file_firn_v1_firn_proto_msgTypes,
 	}.Build()
 	File_firn_v1_firn_proto = out.File

@@ -34,7 +34,10 @@ const (
 //
 // IDService issues and decodes IDs. An empty generator name means the
 // node's default generator; an unknown one is NOT_FOUND. A generator that
-// is not serving answers UNAVAILABLE with the reason in the message.
+// is not serving answers UNAVAILABLE at once, never after a wait: the
+// message says why for people, and the status details carry
+// google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
+// and, when the node knows when it will serve again, google.rpc.RetryInfo.
 type IDServiceClient interface {
 	// NextID returns one ID.
 	NextID(ctx context.Context, in *NextIDRequest, opts ...grpc.CallOption) (*NextIDResponse, error)
@@ -102,7 +105,10 @@ func (c *iDServiceClient) Info(ctx context.Context, in *InfoRequest, opts ...grp
 //
 // IDService issues and decodes IDs. An empty generator name means the
 // node's default generator; an unknown one is NOT_FOUND. A generator that
-// is not serving answers UNAVAILABLE with the reason in the message.
+// is not serving answers UNAVAILABLE at once, never after a wait: the
+// message says why for people, and the status details carry
+// google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
+// and, when the node knows when it will serve again, google.rpc.RetryInfo.
 type IDServiceServer interface {
 	// NextID returns one ID.
 	NextID(context.Context, *NextIDRequest) (*NextIDResponse, error)
