@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	firnv1 "github.com/firnid/firn/client/firnv1"
 )
 
 // maxCallRecvMsgSize admits the largest NextIDs response a node sends

@@ -13,11 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/firnid/firn/clockguard"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	firnv1 "github.com/firnid/firn/client/firnv1"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -41,7 +39,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // rangeOf names the test server whose range holds id.
 func rangeOf(id uint64, servers map[string]*testService) string {
 	for name, s := range servers {
-		if s.owns(id) {
+		if s.Owns(id) {
 			return name
 		}
 	}
@@ -127,7 +125,7 @@ func TestNextConcurrentDistinct(t *testing.T) {
 	}
 	checkDistinct(t, all)
 	for _, id := range all {
-		if !ts.owns(id) {
+		if !ts.Owns(id) {
 			t.Fatalf("ID %d was never issued by the server", id)
 		}
 	}
@@ -138,8 +136,8 @@ func TestNextConcurrentDistinct(t *testing.T) {
 
 func TestNextN(t *testing.T) {
 	ts, addr := startService(t, 1, nil)
-	ts.hideInfo.Store(true) // the client learns the bound from INVALID_ARGUMENT
-	ts.maxBatch.Store(300)
+	ts.HideInfo(true) // the client learns the bound from INVALID_ARGUMENT
+	ts.SetMaxBatch(300)
 	c := newClient(t, []string{addr})
 	ctx := ctxFor(t, 20*time.Second)
 
@@ -155,10 +153,10 @@ func TestNextN(t *testing.T) {
 		all = append(all, ids...)
 	}
 	checkDistinct(t, all)
-	if m := ts.maxCount(); m <= 300 {
+	if m := maxCount(ts); m <= 300 {
 		t.Fatalf("largest count asked %d: the direct fetch never tried above the bound", m)
 	}
-	if last := ts.lastCount(); last > 300 {
+	if last := lastCount(ts); last > 300 {
 		t.Fatalf("last count asked %d: the client did not lower its batch under the bound 300", last)
 	}
 	for _, n := range []int{0, -1, MaxNextN + 1} {
@@ -251,7 +249,7 @@ func TestFailoverUnavailable(t *testing.T) {
 	if err != nil || rangeOf(id, servers) != "A" {
 		t.Fatalf("first ID %d (%s), %v: want one from A", id, rangeOf(id, servers), err)
 	}
-	a.down.Store(true)
+	down(a)
 	var all []uint64
 	for range 2000 {
 		id, err := c.Next(ctx)
@@ -274,8 +272,8 @@ func TestFailoverUnavailable(t *testing.T) {
 func TestAllUnavailable(t *testing.T) {
 	a, addrA := startService(t, 1<<40, nil)
 	b, addrB := startService(t, 2<<40, nil)
-	a.down.Store(true)
-	b.down.Store(true)
+	down(a)
+	down(b)
 	c := newClient(t, []string{addrA, addrB})
 	ctx := ctxFor(t, 20*time.Second)
 	_, err := c.Next(ctx)
@@ -305,7 +303,7 @@ func TestAllUnavailable(t *testing.T) {
 		t.Fatalf("error %v names no endpoint", err)
 	}
 	// Recovery: once one serves again, Next succeeds.
-	b.down.Store(false)
+	b.Serve()
 	waitFor(t, 10*time.Second, "Next to succeed after B came back", func() bool {
 		_, err = c.Next(ctx)
 		return err == nil
@@ -318,7 +316,7 @@ func TestHealthAware(t *testing.T) {
 	a, addrA := startService(t, 1<<40, nil)
 	b, addrB := startService(t, 2<<40, nil)
 	servers := map[string]*testService{"A": a, "B": b}
-	a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	a.SetHealth(false)
 	c := newClient(t, []string{addrA, addrB})
 	ctx := ctxFor(t, 20*time.Second)
 	for range 500 {
@@ -330,13 +328,13 @@ func TestHealthAware(t *testing.T) {
 			t.Fatalf("ID %d from %s while A is NOT_SERVING", id, got)
 		}
 	}
-	if a.issued() != 0 {
-		t.Fatalf("A issued %d IDs while NOT_SERVING", a.issued())
+	if a.Issued() != 0 {
+		t.Fatalf("A issued %d IDs while NOT_SERVING", a.Issued())
 	}
 
-	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	b.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	b.down.Store(true) // as a node does: health and calls agree
+	a.SetHealth(true)
+	b.SetHealth(false)
+	down(b) // as a node does: health and calls agree
 	var sawA bool
 	for range 20_000 {
 		id, err := c.Next(ctx)
@@ -350,51 +348,6 @@ func TestHealthAware(t *testing.T) {
 	}
 	if !sawA {
 		t.Fatal("no ID from A after the health flip")
-	}
-}
-
-func TestTLS(t *testing.T) {
-	certs := writeCerts(t)
-	caOnly, err := LoadTLS(certs.CA, "", "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mtls, err := LoadTLS(certs.CA, certs.ClientCert, certs.ClientKey, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, addrTLS := startService(t, 1, tlsServer(t, certs.ServerCert, certs.ServerKey, nil))
-	_, addrMTLS := startService(t, 1<<40, tlsServer(t, certs.ServerCert, certs.ServerKey, caOnly))
-	ctx := ctxFor(t, 20*time.Second)
-
-	for _, tc := range []struct {
-		name string
-		addr string
-		cfg  *Option
-		ok   bool
-	}{
-		{"tls", addrTLS, ptr(WithTLS(caOnly)), true},
-		{"mtls", addrMTLS, ptr(WithTLS(mtls)), true},
-		{"mtls without client cert", addrMTLS, ptr(WithTLS(caOnly)), false},
-		{"plaintext to tls", addrTLS, nil, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			opts := []Option{WithCallTimeout(2 * time.Second)}
-			if tc.cfg != nil {
-				opts = append(opts, *tc.cfg)
-			}
-			c := newClient(t, []string{tc.addr}, opts...)
-			_, err := c.Next(ctx)
-			if tc.ok && err != nil {
-				t.Fatalf("Next: %v", err)
-			}
-			if !tc.ok && !errors.Is(err, ErrUnavailable) {
-				t.Fatalf("Next error %v, want ErrUnavailable", err)
-			}
-		})
-	}
-	if _, err := LoadTLS(certs.CA, certs.ClientCert, "", ""); !errors.Is(err, ErrInvalidOption) {
-		t.Fatalf("LoadTLS with a cert and no key: %v", err)
 	}
 }
 
@@ -461,9 +414,24 @@ func TestNextWaitsForContext(t *testing.T) {
 	}
 }
 
-// newFakeClock returns clockguard's manual clock; tests advance it.
-func newFakeClock() *clockguard.Fake {
-	return clockguard.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+// fakeClock is a manual Clock; tests advance it.
+type fakeClock struct {
+	mu   sync.Mutex
+	mono time.Duration
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{} }
+
+func (c *fakeClock) Now() (time.Time, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(c.mono), c.mono
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.mono += d
+	c.mu.Unlock()
 }
 
 // waitFor polls cond every millisecond for up to d.
@@ -481,7 +449,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 // advance moves the fake clock by d, wakes the refiller and waits until
 // it measured the rate over the step.
-func advance(t *testing.T, c *Client, clk *clockguard.Fake, d time.Duration) {
+func advance(t *testing.T, c *Client, clk *fakeClock, d time.Duration) {
 	t.Helper()
 	m := c.stats.measures.Load()
 	clk.Advance(d)
@@ -499,7 +467,7 @@ func TestStaleDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	firstBatch := uint64(ts.lastCount())
+	firstBatch := uint64(lastCount(ts))
 	if firstBatch < 2 {
 		t.Fatalf("first batch of %d", firstBatch)
 	}
@@ -549,7 +517,7 @@ func TestBatchSizing(t *testing.T) {
 	if st.BatchSize < 10_000 {
 		t.Fatalf("batch size %d under 2 M IDs/s, want at least 10,000", st.BatchSize)
 	}
-	if m := ts.maxCount(); m < 10_000 {
+	if m := maxCount(ts); m < 10_000 {
 		t.Fatalf("largest batch asked %d, want at least 10,000", m)
 	}
 
@@ -566,7 +534,7 @@ func TestBatchSizing(t *testing.T) {
 	if _, err := c.Next(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if last := ts.lastCount(); last > 64 {
+	if last := lastCount(ts); last > 64 {
 		t.Fatalf("idle client asked for %d IDs, want at most 64", last)
 	}
 }

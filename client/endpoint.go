@@ -13,7 +13,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	firnv1 "github.com/firnid/firn/client/firnv1"
 )
 
 // Health of an endpoint as its grpc.health.v1 service last said.

@@ -12,8 +12,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
-	"github.com/firnid/firn/server/grpcopt"
+	"github.com/firnid/firn/client/clienttest"
+	firnv1 "github.com/firnid/firn/client/firnv1"
 )
 
 // hungService is an IDService whose health says SERVING and whose Info
@@ -43,10 +43,10 @@ func startHung(t *testing.T) (*hungService, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &hungService{testService: newTestService(1 << 50)}
-	srv := grpc.NewServer(grpcopt.ServerOptions(nil)...)
+	h := &hungService{testService: clienttest.NewService(1 << 50)}
+	srv := grpc.NewServer(clienttest.ServerOptions(nil)...)
 	firnv1.RegisterIDServiceServer(srv, h)
-	healthpb.RegisterHealthServer(srv, h.health) // SERVING
+	healthpb.RegisterHealthServer(srv, h.Health()) // SERVING
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -111,7 +111,7 @@ func TestHungEndpointFailsOver(t *testing.T) {
 				}
 				ok++
 				for _, id := range ids {
-					if !good.owns(id) {
+					if !good.Owns(id) {
 						t.Fatalf("call %d: ID %d not from the healthy endpoint", i, id)
 					}
 				}
@@ -190,7 +190,7 @@ func TestCancelledCallCountsAgainstEndpoint(t *testing.T) {
 // is not cut, and the patient caller gets its ID from it.
 func TestShortDeadlineKeepsSharedRefill(t *testing.T) {
 	ts, addr := startService(t, 1, nil)
-	ts.delay.Store(int64(200 * time.Millisecond))
+	ts.SetDelay(200 * time.Millisecond)
 	c := newClient(t, []string{addr}, WithMaxAge(2*time.Second)) // the answer must not be stale on arrival
 
 	patient := make(chan error, 1)

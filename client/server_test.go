@@ -2,7 +2,6 @@ package client
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -11,35 +10,15 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
-	"github.com/firnid/firn/server/grpcopt"
+	"github.com/firnid/firn/client/clienttest"
+	firnv1 "github.com/firnid/firn/client/firnv1"
 )
-
-// notServing is the refusal of a down test service, with the details a
-// node sends.
-func notServing() error {
-	st, err := status.New(codes.Unavailable, "test: not serving").WithDetails(
-		&errdetails.ErrorInfo{Reason: "LEASE_LOST", Domain: "firn", Metadata: map[string]string{"generator": "default"}},
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(1500 * time.Millisecond)})
-	if err != nil {
-		panic(err)
-	}
-	return st.Err()
-}
 
 // childEnv makes the test binary a test server process (see TestMain):
 // its value is the first ID the server issues.
@@ -66,9 +45,9 @@ func childMain(baseStr string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ts := newTestService(base)
-	srv := grpc.NewServer(grpcopt.ServerOptions(nil)...)
-	ts.register(srv)
+	ts := clienttest.NewService(base)
+	srv := grpc.NewServer(clienttest.ServerOptions(nil)...)
+	ts.Register(srv)
 	fmt.Printf("listening %s\n", lis.Addr())
 	go func() {
 		io.Copy(io.Discard, os.Stdin)
@@ -81,123 +60,37 @@ func childMain(baseStr string) int {
 	return 0
 }
 
-// testService is an IDService that issues consecutive IDs from base, so
-// test servers with disjoint bases issue disjoint IDs. It can be told to
-// answer UNAVAILABLE, to hide its batch bound, and to refuse counts above
-// a bound, and to answer NextIDs late; it records the counts asked for.
-type testService struct {
-	firnv1.UnimplementedIDServiceServer
-	base     uint64
-	next     atomic.Uint64
-	health   *health.Server
-	down     atomic.Bool  // NextID(s) answer UNAVAILABLE
-	maxBatch atomic.Int64 // counts above are INVALID_ARGUMENT
-	hideInfo atomic.Bool  // Info answers UNIMPLEMENTED
-	delay    atomic.Int64 // NextIDs answers after this many nanoseconds
+// testService is the fake node of clienttest: consecutive IDs from a
+// start, so test servers with disjoint starts issue disjoint IDs.
+type testService = clienttest.Service
 
-	mu     sync.Mutex
-	counts []uint32
+// down makes s refuse as a node that lost its lease does.
+func down(s *testService) {
+	s.Refuse(firnv1.ErrorReason_LEASE_LOST, "test: not serving", 1500*time.Millisecond)
 }
 
-func newTestService(base uint64) *testService {
-	s := &testService{base: base, health: health.NewServer()}
-	s.next.Store(base)
-	s.maxBatch.Store(100_000)
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	return s
-}
-
-func (s *testService) register(srv *grpc.Server) {
-	firnv1.RegisterIDServiceServer(srv, s)
-	healthpb.RegisterHealthServer(srv, s.health)
-}
-
-func (s *testService) NextID(context.Context, *firnv1.NextIDRequest) (*firnv1.NextIDResponse, error) {
-	if s.down.Load() {
-		return nil, notServing()
-	}
-	return &firnv1.NextIDResponse{Id: s.next.Add(1) - 1}, nil
-}
-
-func (s *testService) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*firnv1.NextIDsResponse, error) {
-	if d := time.Duration(s.delay.Load()); d > 0 {
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
-	}
-	if s.down.Load() {
-		return nil, notServing()
-	}
-	n := req.GetCount()
-	s.mu.Lock()
-	s.counts = append(s.counts, n)
-	s.mu.Unlock()
-	if n < 1 || int64(n) > s.maxBatch.Load() {
-		return nil, status.Errorf(codes.InvalidArgument, "count %d outside [1, %d]", n, s.maxBatch.Load())
-	}
-	end := s.next.Add(uint64(n))
-	ids := make([]uint64, n)
-	for i := range ids {
-		ids[i] = end - uint64(n) + uint64(i)
-	}
-	return &firnv1.NextIDsResponse{Ids: ids}, nil
-}
-
-func (s *testService) Info(context.Context, *firnv1.InfoRequest) (*firnv1.InfoResponse, error) {
-	if s.hideInfo.Load() {
-		return nil, status.Error(codes.Unimplemented, "test: no Info")
-	}
-	return &firnv1.InfoResponse{NodeName: "test", Generators: []*firnv1.GeneratorInfo{{
-		Name: "default", IsDefault: true, Serving: !s.down.Load(), MaxBatch: uint32(s.maxBatch.Load()),
-	}}}, nil
-}
-
-// issued is how many IDs the service handed out.
-func (s *testService) issued() uint64 { return s.next.Load() - s.base }
-
-func (s *testService) lastCount() uint32 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.counts) == 0 {
+func lastCount(s *testService) uint32 {
+	c := s.Counts()
+	if len(c) == 0 {
 		return 0
 	}
-	return s.counts[len(s.counts)-1]
+	return c[len(c)-1]
 }
 
-func (s *testService) maxCount() uint32 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func maxCount(s *testService) uint32 {
 	var m uint32
-	for _, c := range s.counts {
+	for _, c := range s.Counts() {
 		m = max(m, c)
 	}
 	return m
 }
 
-func (s *testService) owns(id uint64) bool { return id >= s.base && id < s.next.Load() }
-
 // startService serves a testService in this process until the test ends.
 func startService(t testing.TB, base uint64, tlsConfig *tls.Config) (*testService, string) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := newTestService(base)
-	srv := grpc.NewServer(grpcopt.ServerOptions(tlsConfig)...)
-	ts.register(srv)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	return ts, lis.Addr().String()
+	srv := clienttest.NewServer(base, tlsConfig)
+	t.Cleanup(srv.Close)
+	return srv.Service, srv.Addr
 }
 
 // child is a test server in its own process.
@@ -262,19 +155,4 @@ func (c *child) kill(t *testing.T) {
 	if err := c.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// tlsServer returns a server TLS config over the certificate files.
-func tlsServer(t *testing.T, certFile, keyFile string, clientCA *tls.Config) *tls.Config {
-	t.Helper()
-	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
-	if clientCA != nil {
-		cfg.ClientCAs = clientCA.RootCAs
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return cfg
 }

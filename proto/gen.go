@@ -1,5 +1,7 @@
-// Package proto holds firn's protobuf definitions (firn/v1/*.proto) and
-// their generated Go code, which is committed. Regenerate with
+// Package proto holds firn's protobuf definitions (firn/v1/*.proto). Their
+// generated Go code is committed in the client module, as
+// github.com/firnid/firn/client/firnv1, so that a program using the client
+// needs nothing of the server. Regenerate with
 //
 //	go generate ./proto/
 //
@@ -8,4 +10,4 @@
 // fails when the committed code is out of date.
 package proto
 
-//go:generate sh -c "protoc -I . -I /usr/include --plugin=protoc-gen-go=$(go tool -n protoc-gen-go) --plugin=protoc-gen-go-grpc=$(go tool -n protoc-gen-go-grpc) --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative firn/v1/firn.proto"
+//go:generate sh -c "protoc -I . -I /usr/include --plugin=protoc-gen-go=$(go tool -n protoc-gen-go) --plugin=protoc-gen-go-grpc=$(go tool -n protoc-gen-go-grpc) --go_out=.. --go_opt=module=github.com/firnid/firn --go-grpc_out=.. --go-grpc_opt=module=github.com/firnid/firn firn/v1/firn.proto"

@@ -26,18 +26,18 @@ func TestGeneratedCodeUpToDate(t *testing.T) {
 	cmd := exec.Command("protoc", "-I", ".", "-I", "/usr/include",
 		"--plugin=protoc-gen-go="+plugin("protoc-gen-go"),
 		"--plugin=protoc-gen-go-grpc="+plugin("protoc-gen-go-grpc"),
-		"--go_out="+dir, "--go_opt=paths=source_relative",
-		"--go-grpc_out="+dir, "--go-grpc_opt=paths=source_relative",
+		"--go_out="+dir, "--go_opt=module=github.com/firnid/firn",
+		"--go-grpc_out="+dir, "--go-grpc_opt=module=github.com/firnid/firn",
 		"firn/v1/firn.proto")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("protoc: %v\n%s", err, out)
 	}
-	for _, f := range []string{"firn/v1/firn.pb.go", "firn/v1/firn_grpc.pb.go"} {
+	for _, f := range []string{"client/firnv1/firn.pb.go", "client/firnv1/firn_grpc.pb.go"} {
 		want, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := os.ReadFile(f)
+		got, err := os.ReadFile(filepath.Join("..", f))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,10 +12,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/clockguard/ntptest"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 	"github.com/firnid/firn/server"
 )
 

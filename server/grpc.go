@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	firnv1 "github.com/firnid/firn/client/firnv1"
 )
 
 // idService implements firn.v1.IDService over the node's generators.

@@ -22,13 +22,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/etcd"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/coordinator/local"
 	"github.com/firnid/firn/generator"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 	"github.com/firnid/firn/server"
 )
 

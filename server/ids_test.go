@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 	"github.com/firnid/firn/server"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/net/http2"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
 
 // A client pinging faster than the keepalive policy (grpcopt: at most one

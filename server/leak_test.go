@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
 
 // Shutdown stops every goroutine the node started (the coordinator's

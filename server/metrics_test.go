@@ -8,8 +8,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 	"github.com/firnid/firn/server"
 )
 

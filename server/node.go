@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/local"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 	"github.com/firnid/firn/server/grpcopt"
 )
 

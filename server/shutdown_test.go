@@ -8,10 +8,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/generator"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
 
 // Graceful Shutdown releases the lease and lowers the reservation to what

@@ -55,6 +55,9 @@ go test -race -timeout 20m $(go list ./... | grep -v '/test/cluster$')
 echo "== go test -race ./test/cluster (chaos)"
 go test -race -timeout 20m ./test/cluster/
 
+echo "== client module: vet and tests (its own go.mod; not covered by ./...)"
+(cd client && go vet ./... && go test -race -timeout 10m ./...)
+
 echo "== fence tests must fail under the weakened fences"
 # Each TestFence test in ./coordinator/... runs alone against a build whose
 # fence is deliberately weakened; the script fails if any of them passes

@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
 
 // firnBin is the binary under test, built once by TestMain.

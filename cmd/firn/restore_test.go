@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/coordinator/zookeeper/zktest"
 	"github.com/firnid/firn/generator"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
 
 // The nodes' timing in these tests: the shortest the node accepts without

@@ -16,10 +16,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/generator"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
 
 // The embedded default: `firn serve` with a data dir and ports and nothing

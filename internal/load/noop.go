@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/server/grpcopt"
 )
 

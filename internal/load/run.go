@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/firnid/firn/client"
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
 )
 
 // Modes of a run.

@@ -868,7 +868,7 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\x06NextID\x12\x16.firn.v1.NextIDRequest\x1a\x17.firn.v1.NextIDResponse\x12<\n" +
 	"\aNextIDs\x12\x17.firn.v1.NextIDsRequest\x1a\x18.firn.v1.NextIDsResponse\x129\n" +
 	"\x06Decode\x12\x16.firn.v1.DecodeRequest\x1a\x17.firn.v1.DecodeResponse\x123\n" +
-	"\x04Info\x12\x14.firn.v1.InfoRequest\x1a\x15.firn.v1.InfoResponseB-Z+github.com/firnid/firn/proto/firn/v1;firnv1b\x06proto3"
+	"\x04Info\x12\x14.firn.v1.InfoRequest\x1a\x15.firn.v1.InfoResponseB-Z+github.com/firnid/firn/client/firnv1;firnv1b\x06proto3"
 
 var (
 	file_firn_v1_firn_proto_rawDescOnce sync.Once

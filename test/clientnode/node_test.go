@@ -1,4 +1,4 @@
-package client
+package clientnode
 
 import (
 	"context"
@@ -16,7 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	"github.com/firnid/firn/client"
+	firnv1 "github.com/firnid/firn/client/firnv1"
 )
 
 // buildFirn builds the firn binary into a temporary directory.
@@ -149,7 +150,7 @@ func TestRealNodesKilledMidStream(t *testing.T) {
 	}
 
 	// The client starts on B (listed first); B dies mid-stream.
-	c := newClient(t, []string{b.addr, a.addr}, WithMaxAge(time.Second), WithCallTimeout(2*time.Second))
+	c := newClient(t, []string{b.addr, a.addr}, client.WithMaxAge(time.Second), client.WithCallTimeout(2*time.Second))
 	ctx := ctxFor(t, 60*time.Second)
 	const callers = 4
 	var (
