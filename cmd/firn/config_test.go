@@ -238,7 +238,7 @@ func TestServeConfigToNode(t *testing.T) {
 	if len(cfg.Generators) != 2 || cfg.Generators[0].Name != "a" || cfg.Generators[1].Name != "b" {
 		t.Fatalf("generators %+v", cfg.Generators)
 	}
-	if !cfg.NTPRequired || cfg.TLS != nil || cfg.Version != version {
+	if !cfg.NTPRequired || cfg.TLS != nil || cfg.Version != readBuild().Version {
 		t.Fatalf("NTP required %v, TLS %v, version %q", cfg.NTPRequired, cfg.TLS, cfg.Version)
 	}
 	sc, err = parseServe(t, []string{"--data-dir", t.TempDir(), "--ntp", "127.0.0.1:1234", "--ntp-required=false"}, nil)
