@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	firnv1 "github.com/firnid/firn/proto/firn/v1"
+	firnv1 "github.com/firnid/firn/client/firnv1"
 )
 
 // startScenarios: nodes starting — behind their own last reservation, and
