@@ -32,14 +32,22 @@ type Client struct {
 
 	kickC chan struct{} // wakes the refiller; buffered 1
 
-	opts      options
-	clock     Clock
-	tickLen   time.Duration
-	ageTicks  int64
-	log       *slog.Logger
-	endpoints []*endpoint
-	active    atomic.Int32 // index of the endpoint last served from
-	empty     *batch
+	opts     options
+	clock    Clock
+	tickLen  time.Duration
+	ageTicks int64
+	log      *slog.Logger
+	empty    *batch
+
+	// The endpoints: the fixed targets, and the addresses the DNS names
+	// resolved to last (copy on write under epMu; resolve.go). active is
+	// the endpoint last served from.
+	targets  []target
+	dial     []grpc.DialOption
+	epMu     sync.Mutex
+	eps      atomic.Pointer[[]*endpoint]
+	active   atomic.Pointer[endpoint]
+	resolveC chan struct{} // asks the resolver to run; nil without DNS names
 
 	mu      sync.Mutex
 	queue   []*batch      // fetched batches waiting behind cur
@@ -109,6 +117,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		return nil, optionErr("endpoints: need at least 1")
 	}
 	seen := map[string]bool{}
+	var targets []target
 	for i, e := range endpoints {
 		if e == "" {
 			return nil, optionErr("endpoints[%d] is empty", i)
@@ -117,6 +126,11 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 			return nil, optionErr("endpoints[%d] %q given twice", i, e)
 		}
 		seen[e] = true
+		t, err := parseTarget(e)
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, t)
 	}
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -154,22 +168,27 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		// The node refuses pings more often than every 10 s.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 5 * time.Second}),
 	}, o.dialOptions...)
-	for i, addr := range endpoints {
-		conn, err := grpc.NewClient(addr, dial...)
+	c.targets, c.dial = targets, dial
+	c.eps.Store(&[]*endpoint{})
+	names := false
+	for i, t := range targets {
+		if t.isName() {
+			names = true
+			continue
+		}
+		// A fixed target that gRPC refuses is the caller's error.
+		conn, err := grpc.NewClient(t.raw, dial...)
 		if err != nil {
-			for _, ep := range c.endpoints {
-				ep.conn.Close()
-			}
 			c.cancel()
-			return nil, fmt.Errorf("client: endpoints[%d] %q: %w", i, addr, err)
+			return nil, fmt.Errorf("client: endpoints[%d] %q: %w", i, t.raw, err)
 		}
-		c.endpoints = append(c.endpoints, newEndpoint(i, addr, conn))
+		conn.Close()
 	}
-	if o.health {
-		for _, ep := range c.endpoints {
-			c.wg.Add(1)
-			go c.watchHealth(ep)
-		}
+	c.resolve(c.ctx)
+	if names {
+		c.resolveC = make(chan struct{}, 1)
+		c.wg.Add(1)
+		go c.resolver()
 	}
 	c.wg.Add(1)
 	go c.refill()
@@ -275,7 +294,7 @@ func (c *Client) waitBatch(ctx context.Context) error {
 	// With another endpoint to fail over to, a waiting caller's deadline
 	// bounds the refill's attempts (see shareEnd), and its giving up cuts
 	// them: an endpoint that leaves callers waiting counts against itself.
-	multi := len(c.endpoints) > 1
+	multi := len(c.endpointList()) > 1 || c.resolveC != nil
 	deadline, hasDeadline := ctx.Deadline()
 	if multi && hasDeadline {
 		c.waitDeadlines = append(c.waitDeadlines, deadline)
@@ -423,8 +442,18 @@ func (c *Client) Stats() Stats {
 		Failovers:   c.stats.failovers.Load(),
 		Dropped:     c.stats.dropped.Load(),
 		Ticks:       c.stats.ticks.Load(),
-		Endpoint:    c.endpoints[c.active.Load()].addr,
+		Endpoint:    c.activeAddr(),
 	}
+}
+
+func (c *Client) activeAddr() string {
+	if ep := c.active.Load(); ep != nil {
+		return ep.addr
+	}
+	if eps := c.endpointList(); len(eps) > 0 {
+		return eps[0].addr
+	}
+	return ""
 }
 
 // Close stops the refiller and the health watches and closes the
@@ -448,8 +477,11 @@ func (c *Client) Close() error {
 		c.cancel()
 		c.wg.Wait()
 		var errs []error
-		for _, ep := range c.endpoints {
-			if err := ep.conn.Close(); err != nil {
+		c.epMu.Lock()
+		eps := c.endpointList()
+		c.epMu.Unlock()
+		for _, ep := range eps {
+			if err := ep.stop(); err != nil {
 				errs = append(errs, fmt.Errorf("client: close %s: %w", ep.addr, err))
 			}
 		}

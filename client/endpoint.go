@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -40,8 +41,8 @@ const (
 )
 
 type endpoint struct {
-	index  int
 	addr   string
+	from   string // the target it came from (a DNS name, or addr itself)
 	conn   *grpc.ClientConn
 	ids    firnv1.IDServiceClient
 	health healthpb.HealthClient
@@ -52,16 +53,27 @@ type endpoint struct {
 	// maxBatch is the endpoint's largest NextIDs count: 0 not asked yet,
 	// -1 unknown (no Info), else from Info or lowered by INVALID_ARGUMENT.
 	maxBatch atomic.Int64
+
+	// ctx ends the endpoint's health watch: when the client closes, or
+	// when the endpoint leaves the list (stop).
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
-func newEndpoint(index int, addr string, conn *grpc.ClientConn) *endpoint {
+func newEndpoint(addr string, conn *grpc.ClientConn) *endpoint {
 	return &endpoint{
-		index:  index,
 		addr:   addr,
 		conn:   conn,
 		ids:    firnv1.NewIDServiceClient(conn),
 		health: healthpb.NewHealthClient(conn),
 	}
+}
+
+// stop ends the endpoint's health watch and closes its connection (calls
+// in flight on it fail over).
+func (ep *endpoint) stop() error {
+	ep.cancel()
+	return ep.conn.Close()
 }
 
 // usable reports whether ep is worth trying in a round's first pass.
@@ -98,7 +110,7 @@ func (c *Client) watchHealth(ep *endpoint) {
 	defer timer.Stop()
 	<-timer.C
 	for {
-		stream, err := ep.health.Watch(c.ctx, &healthpb.HealthCheckRequest{Service: c.service()})
+		stream, err := ep.health.Watch(ep.ctx, &healthpb.HealthCheckRequest{Service: c.service()})
 		for err == nil {
 			var resp *healthpb.HealthCheckResponse
 			resp, err = stream.Recv()
@@ -107,7 +119,7 @@ func (c *Client) watchHealth(ep *endpoint) {
 				retry = watchRetryMin
 			}
 		}
-		if c.ctx.Err() != nil {
+		if ep.ctx.Err() != nil {
 			return
 		}
 		if status.Code(err) == codes.Unimplemented {
@@ -118,7 +130,7 @@ func (c *Client) watchHealth(ep *endpoint) {
 		c.setHealth(ep, healthUnknown)
 		timer.Reset(retry)
 		select {
-		case <-c.ctx.Done():
+		case <-ep.ctx.Done():
 			return
 		case <-timer.C:
 		}
@@ -138,12 +150,13 @@ func (c *Client) setHealth(ep *endpoint, s int32) {
 // others in turn; usable ones before the rest (health may be stale, so an
 // unusable endpoint is still tried last).
 func (c *Client) order(mono time.Duration) []*endpoint {
-	n := len(c.endpoints)
-	first := int(c.active.Load())
+	eps := c.endpointList()
+	n := len(eps)
+	first := max(slices.Index(eps, c.active.Load()), 0)
 	out := make([]*endpoint, 0, n)
 	var later []*endpoint
 	for i := range n {
-		ep := c.endpoints[(first+i)%n]
+		ep := eps[(first+i)%n]
 		if ep.usable(mono) {
 			out = append(out, ep)
 		} else {
@@ -310,8 +323,8 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) ([]uint64, i
 		ids, tick, err := c.fetchFrom(a.ctx, ep, count)
 		ran, cut := c.endAttempt(a)
 		if err == nil {
-			if prev := c.active.Swap(int32(ep.index)); int(prev) != ep.index {
-				c.log.Info("serving from endpoint", "endpoint", ep.addr, "was", c.endpoints[prev].addr)
+			if prev := c.active.Swap(ep); prev != ep && prev != nil {
+				c.log.Info("serving from endpoint", "endpoint", ep.addr, "was", prev.addr)
 			}
 			c.stats.fetches.Add(1)
 			c.stats.fetchedIDs.Add(uint64(len(ids)))
@@ -335,7 +348,7 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) ([]uint64, i
 		}
 		c.markDown(ep, err, "failing over")
 	}
-	return nil, 0, fmt.Errorf("%w (%d endpoints tried): %w", ErrUnavailable, len(c.endpoints), last)
+	return nil, 0, c.roundFailed(len(eps), last)
 }
 
 // errNotServing is a health Check's NOT_SERVING, treated as UNAVAILABLE.
@@ -458,5 +471,15 @@ func (c *Client) each(ctx context.Context, call func(context.Context, *endpoint)
 	if errors.Is(last, context.Canceled) && c.ctx.Err() != nil {
 		return ErrClosed
 	}
-	return fmt.Errorf("%w (%d endpoints tried): %w", ErrUnavailable, len(c.endpoints), last)
+	return c.roundFailed(len(eps), last)
+}
+
+// roundFailed is the error of a round in which no endpoint served; it asks
+// for the DNS names to be resolved again.
+func (c *Client) roundFailed(tried int, last error) error {
+	c.askResolve()
+	if tried == 0 {
+		return fmt.Errorf("%w: no endpoint: the DNS names given resolved to no address yet", ErrUnavailable)
+	}
+	return fmt.Errorf("%w (%d endpoints tried): %w", ErrUnavailable, tried, last)
 }

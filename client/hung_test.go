@@ -126,7 +126,7 @@ func TestHungEndpointFailsOver(t *testing.T) {
 				t.Fatal("the hung endpoint was never asked: the test did not exercise it")
 			}
 			_, mono := c.clock.Now()
-			if until := time.Duration(c.endpoints[0].downUntil.Load()); until <= mono {
+			if until := time.Duration(c.endpointList()[0].downUntil.Load()); until <= mono {
 				t.Fatalf("hung endpoint not marked down (down until %v, now %v)", until, mono)
 			}
 			st := c.Stats()
@@ -167,7 +167,7 @@ func TestCancelledCallCountsAgainstEndpoint(t *testing.T) {
 			}
 			waitFor(t, c.opts.callTimeout/2, "the hung endpoint to be marked down", func() bool {
 				_, mono := c.clock.Now()
-				return time.Duration(c.endpoints[0].downUntil.Load()) > mono
+				return time.Duration(c.endpointList()[0].downUntil.Load()) > mono
 			})
 			// No share of a deadline here: the next call must go to the
 			// healthy endpoint first, not wait out CallTimeout on the hung one.

@@ -1,10 +1,12 @@
 package client
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -57,16 +59,22 @@ type options struct {
 	logger      *slog.Logger
 	dialOptions []grpc.DialOption
 	health      bool
+	// lookup resolves a DNS name's host to addresses; resolveEvery is how
+	// often the names are resolved again.
+	lookup       func(ctx context.Context, host string) ([]string, error)
+	resolveEvery time.Duration
 }
 
 func defaultOptions() options {
 	return options{
-		maxAge:      DefaultMaxAge,
-		batchWindow: DefaultBatchWindow,
-		minBatch:    DefaultMinBatch,
-		maxBatch:    DefaultMaxBatch,
-		callTimeout: DefaultCallTimeout,
-		health:      true,
+		maxAge:       DefaultMaxAge,
+		batchWindow:  DefaultBatchWindow,
+		minBatch:     DefaultMinBatch,
+		maxBatch:     DefaultMaxBatch,
+		callTimeout:  DefaultCallTimeout,
+		health:       true,
+		lookup:       net.DefaultResolver.LookupHost,
+		resolveEvery: resolveEvery,
 	}
 }
 
@@ -122,6 +130,19 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOptions = append(o.dialOptions, opts...) }
 }
 
+// WithResolveInterval sets how often the DNS names among the endpoints
+// ("dns:///firn-headless.ns.svc:7300") are resolved again (default 30 s,
+// at least 100 ms). A failed round of calls asks for a resolution too, at
+// most once a second.
+func WithResolveInterval(d time.Duration) Option { return func(o *options) { o.resolveEvery = d } }
+
+// WithLookup replaces the DNS lookup of the endpoints' names (default
+// net.DefaultResolver.LookupHost): for a resolver of your own, or a test
+// that decides what a name resolves to.
+func WithLookup(lookup func(ctx context.Context, host string) ([]string, error)) Option {
+	return func(o *options) { o.lookup = lookup }
+}
+
 // WithoutHealthCheck turns off the grpc.health.v1 watch of each endpoint;
 // the client then learns of a failing endpoint only from its RPCs.
 func WithoutHealthCheck() Option { return func(o *options) { o.health = false } }
@@ -142,6 +163,10 @@ func (o *options) validate() error {
 		return optionErr("min batch %d above max batch %d", o.minBatch, o.maxBatch)
 	case o.callTimeout < minCallTimeout || o.callTimeout > maxCallTimeout:
 		return optionErr("CallTimeout %v outside [%v, %v]", o.callTimeout, minCallTimeout, maxCallTimeout)
+	case o.resolveEvery < 100*time.Millisecond:
+		return optionErr("ResolveInterval %v below 100ms", o.resolveEvery)
+	case o.lookup == nil:
+		return optionErr("Lookup is nil")
 	}
 	return nil
 }

@@ -210,6 +210,13 @@ func NewServer(start uint64, tlsConfig *tls.Config) *Server {
 	if err != nil {
 		panic("clienttest: " + err.Error())
 	}
+	return NewServerOn(lis, start, tlsConfig)
+}
+
+// NewServerOn is NewServer on a listener of the caller's (for example
+// several servers on one port of 127.0.0.1, 127.0.0.2, …, as the
+// addresses of one DNS name).
+func NewServerOn(lis net.Listener, start uint64, tlsConfig *tls.Config) *Server {
 	s := &Server{Service: NewService(start), Addr: lis.Addr().String(),
 		srv: grpc.NewServer(ServerOptions(tlsConfig)...), done: make(chan struct{})}
 	s.Register(s.srv)
