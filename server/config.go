@@ -99,6 +99,10 @@ type Config struct {
 	// (an HTTP client may send none); a generator that cannot answer in
 	// time answers 503 or 504 naming the cause.
 	HTTPRequestTimeout time.Duration
+	// GRPCMaxConnectionAge: a client connection older than this is asked
+	// to reconnect (0: never), so that long-lived clients spread over
+	// nodes that joined after they connected (grpcopt.ServerOptions).
+	GRPCMaxConnectionAge time.Duration
 	// Version is reported in Info and build_info.
 	Version string
 	// Revision and Modified are the build's VCS revision and whether its
@@ -110,21 +114,22 @@ type Config struct {
 // DefaultConfig returns a node's defaults (those of `firn serve` too).
 func DefaultConfig() Config {
 	return Config{
-		GRPCAddr:           "127.0.0.1:7300",
-		HTTPAddr:           "127.0.0.1:7301",
-		Cluster:            "default",
-		Datacenter:         -1,
-		MaxBatch:           100_000,
-		Timing:             coordinator.DefaultTiming(),
-		MaxClockOffset:     250 * time.Millisecond,
-		NTPInterval:        time.Minute,
-		MaxPeerSkew:        time.Second,
-		RollbackRecovery:   "auto",
-		RingSize:           1 << 16,
-		FaultAddr:          "127.0.0.1:7302",
-		ShutdownTimeout:    20 * time.Second,
-		HTTPRequestTimeout: 5 * time.Second,
-		Version:            "dev",
+		GRPCAddr:             "127.0.0.1:7300",
+		HTTPAddr:             "127.0.0.1:7301",
+		Cluster:              "default",
+		Datacenter:           -1,
+		MaxBatch:             100_000,
+		Timing:               coordinator.DefaultTiming(),
+		MaxClockOffset:       250 * time.Millisecond,
+		NTPInterval:          time.Minute,
+		MaxPeerSkew:          time.Second,
+		RollbackRecovery:     "auto",
+		RingSize:             1 << 16,
+		FaultAddr:            "127.0.0.1:7302",
+		ShutdownTimeout:      20 * time.Second,
+		HTTPRequestTimeout:   5 * time.Second,
+		GRPCMaxConnectionAge: 5 * time.Minute,
+		Version:              "dev",
 	}
 }
 
@@ -220,6 +225,8 @@ func (c *Config) Finish(now time.Time) error {
 		return configErr("tls-cert", "the TLS configuration holds no certificate")
 	case c.ShutdownTimeout <= 0:
 		return configErr("shutdown-timeout", "%v must be positive", c.ShutdownTimeout)
+	case c.GRPCMaxConnectionAge != 0 && c.GRPCMaxConnectionAge < time.Second:
+		return configErr("grpc-max-connection-age", "%v must be 0 (no limit) or at least 1s", c.GRPCMaxConnectionAge)
 	case c.HTTPRequestTimeout <= 0:
 		return configErr("http-request-timeout", "%v must be positive", c.HTTPRequestTimeout)
 	case c.FaultClockOffset != 0 && !c.EnableFaultInjection:

@@ -1,15 +1,18 @@
 package server_test
 
 import (
+	"context"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+	"google.golang.org/grpc/connectivity"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/server"
 )
 
 // A client pinging faster than the keepalive policy (grpcopt: at most one
@@ -101,5 +104,31 @@ wait:
 	// The node keeps serving other clients.
 	if _, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{}); err != nil {
 		t.Fatalf("NextID on a well-behaved connection: %v", err)
+	}
+}
+
+// A connection older than --grpc-max-connection-age is asked to go away
+// (the client's channel leaves READY), and the client's next call connects
+// anew and succeeds; the node's default (5 min) is not 0.
+func TestMaxConnectionAgeRebalances(t *testing.T) {
+	if server.DefaultConfig().GRPCMaxConnectionAge <= 0 {
+		t.Fatal("no default connection age: long-lived clients would never rebalance")
+	}
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.GRPCMaxConnectionAge = time.Second })
+	waitServing(t, n.ids, "", 10*time.Second)
+	if _, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if s := n.conn.GetState(); s != connectivity.Ready {
+		t.Fatalf("channel %v after a call, want READY", s)
+	}
+	wait, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !n.conn.WaitForStateChange(wait, connectivity.Ready) {
+		t.Fatal("the connection is still READY 10 s past a 1 s max age")
+	}
+	if _, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{}); err != nil {
+		t.Fatalf("NextID after the node sent the connection away: %v", err)
 	}
 }

@@ -191,7 +191,7 @@ func (n *Node) watchStates() {
 // serveAPIs serves gRPC (the ID service, health, reflection), HTTP and the
 // fault endpoint on the bound listeners.
 func (n *Node) serveAPIs() {
-	n.grpcSrv = grpc.NewServer(append(grpcopt.ServerOptions(n.tlsConf),
+	n.grpcSrv = grpc.NewServer(append(grpcopt.ServerOptions(n.tlsConf, n.cfg.GRPCMaxConnectionAge),
 		grpc.ChainUnaryInterceptor(n.metrics.grpc.UnaryServerInterceptor()))...)
 	firnv1.RegisterIDServiceServer(n.grpcSrv, &idService{node: n})
 	healthpb.RegisterHealthServer(n.grpcSrv, &drainingHealth{Server: n.health, drain: n.drainCtx})

@@ -105,6 +105,7 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&sc.embeddedServeRemote, "embedded-serve-remote", sc.embeddedServeRemote, "allow non-loopback listeners on the embedded coordinator")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "longest graceful drain on SIGTERM")
 	fs.DurationVar(&c.HTTPRequestTimeout, "http-request-timeout", c.HTTPRequestTimeout, "the server's deadline for an HTTP ID request")
+	fs.DurationVar(&c.GRPCMaxConnectionAge, "grpc-max-connection-age", c.GRPCMaxConnectionAge, "ask a client connection older than this to reconnect, so clients rebalance over nodes (0: never)")
 	fs.StringVar(&sc.logLevel, "log-level", sc.logLevel, "debug, info, warn or error")
 	return fs
 }

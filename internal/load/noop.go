@@ -78,7 +78,7 @@ func NewNoopServer(tlsConfig *tls.Config, o NoopOptions) *grpc.Server {
 		base = 1
 	}
 	s.next.Store(base)
-	srv := grpc.NewServer(grpcopt.ServerOptions(tlsConfig)...)
+	srv := grpc.NewServer(grpcopt.ServerOptions(tlsConfig, 0)...)
 	firnv1.RegisterIDServiceServer(srv, s)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

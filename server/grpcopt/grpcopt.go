@@ -29,11 +29,18 @@ const (
 	KeepaliveTimeout = 10 * time.Second
 	// MaxConcurrentStreams per connection.
 	MaxConcurrentStreams = 1024
+	// MaxConnectionAgeGrace is how long calls in flight (and health
+	// watches) may run on a connection past its age before it is closed.
+	MaxConnectionAgeGrace = 30 * time.Second
 )
 
 // ServerOptions returns the options for a firn gRPC server; tlsConfig nil
-// means plaintext.
-func ServerOptions(tlsConfig *tls.Config) []grpc.ServerOption {
+// means plaintext. A connection older than maxAge (0: no limit) is asked
+// to go away (GOAWAY, with gRPC's ±10% jitter) and closed
+// MaxConnectionAgeGrace later: a client behind one Service address, or one
+// that resolves a name, then connects anew and spreads over the nodes that
+// joined since.
+func ServerOptions(tlsConfig *tls.Config, maxAge time.Duration) []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.MaxSendMsgSize(MaxSendMsgSize),
@@ -43,8 +50,10 @@ func ServerOptions(tlsConfig *tls.Config) []grpc.ServerOption {
 			PermitWithoutStream: true,
 		}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			Time:    KeepaliveTime,
-			Timeout: KeepaliveTimeout,
+			Time:                  KeepaliveTime,
+			Timeout:               KeepaliveTimeout,
+			MaxConnectionAge:      maxAge,
+			MaxConnectionAgeGrace: MaxConnectionAgeGrace,
 		}),
 	}
 	if tlsConfig != nil {

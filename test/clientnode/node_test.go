@@ -54,8 +54,14 @@ type node struct {
 // at the end if it still runs.
 func startNode(t *testing.T, bin string, args ...string) *node {
 	t.Helper()
+	return startNodeAt(t, bin, "127.0.0.1:"+freePort(t), args...)
+}
+
+// startNodeAt is startNode with the gRPC listener on addr.
+func startNodeAt(t *testing.T, bin, addr string, args ...string) *node {
+	t.Helper()
 	dir := t.TempDir()
-	n := &node{addr: "127.0.0.1:" + freePort(t), log: filepath.Join(dir, "node.log"), done: make(chan struct{})}
+	n := &node{addr: addr, log: filepath.Join(dir, "node.log"), done: make(chan struct{})}
 	logf, err := os.Create(n.log)
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +124,24 @@ func (n *node) slot(t *testing.T) (dc, worker uint32, etcdURL string) {
 	}
 	t.Fatalf("node %s has no default generator: %v", n.addr, info)
 	return 0, 0, ""
+}
+
+// cause returns why the node's default generator does not serve ("" while
+// it serves), as Info says.
+func (n *node) cause(t *testing.T) string {
+	t.Helper()
+	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := firnv1.NewIDServiceClient(conn).Info(ctx, &firnv1.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.GetGenerators()[0].GetCause()
 }
 
 // TestRealNodesKilledMidStream runs two firn nodes on one coordinator (the
