@@ -174,7 +174,7 @@ func loadBase(t *testing.T) base {
 			}
 		}
 	}
-	if b.sts == nil || b.config == nil || b.pdb == nil || b.podMon == nil || b.rule == nil || b.sa == nil || b.kustomize == nil || len(b.services) != 2 {
+	if b.sts == nil || b.config == nil || b.pdb == nil || b.podMon == nil || b.rule == nil || b.sa == nil || b.kustomize == nil || len(b.services) != 3 {
 		t.Fatalf("kubernetes/base is missing objects: %+v", b)
 	}
 	return b
@@ -302,6 +302,14 @@ func TestKubernetesStatefulSet(t *testing.T) {
 	headless := b.services[sts.Spec.ServiceName]
 	if headless == nil || headless.Spec.ClusterIP != corev1.ClusterIPNone || !headless.Spec.PublishNotReadyAddresses {
 		t.Errorf("serviceName %q must be a headless Service publishing not-ready pods", sts.Spec.ServiceName)
+	}
+	// The clients' address: headless (every ready pod an endpoint of the
+	// Go client's), ready pods only, with the gRPC port.
+	clients := b.services["firn-clients"]
+	if clients == nil || clients.Spec.ClusterIP != corev1.ClusterIPNone || clients.Spec.PublishNotReadyAddresses {
+		t.Errorf("firn-clients must be a headless Service of ready pods only (the Go client's dns:/// address): %+v", clients)
+	} else if len(clients.Spec.Ports) != 1 || clients.Spec.Ports[0].Port != 7300 {
+		t.Errorf("firn-clients ports %+v, want gRPC 7300 only", clients.Spec.Ports)
 	}
 	if b.pdb.Spec.MaxUnavailable == nil || b.pdb.Spec.MaxUnavailable.IntValue() != 1 {
 		t.Errorf("PodDisruptionBudget maxUnavailable %v, want 1", b.pdb.Spec.MaxUnavailable)
