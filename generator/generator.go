@@ -200,6 +200,7 @@ type Generator struct {
 	epochNs    int64
 	unitNs     int64
 	timeShift  uint8
+	seqShift   uint8  // position of the sequence field (0 unless the layout puts it above the node bits)
 	nodeBits   uint64 // the datacenter and worker fields, in place
 	full       bool   // the last read was a full one (not extrapolated)
 	// unit cache for units(): the time-field value whose unit began at
@@ -280,6 +281,7 @@ func New(cfg Config) (*Generator, error) {
 	g.reserved.Store(cfg.Reserved)
 	g.epochNs, g.unitNs = l.Epoch.UnixNano(), int64(l.Unit)
 	g.timeShift = l.DatacenterBits + l.WorkerBits + l.SequenceBits
+	g.seqShift = l.seqShift()
 	g.nodeBits = l.encode(0, cfg.Datacenter, cfg.Worker, 0)
 	if fc, ok := cfg.Clock.(FastClock); ok {
 		g.fast = fc
@@ -472,7 +474,7 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 			}
 			g.last, g.seq = L, seq+1
 			g.issued++
-			id := uint64(L)<<g.timeShift | g.nodeBits | seq
+			id := uint64(L)<<g.timeShift | g.nodeBits | seq<<g.seqShift
 			g.mu.Unlock()
 			return id, nil
 		}
@@ -728,10 +730,10 @@ func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64) (int, wai
 	}
 	base := uint64(L)<<g.timeShift | g.nodeBits
 	if n == 1 {
-		dst[0] = base | seq
+		dst[0] = base | seq<<g.seqShift
 	} else {
 		for i := uint64(0); i < n; i++ {
-			dst[i] = base | (seq + i)
+			dst[i] = base | (seq+i)<<g.seqShift
 		}
 	}
 	g.last, g.seq = L, seq+n

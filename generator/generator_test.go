@@ -428,8 +428,18 @@ func TestNewRefuses(t *testing.T) {
 
 // TestConcurrentUnique: many goroutines, millions of IDs on the real clock;
 // no duplicate, and each goroutine's IDs strictly increase.
+// TestConcurrentUnique: 2 M IDs from 16 goroutines, each goroutine's
+// increasing, none twice, in both field orders.
 func TestConcurrentUnique(t *testing.T) {
 	sf, _ := Preset("snowflake")
+	seqNode := sf
+	seqNode.Order = SeqNode
+	for _, l := range []Layout{sf, seqNode} {
+		t.Run(l.Order.String(), func(t *testing.T) { concurrentUnique(t, l) })
+	}
+}
+
+func concurrentUnique(t *testing.T, sf Layout) {
 	g, err := New(Config{Layout: sf, Worker: 7, Datacenter: 3, Clock: realClock{time.Now()},
 		Floor: -1, Reserved: NoReservation, MaxLead: 2 * time.Millisecond})
 	if err != nil {

@@ -20,10 +20,12 @@ const MinLifetime = 10 * 365 * 24 * time.Hour
 
 // Layout describes how a 64-bit ID is cut into fields, from the top:
 //
-//	[zero bits][time][datacenter][worker][sequence]
+//	[zero bits][time][datacenter][worker][sequence]   (Order NodeSeq, the default)
+//	[zero bits][time][sequence][datacenter][worker]   (Order SeqNode, as Sony's sonyflake packs)
 //
 // The time field counts Units since Epoch. The widths add up to at most 63
-// bits; the bits above them, the sign bit included, are always zero.
+// bits; the bits above them, the sign bit included, are always zero. Time
+// is always on top, so IDs sort by time whatever the order below it.
 type Layout struct {
 	// Epoch is the instant whose time field is 0. It must not lie in the
 	// future.
@@ -40,6 +42,29 @@ type Layout struct {
 	WorkerBits uint8
 	// SequenceBits is the width of the per-unit sequence; at least 1.
 	SequenceBits uint8
+	// Order is the order of the fields below time (default NodeSeq).
+	Order Order
+}
+
+// Order is the order of the fields below the time field.
+type Order uint8
+
+const (
+	// NodeSeq: datacenter, worker, then sequence at the bottom; the IDs
+	// of one worker in one unit are consecutive integers.
+	NodeSeq Order = iota
+	// SeqNode: sequence, then datacenter and worker at the bottom (Sony's
+	// sonyflake: time, sequence, machine); the IDs of one worker in one
+	// unit step by 1 << (dc + worker bits).
+	SeqNode
+)
+
+// String is the order as the canonical layout form writes it.
+func (o Order) String() string {
+	if o == SeqNode {
+		return "time-seq-dc-worker"
+	}
+	return "time-dc-worker-seq"
 }
 
 // Errors returned by layouts, checked with errors.Is.
@@ -144,6 +169,8 @@ func (l Layout) Validate(now time.Time) error {
 		return layoutErr("worker", "width %d exceeds 32 bits", l.WorkerBits)
 	case l.DatacenterBits > 32:
 		return layoutErr("dc", "width %d exceeds 32 bits", l.DatacenterBits)
+	case l.Order > SeqNode:
+		return layoutErr("order", "%d is not an order (want %s or %s)", l.Order, NodeSeq, SeqNode)
 	case l.TotalBits() > MaxIDBits:
 		return layoutErr("bits", "time+dc+worker+seq = %d exceeds %d bits", l.TotalBits(), MaxIDBits)
 	case l.Unit < time.Microsecond:
@@ -165,21 +192,33 @@ func (l Layout) Validate(now time.Time) error {
 // String returns the canonical form, which ParseLayout reads back:
 //
 //	time=41,dc=5,worker=5,seq=12,unit=1ms,epoch=2010-11-04T01:42:54.657Z
+//
+// A layout in the SeqNode order ends in ",order=time-seq-dc-worker"; the
+// default order is not written, so the canonical form (and every pin of
+// it) of a layout in that order is what it always was.
 func (l Layout) String() string {
-	return fmt.Sprintf("time=%d,dc=%d,worker=%d,seq=%d,unit=%s,epoch=%s",
+	s := fmt.Sprintf("time=%d,dc=%d,worker=%d,seq=%d,unit=%s,epoch=%s",
 		l.TimeBits, l.DatacenterBits, l.WorkerBits, l.SequenceBits, l.Unit, formatTime(l.Epoch))
+	if l.Order != NodeSeq {
+		s += ",order=" + l.Order.String()
+	}
+	return s
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // ParseLayout reads a preset name (see Presets) or the canonical form
-// written by String. Keys may come in any order; dc defaults to 0 and unit
-// to 1ms; epoch is RFC 3339 or Unix milliseconds. The result is not
-// validated against a clock: call Validate.
+// written by String. Keys may come in any order; dc defaults to 0, unit to
+// 1ms and order to time-dc-worker-seq; epoch is RFC 3339 or Unix
+// milliseconds. The result is not validated against a clock: call
+// Validate.
 func ParseLayout(s string) (Layout, error) {
 	s = strings.TrimSpace(s)
 	if l, ok := Preset(s); ok {
 		return l, nil
+	}
+	if to, ok := renamedPresets[s]; ok {
+		return Layout{}, layoutErr("layout", "preset %q was renamed %q (it never was %s)", s, to.name, to.why)
 	}
 	if !strings.Contains(s, "=") {
 		return Layout{}, layoutErr("layout", "%q is neither a preset (%s) nor key=value pairs",
@@ -226,8 +265,17 @@ func ParseLayout(s string) (Layout, error) {
 				return Layout{}, layoutErr("epoch", "%q is neither RFC 3339 nor Unix milliseconds", v)
 			}
 			l.Epoch = t
+		case "order":
+			switch v {
+			case NodeSeq.String():
+				l.Order = NodeSeq
+			case SeqNode.String():
+				l.Order = SeqNode
+			default:
+				return Layout{}, layoutErr("order", "%q is not %s or %s", v, NodeSeq, SeqNode)
+			}
 		default:
-			return Layout{}, layoutErr(k, "unknown key (want time, dc, worker, seq, unit, epoch)")
+			return Layout{}, layoutErr(k, "unknown key (want time, dc, worker, seq, unit, epoch, order)")
 		}
 	}
 	for _, k := range []string{"time", "worker", "seq", "epoch"} {
@@ -257,15 +305,24 @@ var presets = map[string]Layout{
 	// The classic Twitter layout.
 	"snowflake": {Epoch: time.UnixMilli(1288834974657).UTC(), Unit: time.Millisecond,
 		TimeBits: 41, DatacenterBits: 5, WorkerBits: 5, SequenceBits: 12},
-	// Sony's layout: 10 ms units, 16-bit machine ID.
+	// Sony's sonyflake exactly: 10 ms units from its default start time,
+	// then an 8-bit sequence, then the 16-bit machine ID at the bottom.
+	// IDs made by sony/sonyflake decode with it.
 	"sonyflake": {Epoch: time.Date(2014, 9, 1, 0, 0, 0, 0, time.UTC), Unit: 10 * time.Millisecond,
-		TimeBits: 39, WorkerBits: 16, SequenceBits: 8},
-	// UidGenerator's shape with a time field that lasts (68 years).
-	"uidgen": {Epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Unit: time.Second,
+		TimeBits: 39, WorkerBits: 16, SequenceBits: 8, Order: SeqNode},
+	// Many workers at modest rates: 1 s units (68 years from 2026), a
+	// 19-bit worker field for fleets that take a fresh worker ID often,
+	// 8,192 IDs per second per worker.
+	"wideworker": {Epoch: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Unit: time.Second,
 		TimeBits: 31, WorkerBits: 19, SequenceBits: 13},
 	// 42-bit IDs for low-rate uses such as user IDs.
 	"compact": {Epoch: time.Date(2022, 1, 1, 0, 0, 0, 0, time.UTC), Unit: time.Second,
 		TimeBits: 32, WorkerBits: 4, SequenceBits: 6},
+}
+
+// renamedPresets are names that no longer resolve, and why.
+var renamedPresets = map[string]struct{ name, why string }{
+	"uidgen": {"wideworker", "Baidu UidGenerator's layout (28-bit seconds from 2016, run out in 2024)"},
 }
 
 // Preset returns the named preset layout.
@@ -316,9 +373,24 @@ func (l Layout) Encode(units int64, datacenter, worker, seq uint64) (uint64, err
 // encode assumes every field fits.
 func (l Layout) encode(units int64, datacenter, worker, seq uint64) uint64 {
 	return uint64(units)<<(l.DatacenterBits+l.WorkerBits+l.SequenceBits) |
-		datacenter<<(l.WorkerBits+l.SequenceBits) |
-		worker<<l.SequenceBits |
-		seq
+		l.nodeBits(datacenter, worker) | seq<<l.seqShift()
+}
+
+// seqShift is the position of the sequence field.
+func (l Layout) seqShift() uint8 {
+	if l.Order == SeqNode {
+		return l.DatacenterBits + l.WorkerBits
+	}
+	return 0
+}
+
+// nodeBits is the datacenter and worker fields in place.
+func (l Layout) nodeBits(datacenter, worker uint64) uint64 {
+	shift := l.SequenceBits
+	if l.Order == SeqNode {
+		shift = 0
+	}
+	return datacenter<<(l.WorkerBits+shift) | worker<<shift
 }
 
 // Decode splits an ID into its fields. An ID that sets bits above the
@@ -328,12 +400,22 @@ func (l Layout) Decode(id uint64) (Parts, error) {
 	if total < 64 && id>>uint(total) != 0 {
 		return Parts{}, fmt.Errorf("%w: %d sets bits above the layout's %d bits", ErrBadID, id, total)
 	}
-	seq := id & maxOf(l.SequenceBits)
-	id >>= l.SequenceBits
-	worker := id & maxOf(l.WorkerBits)
-	id >>= l.WorkerBits
-	dc := id & maxOf(l.DatacenterBits)
-	id >>= l.DatacenterBits
+	var seq, worker, dc uint64
+	if l.Order == SeqNode {
+		worker = id & maxOf(l.WorkerBits)
+		id >>= l.WorkerBits
+		dc = id & maxOf(l.DatacenterBits)
+		id >>= l.DatacenterBits
+		seq = id & maxOf(l.SequenceBits)
+		id >>= l.SequenceBits
+	} else {
+		seq = id & maxOf(l.SequenceBits)
+		id >>= l.SequenceBits
+		worker = id & maxOf(l.WorkerBits)
+		id >>= l.WorkerBits
+		dc = id & maxOf(l.DatacenterBits)
+		id >>= l.DatacenterBits
+	}
 	units := int64(id)
 	return Parts{Units: units, Time: l.UnitStart(units), Datacenter: dc, Worker: worker, Sequence: seq}, nil
 }

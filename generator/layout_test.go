@@ -12,9 +12,9 @@ var testNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 func TestPresetsValidate(t *testing.T) {
 	want := map[string]string{
 		"snowflake": "time=41,dc=5,worker=5,seq=12,unit=1ms,epoch=2010-11-04T01:42:54.657Z",
-		"sonyflake": "time=39,dc=0,worker=16,seq=8,unit=10ms,epoch=2014-09-01T00:00:00Z",
-		"uidgen":    "time=31,dc=0,worker=19,seq=13,unit=1s,epoch=2026-01-01T00:00:00Z",
-		"compact":   "time=32,dc=0,worker=4,seq=6,unit=1s,epoch=2022-01-01T00:00:00Z",
+		"sonyflake":  "time=39,dc=0,worker=16,seq=8,unit=10ms,epoch=2014-09-01T00:00:00Z,order=time-seq-dc-worker",
+		"wideworker": "time=31,dc=0,worker=19,seq=13,unit=1s,epoch=2026-01-01T00:00:00Z",
+		"compact":    "time=32,dc=0,worker=4,seq=6,unit=1s,epoch=2022-01-01T00:00:00Z",
 	}
 	for _, name := range PresetNames() {
 		t.Run(name, func(t *testing.T) {
@@ -254,4 +254,56 @@ func FuzzRoundTrip(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The field order: SeqNode puts the sequence above the node fields, the
+// canonical form names it (and only it), and the IDs of one worker still
+// increase within a unit and across units.
+func TestLayoutOrder(t *testing.T) {
+	l, err := ParseLayout("time=39,dc=2,worker=14,seq=8,unit=10ms,epoch=2014-09-01T00:00:00Z,order=time-seq-dc-worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Order != SeqNode {
+		t.Fatalf("order %v, want %v", l.Order, SeqNode)
+	}
+	id, err := l.Encode(5, 1, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(5)<<24 | 2<<16 | 1<<14 | 3; id != want {
+		t.Fatalf("Encode = %#x, want %#x (time, seq, dc, worker)", id, want)
+	}
+	p, err := l.Decode(id)
+	if err != nil || p.Units != 5 || p.Datacenter != 1 || p.Worker != 3 || p.Sequence != 2 {
+		t.Fatalf("Decode = %+v, %v", p, err)
+	}
+	next, _ := l.Encode(5, 1, 3, 3)
+	later, _ := l.Encode(6, 1, 3, 0)
+	if !(id < next && next < later) {
+		t.Fatalf("one worker's IDs do not increase: %d, %d, %d", id, next, later)
+	}
+	// The default order is not written: pins of existing layouts keep
+	// their canonical string.
+	def, _ := ParseLayout("time=41,dc=5,worker=5,seq=12,unit=1ms,epoch=2010-11-04T01:42:54.657Z,order=time-dc-worker-seq")
+	if sf, _ := Preset("snowflake"); def.String() != sf.String() {
+		t.Fatalf("explicit default order %q, want %q", def.String(), sf.String())
+	}
+	for _, bad := range []string{"time=41,worker=10,seq=12,epoch=0,order=seq-first", "time=41,worker=10,seq=12,epoch=0,order="} {
+		var le *LayoutError
+		if _, err := ParseLayout(bad); !errors.As(err, &le) || le.Field != "order" {
+			t.Errorf("ParseLayout(%q) = %v, want a LayoutError on order", bad, err)
+		}
+	}
+	if err := (Layout{Epoch: testNow.AddDate(-1, 0, 0), Unit: time.Millisecond, TimeBits: 41, WorkerBits: 10, SequenceBits: 12, Order: 7}).Validate(testNow); err == nil || !strings.Contains(err.Error(), "order") {
+		t.Fatalf("Validate of order 7: %v", err)
+	}
+}
+
+// The old preset name says what it became and why.
+func TestRenamedPreset(t *testing.T) {
+	_, err := ParseLayout("uidgen")
+	if !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), `"wideworker"`) || !strings.Contains(err.Error(), "UidGenerator") {
+		t.Fatalf("ParseLayout(uidgen) = %v, want the rename named", err)
+	}
 }

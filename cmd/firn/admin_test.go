@@ -95,14 +95,14 @@ func (a *adminEtcd) reserved(name string, slot coordinator.Slot) int64 {
 func (a *adminEtcd) floor(name string) int64 { return a.value(a.coord.Root() + name + "/floor") }
 
 // TestBumpReadsLayoutFromPin: `firn coordinator bump --generator NAME`
-// takes the time unit from the generator's pin: a uidgen generator (1 s
+// takes the time unit from the generator's pin: a wideworker generator (1 s
 // units) bumped by 10s gains 10 units, not the 10000 a snowflake layout
 // would make of it; `firn workers` reads the pin too and shows a standing
 // restore marker, which the bump clears, saying when nodes serve again.
 func TestBumpReadsLayoutFromPin(t *testing.T) {
 	a := newAdminEtcd(t)
-	slot, r := a.holder("ids", "uidgen", 5)
-	uid, _ := generator.Preset("uidgen")
+	slot, r := a.holder("ids", "wideworker", 5)
+	uid, _ := generator.Preset("wideworker")
 
 	ev := coordinator.RestoreEvidence{Generator: "ids", Slot: slot, Acked: r + 3, Shown: r, At: time.Now(),
 		Node: coordinator.NodeInfo{Name: "noticer", InstanceID: "i-n", Address: "10.1.2.3:7300"}}
@@ -133,7 +133,7 @@ func TestBumpReadsLayoutFromPin(t *testing.T) {
 		t.Fatalf("firn coordinator bump --generator ids: exit %d: %s", code, errOut)
 	}
 	if got := a.reserved("ids", slot); got != r+10 {
-		t.Fatalf("reservation %d after a bump by 10s of a uidgen generator, want %d + 10 units", got, r)
+		t.Fatalf("reservation %d after a bump by 10s of a wideworker generator, want %d + 10 units", got, r)
 	}
 	nowUnits := uid.Units(bumped)
 	if f := a.floor("ids"); f != r+10 || f < nowUnits+10 {
@@ -145,7 +145,7 @@ func TestBumpReadsLayoutFromPin(t *testing.T) {
 		}
 	}
 	// Serving resumes at the floor's time less max-lead (2 units for
-	// uidgen): about D + the 5 s reserved ahead from now.
+	// wideworker): about D + the 5 s reserved ahead from now.
 	serveAt := uid.UnitStart(r + 10).Add(-generator.DefaultMaxLead(uid)).UTC().Format(time.RFC3339)
 	if !strings.Contains(out, serveAt) {
 		t.Fatalf("bump output does not say nodes serve again at %s:\n%s", serveAt, out)
@@ -161,8 +161,8 @@ func TestBumpReadsLayoutFromPin(t *testing.T) {
 // workers` refuses it the same way.
 func TestBumpRefusesAnotherLayout(t *testing.T) {
 	a := newAdminEtcd(t)
-	slot, r := a.holder("ids", "uidgen", 5)
-	uid, _ := generator.Preset("uidgen")
+	slot, r := a.holder("ids", "wideworker", 5)
+	uid, _ := generator.Preset("wideworker")
 	sf, _ := generator.Preset("snowflake")
 	for _, args := range [][]string{
 		{"coordinator", "bump", "--by", "10s", "--etcd", a.ep, "--generator", "ids=snowflake"},
@@ -184,14 +184,14 @@ func TestBumpRefusesAnotherLayout(t *testing.T) {
 }
 
 // TestBumpPastLayoutEndWritesNothing: a bump whose floor would pass the
-// layout's last time value (uidgen's 31 bits of seconds end in 2094) is
+// layout's last time value (wideworker's 31 bits of seconds end in 2094) is
 // refused, and neither the floor nor any reservation changes.
 func TestBumpPastLayoutEndWritesNothing(t *testing.T) {
 	a := newAdminEtcd(t)
-	slot, r := a.holder("ids", "uidgen", 5)
+	slot, r := a.holder("ids", "wideworker", 5)
 	_, errOut, code := cli(t, nil, "coordinator", "bump", "--by", "600000h", "--etcd", a.ep, "--generator", "ids")
 	if code == 0 || !strings.Contains(errOut, "last time value") || !strings.Contains(errOut, "nothing was written") {
-		t.Fatalf("bump by 600000h of a uidgen generator: exit %d, stderr %q; want a refusal", code, errOut)
+		t.Fatalf("bump by 600000h of a wideworker generator: exit %d, stderr %q; want a refusal", code, errOut)
 	}
 	if got, f := a.reserved("ids", slot), a.floor("ids"); got != r || f != -1 {
 		t.Fatalf("after the refused bump: reservation %d (want %d), floor %d (want none)", got, r, f)
@@ -202,14 +202,14 @@ func TestBumpPastLayoutEndWritesNothing(t *testing.T) {
 // generator of the cluster, each in the units of its own pinned layout.
 func TestBumpEveryGenerator(t *testing.T) {
 	a := newAdminEtcd(t)
-	us, ur := a.holder("users", "uidgen", 5)
+	us, ur := a.holder("users", "wideworker", 5)
 	os, or := a.holder("orders", "snowflake", 5000)
 	out, errOut, code := cli(t, nil, "coordinator", "bump", "--by", "3s", "--etcd", a.ep)
 	if code != 0 {
 		t.Fatalf("firn coordinator bump with no --generator: exit %d: %s", code, errOut)
 	}
 	if got := a.reserved("users", us); got != ur+3 {
-		t.Fatalf("users (uidgen) reservation %d, want %d + 3", got, ur)
+		t.Fatalf("users (wideworker) reservation %d, want %d + 3", got, ur)
 	}
 	if got := a.reserved("orders", os); got != or+3000 {
 		t.Fatalf("orders (snowflake) reservation %d, want %d + 3000", got, or)
@@ -229,9 +229,9 @@ func TestBumpEveryGenerator(t *testing.T) {
 // file (whose node keys they ignore) or the same FIRN_* variables.
 func TestAdminReadsServeConfig(t *testing.T) {
 	a := newAdminEtcd(t)
-	a.holder("ids", "uidgen", 5)
+	a.holder("ids", "wideworker", 5)
 	conf := filepath.Join(t.TempDir(), "firn.yaml")
-	body := "etcd: [" + a.ep + "]\ngrpc-addr: 127.0.0.1:7300\nmax-batch: 5000\ngenerator: [ids=uidgen]\nntp-required: false\n"
+	body := "etcd: [" + a.ep + "]\ngrpc-addr: 127.0.0.1:7300\nmax-batch: 5000\ngenerator: [ids=wideworker]\nntp-required: false\n"
 	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}

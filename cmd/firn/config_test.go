@@ -39,7 +39,7 @@ func TestParseLayeredPrecedence(t *testing.T) {
 	env := map[string]string{
 		"FIRN_MAX_BATCH": "222",
 		"FIRN_CLUSTER":   "env",
-		"FIRN_GENERATOR": "e1=snowflake;e2=uidgen",
+		"FIRN_GENERATOR": "e1=snowflake;e2=wideworker",
 		"FIRN_MAX_LEAD":  "3s",
 	}
 	sc, err := parseServe(t, []string{"--config", conf, "--max-batch", "333"}, env)
