@@ -11,7 +11,7 @@ var testNow = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
 func TestPresetsValidate(t *testing.T) {
 	want := map[string]string{
-		"snowflake": "time=41,dc=5,worker=5,seq=12,unit=1ms,epoch=2010-11-04T01:42:54.657Z",
+		"snowflake":  "time=41,dc=5,worker=5,seq=12,unit=1ms,epoch=2010-11-04T01:42:54.657Z",
 		"sonyflake":  "time=39,dc=0,worker=16,seq=8,unit=10ms,epoch=2014-09-01T00:00:00Z,order=time-seq-dc-worker",
 		"wideworker": "time=31,dc=0,worker=19,seq=13,unit=1s,epoch=2026-01-01T00:00:00Z",
 		"compact":    "time=32,dc=0,worker=4,seq=6,unit=1s,epoch=2022-01-01T00:00:00Z",
