@@ -89,21 +89,22 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 	for _, rt := range n.gens {
 		st := rt.status(wall)
 		gi := &firnv1.GeneratorInfo{
-			Name:         st.Name,
-			Layout:       st.Layout,
-			IsDefault:    st.IsDefault,
-			Worker:       uint32(st.Worker),
-			Datacenter:   uint32(st.Datacenter),
-			Serving:      st.Serving,
-			State:        st.State,
-			Reason:       st.Reason,
-			Cause:        string(st.Cause),
-			ClockLead:    durationpb.New(st.ClockLead),
-			MaxBatch:     uint32(st.MaxBatch),
-			MaxLead:      durationpb.New(st.MaxLead),
-			MaxStaleness: durationpb.New(st.MaxStaleness),
-			IdsIssued:    st.Issued,
-			NtpChecked:   ntpOK,
+			Name:            st.Name,
+			Layout:          st.Layout,
+			IsDefault:       st.IsDefault,
+			Worker:          uint32(st.Worker),
+			Datacenter:      uint32(st.Datacenter),
+			Serving:         st.Serving,
+			State:           st.State,
+			Reason:          st.Reason,
+			Cause:           string(st.Cause),
+			DatacenterFixed: st.DatacenterFixed,
+			ClockLead:       durationpb.New(st.ClockLead),
+			MaxBatch:        uint32(st.MaxBatch),
+			MaxLead:         durationpb.New(st.MaxLead),
+			MaxStaleness:    durationpb.New(st.MaxStaleness),
+			IdsIssued:       st.Issued,
+			NtpChecked:      ntpOK,
 		}
 		if ntpOK {
 			gi.NtpOffset = durationpb.New(ntpOffset)

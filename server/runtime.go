@@ -181,44 +181,48 @@ func (rt *genRuntime) generate(ctx context.Context, dst []uint64) (int, error) {
 // Info is a snapshot of one generator for Info, /readyz and the status
 // page.
 type GeneratorStatus struct {
-	Name          string
-	Layout        string
-	IsDefault     bool
-	Serving       bool
-	State         string
-	Reason        string
-	Cause         clockguard.Code // the reason's code; "" while serving
-	Worker        uint64
-	Datacenter    uint64
-	HasLease      bool
-	ReservedUntil time.Time
-	ReservedUnits int64
-	ClockLead     time.Duration
-	MaxLead       time.Duration
-	MaxStaleness  time.Duration
-	MaxBatch      int
-	Issued        uint64
-	Ring          ringbuffer.Stats
-	Events        []event
-	LayoutEnd     time.Time
+	Name      string
+	Layout    string
+	IsDefault bool
+	Serving   bool
+	State     string
+	Reason    string
+	Cause     clockguard.Code // the reason's code; "" while serving
+	// DatacenterFixed: the datacenter comes from --datacenter (the
+	// region), not from the worker allocation.
+	DatacenterFixed bool
+	Worker          uint64
+	Datacenter      uint64
+	HasLease        bool
+	ReservedUntil   time.Time
+	ReservedUnits   int64
+	ClockLead       time.Duration
+	MaxLead         time.Duration
+	MaxStaleness    time.Duration
+	MaxBatch        int
+	Issued          uint64
+	Ring            ringbuffer.Stats
+	Events          []event
+	LayoutEnd       time.Time
 }
 
 func (rt *genRuntime) status(wall time.Time) GeneratorStatus {
 	s := GeneratorStatus{
-		Name:         rt.cfg.Name,
-		Layout:       rt.cfg.Layout.String(),
-		IsDefault:    rt.isDefault,
-		Serving:      rt.state.Serving(),
-		State:        rt.state.State().String(),
-		Reason:       rt.state.Reason(),
-		Cause:        rt.state.Snapshot().Refusal().Code,
-		MaxLead:      rt.cfg.MaxLead,
-		MaxStaleness: rt.cfg.MaxStaleness,
-		MaxBatch:     rt.maxBatch,
-		Issued:       rt.issued.Load(),
-		Ring:         rt.ring.Stats(),
-		Events:       rt.recentEvents(),
-		LayoutEnd:    rt.cfg.Layout.End(),
+		Name:            rt.cfg.Name,
+		Layout:          rt.cfg.Layout.String(),
+		IsDefault:       rt.isDefault,
+		Serving:         rt.state.Serving(),
+		State:           rt.state.State().String(),
+		Reason:          rt.state.Reason(),
+		Cause:           rt.state.Snapshot().Refusal().Code,
+		DatacenterFixed: rt.datacenterFixed,
+		MaxLead:         rt.cfg.MaxLead,
+		MaxStaleness:    rt.cfg.MaxStaleness,
+		MaxBatch:        rt.maxBatch,
+		Issued:          rt.issued.Load(),
+		Ring:            rt.ring.Stats(),
+		Events:          rt.recentEvents(),
+		LayoutEnd:       rt.cfg.Layout.End(),
 	}
 	if h := rt.held.Load(); h != nil {
 		s.HasLease = true

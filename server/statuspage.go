@@ -37,7 +37,7 @@ small{color:#555}
 <table>
 <tr><th>state</th><td>{{.State}}</td></tr>
 <tr><th>layout</th><td><code>{{.Layout}}</code> (runs out {{ts .LayoutEnd}})</td></tr>
-<tr><th>worker / datacenter</th><td>{{if .HasLease}}{{.Worker}} / {{.Datacenter}}{{else}}none held{{end}}</td></tr>
+<tr><th>worker / datacenter</th><td>{{if .HasLease}}{{.Worker}} / {{.Datacenter}}{{else}}none held{{end}}{{if .DatacenterFixed}} (datacenter pinned by --datacenter){{end}}</td></tr>
 <tr><th>reserved until</th><td>{{if .HasLease}}{{ts .ReservedUntil}}{{else}}—{{end}}</td></tr>
 <tr><th>clock lead</th><td>{{dur .ClockLead}} (limit max-lead {{dur .MaxLead}})</td></tr>
 <tr><th>max staleness</th><td>{{dur .MaxStaleness}}</td></tr>

@@ -626,9 +626,14 @@ type GeneratorInfo struct {
 	IdsIssued    uint64               `protobuf:"varint,16,opt,name=ids_issued,json=idsIssued,proto3" json:"ids_issued,omitempty"`
 	// Why the generator is not serving, as an ErrorReason name (the reason a
 	// refused call carries); empty while it serves.
-	Cause         string `protobuf:"bytes,17,opt,name=cause,proto3" json:"cause,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Cause string `protobuf:"bytes,17,opt,name=cause,proto3" json:"cause,omitempty"`
+	// The datacenter field is fixed by --datacenter rather than allocated
+	// with the worker ID: the node's region identity. Two coordinators
+	// (regions) issue disjoint IDs only when each is pinned to its own
+	// datacenter; two pinned to the same one cannot see each other.
+	DatacenterFixed bool `protobuf:"varint,18,opt,name=datacenter_fixed,json=datacenterFixed,proto3" json:"datacenter_fixed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GeneratorInfo) Reset() {
@@ -780,6 +785,13 @@ func (x *GeneratorInfo) GetCause() string {
 	return ""
 }
 
+func (x *GeneratorInfo) GetDatacenterFixed() bool {
+	if x != nil {
+		return x.DatacenterFixed
+	}
+	return false
+}
+
 var File_firn_v1_firn_proto protoreflect.FileDescriptor
 
 const file_firn_v1_firn_proto_rawDesc = "" +
@@ -815,7 +827,7 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\vcoordinator\x18\x06 \x01(\tR\vcoordinator\x126\n" +
 	"\n" +
 	"generators\x18\a \x03(\v2\x16.firn.v1.GeneratorInfoR\n" +
-	"generators\"\xfa\x04\n" +
+	"generators\"\xa5\x05\n" +
 	"\rGeneratorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\tR\x06layout\x12\x1d\n" +
@@ -841,7 +853,8 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\rmax_staleness\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\fmaxStaleness\x12\x1d\n" +
 	"\n" +
 	"ids_issued\x18\x10 \x01(\x04R\tidsIssued\x12\x14\n" +
-	"\x05cause\x18\x11 \x01(\tR\x05cause*\xd8\x02\n" +
+	"\x05cause\x18\x11 \x01(\tR\x05cause\x12)\n" +
+	"\x10datacenter_fixed\x18\x12 \x01(\bR\x0fdatacenterFixed*\xd8\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eCLOCK_ROLLBACK\x10\x01\x12\x0e\n" +

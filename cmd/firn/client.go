@@ -235,14 +235,18 @@ func cmdInfo(args []string, stdout, stderr io.Writer) int {
 	for _, g := range resp.GetGenerators() {
 		state := "SERVING"
 		if !g.GetServing() {
-			state = "NOT SERVING: " + g.GetReason()
+			state = "NOT SERVING (" + g.GetCause() + "): " + g.GetReason()
+		}
+		pinned := ""
+		if g.GetDatacenterFixed() {
+			pinned = " (pinned)"
 		}
 		def := ""
 		if g.GetIsDefault() {
 			def = " (default)"
 		}
-		fmt.Fprintf(stdout, "generator %s%s: %s\n  layout %s\n  worker %d datacenter %d, reserved until %s, clock lead %s (max-lead %s), max batch %d, issued %d\n",
-			g.GetName(), def, state, g.GetLayout(), g.GetWorker(), g.GetDatacenter(),
+		fmt.Fprintf(stdout, "generator %s%s: %s\n  layout %s\n  worker %d datacenter %d%s, reserved until %s, clock lead %s (max-lead %s), max batch %d, issued %d\n",
+			g.GetName(), def, state, g.GetLayout(), g.GetWorker(), g.GetDatacenter(), pinned,
 			g.GetReservedUntil().AsTime().UTC().Format(time.RFC3339Nano), g.GetClockLead().AsDuration(), g.GetMaxLead().AsDuration(),
 			g.GetMaxBatch(), g.GetIdsIssued())
 		if g.GetNtpChecked() {

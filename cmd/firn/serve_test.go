@@ -284,7 +284,7 @@ func TestFaultClockCommand(t *testing.T) {
 	if code != exitNotReady || !strings.Contains(msg, "Unavailable") || !strings.Contains(msg, "clock rolled back") {
 		t.Fatalf("firn next after −5s: exit %d, stderr %q; want 3 and the rollback", code, msg)
 	}
-	if out, _, code := cli(t, nil, "info", "--addr", a.grpc); code != 0 || !strings.Contains(out, "NOT SERVING: clock rolled back") {
+	if out, _, code := cli(t, nil, "info", "--addr", a.grpc); code != 0 || !strings.Contains(out, "NOT SERVING (CLOCK_ROLLBACK): clock rolled back") {
 		t.Fatalf("firn info after −5s: exit %d:\n%s", code, out)
 	}
 	if _, errOut, code := cli(t, nil, "fault", "clock", "--addr", fault, "--offset", "0"); code != 0 {
