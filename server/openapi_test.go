@@ -1,0 +1,255 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/firnid/firn/clockguard/ntptest"
+	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+)
+
+// openAPIFile is the HTTP API's description.
+const openAPIFile = "../docs/openapi.yaml"
+
+// Every path and response docs/openapi.yaml documents is produced by a
+// running node, with the documented content type and a body that fits the
+// documented schema; and every response the test produces is documented.
+func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
+	raw, err := os.ReadFile(openAPIFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := yaml.YAMLToJSON(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", openAPIFile, err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(js, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := doc["openapi"].(string); !strings.HasPrefix(v, "3.") {
+		t.Fatalf("%s: openapi %q, want 3.x", openAPIFile, v)
+	}
+	documented := map[string]map[string]any{} // "GET /v1/ids 200" → response object
+	for path, item := range doc["paths"].(map[string]any) {
+		for method, op := range item.(map[string]any) {
+			for code, resp := range op.(map[string]any)["responses"].(map[string]any) {
+				documented[strings.ToUpper(method)+" "+path+" "+code] = resp.(map[string]any)
+			}
+		}
+	}
+
+	// A serving node; one that never serves (its NTP server is 2 s off);
+	// one with mTLS and fault injection, for the admin endpoint.
+	e := etcdtest.StartEmbedded(t)
+	serving := startNode(t, e.Endpoints, t.TempDir())
+	ntp := ntptest.NewServer(t)
+	ntp.SetOffset(2 * time.Second)
+	out := startNamedNode(t, "out", e.Endpoints, t.TempDir(), ntpServers(time.Second, ntp.Addr()))
+	certs := etcdtest.MakeCerts(t, "firn-operator")
+	mtls := startNamedNode(t, "mtls", e.Endpoints, t.TempDir(), serveTLS(t, certs, true), faultInjection)
+	waitServing(t, serving.ids, "", 10*time.Second)
+	good, anon := httpsClient(certs.ClientTLS(t)), httpsClient(roots(t, certs))
+	mbase := "https://" + mtls.node.HTTPAddr()
+	get := func(c *http.Client, u string) func() (*http.Response, error) {
+		return func() (*http.Response, error) { return c.Get(u) }
+	}
+	postTo := func(c *http.Client, u string) func() (*http.Response, error) {
+		return func() (*http.Response, error) { return c.Post(u, "application/x-www-form-urlencoded", nil) }
+	}
+	a, b := serving.base, out.base
+	probes := []struct {
+		key string
+		do  func() (*http.Response, error)
+	}{
+		{"GET /v1/ids 200", get(serving.httpc, a+"/v1/ids?count=3")},
+		{"GET /v1/ids 400", get(serving.httpc, a+"/v1/ids?count=0")},
+		{"GET /v1/ids 403", get(anon, mbase+"/v1/ids")},
+		{"GET /v1/ids 404", get(serving.httpc, a+"/v1/ids?generator=nope")},
+		{"GET /v1/ids 503", get(out.httpc, b+"/v1/ids")},
+		{"GET /v1/decode/{id} 200", get(serving.httpc, a+"/v1/decode/2127862948218011648")},
+		{"GET /v1/decode/{id} 400", get(serving.httpc, a+"/v1/decode/abc")},
+		{"GET /v1/decode/{id} 404", get(serving.httpc, a+"/v1/decode/1?generator=nope")},
+		{"GET /readyz 200", get(serving.httpc, a+"/readyz")},
+		{"GET /readyz 503", get(out.httpc, b+"/readyz")},
+		{"GET /healthz 200", get(serving.httpc, a+"/healthz")},
+		{"GET /metrics 200", get(serving.httpc, a+"/metrics")},
+		{"GET / 200", get(serving.httpc, a+"/")},
+		{"POST /admin/resume 403", postTo(serving.httpc, a+"/admin/resume")},
+		{"POST /admin/resume 404", postTo(good, mbase+"/admin/resume?generator=nope")},
+		{"POST /admin/resume 200", postTo(good, mbase+"/admin/resume")},
+		{"POST /admin/resume 400", func() (*http.Response, error) {
+			// The clock 5 s behind the node's last ID: not resumed.
+			waitServingHTTP(t, good, mbase)
+			r, err := good.Get(mbase + "/v1/ids?count=10")
+			if err != nil {
+				return nil, err
+			}
+			r.Body.Close()
+			mtls.setOffset(t, -5*time.Second)
+			defer mtls.setOffset(t, 0)
+			return good.Post(mbase+"/admin/resume", "application/x-www-form-urlencoded", nil)
+		}},
+	}
+	var tried []string
+	for _, p := range probes {
+		tried = append(tried, p.key)
+		t.Run(p.key, func(t *testing.T) {
+			respDoc, ok := documented[p.key]
+			if !ok {
+				t.Fatalf("%s is not in %s", p.key, openAPIFile)
+			}
+			resp, err := p.do()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			want, _ := strconv.Atoi(p.key[strings.LastIndexByte(p.key, ' ')+1:])
+			if resp.StatusCode != want {
+				t.Fatalf("status %d (%s), want %d", resp.StatusCode, body, want)
+			}
+			ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+			content, _ := respDoc["content"].(map[string]any)
+			media, ok := content[ct].(map[string]any)
+			if !ok {
+				t.Fatalf("content type %q is not documented (documented: %v)", ct, keys(content))
+			}
+			if ct != "application/json" {
+				return
+			}
+			var v any
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Fatalf("body %q is not JSON: %v", body, err)
+			}
+			if err := validate(doc, media["schema"].(map[string]any), v, "body"); err != nil {
+				t.Fatalf("%v\nbody: %s", err, body)
+			}
+		})
+	}
+	var missing []string
+	for k := range documented {
+		if !slices.Contains(tried, k) {
+			missing = append(missing, k)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("documented but never produced by the test: %v", missing)
+	}
+}
+
+// waitServingHTTP waits until the node's /readyz says 200.
+func waitServingHTTP(t *testing.T, c *http.Client, base string) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
+		if code, _ := httpGet(t, c, base+"/readyz"); code == 200 {
+			return
+		}
+	}
+	t.Fatalf("%s not ready within 10 s", base)
+}
+
+func keys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// validate checks v against the subset of OpenAPI 3.0 schemas the document
+// uses: $ref, type, required, properties, items, additionalProperties,
+// enum and pattern.
+func validate(doc, schema map[string]any, v any, at string) error {
+	if ref, ok := schema["$ref"].(string); ok {
+		name := strings.TrimPrefix(ref, "#/components/schemas/")
+		s, ok := doc["components"].(map[string]any)["schemas"].(map[string]any)[name].(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s: unresolved $ref %s", at, ref)
+		}
+		return validate(doc, s, v, at)
+	}
+	switch schema["type"] {
+	case "object":
+		m, ok := v.(map[string]any)
+		if !ok {
+			return fmt.Errorf("%s: %v is not an object", at, v)
+		}
+		for _, r := range asList(schema["required"]) {
+			if _, ok := m[r.(string)]; !ok {
+				return fmt.Errorf("%s: required %q missing", at, r)
+			}
+		}
+		props, _ := schema["properties"].(map[string]any)
+		for k, val := range m {
+			if ps, ok := props[k].(map[string]any); ok {
+				if err := validate(doc, ps, val, at+"."+k); err != nil {
+					return err
+				}
+			} else if ap, ok := schema["additionalProperties"].(map[string]any); ok {
+				if err := validate(doc, ap, val, at+"."+k); err != nil {
+					return err
+				}
+			} else {
+				return fmt.Errorf("%s: property %q is not documented", at, k)
+			}
+		}
+	case "array":
+		l, ok := v.([]any)
+		if !ok {
+			return fmt.Errorf("%s: %v is not an array", at, v)
+		}
+		items, _ := schema["items"].(map[string]any)
+		for i, e := range l {
+			if err := validate(doc, items, e, fmt.Sprintf("%s[%d]", at, i)); err != nil {
+				return err
+			}
+		}
+	case "string":
+		s, ok := v.(string)
+		if !ok {
+			return fmt.Errorf("%s: %v is not a string", at, v)
+		}
+		if p, ok := schema["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(s) {
+			return fmt.Errorf("%s: %q does not match %s", at, s, p)
+		}
+		if schema["format"] == "date-time" {
+			if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
+				return fmt.Errorf("%s: %q is not a date-time", at, s)
+			}
+		}
+	case "integer":
+		f, ok := v.(float64)
+		if !ok || f != float64(int64(f)) {
+			return fmt.Errorf("%s: %v is not an integer", at, v)
+		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return fmt.Errorf("%s: %v is not a boolean", at, v)
+		}
+	}
+	if enum := asList(schema["enum"]); len(enum) > 0 && !slices.Contains(enum, v) {
+		return fmt.Errorf("%s: %v is not one of %v", at, v, enum)
+	}
+	return nil
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
