@@ -80,6 +80,29 @@ func (s *ServingState) Hold(source Source, reason string, d Detail) {
 	s.set(source, reason, d)
 }
 
+// Held reports, for every code, whether it holds the generator out now:
+// the codes of the held reasons, DRAINING while draining or stopped, and
+// STARTING while the start checks run with nothing else held. Every code
+// is false while serving. It is what the firn_not_serving{cause} gauges
+// export.
+func (sn Snapshot) Held() map[Code]bool {
+	held := make(map[Code]bool, len(Codes))
+	switch sn.State {
+	case StateServing:
+		return held
+	case StateDraining, StateStopped:
+		held[CodeDraining] = true
+		return held
+	}
+	for _, c := range sn.Causes {
+		held[c.Code] = true
+	}
+	if len(sn.Causes) == 0 {
+		held[CodeStarting] = true
+	}
+	return held
+}
+
 // Refusal is what a refusal reports: the code, the first held reason's
 // detail and the human reason.
 type Refusal struct {

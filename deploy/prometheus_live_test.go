@@ -79,6 +79,9 @@ scrape_configs:
 	})
 
 	live := func(q string) string {
+		// The causes panel keeps the causes that hold (== 1); while
+		// serving every cause is 0, so ask for all of them.
+		q = strings.ReplaceAll(q, "(firn_not_serving == 1)", "(firn_not_serving)")
 		q = strings.ReplaceAll(q, "$__rate_interval", "15s")
 		q = strings.ReplaceAll(q, "$cluster", ".*")
 		return strings.ReplaceAll(q, "$node", ".*")
@@ -86,10 +89,6 @@ scrape_configs:
 	d := loadDashboard(t)
 	for _, p := range d.allPanels() {
 		for i, tg := range p.Targets {
-			// Causes exist only while a generator is held out.
-			if strings.Contains(tg.Expr, "firn_not_serving_reason") {
-				continue
-			}
 			r, err := promQuery(api, live(tg.Expr))
 			if err != nil {
 				t.Errorf("panel %q target %d: %v", p.Title, i, err)
@@ -119,6 +118,30 @@ scrape_configs:
 	if err != nil || len(res) != 0 {
 		t.Errorf("FirnNodeNotServing for a serving node: %v %v", res, err)
 	}
+
+	// The same node failed closed: the alert is pending with the cause, and
+	// the causes panel shows it.
+	n.issue(t, 1)
+	n.setOffset(t, -30*time.Second)
+	n.waitReady(t, 503, 5*time.Second)
+	waitUntil(t, 30*time.Second, "FirnNodeNotServing pending with cause CLOCK_ROLLBACK", func() bool {
+		r, err := promQuery(api, `ALERTS{alertname="FirnNodeNotServing", alertstate="pending", cause="CLOCK_ROLLBACK"}`)
+		return err == nil && len(r) == 1
+	})
+	for _, p := range d.allPanels() {
+		for _, tg := range p.Targets {
+			if !strings.Contains(tg.Expr, "firn_not_serving == 1") {
+				continue
+			}
+			q := strings.ReplaceAll(strings.ReplaceAll(tg.Expr, "$cluster", ".*"), "$node", ".*")
+			r, err := promQuery(api, q)
+			if err != nil || len(r) != 1 || r[0]["cause"] != "CLOCK_ROLLBACK" {
+				t.Errorf("panel %q on a node failed closed on a rollback: %v %v, want one row with cause CLOCK_ROLLBACK", p.Title, r, err)
+			}
+		}
+	}
+	n.setOffset(t, 0)
+	n.waitReady(t, 200, 10*time.Second)
 }
 
 func waitUntil(t *testing.T, within time.Duration, what string, ok func() bool) {

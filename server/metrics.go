@@ -44,7 +44,7 @@ var (
 	descRingStale    = prometheus.NewDesc("firn_ringbuffer_stale_dropped_total", "Buffered IDs dropped for exceeding max-staleness.", []string{"generator"}, nil)
 	descRingRefills  = prometheus.NewDesc("firn_ringbuffer_refills_total", "Refill rounds that added IDs.", []string{"generator"}, nil)
 	descServing      = prometheus.NewDesc("firn_serving", "1 while the generator serves.", []string{"generator"}, nil)
-	descNotServing   = prometheus.NewDesc("firn_not_serving_reason", "1 for each source holding a not-serving generator out, with its reason.", []string{"generator", "source", "reason"}, nil)
+	descNotServing   = prometheus.NewDesc("firn_not_serving", "1 for each cause holding the generator out, 0 for the others; every cause of the fixed list (the API's ErrorReason names) is exported at all times.", []string{"generator", "cause"}, nil)
 	descState        = prometheus.NewDesc("firn_state", "1 for the generator's current state.", []string{"generator", "state"}, nil)
 	descWorker       = prometheus.NewDesc("firn_worker_id", "Worker ID held (-1: none).", []string{"generator"}, nil)
 	descDatacenter   = prometheus.NewDesc("firn_datacenter_id", "Datacenter value held (-1: none).", []string{"generator"}, nil)
@@ -99,8 +99,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- g(descRingRefills, prometheus.CounterValue, float64(st.Ring.Refills), name)
 		ch <- g(descServing, prometheus.GaugeValue, b2f(st.Serving), name)
 		snap := rt.state.Snapshot()
-		for _, cause := range snap.Causes {
-			ch <- g(descNotServing, prometheus.GaugeValue, 1, name, string(cause.Source), cause.Reason)
+		held := snap.Held()
+		for _, code := range clockguard.Codes {
+			ch <- g(descNotServing, prometheus.GaugeValue, b2f(held[code]), name, string(code))
 		}
 		for _, s := range []clockguard.State{clockguard.StateStarting, clockguard.StateChecking, clockguard.StateServing,
 			clockguard.StateNotServing, clockguard.StateDraining, clockguard.StateStopped} {

@@ -2,13 +2,13 @@ package server_test
 
 import (
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/server"
 )
@@ -95,8 +95,15 @@ func TestMetrics(t *testing.T) {
 	if f := fams["grpc_server_handling_seconds"]; f == nil || f.GetType() != dto.MetricType_HISTOGRAM {
 		t.Errorf("no grpc_server_handling_seconds histogram")
 	}
-	if _, ok := sample(fams, "firn_not_serving_reason", g); ok {
-		t.Errorf("firn_not_serving_reason present while serving")
+	// Every cause exported while serving, all 0: a rule's for: does not
+	// restart, and a dashboard has series before the first failure.
+	for _, code := range clockguard.Codes {
+		if v := value(t, fams, "firn_not_serving", map[string]string{"generator": "default", "cause": string(code)}); v != 0 {
+			t.Errorf("firn_not_serving{cause=%s} = %v while serving", code, v)
+		}
+	}
+	if n := len(fams["firn_not_serving"].GetMetric()); n != len(clockguard.Codes) {
+		t.Errorf("%d firn_not_serving series, want one per cause (%d)", n, len(clockguard.Codes))
 	}
 
 	// Not serving: the reason series and the step gauges.
@@ -109,16 +116,11 @@ func TestMetrics(t *testing.T) {
 	if v := value(t, fams, "firn_state", map[string]string{"generator": "default", "state": "not-serving"}); v != 1 {
 		t.Errorf("firn_state{state=not-serving} %v while not serving", v)
 	}
-	found := false
-	for _, m := range fams["firn_not_serving_reason"].GetMetric() {
-		for _, lp := range m.GetLabel() {
-			if lp.GetName() == "reason" && strings.Contains(lp.GetValue(), "clock rolled back") && m.GetGauge().GetValue() == 1 {
-				found = true
-			}
+	for _, code := range clockguard.Codes {
+		want := b2f(code == clockguard.CodeClockRollback)
+		if v := value(t, fams, "firn_not_serving", map[string]string{"generator": "default", "cause": string(code)}); v != want {
+			t.Errorf("firn_not_serving{cause=%s} = %v after a rollback, want %v", code, v, want)
 		}
-	}
-	if !found {
-		t.Errorf("no firn_not_serving_reason naming the rollback: %v", fams["firn_not_serving_reason"])
 	}
 	if v := value(t, fams, "firn_clock_steps_total", map[string]string{"direction": "backward"}); v < 1 {
 		t.Errorf("firn_clock_steps_total{backward} %v after a −5s step", v)
@@ -131,7 +133,14 @@ func TestMetrics(t *testing.T) {
 	}
 	n.setOffset(t, 0)
 	waitServing(t, n.ids, "", 5*time.Second)
-	if _, ok := sample(scrape(t, n.httpc, n.base), "firn_not_serving_reason", g); ok {
-		t.Errorf("firn_not_serving_reason still present after recovery")
+	if v := value(t, scrape(t, n.httpc, n.base), "firn_not_serving", map[string]string{"generator": "default", "cause": "CLOCK_ROLLBACK"}); v != 0 {
+		t.Errorf("firn_not_serving{cause=CLOCK_ROLLBACK} = %v after recovery", v)
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
