@@ -128,18 +128,24 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 	var c adminFlags
 	c.register(fs, "default", "the generator, as NAME (its layout is read from its pin; NAME=LAYOUT is refused when LAYOUT differs from the pin)")
 	dc := fs.Uint64("datacenter", 0, "datacenter of the worker to release")
-	release := ""
-	if len(args) > 0 && args[0] == "release" {
-		if len(args) < 2 {
-			return fail(stderr, exitUsage, "workers release: want a worker ID")
-		}
-		release, args = args[1], args[2:]
+	isRelease := len(args) > 0 && args[0] == "release"
+	if isRelease {
+		args = args[1:]
 	}
 	if err := c.parse(args, os.Getenv); err != nil {
 		if isHelp(err) {
 			return exitOK
 		}
 		return fail(stderr, exitUsage, "workers: %v", err)
+	}
+	release := ""
+	switch {
+	case isRelease && fs.NArg() != 1:
+		return fail(stderr, exitUsage, "workers release: want one worker ID (firn workers release W [flags])")
+	case isRelease:
+		release = fs.Arg(0)
+	case fs.NArg() > 0:
+		return fail(stderr, exitUsage, "workers: unexpected argument %q (firn workers [release W] [flags])", fs.Arg(0))
 	}
 	name, given := splitGenerator(c.generator)
 	if name == "" {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/firnid/firn/client"
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/generator"
 )
@@ -88,14 +89,20 @@ func (d *dialFlags) dial() (firnv1.IDServiceClient, func(), error) {
 	return firnv1.NewIDServiceClient(conn), func() { conn.Close() }, nil
 }
 
-// rpcFail prints a gRPC error in one line with a meaningful exit code.
+// rpcFail prints a gRPC error in one line with a meaningful exit code:
+// exitNotReady only when the node answered that it does not serve (its
+// refusal carries firn's ErrorInfo); a node that cannot be reached is a
+// failure, not "not serving".
 func rpcFail(stderr io.Writer, what string, err error) int {
 	st := status.Convert(err)
 	code := exitFailure
-	switch st.Code() {
-	case codes.Unavailable:
-		code = exitNotReady
-	case codes.InvalidArgument, codes.NotFound:
+	reason := client.Reason(err)
+	switch {
+	case st.Code() == codes.Unavailable && reason != firnv1.ErrorReason_ERROR_REASON_UNSPECIFIED:
+		return fail(stderr, exitNotReady, "%s: not serving (%s): %s", what, reason, st.Message())
+	case st.Code() == codes.Unavailable:
+		return fail(stderr, exitFailure, "%s: cannot reach the node: %s", what, st.Message())
+	case st.Code() == codes.InvalidArgument, st.Code() == codes.NotFound:
 		code = exitUsage
 	}
 	return fail(stderr, code, "%s: %s: %s", what, st.Code(), st.Message())

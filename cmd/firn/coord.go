@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -35,6 +36,9 @@ type coordConfig struct {
 	EtcdCA, EtcdCert, EtcdKey, EtcdUser, EtcdPassword string
 	// ZooKeeper digest authentication (user:password).
 	ZooKeeperAuth string
+	// The same secrets read from files (a mounted Secret), so they appear
+	// in no process listing or environment.
+	EtcdPasswordFile, ZooKeeperAuthFile string
 	// The timing (coordinator.Timing; the refresh interval is fixed at 1 s).
 	LeaseTTL, ReservationWindow, CoordinatorTimeout time.Duration
 	AllowShortWindow                                bool
@@ -77,6 +81,8 @@ func (c *coordConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.EtcdUser, "etcd-user", c.EtcdUser, "etcd user name")
 	fs.StringVar(&c.EtcdPassword, "etcd-password", c.EtcdPassword, "etcd password")
 	fs.StringVar(&c.ZooKeeperAuth, "zookeeper-auth", c.ZooKeeperAuth, "ZooKeeper digest credentials user:password (ACLs on every node firn creates)")
+	fs.StringVar(&c.EtcdPasswordFile, "etcd-password-file", c.EtcdPasswordFile, "file holding the etcd password (instead of --etcd-password)")
+	fs.StringVar(&c.ZooKeeperAuthFile, "zookeeper-auth-file", c.ZooKeeperAuthFile, "file holding the ZooKeeper credentials user:password (instead of --zookeeper-auth)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "worker lease TTL (etcd lease, ZooKeeper session timeout)")
 	fs.DurationVar(&c.ReservationWindow, "reservation-window", c.ReservationWindow, "how far ahead reservations are kept")
 	fs.DurationVar(&c.CoordinatorTimeout, "coordinator-timeout", c.CoordinatorTimeout, "timeout of each coordinator call")
@@ -120,6 +126,9 @@ func (c *coordConfig) validate() error {
 	case len(c.Etcd) > 0 && len(c.ZooKeeper) > 0:
 		return flagErr("zookeeper", "cannot be combined with --etcd")
 	}
+	if err := c.readSecrets(); err != nil {
+		return err
+	}
 	t := c.timing()
 	if err := t.ValidateNamed(server.TimingFlags); err != nil {
 		return timingErr(err)
@@ -128,6 +137,37 @@ func (c *coordConfig) validate() error {
 		if err := t.ValidateSession(t.LeaseTTL, "ZooKeeper session timeout (--lease-ttl)", server.TimingFlags); err != nil {
 			return timingErr(err)
 		}
+	}
+	return nil
+}
+
+// readSecrets fills the password and the ZooKeeper credentials from their
+// files: the file's content without a trailing newline. A secret given both
+// ways is refused.
+func (c *coordConfig) readSecrets() error {
+	for _, s := range []struct {
+		flag, fileFlag string
+		file           string
+		dst            *string
+	}{
+		{"etcd-password", "etcd-password-file", c.EtcdPasswordFile, &c.EtcdPassword},
+		{"zookeeper-auth", "zookeeper-auth-file", c.ZooKeeperAuthFile, &c.ZooKeeperAuth},
+	} {
+		if s.file == "" {
+			continue
+		}
+		if *s.dst != "" {
+			return flagErr(s.fileFlag, "cannot be combined with --%s", s.flag)
+		}
+		b, err := os.ReadFile(s.file)
+		if err != nil {
+			return flagErr(s.fileFlag, "%v", err)
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		if v == "" {
+			return flagErr(s.fileFlag, "%s is empty", s.file)
+		}
+		*s.dst = v
 	}
 	return nil
 }

@@ -38,7 +38,7 @@ func parseLayered(fs *flag.FlagSet, args []string, configPath *string, ly layeri
 	apply := func(name string, values []string, from string) error {
 		for _, v := range values {
 			if err := fs.Set(name, v); err != nil {
-				return fmt.Errorf("%s: --%s: %v", from, name, err)
+				return fmt.Errorf("%s=%q: not a valid --%s (%s): %v", from, v, name, fs.Lookup(name).Usage, err)
 			}
 		}
 		return nil

@@ -40,7 +40,14 @@ Run "firn <command> --help" for a command's flags. Every serve flag can also be
 set as FIRN_<FLAG> in the environment (dashes become underscores) and as a key of
 the YAML file given by --config; a flag beats the environment, which beats the
 file, which beats the default. workers and coordinator bump read the coordinator
-flags (--etcd, --zookeeper, --cluster, ...) the same way, from the same file.
+flags (--etcd, --zookeeper, --cluster, ...) the same way, from the same file, so
+on a node's host they need no flags. Flags may follow arguments
+(firn decode ID --layout snowflake). Secrets can come from files
+(--etcd-password-file, --zookeeper-auth-file).
+
+Exit codes: 0 done; 1 error (including a node that cannot be reached);
+2 usage (a bad flag, argument or environment value); 3 the node answered
+that it does not serve (the cause is printed).
 `
 
 func main() {
@@ -95,16 +102,41 @@ func isHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
 
 // parseQuiet parses args into fs without the flag package's own output
 // (its error line and the full usage): the caller prints the error in one
-// line. --help still prints the usage.
+// line. --help still prints the usage. Flags may follow the positional
+// arguments (firn decode ID --layout snowflake); after "--" everything is
+// positional. fs.Args() then holds the positional arguments in order.
 func parseQuiet(fs *flag.FlagSet, args []string) error {
 	out, usage := fs.Output(), fs.Usage
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	err := fs.Parse(args)
+	err := parseInterspersed(fs, args)
 	fs.SetOutput(out)
 	fs.Usage = usage
 	if errors.Is(err, flag.ErrHelp) && usage != nil {
 		usage()
 	}
 	return err
+}
+
+func parseInterspersed(fs *flag.FlagSet, args []string) error {
+	var pos []string
+	for {
+		// The flag package consumes a "--" it stops at; see whether it did.
+		before := len(args)
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		rest := fs.Args()
+		consumed := before - len(rest)
+		if len(rest) == 0 {
+			break
+		}
+		if consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	return fs.Parse(append([]string{"--"}, pos...))
 }

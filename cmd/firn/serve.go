@@ -93,6 +93,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// logLevels are the --log-level values.
+var logLevels = []string{"debug", "info", "warn", "error"}
+
 func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	switch strings.ToLower(level) {

@@ -281,7 +281,7 @@ func TestFaultClockCommand(t *testing.T) {
 			break
 		}
 	}
-	if code != exitNotReady || !strings.Contains(msg, "Unavailable") || !strings.Contains(msg, "clock rolled back") {
+	if code != exitNotReady || !strings.Contains(msg, "not serving (CLOCK_ROLLBACK)") || !strings.Contains(msg, "clock rolled back") {
 		t.Fatalf("firn next after −5s: exit %d, stderr %q; want 3 and the rollback", code, msg)
 	}
 	if out, _, code := cli(t, nil, "info", "--addr", a.grpc); code != 0 || !strings.Contains(out, "NOT SERVING (CLOCK_ROLLBACK): clock rolled back") {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -128,6 +129,9 @@ func (sc *serveConfig) finish(now time.Time) (server.Config, error) {
 	c := sc.node
 	if sc.dataDir == "" {
 		return c, flagErr("data-dir", "must be set")
+	}
+	if !slices.Contains(logLevels, strings.ToLower(sc.logLevel)) {
+		return c, flagErr("log-level", "%q is not one of %s", sc.logLevel, strings.Join(logLevels, ", "))
 	}
 	if err := sc.coord.validate(); err != nil {
 		return c, err

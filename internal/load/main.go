@@ -108,7 +108,8 @@ percentiles, errors by gRPC code and duplicate IDs received.
 `)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&f.target, "target", "127.0.0.1:7300", "node gRPC address (host:port), or noop for the no-op floor server")
+	fs.StringVar(&f.target, "addr", "127.0.0.1:7300", "node gRPC address (host:port), or noop for the no-op floor server")
+	fs.StringVar(&f.target, "target", "127.0.0.1:7300", "the older name of --addr")
 	fs.StringVar(&f.generator, "generator", "", "generator name (empty: the node's default)")
 	fs.StringVar(&f.mode, "mode", modeUnary, "unary (NextID), batch (NextIDs --batch N) or prefetch (the Go client's Next)")
 	fs.IntVar(&f.batch, "batch", 1000, "NextIDs count in batch mode")
@@ -132,6 +133,9 @@ percentiles, errors by gRPC code and duplicate IDs received.
 	fs.IntVar(&f.record, "record", 32<<20, "IDs kept for the duplicate check (preallocated, 8 bytes each)")
 	fs.Uint64Var(&f.noopDupAt, "noop-duplicate-at", 0, "make the no-op server hand out one ID twice, at this ID (checks the duplicate check)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
