@@ -1,7 +1,10 @@
 package server_test
 
 import (
+	"fmt"
+	"regexp"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +146,45 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// The status page draws the last two minutes of each generator's rate and
+// lead as inline SVG, one point per second, with max-lead dashed.
+func TestStatusPageCharts(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir())
+	waitServing(t, n.ids, "", 10*time.Second)
+	for start := time.Now(); time.Since(start) < 3500*time.Millisecond; time.Sleep(50 * time.Millisecond) {
+		if _, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 1000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, page := httpGet(t, n.httpc, n.base+"/")
+	if code != 200 {
+		t.Fatalf("status page %d", code)
+	}
+	pts := regexp.MustCompile(`<svg class="spark" id="rate-default"[^>]*>.*?<polyline[^>]*points="([^"]*)"`).FindStringSubmatch(page)
+	if pts == nil {
+		t.Fatalf("no rate chart on the status page:\n%s", page)
+	}
+	points := strings.Fields(pts[1])
+	if len(points) < 2 {
+		t.Fatalf("rate chart with %d points after 3.5 s", len(points))
+	}
+	// Some second carried IDs: a point above the baseline (y < 34).
+	above := false
+	for _, p := range points {
+		var x, y float64
+		fmt.Sscanf(p, "%f,%f", &x, &y)
+		above = above || y < 33
+	}
+	if !above {
+		t.Errorf("rate chart flat under load: %v", points)
+	}
+	if !regexp.MustCompile(`<svg class="spark" id="lead-default"[^>]*>.*?stroke-dasharray`).MatchString(page) {
+		t.Errorf("lead chart without its max-lead line")
+	}
+	if strings.Contains(page, "<script") {
+		t.Errorf("the status page carries a script")
+	}
 }

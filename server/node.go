@@ -131,6 +131,8 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.Core.start(); err != nil {
 		return err
 	}
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.sampleHistory(n.drainCtx) }()
 	n.log.Info("firn node started", "node", n.nodeInfo.Name, "instance", n.nodeInfo.InstanceID,
 		"grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "cluster", n.cfg.Cluster,
 		"coordinator", n.coordName, "embedded_etcd", n.embeddedURL)

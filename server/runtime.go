@@ -42,6 +42,8 @@ type genRuntime struct {
 	rollbackErr string
 	manualHold  bool
 	events      []event // recent state changes, newest last
+	// hist is the last two minutes of rate and lead, for the status page.
+	hist history
 	rateHave    bool
 	rateAt      time.Duration // monotonic reading of the rate sample
 	rateIssued  uint64

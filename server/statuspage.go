@@ -42,6 +42,7 @@ small{color:#555}
 <tr><th>clock lead</th><td>{{dur .ClockLead}} (limit max-lead {{dur .MaxLead}})</td></tr>
 <tr><th>max staleness</th><td>{{dur .MaxStaleness}}</td></tr>
 <tr><th>IDs issued</th><td>{{.Issued}} (rate {{printf "%.0f" .Rate}}/s)</td></tr>
+<tr><th>last 2 min</th><td class="charts">IDs/s {{.RateChart}} clock lead {{.LeadChart}}</td></tr>
 <tr><th>ring buffer</th><td>{{.Ring.Available}} of {{.Ring.Capacity}} (target {{.Ring.Target}}), empty hits {{.Ring.EmptyHits}}, stale dropped {{.Ring.DroppedStale}}</td></tr>
 <tr><th>max batch</th><td>{{.MaxBatch}}</td></tr>
 </table>
@@ -56,6 +57,8 @@ small{color:#555}
 type statusGen struct {
 	GeneratorStatus
 	Rate   float64
+	// RateChart and LeadChart draw the last two minutes (inline SVG).
+	RateChart, LeadChart template.HTML
 	Events []statusEvent // newest first; shadows GeneratorStatus.Events
 }
 
@@ -99,6 +102,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 			data.AllServing = false
 		}
 		sg := statusGen{GeneratorStatus: st, Rate: rt.recentRate(mono)}
+		sg.RateChart, sg.LeadChart = rt.charts()
 		for i := len(st.Events) - 1; i >= 0; i-- {
 			e := st.Events[i]
 			sg.Events = append(sg.Events, statusEvent{event: e, Ago: wall.Sub(e.At).Round(100*time.Millisecond).String() + " ago"})

@@ -143,6 +143,9 @@ func setOffset(t *testing.T, faultAddr string, d time.Duration) {
 type page struct {
 	title, state, reason, leadRow string
 	refresh                       string
+	// charts counts the default generator's inline charts (svg.spark)
+	// that draw at least two points.
+	charts int
 }
 
 func text(n *html.Node) string {
@@ -182,7 +185,7 @@ func parsePage(dom string) (page, error) {
 	walk = func(n *html.Node) {
 		if n.Type == html.ElementNode {
 			switch {
-			case n.Data == "title":
+			case n.Data == "title" && p.title == "": // the page's, not a chart's
 				p.title = text(n)
 			case n.Data == "meta" && strings.EqualFold(attr(n, "http-equiv"), "refresh"):
 				p.refresh = attr(n, "content")
@@ -192,6 +195,12 @@ func parsePage(dom string) (page, error) {
 				p.reason = text(n)
 			case n.Data == "tr" && strings.HasPrefix(text(n), "clock lead") && p.leadRow == "":
 				p.leadRow = text(n)
+			case n.Data == "svg" && strings.Contains(attr(n, "class"), "spark") && strings.HasSuffix(attr(n, "id"), "-default"):
+				for c := n.FirstChild; c != nil; c = c.NextSibling {
+					if c.Type == html.ElementNode && c.Data == "polyline" && len(strings.Fields(attr(c, "points"))) >= 2 {
+						p.charts++
+					}
+				}
 			}
 		}
 		for c := n.FirstChild; c != nil; c = c.NextSibling {
@@ -319,6 +328,8 @@ func TestStatusPageShowsFailClosedAndRecovery(t *testing.T) {
 	if p.reason != "" {
 		t.Errorf("a serving generator shows a reason: %q", p.reason)
 	}
+	// The inline charts of rate and lead draw once two seconds are sampled.
+	b.waitFor(t, 8*time.Second, "the rate and lead charts", func(p page) bool { return p.charts == 2 })
 
 	// An ID right before the step puts the logical time at the clock, so
 	// the step leaves it far ahead.
