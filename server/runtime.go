@@ -43,11 +43,11 @@ type genRuntime struct {
 	manualHold  bool
 	events      []event // recent state changes, newest last
 	// hist is the last two minutes of rate and lead, for the status page.
-	hist history
-	rateHave    bool
-	rateAt      time.Duration // monotonic reading of the rate sample
-	rateIssued  uint64
-	rate        float64
+	hist       history
+	rateHave   bool
+	rateAt     time.Duration // monotonic reading of the rate sample
+	rateIssued uint64
+	rate       float64
 }
 
 type event struct {

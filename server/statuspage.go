@@ -56,10 +56,10 @@ small{color:#555}
 
 type statusGen struct {
 	GeneratorStatus
-	Rate   float64
+	Rate float64
 	// RateChart and LeadChart draw the last two minutes (inline SVG).
 	RateChart, LeadChart template.HTML
-	Events []statusEvent // newest first; shadows GeneratorStatus.Events
+	Events               []statusEvent // newest first; shadows GeneratorStatus.Events
 }
 
 type statusEvent struct {
