@@ -99,6 +99,11 @@ type Config struct {
 	// (an HTTP client may send none); a generator that cannot answer in
 	// time answers 503 or 504 naming the cause.
 	HTTPRequestTimeout time.Duration
+	// AdminNames are the client certificate names (subject CN or a DNS
+	// SAN) allowed to call the admin endpoints (POST /admin/resume) over
+	// mTLS; ID callers are not admins by default. Without mTLS the admin
+	// endpoints answer only on a loopback HTTP listener.
+	AdminNames []string
 	// GRPCMaxConnectionAge: a client connection older than this is asked
 	// to reconnect (0: never), so that long-lived clients spread over
 	// nodes that joined after they connected (grpcopt.ServerOptions).
@@ -150,6 +155,27 @@ func TimingErr(err error) error {
 		return fmt.Errorf("%w: %s: %s", ErrConfig, te.Field, te.Reason)
 	}
 	return err
+}
+
+// adminReachable reports whether some caller can be authorised for the
+// admin endpoints: over mTLS with admin names, or on a loopback HTTP
+// listener.
+func (c *Config) adminReachable() bool {
+	if c.MutualTLS() {
+		return len(c.AdminNames) > 0
+	}
+	host, _, err := net.SplitHostPort(c.HTTPAddr)
+	return err == nil && LoopbackHost(host)
+}
+
+// LoopbackHost reports whether host is "localhost" or a loopback IP: the
+// one loopback test of the node and the binary.
+func LoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // MutualTLS reports whether the node requires verified client
@@ -237,8 +263,11 @@ func (c *Config) Finish(now time.Time) error {
 			return err
 		}
 	}
-	if c.RollbackRecovery == "manual" && !c.MutualTLS() {
-		return configErr("rollback-recovery", "manual needs mTLS (--tls-client-ca) for POST /admin/resume")
+	if c.RollbackRecovery == "manual" && !c.adminReachable() {
+		return configErr("rollback-recovery", "manual needs POST /admin/resume: mTLS (--tls-client-ca) with --admin-names, or a loopback --http-addr")
+	}
+	if len(c.AdminNames) > 0 && !c.MutualTLS() {
+		return configErr("admin-names", "needs mTLS (--tls-client-ca): the names are those of verified client certificates")
 	}
 	return TimingErr(c.Timing.ValidateNamed(TimingFlags))
 }

@@ -43,7 +43,12 @@ func TestConfigRefusals(t *testing.T) {
 		{"short window", func(c *server.Config) { c.Timing.ReservationWindow = 2 * time.Second },
 			[]string{"--reservation-window", "2 × --coordinator-timeout 1s + 1.5s"}},
 		{"rollback recovery", func(c *server.Config) { c.RollbackRecovery = "sometimes" }, []string{"--rollback-recovery", "auto or manual"}},
-		{"manual without mTLS", func(c *server.Config) { c.RollbackRecovery = "manual" }, []string{"--rollback-recovery", "--tls-client-ca"}},
+		{"manual without mTLS off loopback", func(c *server.Config) { c.RollbackRecovery, c.HTTPAddr = "manual", "0.0.0.0:0" },
+			[]string{"--rollback-recovery", "--admin-names", "loopback --http-addr"}},
+		{"manual with mTLS but no admin", func(c *server.Config) {
+			c.RollbackRecovery, c.TLS = "manual", &tls.Config{Certificates: []tls.Certificate{{}}, ClientAuth: tls.RequireAndVerifyClientCert}
+		}, []string{"--rollback-recovery", "--admin-names"}},
+		{"admin names without mTLS", func(c *server.Config) { c.AdminNames = []string{"ops"} }, []string{"--admin-names", "mTLS"}},
 		{"TLS without a certificate", func(c *server.Config) { c.TLS = &tls.Config{} }, []string{"--tls-cert", "no certificate"}},
 		{"fault offset", func(c *server.Config) { c.FaultClockOffset = time.Second }, []string{"--fault-clock-offset", "--enable-fault-injection"}},
 		{"ntp bad port", func(c *server.Config) { c.NTP = []string{"127.0.0.1:0"} }, []string{"--ntp", "1..65535"}},

@@ -11,7 +11,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -189,11 +191,38 @@ func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, out)
 }
 
+// adminAllowed says whether r may call an admin endpoint, and if not,
+// why (docs/design.md, Interfaces). Over mTLS: a verified client
+// certificate whose subject CN or a DNS SAN is in --admin-names (an ID
+// caller's certificate is not enough). Without mTLS: only on a loopback
+// HTTP listener, where the caller is on the node's host.
+func (n *Node) adminAllowed(r *http.Request) (bool, string) {
+	if n.cfg.MutualTLS() {
+		if len(n.cfg.AdminNames) == 0 {
+			return false, "no admin is configured (--admin-names lists the client certificate names allowed)"
+		}
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			return false, "needs a client certificate signed by --tls-client-ca whose name is in --admin-names"
+		}
+		leaf := r.TLS.VerifiedChains[0][0]
+		for _, name := range append([]string{leaf.Subject.CommonName}, leaf.DNSNames...) {
+			if slices.Contains(n.cfg.AdminNames, name) {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("client certificate %q is not in --admin-names", leaf.Subject.CommonName)
+	}
+	if host, _, err := net.SplitHostPort(n.httpLis.Addr().String()); err == nil && LoopbackHost(host) {
+		return true, ""
+	}
+	return false, "admin endpoints need mTLS (--tls-client-ca with --admin-names), or an HTTP listener on loopback"
+}
+
 // handleResume ends a manual-recovery stop; only over mTLS, and only for a
 // client whose certificate the node verified.
 func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
-	if !n.cfg.MutualTLS() || r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-		writeDenied(w, "POST /admin/resume needs mTLS (--tls-client-ca) and a verified client certificate")
+	if ok, why := n.adminAllowed(r); !ok {
+		writeDenied(w, "POST /admin/resume: "+why)
 		return
 	}
 	gen := r.URL.Query().Get("generator")
@@ -214,6 +243,10 @@ func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	n.log.Warn("manual recovery: resumed by operator", "generators", names, "client", r.TLS.VerifiedChains[0][0].Subject.String())
+	client := "local caller " + r.RemoteAddr
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+		client = r.TLS.VerifiedChains[0][0].Subject.String()
+	}
+	n.log.Warn("manual recovery: resumed by operator", "generators", names, "client", client)
 	writeJSON(w, 200, map[string]any{"resumed": names})
 }

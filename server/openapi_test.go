@@ -19,6 +19,7 @@ import (
 
 	"github.com/firnid/firn/clockguard/ntptest"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/server"
 )
 
 // openAPIFile is the HTTP API's description.
@@ -60,7 +61,8 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 	ntp.SetOffset(2 * time.Second)
 	out := startNamedNode(t, "out", e.Endpoints, t.TempDir(), ntpServers(time.Second, ntp.Addr()))
 	certs := etcdtest.MakeCerts(t, "firn-operator")
-	mtls := startNamedNode(t, "mtls", e.Endpoints, t.TempDir(), serveTLS(t, certs, true), faultInjection)
+	mtls := startNamedNode(t, "mtls", e.Endpoints, t.TempDir(), serveTLS(t, certs, true), faultInjection,
+		func(c *server.Config) { c.AdminNames = []string{"firn-operator"} })
 	waitServing(t, serving.ids, "", 10*time.Second)
 	good, anon := httpsClient(certs.ClientTLS(t)), httpsClient(roots(t, certs))
 	mbase := "https://" + mtls.node.HTTPAddr()
@@ -88,7 +90,7 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 		{"GET /healthz 200", get(serving.httpc, a+"/healthz")},
 		{"GET /metrics 200", get(serving.httpc, a+"/metrics")},
 		{"GET / 200", get(serving.httpc, a+"/")},
-		{"POST /admin/resume 403", postTo(serving.httpc, a+"/admin/resume")},
+		{"POST /admin/resume 403", postTo(anon, mbase+"/admin/resume")},
 		{"POST /admin/resume 404", postTo(good, mbase+"/admin/resume?generator=nope")},
 		{"POST /admin/resume 200", postTo(good, mbase+"/admin/resume")},
 		{"POST /admin/resume 400", func() (*http.Response, error) {

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -122,10 +123,25 @@ func TestTLS(t *testing.T) {
 	if !strings.Contains(n.logs.String(), "TLS handshake error") {
 		t.Fatalf("the node's log does not record the refused TLS handshakes:\n%s", n.logs)
 	}
-	// TLS without client certificates: the admin endpoint refuses.
+	// TLS without client certificates, on loopback: the admin endpoint
+	// answers (the caller is on the node's host).
 	code, body, err := post(httpsClient(good), base+"/admin/resume")
-	if err != nil || code != 403 || !strings.Contains(body, "mTLS") {
-		t.Fatalf("POST /admin/resume without mTLS: %d %s %v, want 403", code, body, err)
+	if err != nil || code != 200 {
+		t.Fatalf("POST /admin/resume without mTLS on a loopback listener: %d %s %v, want 200", code, body, err)
+	}
+}
+
+// Without mTLS, the admin endpoints answer only on a loopback listener: a
+// node listening on every interface refuses, naming why, even to a caller
+// on its own host.
+func TestAdminOffWithoutMTLSOffLoopback(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.HTTPAddr = "0.0.0.0:0" })
+	waitServing(t, n.ids, "", 10*time.Second)
+	_, port, _ := net.SplitHostPort(n.node.HTTPAddr())
+	code, body, err := post(&http.Client{Timeout: 5 * time.Second}, "http://127.0.0.1:"+port+"/admin/resume")
+	if err != nil || code != 403 || !strings.Contains(body, "loopback") || !strings.Contains(body, "--admin-names") {
+		t.Fatalf("POST /admin/resume to a node on 0.0.0.0 without mTLS: %d %s %v, want 403 naming the two ways", code, body, err)
 	}
 }
 
@@ -137,7 +153,7 @@ func TestMTLSAndAdminResume(t *testing.T) {
 	certs := etcdtest.MakeCerts(t, "firn-operator")
 	other := etcdtest.MakeCerts(t, "stranger")
 	n := startNode(t, e.Endpoints, t.TempDir(), serveTLS(t, certs, true), faultInjection,
-		func(c *server.Config) { c.RollbackRecovery = "manual" })
+		func(c *server.Config) { c.RollbackRecovery, c.AdminNames = "manual", []string{"firn-operator"} })
 	good := certs.ClientTLS(t)
 	conn := dialGRPC(t, n.node.GRPCAddr(), tlsCreds(good))
 	cli := firnv1.NewIDServiceClient(conn)
@@ -207,5 +223,32 @@ func TestMTLSAndAdminResume(t *testing.T) {
 	waitServing(t, cli, "", 3*time.Second)
 	if err := grpcCall(t, n.node.GRPCAddr(), good); err != nil {
 		t.Fatalf("NextID after resume: %v", err)
+	}
+}
+
+// Over mTLS, an ID caller is not an admin: a verified client certificate
+// whose name is not in --admin-names gets IDs but not /admin/resume, and
+// the refusal names the certificate and the flag.
+func TestAdminNamesSeparateAdminsFromIDCallers(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	certs := etcdtest.MakeCerts(t, "orders-service")
+	n := startNode(t, e.Endpoints, t.TempDir(), serveTLS(t, certs, true),
+		func(c *server.Config) { c.AdminNames = []string{"firn-operator", "ops.example"} })
+	caller := httpsClient(certs.ClientTLS(t))
+	base := "https://" + n.node.HTTPAddr()
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		if code, _ := httpGet(t, caller, base+"/readyz"); code == 200 {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("not ready within 10 s")
+		}
+	}
+	if code, body := httpGet(t, caller, base+"/v1/ids"); code != 200 {
+		t.Fatalf("/v1/ids with the caller's certificate: %d %s", code, body)
+	}
+	code, body, err := post(caller, base+"/admin/resume")
+	if err != nil || code != 403 || !strings.Contains(body, `\"orders-service\" is not in --admin-names`) {
+		t.Fatalf("POST /admin/resume as an ID caller: %d %s %v, want 403 naming the certificate", code, body, err)
 	}
 }

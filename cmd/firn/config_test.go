@@ -187,7 +187,9 @@ func TestServeConfigRefusals(t *testing.T) {
 		{"client ca without cert", []string{"--tls-client-ca", notPEM}, []string{"--tls-client-ca", "--tls-cert"}},
 		{"missing cert file", []string{"--tls-cert", filepath.Join(dir, "none.pem"), "--tls-key", filepath.Join(dir, "none.key")}, []string{"--tls-cert", "none.pem"}},
 		{"max-batch (the node's check)", []string{"--max-batch", "0"}, []string{"--max-batch", "[1, 1000000]"}},
-		{"manual without mTLS (the node's check)", []string{"--rollback-recovery", "manual"}, []string{"--rollback-recovery", "--tls-client-ca"}},
+		{"manual without mTLS off loopback (the node's check)", append([]string{"--rollback-recovery", "manual", "--http-addr", "0.0.0.0:7301"}, etcd...),
+			[]string{"--rollback-recovery", "--admin-names", "loopback"}},
+		{"admin names without mTLS (the node's check)", []string{"--admin-names", "ops"}, []string{"--admin-names", "mTLS"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := finishServe(t, c.args...)

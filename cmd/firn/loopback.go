@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"net"
+
+	"github.com/firnid/firn/server"
 )
 
 // loopbackRule is the rule, written once, that keeps a listener on
@@ -32,13 +34,7 @@ func (r loopbackRule) check(flag, addr string) error {
 	return flagErr(flag, "%s is not loopback; %s", addr, r.why)
 }
 
-func isLoopbackHost(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func isLoopbackHost(host string) bool { return server.LoopbackHost(host) }
 
 // flagErr is a refused flag value: "--flag: what is wrong and the bound".
 func flagErr(flag, format string, args ...any) error {

@@ -99,6 +99,7 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&sc.tlsCert, "tls-cert", sc.tlsCert, "TLS certificate for gRPC and HTTP")
 	fs.StringVar(&sc.tlsKey, "tls-key", sc.tlsKey, "TLS key for gRPC and HTTP")
 	fs.StringVar(&sc.tlsClientCA, "tls-client-ca", sc.tlsClientCA, "CA that client certificates must chain to (turns on mTLS)")
+	fs.Var(listFlag{&c.AdminNames}, "admin-names", "client certificate names (CN or DNS SAN) allowed to call the admin endpoints over mTLS, comma-separated")
 	fs.BoolVar(&c.EnableFaultInjection, "enable-fault-injection", c.EnableFaultInjection, "serve the fault-injection listener (chaos tests only)")
 	fs.StringVar(&c.FaultAddr, "fault-addr", c.FaultAddr, "fault-injection listen address")
 	fs.BoolVar(&sc.faultAddrAllowRemote, "fault-addr-allow-remote", sc.faultAddrAllowRemote, "allow a non-loopback --fault-addr")
