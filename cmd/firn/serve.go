@@ -48,6 +48,15 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(stderr, sc.logLevel)
 	slog.SetDefault(log)
+	if sc.certs != nil {
+		sc.certs.OnReload(func(err error) {
+			if err != nil {
+				log.Warn("TLS certificate files changed but do not load", "err", err)
+				return
+			}
+			log.Info("TLS certificate reloaded for new connections", "cert", sc.tlsCert)
+		})
+	}
 
 	dd, err := local.Open(sc.dataDir)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/certfile"
 	"github.com/firnid/firn/server"
 )
 
@@ -41,6 +42,9 @@ type serveConfig struct {
 	// TLS files for gRPC and HTTP: certificate and key; a client CA turns
 	// on mTLS.
 	tlsCert, tlsKey, tlsClientCA string
+	// certs is the node's key pair once finish loaded it (reloaded when
+	// its files change).
+	certs *certfile.KeyPair
 	// embeddedServeRemote and faultAddrAllowRemote lift the loopback rule
 	// of the listeners.
 	embeddedServeRemote  bool
@@ -176,11 +180,11 @@ func (sc *serveConfig) finish(now time.Time) (server.Config, error) {
 		}
 	}
 
-	tc, err := serverTLS(sc.tlsCert, sc.tlsKey, sc.tlsClientCA)
+	tc, kp, err := serverTLS(sc.tlsCert, sc.tlsKey, sc.tlsClientCA)
 	if err != nil {
 		return c, err
 	}
-	c.TLS = tc
+	c.TLS, sc.certs = tc, kp
 	if err := c.Finish(now); err != nil {
 		return c, err
 	}
@@ -189,31 +193,34 @@ func (sc *serveConfig) finish(now time.Time) (server.Config, error) {
 
 // serverTLS loads the TLS configuration of gRPC and HTTP from the files of
 // --tls-cert, --tls-key and --tls-client-ca; nil without --tls-cert.
-func serverTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+func serverTLS(certFile, keyFile, clientCAFile string) (*tls.Config, *certfile.KeyPair, error) {
 	switch {
 	case (certFile == "") != (keyFile == ""):
-		return nil, flagErr("tls-cert", "--tls-cert and --tls-key go together")
+		return nil, nil, flagErr("tls-cert", "--tls-cert and --tls-key go together")
 	case clientCAFile != "" && certFile == "":
-		return nil, flagErr("tls-client-ca", "needs --tls-cert and --tls-key")
+		return nil, nil, flagErr("tls-client-ca", "needs --tls-cert and --tls-key")
 	case certFile == "":
-		return nil, nil
+		return nil, nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	// The pair is read again whenever its files change (a renewal), for
+	// the next handshake; established connections are left alone.
+	kp, err := certfile.Load(certFile, keyFile)
 	if err != nil {
-		return nil, flagErr("tls-cert", "%v", err)
+		return nil, nil, flagErr("tls-cert", "%v", err)
 	}
-	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	c := &tls.Config{GetCertificate: kp.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+
 	if clientCAFile != "" {
 		pem, err := os.ReadFile(clientCAFile)
 		if err != nil {
-			return nil, flagErr("tls-client-ca", "%v", err)
+			return nil, nil, flagErr("tls-client-ca", "%v", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, flagErr("tls-client-ca", "%s holds no PEM certificate", clientCAFile)
+			return nil, nil, flagErr("tls-client-ca", "%s holds no PEM certificate", clientCAFile)
 		}
 		c.ClientCAs = pool
 		c.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return c, nil
+	return c, kp, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/internal/certfile"
 )
 
 // Config configures the etcd backend. DefaultConfig fills every field but
@@ -123,11 +124,21 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 		tc.RootCAs = pool
 	}
 	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		// Read again whenever the files change, for the next handshake.
+		kp, err := certfile.Load(c.CertFile, c.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("etcd: loading client certificate: %w", err)
 		}
-		tc.Certificates = []tls.Certificate{cert}
+		if c.Logger != nil {
+			kp.OnReload(func(err error) {
+				if err != nil {
+					c.Logger.Warn("etcd client certificate changed but does not load", "err", err)
+					return
+				}
+				c.Logger.Info("etcd client certificate reloaded", "cert", c.CertFile)
+			})
+		}
+		tc.GetClientCertificate = kp.GetClientCertificate
 	}
 	return tc, nil
 }

@@ -31,6 +31,11 @@ type Files struct {
 	CA                    string
 	ServerCert, ServerKey string
 	ClientCert, ClientKey string
+
+	// The CA, for RenewServer.
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	serial int64
 }
 
 var (
@@ -68,38 +73,60 @@ func Write(dir, clientCN string) (*Files, error) {
 	if err := writePEM(f.CA, "CERTIFICATE", caDER); err != nil {
 		return nil, err
 	}
-	leaf := func(serial int64, cn string, usage []x509.ExtKeyUsage, certPath, keyPath string) error {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return fmt.Errorf("testpki: key for %s: %w", cn, err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: notBefore, NotAfter: notAfter, ExtKeyUsage: usage,
-			KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
-		if err != nil {
-			return fmt.Errorf("testpki: certificate for %s: %w", cn, err)
-		}
-		kb, err := x509.MarshalECPrivateKey(k)
-		if err != nil {
-			return fmt.Errorf("testpki: key for %s: %w", cn, err)
-		}
-		if err := writePEM(certPath, "CERTIFICATE", der); err != nil {
-			return err
-		}
-		return writePEM(keyPath, "EC PRIVATE KEY", kb)
-	}
-	if err := leaf(2, "127.0.0.1", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	f.caCert, f.caKey, f.serial = caCert, caKey, 3
+	if err := f.leaf(2, "127.0.0.1", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		f.ServerCert, f.ServerKey); err != nil {
 		return nil, err
 	}
-	if err := leaf(3, clientCN, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, f.ClientCert, f.ClientKey); err != nil {
+	if err := f.leaf(3, clientCN, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, f.ClientCert, f.ClientKey); err != nil {
 		return nil, err
 	}
 	return f, nil
+}
+
+// RenewServer issues a new server certificate and key from the same CA
+// (the next serial number) and replaces the server files, each with one
+// rename, as a certificate manager does. It returns the new serial.
+func (f *Files) RenewServer() (int64, error) {
+	f.serial++
+	certTmp, keyTmp := f.ServerCert+".new", f.ServerKey+".new"
+	if err := f.leaf(f.serial, "127.0.0.1", []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		certTmp, keyTmp); err != nil {
+		return 0, err
+	}
+	if err := os.Rename(keyTmp, f.ServerKey); err != nil {
+		return 0, fmt.Errorf("testpki: %w", err)
+	}
+	if err := os.Rename(certTmp, f.ServerCert); err != nil {
+		return 0, fmt.Errorf("testpki: %w", err)
+	}
+	return f.serial, nil
+}
+
+// leaf writes a certificate for cn signed by the CA, and its key.
+func (f *Files) leaf(serial int64, cn string, usage []x509.ExtKeyUsage, certPath, keyPath string) error {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("testpki: key for %s: %w", cn, err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
+		NotBefore: notBefore, NotAfter: notAfter, ExtKeyUsage: usage,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, f.caCert, &k.PublicKey, f.caKey)
+	if err != nil {
+		return fmt.Errorf("testpki: certificate for %s: %w", cn, err)
+	}
+	kb, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		return fmt.Errorf("testpki: key for %s: %w", cn, err)
+	}
+	if err := writePEM(certPath, "CERTIFICATE", der); err != nil {
+		return err
+	}
+	return writePEM(keyPath, "EC PRIVATE KEY", kb)
 }
 
 // Roots is a pool holding the CA alone.

@@ -1,0 +1,112 @@
+// Package certfile keeps a TLS key pair read from PEM files current: a
+// handshake that needs the certificate first checks whether either file
+// changed (size or modification time) and, if so, loads the pair again.
+// A renewed certificate (cert-manager, an ACME client, an operator's copy)
+// is served from the next handshake on, without a restart; connections
+// already established keep the certificate they started with. A pair that
+// does not load — a half-written file, a key that does not match — leaves
+// the previous pair in use and is tried again at the next handshake.
+package certfile
+
+import (
+	"crypto/tls"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+// KeyPair is a certificate and its key, read from files and reloaded when
+// they change. Its methods are safe for concurrent use.
+type KeyPair struct {
+	certFile, keyFile string
+
+	mu       sync.Mutex
+	cert     *tls.Certificate
+	stamps   [2]stamp
+	failed   [2]stamp // the stamps of the last pair that did not load
+	onReload func(error)
+}
+
+// stamp identifies one version of a file.
+type stamp struct {
+	size int64
+	mod  time.Time
+}
+
+func stampOf(path string) (stamp, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return stamp{}, err
+	}
+	return stamp{size: fi.Size(), mod: fi.ModTime()}, nil
+}
+
+// Load reads the pair; it fails when the files do not hold one.
+func Load(certFile, keyFile string) (*KeyPair, error) {
+	k := &KeyPair{certFile: certFile, keyFile: keyFile}
+	st, err := k.stat()
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	k.cert, k.stamps = &cert, st
+	return k, nil
+}
+
+// OnReload sets f to be called after each reload: with nil when a changed
+// pair was loaded, with the error when it could not be (the old pair stays
+// in use).
+func (k *KeyPair) OnReload(f func(error)) {
+	k.mu.Lock()
+	k.onReload = f
+	k.mu.Unlock()
+}
+
+func (k *KeyPair) stat() ([2]stamp, error) {
+	c, err := stampOf(k.certFile)
+	if err != nil {
+		return [2]stamp{}, err
+	}
+	key, err := stampOf(k.keyFile)
+	if err != nil {
+		return [2]stamp{}, err
+	}
+	return [2]stamp{c, key}, nil
+}
+
+// Current returns the pair, loading it again first if its files changed.
+func (k *KeyPair) Current() *tls.Certificate {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st, err := k.stat()
+	if err != nil || st == k.stamps || st == k.failed {
+		return k.cert // unreadable now, unchanged, or known not to load
+	}
+	cert, err := tls.LoadX509KeyPair(k.certFile, k.keyFile)
+	if err != nil {
+		k.failed = st
+		if k.onReload != nil {
+			k.onReload(fmt.Errorf("%s, %s: %w (the previous certificate stays in use)", k.certFile, k.keyFile, err))
+		}
+		return k.cert
+	}
+	k.cert, k.stamps, k.failed = &cert, st, [2]stamp{}
+	if k.onReload != nil {
+		k.onReload(nil)
+	}
+	return k.cert
+}
+
+// GetCertificate is tls.Config.GetCertificate for a server.
+func (k *KeyPair) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return k.Current(), nil
+}
+
+// GetClientCertificate is tls.Config.GetClientCertificate for a client.
+func (k *KeyPair) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return k.Current(), nil
+}
