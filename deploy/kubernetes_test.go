@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	certmanagerv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
@@ -65,6 +66,10 @@ func newObject(apiVersion, kind string) (any, error) {
 		return &monitoringv1.PrometheusRule{}, nil
 	case "kustomize.config.k8s.io/v1beta1 Kustomization":
 		return &kustomization{}, nil
+	case "cert-manager.io/v1 Certificate":
+		return &certmanagerv1.Certificate{}, nil
+	case "cert-manager.io/v1 Issuer":
+		return &certmanagerv1.Issuer{}, nil
 	}
 	return nil, fmt.Errorf("no type for apiVersion %q kind %q", apiVersion, kind)
 }
