@@ -33,6 +33,19 @@ func httpTLS(c *tls.Config) *tls.Config {
 	}
 	h := c.Clone()
 	h.ClientAuth = tls.VerifyClientCertIfGiven
+	if get := c.GetConfigForClient; get != nil {
+		// A per-handshake configuration (a reloaded client CA) keeps the
+		// HTTP listener's rule.
+		h.GetConfigForClient = func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			cc, err := get(hello)
+			if err != nil || cc == nil {
+				return cc, err
+			}
+			cc = cc.Clone()
+			cc.ClientAuth = tls.VerifyClientCertIfGiven
+			return cc, nil
+		}
+	}
 	return h
 }
 

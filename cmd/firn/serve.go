@@ -57,6 +57,15 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 			log.Info("TLS certificate reloaded for new connections", "cert", sc.tlsCert)
 		})
 	}
+	if sc.clientCAs != nil {
+		sc.clientCAs.OnReload(func(err error) {
+			if err != nil {
+				log.Warn("TLS client CA file changed but does not load", "err", err)
+				return
+			}
+			log.Info("TLS client CA reloaded for new connections", "ca", sc.tlsClientCA)
+		})
+	}
 
 	dd, err := local.Open(sc.dataDir)
 	if err != nil {

@@ -2,11 +2,9 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -44,7 +42,8 @@ type serveConfig struct {
 	tlsCert, tlsKey, tlsClientCA string
 	// certs is the node's key pair once finish loaded it (reloaded when
 	// its files change).
-	certs *certfile.KeyPair
+	certs     *certfile.KeyPair
+	clientCAs *certfile.Pool
 	// embeddedServeRemote and faultAddrAllowRemote lift the loopback rule
 	// of the listeners.
 	embeddedServeRemote  bool
@@ -180,11 +179,11 @@ func (sc *serveConfig) finish(now time.Time) (server.Config, error) {
 		}
 	}
 
-	tc, kp, err := serverTLS(sc.tlsCert, sc.tlsKey, sc.tlsClientCA)
+	tc, kp, cas, err := serverTLS(sc.tlsCert, sc.tlsKey, sc.tlsClientCA)
 	if err != nil {
 		return c, err
 	}
-	c.TLS, sc.certs = tc, kp
+	c.TLS, sc.certs, sc.clientCAs = tc, kp, cas
 	if err := c.Finish(now); err != nil {
 		return c, err
 	}
@@ -193,34 +192,37 @@ func (sc *serveConfig) finish(now time.Time) (server.Config, error) {
 
 // serverTLS loads the TLS configuration of gRPC and HTTP from the files of
 // --tls-cert, --tls-key and --tls-client-ca; nil without --tls-cert.
-func serverTLS(certFile, keyFile, clientCAFile string) (*tls.Config, *certfile.KeyPair, error) {
+func serverTLS(certFile, keyFile, clientCAFile string) (*tls.Config, *certfile.KeyPair, *certfile.Pool, error) {
 	switch {
 	case (certFile == "") != (keyFile == ""):
-		return nil, nil, flagErr("tls-cert", "--tls-cert and --tls-key go together")
+		return nil, nil, nil, flagErr("tls-cert", "--tls-cert and --tls-key go together")
 	case clientCAFile != "" && certFile == "":
-		return nil, nil, flagErr("tls-client-ca", "needs --tls-cert and --tls-key")
+		return nil, nil, nil, flagErr("tls-client-ca", "needs --tls-cert and --tls-key")
 	case certFile == "":
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
-	// The pair is read again whenever its files change (a renewal), for
-	// the next handshake; established connections are left alone.
+	// The pair and the client CA are read again whenever their files
+	// change (a renewal), for the next handshake; established connections
+	// are left alone.
 	kp, err := certfile.Load(certFile, keyFile)
 	if err != nil {
-		return nil, nil, flagErr("tls-cert", "%v", err)
+		return nil, nil, nil, flagErr("tls-cert", "%v", err)
 	}
 	c := &tls.Config{GetCertificate: kp.GetCertificate, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
-
-	if clientCAFile != "" {
-		pem, err := os.ReadFile(clientCAFile)
-		if err != nil {
-			return nil, nil, flagErr("tls-client-ca", "%v", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, nil, flagErr("tls-client-ca", "%s holds no PEM certificate", clientCAFile)
-		}
-		c.ClientCAs = pool
-		c.ClientAuth = tls.RequireAndVerifyClientCert
+	if clientCAFile == "" {
+		return c, kp, nil, nil
 	}
-	return c, kp, nil
+	cas, err := certfile.LoadPool(clientCAFile)
+	if err != nil {
+		return nil, nil, nil, flagErr("tls-client-ca", "%v", err)
+	}
+	c.ClientCAs = cas.Current()
+	c.ClientAuth = tls.RequireAndVerifyClientCert
+	base := c.Clone()
+	c.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		cc := base.Clone()
+		cc.ClientCAs = cas.Current()
+		return cc, nil
+	}
+	return c, kp, cas, nil
 }

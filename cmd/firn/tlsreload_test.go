@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,5 +157,53 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 	// from its one endpoint without a failover.
 	if st := c.Stats(); st.Failovers != 0 || st.FetchErrors != 0 {
 		t.Errorf("client stats after the rotation: %+v, want no failover and no fetch error", st)
+	}
+
+	// The client CA rotates too: a bundle of the old and a new CA replaces
+	// --tls-client-ca's file, and a caller with a certificate of the new
+	// CA is let in on its next connection, without a restart.
+	next, err := testpki.Write(t.TempDir(), "new-caller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCaller := base.Clone()
+	newCaller.Certificates = nil
+	pair, err := tls.LoadX509KeyPair(next.ClientCert, next.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newCaller.Certificates = []tls.Certificate{pair}
+	dialAs := func(tc *tls.Config) error {
+		conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = firnv1.NewIDServiceClient(conn).NextID(ctx, &firnv1.NextIDRequest{})
+		return err
+	}
+	if err := dialAs(newCaller); err == nil {
+		t.Fatal("a certificate of a CA the node does not trust was let in")
+	}
+	oldCA, _ := os.ReadFile(pki.CA)
+	newCA, _ := os.ReadFile(next.CA)
+	if err := os.WriteFile(pki.CA+".new", append(oldCA, newCA...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(pki.CA+".new", pki.CA); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); dialAs(newCaller) != nil; time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 3*time.Second {
+			t.Fatalf("a caller of the new CA is still refused 3 s after the bundle changed: %v", dialAs(newCaller))
+		}
+	}
+	if err := dialAs(base); err != nil {
+		t.Errorf("a caller of the old CA is refused after the bundle gained the new one: %v", err)
+	}
+	if !strings.Contains(p.stderr.String(), "TLS client CA reloaded") {
+		t.Errorf("the node did not log the client CA reload")
 	}
 }

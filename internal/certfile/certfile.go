@@ -1,4 +1,5 @@
-// Package certfile keeps a TLS key pair read from PEM files current: a
+// Package certfile keeps TLS material read from PEM files current — a key
+// pair (KeyPair) and a CA bundle (Pool). For a key pair: a
 // handshake that needs the certificate first checks whether either file
 // changed (size or modification time) and, if so, loads the pair again.
 // A renewed certificate (cert-manager, an ACME client, an operator's copy)
@@ -10,6 +11,7 @@ package certfile
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"sync"
@@ -109,4 +111,73 @@ func (k *KeyPair) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 // GetClientCertificate is tls.Config.GetClientCertificate for a client.
 func (k *KeyPair) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 	return k.Current(), nil
+}
+
+// Pool is a CA bundle read from a PEM file and read again when the file
+// changes; a bundle that does not parse leaves the previous pool in use.
+type Pool struct {
+	file string
+
+	mu       sync.Mutex
+	pool     *x509.CertPool
+	stamp    stamp
+	failed   stamp
+	onReload func(error)
+}
+
+// LoadPool reads the bundle; it fails when the file holds no certificate.
+func LoadPool(file string) (*Pool, error) {
+	p := &Pool{file: file}
+	st, err := stampOf(file)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := readPool(file)
+	if err != nil {
+		return nil, err
+	}
+	p.pool, p.stamp = pool, st
+	return p, nil
+}
+
+func readPool(file string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", file)
+	}
+	return pool, nil
+}
+
+// OnReload is KeyPair.OnReload for the bundle.
+func (p *Pool) OnReload(f func(error)) {
+	p.mu.Lock()
+	p.onReload = f
+	p.mu.Unlock()
+}
+
+// Current returns the pool, reading the file again first if it changed.
+func (p *Pool) Current() *x509.CertPool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st, err := stampOf(p.file)
+	if err != nil || st == p.stamp || st == p.failed {
+		return p.pool
+	}
+	pool, err := readPool(p.file)
+	if err != nil {
+		p.failed = st
+		if p.onReload != nil {
+			p.onReload(fmt.Errorf("%s: %w (the previous CA bundle stays in use)", p.file, err))
+		}
+		return p.pool
+	}
+	p.pool, p.stamp, p.failed = pool, st, stamp{}
+	if p.onReload != nil {
+		p.onReload(nil)
+	}
+	return p.pool
 }

@@ -3,6 +3,7 @@ package certfile_test
 import (
 	"crypto/x509"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -83,5 +84,46 @@ func TestKeyPairReloads(t *testing.T) {
 	}
 	if _, err := certfile.Load(f.ServerCert, other.ServerKey); err == nil {
 		t.Fatal("Load of a mismatched pair succeeded")
+	}
+}
+
+// A CA bundle that changes is read again; one that holds no certificate
+// leaves the previous pool in use.
+func TestPoolReloads(t *testing.T) {
+	a, err := testpki.Write(t.TempDir(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := testpki.Write(t.TempDir(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := certfile.LoadPool(a.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := p.Current()
+	if p.Current() != first {
+		t.Fatal("an unchanged bundle was read again")
+	}
+	caA, _ := os.ReadFile(a.CA)
+	caB, _ := os.ReadFile(b.CA)
+	if err := os.WriteFile(a.CA, append(caA, caB...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second := p.Current()
+	if second == first {
+		t.Fatal("a changed bundle was not read again")
+	}
+	var failed error
+	p.OnReload(func(err error) { failed = err })
+	if err := os.WriteFile(a.CA, []byte("not a certificate, and longer than the bundle was not"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if p.Current() != second || failed == nil {
+		t.Fatalf("a bundle without a certificate replaced the pool (reload error %v)", failed)
+	}
+	if _, err := certfile.LoadPool(filepath.Join(t.TempDir(), "none.pem")); err == nil {
+		t.Fatal("LoadPool of a missing file succeeded")
 	}
 }
