@@ -142,7 +142,8 @@ func baseConfig(endpoints []string) etcd.Config {
 }
 
 // TestSecure: TLS with a client certificate plus username/password works;
-// a wrong password, no TLS, or no client certificate is refused.
+// a wrong password, no TLS, no client certificate, or a server certificate
+// of another CA is refused.
 func TestSecure(t *testing.T) {
 	p := etcdtest.StartSecure(t)
 	cfg := baseConfig(p.Endpoints())
@@ -184,6 +185,16 @@ func TestSecure(t *testing.T) {
 	if c3, err := etcd.New(noCert); err == nil {
 		c3.Close()
 		t.Fatal("connected without a client certificate to a server requiring one")
+	}
+	// A server whose certificate another CA signed is refused: the
+	// reloadable CA bundle verifies the server itself.
+	stranger := etcdtest.MakeCerts(t, "stranger")
+	otherCA := cfg
+	otherCA.CAFile = stranger.CA
+	otherCA.DialTimeout = 3 * time.Second
+	if c5, err := etcd.New(otherCA); err == nil {
+		c5.Close()
+		t.Fatal("connected to a server whose certificate the CA file does not vouch for")
 	}
 	plain := cfg
 	plain.CAFile, plain.CertFile, plain.KeyFile = "", "", ""
