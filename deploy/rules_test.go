@@ -117,7 +117,8 @@ tests:
             exp_annotations:
               summary: "Layout of short runs out in 729d 0h 0m 0s"
               description: %q
-`, abs, twoYears-86400+7200, twoYears+86400+7200, layoutDescription(t))
+              runbook_url: %q
+`, abs, twoYears-86400+7200, twoYears+86400+7200, layoutDescription(t), runbookURL+"firnlayoutrunningout")
 	p := filepath.Join(t.TempDir(), "layout.test.yml")
 	if err := os.WriteFile(p, []byte(unit), 0o644); err != nil {
 		t.Fatal(err)
