@@ -32,6 +32,10 @@ type Client struct {
 
 	kickC chan struct{} // wakes the refiller; buffered 1
 
+	// overloads counts the requests nodes shed (OVERLOADED); the refiller
+	// halves its batch size after each.
+	overloads atomic.Uint64
+
 	opts     options
 	clock    Clock
 	tickLen  time.Duration

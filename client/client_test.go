@@ -538,3 +538,51 @@ func TestBatchSizing(t *testing.T) {
 		t.Fatalf("idle client asked for %d IDs, want at most 64", last)
 	}
 }
+
+// A node that sheds load (RESOURCE_EXHAUSTED, OVERLOADED) is left for
+// another at once, for as long as its RetryInfo says, and the client asks
+// for smaller batches; callers see an error only when every node sheds,
+// and then it says so.
+func TestOverloadedEndpointFailsOver(t *testing.T) {
+	a, addrA := startService(t, 1<<40, nil)
+	b, addrB := startService(t, 2<<40, nil)
+	a.Shed(2 * time.Second)
+	c := newClient(t, []string{addrA, addrB})
+	ctx := ctxFor(t, 20*time.Second)
+	id, err := c.Next(ctx)
+	if err != nil {
+		t.Fatalf("Next with one node shedding: %v", err)
+	}
+	if !b.Owns(id) {
+		t.Fatalf("ID %d not from the node that serves", id)
+	}
+	ep := c.endpointList()[0]
+	_, mono := c.clock.Now()
+	if left := time.Duration(ep.downUntil.Load()) - mono; left < time.Second || left > 2*time.Second {
+		t.Fatalf("the shedding node is put behind for %v, want its RetryInfo (2 s)", left)
+	}
+	if c.overloads.Load() == 0 {
+		t.Fatal("the shed request did not shrink the batch size")
+	}
+
+	// Every node sheds: the error says OVERLOADED and when to retry.
+	b.Shed(time.Second)
+	for {
+		_, err = c.Next(ctx)
+		if err != nil {
+			break
+		}
+	}
+	if Reason(err) != firnv1.ErrorReason_OVERLOADED || status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("every node shedding: %v (reason %v), want RESOURCE_EXHAUSTED OVERLOADED", err, Reason(err))
+	}
+	if d, ok := RetryAfter(err); !ok || d <= 0 {
+		t.Fatalf("RetryAfter(%v) = %v, %v", err, d, ok)
+	}
+	a.Serve()
+	b.Serve()
+	waitFor(t, 10*time.Second, "Next to serve again", func() bool {
+		_, err := c.Next(ctx)
+		return err == nil
+	})
+}

@@ -173,6 +173,11 @@ func failover(ctx context.Context, err error) bool {
 	switch status.Code(err) {
 	case codes.Unavailable:
 		return true
+	case codes.ResourceExhausted:
+		// A node that sheds load (OVERLOADED) says so at once: another
+		// node may have room. Any other RESOURCE_EXHAUSTED (a message
+		// too large) is the request's own.
+		return Reason(err) == firnv1.ErrorReason_OVERLOADED
 	case codes.DeadlineExceeded, codes.Canceled:
 		return ctx.Err() == nil
 	}
@@ -192,10 +197,29 @@ func countsAgainst(err error, ran time.Duration) bool {
 	return false
 }
 
-// markDown puts ep behind the other endpoints for downFor.
+// shrinkBatch has the refiller halve its batch size.
+func (c *Client) shrinkBatch() {
+	c.overloads.Add(1)
+	c.kick()
+}
+
+// maxOverloadedDown bounds how long an overloaded endpoint is put behind
+// the others, whatever its RetryInfo says.
+const maxOverloadedDown = 5 * time.Second
+
+// markDown puts ep behind the other endpoints for downFor, or, when it
+// shed the request (OVERLOADED), for as long as its RetryInfo says (at
+// most maxOverloadedDown), and halves the batch size the client asks for.
 func (c *Client) markDown(ep *endpoint, err error, why string) {
 	_, mono := c.clock.Now()
-	ep.downUntil.Store(int64(mono + downFor))
+	down := downFor
+	if Reason(err) == firnv1.ErrorReason_OVERLOADED {
+		if d, ok := RetryAfter(err); ok {
+			down = min(max(d, 10*time.Millisecond), maxOverloadedDown)
+		}
+		c.shrinkBatch()
+	}
+	ep.downUntil.Store(int64(mono + down))
 	c.log.Warn("endpoint failed", "endpoint", ep.addr, "code", status.Code(err).String(), "why", why, "err", err)
 }
 

@@ -36,10 +36,12 @@ type refiller struct {
 	lastMono    time.Duration
 	lastTotal   int64
 	lastStarved int64
-	backoff     time.Duration
-	retryAt     time.Duration // mono; no fetch before it after a failed round
-	ticker      *time.Ticker
-	ticking     bool
+	// lastOverloads is the overloads count the batch size last answered.
+	lastOverloads uint64
+	backoff       time.Duration
+	retryAt       time.Duration // mono; no fetch before it after a failed round
+	ticker        *time.Ticker
+	ticking       bool
 }
 
 // refill is the refill goroutine: it advances the tick, measures the
@@ -139,6 +141,11 @@ func (c *Client) measure(r *refiller, mono time.Duration) (buffered int64, waite
 		size = max(size, min(2*float64(r.batch), r.rate*c.opts.maxAge.Seconds()))
 	}
 	r.lastStarved = starved
+	if ov := c.overloads.Load(); ov != r.lastOverloads {
+		// A node shed a request: ask for half as much.
+		r.lastOverloads = ov
+		size = min(size, float64(r.batch)/2)
+	}
 	r.batch = int64(min(max(size, float64(c.opts.minBatch)), float64(c.opts.maxBatch)))
 	c.stats.batchSize.Store(r.batch)
 	c.stats.rate.Store(math.Float64bits(r.rate))

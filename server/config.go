@@ -61,6 +61,11 @@ type Config struct {
 	Datacenter int64
 	// MaxBatch bounds NextIDs' count (also by sequence × units in max-lead).
 	MaxBatch int
+	// MaxQueue bounds, per generator, the time the IDs asked for and not
+	// yet produced take at the layout's rate; a request beyond it (or one
+	// whose deadline falls before its turn) is refused at once with
+	// RESOURCE_EXHAUSTED. The bound is never below one MaxBatch.
+	MaxQueue time.Duration
 	// Timing is the coordination timing: the holders keep reservations
 	// ReservationWindow ahead, writing every RefreshInterval, each call
 	// bounded by Timeout. The coordinator given to New must have been
@@ -124,6 +129,7 @@ func DefaultConfig() Config {
 		Cluster:              "default",
 		Datacenter:           -1,
 		MaxBatch:             100_000,
+		MaxQueue:             250 * time.Millisecond,
 		Timing:               coordinator.DefaultTiming(),
 		MaxClockOffset:       250 * time.Millisecond,
 		NTPInterval:          time.Minute,
@@ -237,6 +243,8 @@ func (c *Config) Finish(now time.Time) error {
 		return configErr("datacenter", "%d must be -1 or a datacenter value", c.Datacenter)
 	case c.MaxBatch < 1 || c.MaxBatch > 1_000_000:
 		return configErr("max-batch", "%d outside [1, 1000000]", c.MaxBatch)
+	case c.MaxQueue < time.Millisecond || c.MaxQueue > time.Minute:
+		return configErr("max-queue", "%v outside [1ms, 1m]", c.MaxQueue)
 	case c.MaxClockOffset <= 0:
 		return configErr("max-clock-offset", "%v must be positive", c.MaxClockOffset)
 	case c.NTPInterval < time.Second:
@@ -296,6 +304,12 @@ func (c *Config) ntpConfig() (clockguard.NTPConfig, error) {
 // MaxBatchFor is the largest NextIDs count for a generator: min(--max-batch,
 // sequence per unit × units in max-lead). Finish refuses a generator whose
 // product overflows, so it is never 0.
+// MaxQueueFor is generator g's queue bound in IDs: MaxQueue at the
+// layout's rate, and at least one MaxBatchFor(g).
+func (c *Config) MaxQueueFor(g GeneratorConfig) int64 {
+	return max(int64(g.Layout.Rate()*c.MaxQueue.Seconds()), int64(c.MaxBatchFor(g)))
+}
+
 func (c *Config) MaxBatchFor(g GeneratorConfig) int {
 	n, ok := perLead(g)
 	if !ok {

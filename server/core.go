@@ -160,6 +160,7 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock c
 			local:           lg,
 			isDefault:       i == 0,
 			maxBatch:        cfg.MaxBatchFor(gc),
+			maxQueue:        cfg.MaxQueueFor(gc),
 			ring:            ring,
 			datacenterFixed: cfg.Datacenter >= 0,
 			state: clockguard.NewServingState(gc.Name,

@@ -36,7 +36,36 @@ var (
 const (
 	reasonNotFound   clockguard.Code = "NOT_FOUND"
 	reasonBadRequest clockguard.Code = "BAD_REQUEST"
+	reasonOverloaded clockguard.Code = "OVERLOADED"
 )
+
+// ErrOverloaded is matched by every OverloadedError.
+var ErrOverloaded = errors.New("overloaded")
+
+// OverloadedError is a request shed by admission: the generator's queue
+// is full, or the caller's deadline falls before the request's turn.
+type OverloadedError struct {
+	Generator string
+	// Queued is the IDs asked for ahead of this request; Limit the queue
+	// bound; Asked this request's count.
+	Queued, Limit int64
+	Asked         int
+	// Deadline: shed for the caller's deadline, not the bound.
+	Deadline bool
+	// RetryAfter is when the IDs ahead will have been produced.
+	RetryAfter time.Duration
+}
+
+func (e *OverloadedError) Error() string {
+	if e.Deadline {
+		return fmt.Sprintf("generator %q overloaded: %d IDs asked for ahead of these %d take longer than the call's deadline; retry in %v",
+			e.Generator, e.Queued, e.Asked, e.RetryAfter.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("generator %q overloaded: %d IDs asked for ahead of these %d, limit --max-queue %d; retry in %v",
+		e.Generator, e.Queued, e.Asked, e.Limit, e.RetryAfter.Round(time.Millisecond))
+}
+
+func (e *OverloadedError) Is(target error) bool { return target == ErrOverloaded }
 
 // ErrorDomain is the domain of every ErrorInfo the node sends.
 const ErrorDomain = "firn"
@@ -96,6 +125,8 @@ func code(err error) codes.Code {
 		errors.Is(err, ringbuffer.ErrNoSource),
 		errors.Is(err, ringbuffer.ErrClosed):
 		return codes.Unavailable
+	case errors.Is(err, ErrOverloaded):
+		return codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
@@ -125,12 +156,16 @@ func describe(err error) (d detail, ok bool) {
 		return m
 	}
 	var ns *NotServingError
+	var oe *OverloadedError
 	var re *RequestError
 	var ue *unknownGeneratorError
 	var rb *generator.RollbackError
 	switch {
 	case errors.As(err, &ns):
 		return detail{ns.Code, meta("generator", ns.Generator, "limit", ns.Limit, "measured", ns.Measured), ns.RetryAfter}, true
+	case errors.As(err, &oe):
+		return detail{reasonOverloaded, meta("generator", oe.Generator, "limit", strconv.FormatInt(oe.Limit, 10),
+			"measured", strconv.FormatInt(oe.Queued, 10)), oe.RetryAfter}, true
 	case errors.As(err, &re):
 		return detail{reasonBadRequest, meta("field", re.Field, "value", re.Value, "limit", re.Limit), 0}, true
 	case errors.As(err, &ue):

@@ -44,6 +44,10 @@ var (
 	descRingStale    = prometheus.NewDesc("firn_ringbuffer_stale_dropped_total", "Buffered IDs dropped for exceeding max-staleness.", []string{"generator"}, nil)
 	descRingRefills  = prometheus.NewDesc("firn_ringbuffer_refills_total", "Refill rounds that added IDs.", []string{"generator"}, nil)
 	descServing      = prometheus.NewDesc("firn_serving", "1 while the generator serves.", []string{"generator"}, nil)
+	descQueueIDs     = prometheus.NewDesc("firn_queue_ids", "IDs asked of the generator and not yet produced (admission's queue).", []string{"generator"}, nil)
+	descQueueSeconds = prometheus.NewDesc("firn_queue_seconds", "The queue as time at the layout's rate.", []string{"generator"}, nil)
+	descQueueLimit   = prometheus.NewDesc("firn_queue_limit_ids", "The queue bound (--max-queue at the layout's rate).", []string{"generator"}, nil)
+	descShed         = prometheus.NewDesc("firn_requests_shed_total", "Requests refused at once by admission (RESOURCE_EXHAUSTED), by reason: queue_full, deadline.", []string{"generator", "reason"}, nil)
 	descNotServing   = prometheus.NewDesc("firn_not_serving", "1 for each cause holding the generator out, 0 for the others; every cause of the fixed list (the API's ErrorReason names) is exported at all times.", []string{"generator", "cause"}, nil)
 	descState        = prometheus.NewDesc("firn_state", "1 for the generator's current state.", []string{"generator", "state"}, nil)
 	descWorker       = prometheus.NewDesc("firn_worker_id", "Worker ID held (-1: none).", []string{"generator"}, nil)
@@ -70,6 +74,7 @@ type nodeCollector struct{ n *Node }
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIssued, descRingCap, descRingAvail, descRingTarget, descRingEmpty,
 		descRingStale, descRingRefills, descServing, descNotServing, descState, descWorker, descDatacenter,
+		descQueueIDs, descQueueSeconds, descQueueLimit, descShed,
 		descInUse, descLimit, descResLeft, descLead, descMaxLead, descLayoutLeft, descMaxOffset, descNTPOffset,
 		descNTPUnchecked, descFault, descFaultOffset, descBuild, descMaxPeerSkew, descWindow} {
 		ch <- d
@@ -98,6 +103,13 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- g(descRingStale, prometheus.CounterValue, float64(st.Ring.DroppedStale), name)
 		ch <- g(descRingRefills, prometheus.CounterValue, float64(st.Ring.Refills), name)
 		ch <- g(descServing, prometheus.GaugeValue, b2f(st.Serving), name)
+		q := float64(max(rt.queued.Load(), 0))
+		ch <- g(descQueueIDs, prometheus.GaugeValue, q, name)
+		ch <- g(descQueueSeconds, prometheus.GaugeValue, q/rt.cfg.Layout.Rate(), name)
+		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.maxQueue), name)
+		for i, r := range shedReasons {
+			ch <- g(descShed, prometheus.CounterValue, float64(rt.shed[i].Load()), name, r)
+		}
 		snap := rt.state.Snapshot()
 		held := snap.Held()
 		for _, code := range clockguard.Codes {

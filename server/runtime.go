@@ -21,10 +21,15 @@ type genRuntime struct {
 	local     *local.Gen // the data-dir record of this generator
 	isDefault bool
 	maxBatch  int
-	state     *clockguard.ServingState
-	ring      *ringbuffer.Buffer
-	held      atomic.Pointer[holding]
-	issued    atomic.Uint64
+	// Admission (admit): the IDs asked of the generator and not yet
+	// produced, and their bound.
+	queued   atomic.Int64
+	maxQueue int64
+	shed     [2]atomic.Uint64 // refusals: shedQueueFull, shedDeadline
+	state    *clockguard.ServingState
+	ring     *ringbuffer.Buffer
+	held     atomic.Pointer[holding]
+	issued   atomic.Uint64
 	// inUse is the number of live owners in the cluster, as last listed.
 	inUse atomic.Int64
 	// datacenterFixed: the datacenter comes from --datacenter, so the
@@ -101,12 +106,56 @@ func (rt *genRuntime) recentEvents() []event {
 	return append([]event(nil), rt.events...)
 }
 
+// The reasons a request is shed (firn_requests_shed_total{reason}).
+const (
+	shedQueueFull = iota // the queue bound
+	shedDeadline         // the caller's deadline falls before its turn
+)
+
+var shedReasons = [...]string{shedQueueFull: "queue_full", shedDeadline: "deadline"}
+
+// admit enters n IDs in the generator's queue, or refuses at once: when
+// the queue would pass its bound, or when the IDs ahead plus these take
+// longer at the layout's rate than the caller's deadline leaves
+// (docs/design.md, Liveness rules). done leaves the queue.
+func (rt *genRuntime) admit(ctx context.Context, n int) (done func(), err error) {
+	q := rt.queued.Add(int64(n))
+	rate := rt.cfg.Layout.Rate()
+	ahead := q - int64(n)
+	wait := time.Duration(float64(q) / rate * float64(time.Second))
+	reason := -1
+	switch {
+	case q > rt.maxQueue:
+		reason = shedQueueFull
+	default:
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			reason = shedDeadline
+		}
+	}
+	if reason < 0 {
+		return func() { rt.queued.Add(-int64(n)) }, nil
+	}
+	rt.queued.Add(-int64(n))
+	rt.shed[reason].Add(1)
+	return nil, &OverloadedError{Generator: rt.cfg.Name, Queued: ahead, Limit: rt.maxQueue, Asked: n,
+		Deadline:   reason == shedDeadline,
+		RetryAfter: max(time.Duration(float64(ahead)/rate*float64(time.Second)), time.Millisecond)}
+}
+
 // issue fills dst with IDs: what the ring holds first, the rest generated
 // directly under the filler's lock, so a caller never sees the ring's
-// ErrEmpty and never an ID older than one it got before from this node.
+// ErrEmpty and never an ID older than one it got before from this node. A
+// request the ring cannot fill goes through admission first.
 func (rt *genRuntime) issue(ctx context.Context, dst []uint64) error {
 	if !rt.state.Serving() {
 		return rt.notServing()
+	}
+	if len(dst) > rt.ring.Len() {
+		done, err := rt.admit(ctx, len(dst))
+		if err != nil {
+			return err
+		}
+		defer done()
 	}
 	n, _ := rt.ring.TakeN(dst)
 	if n < len(dst) {
@@ -127,8 +176,14 @@ func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
 	}
 	id, err := rt.ring.Take()
 	if err != nil {
+		done, err := rt.admit(ctx, 1)
+		if err != nil {
+			return 0, err
+		}
 		var one [1]uint64
-		if _, err = rt.generate(ctx, one[:]); err != nil {
+		_, err = rt.generate(ctx, one[:])
+		done()
+		if err != nil {
 			return 0, err
 		}
 		id = one[0]

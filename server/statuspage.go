@@ -45,6 +45,7 @@ small{color:#555}
 <tr><th>last 2 min</th><td class="charts">IDs/s {{.RateChart}} clock lead {{.LeadChart}}</td></tr>
 <tr><th>ring buffer</th><td>{{.Ring.Available}} of {{.Ring.Capacity}} (target {{.Ring.Target}}), empty hits {{.Ring.EmptyHits}}, stale dropped {{.Ring.DroppedStale}}</td></tr>
 <tr><th>max batch</th><td>{{.MaxBatch}}</td></tr>
+<tr><th>queue</th><td>{{.Queued}} IDs asked for and not yet produced (limit {{.MaxQueue}}); shed {{.Shed}}</td></tr>
 </table>
 <p>Recent state changes, newest first (times on this node's clock):</p>
 <table><tr><th>when</th><th>time</th><th>from</th><th>to</th><th>reason</th></tr>
@@ -59,7 +60,10 @@ type statusGen struct {
 	Rate float64
 	// RateChart and LeadChart draw the last two minutes (inline SVG).
 	RateChart, LeadChart template.HTML
-	Events               []statusEvent // newest first; shadows GeneratorStatus.Events
+	// Admission: the queue, its bound and the requests shed.
+	Queued, MaxQueue int64
+	Shed             uint64
+	Events           []statusEvent // newest first; shadows GeneratorStatus.Events
 }
 
 type statusEvent struct {
@@ -103,6 +107,8 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 		sg := statusGen{GeneratorStatus: st, Rate: rt.recentRate(mono)}
 		sg.RateChart, sg.LeadChart = rt.charts()
+		sg.Queued, sg.MaxQueue = max(rt.queued.Load(), 0), rt.maxQueue
+		sg.Shed = rt.shed[shedQueueFull].Load() + rt.shed[shedDeadline].Load()
 		for i := len(st.Events) - 1; i >= 0; i-- {
 			e := st.Events[i]
 			sg.Events = append(sg.Events, statusEvent{event: e, Ago: wall.Sub(e.At).Round(100*time.Millisecond).String() + " ago"})

@@ -96,7 +96,18 @@ func (s *Service) Refuse(reason firnv1.ErrorReason, msg string, retryAfter time.
 	s.refusal.Store(st)
 }
 
-// Serve ends a Refuse.
+// Shed makes NextID and NextIDs answer RESOURCE_EXHAUSTED with ErrorInfo
+// OVERLOADED and a RetryInfo of retryAfter, as a node whose generator is
+// asked for more than it produces does.
+func (s *Service) Shed(retryAfter time.Duration) {
+	info := &errdetails.ErrorInfo{Reason: firnv1.ErrorReason_OVERLOADED.String(), Domain: "firn",
+		Metadata: map[string]string{"generator": "default"}}
+	st, _ := status.New(codes.ResourceExhausted, `generator "default" overloaded (clienttest)`).WithDetails(info,
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
+	s.refusal.Store(st)
+}
+
+// Serve ends a Refuse or a Shed.
 func (s *Service) Serve() { s.refusal.Store(nil) }
 
 // SetHealth sets the health status the client watches.

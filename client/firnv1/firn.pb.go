@@ -93,6 +93,13 @@ const (
 	// A request field is out of its bounds; metadata names the field and
 	// the bound.
 	ErrorReason_BAD_REQUEST ErrorReason = 16
+	// The generator has more IDs asked of it than it produces in
+	// --max-queue's time, or the request could not be served before its
+	// deadline behind the IDs already asked for: refused at once
+	// (RESOURCE_EXHAUSTED) rather than left to time out. RetryInfo says when
+	// the queue will have drained; metadata limit is the queue bound and
+	// measured the IDs queued.
+	ErrorReason_OVERLOADED ErrorReason = 17
 )
 
 // Enum value maps for ErrorReason.
@@ -115,6 +122,7 @@ var (
 		14: "STARTING",
 		15: "NOT_FOUND",
 		16: "BAD_REQUEST",
+		17: "OVERLOADED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -134,6 +142,7 @@ var (
 		"STARTING":                 14,
 		"NOT_FOUND":                15,
 		"BAD_REQUEST":              16,
+		"OVERLOADED":               17,
 	}
 )
 
@@ -854,7 +863,7 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\n" +
 	"ids_issued\x18\x10 \x01(\x04R\tidsIssued\x12\x14\n" +
 	"\x05cause\x18\x11 \x01(\tR\x05cause\x12)\n" +
-	"\x10datacenter_fixed\x18\x12 \x01(\bR\x0fdatacenterFixed*\xd8\x02\n" +
+	"\x10datacenter_fixed\x18\x12 \x01(\bR\x0fdatacenterFixed*\xe8\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eCLOCK_ROLLBACK\x10\x01\x12\x0e\n" +
@@ -876,7 +885,9 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\bDRAINING\x10\r\x12\f\n" +
 	"\bSTARTING\x10\x0e\x12\r\n" +
 	"\tNOT_FOUND\x10\x0f\x12\x0f\n" +
-	"\vBAD_REQUEST\x10\x102\xf4\x01\n" +
+	"\vBAD_REQUEST\x10\x10\x12\x0e\n" +
+	"\n" +
+	"OVERLOADED\x10\x112\xf4\x01\n" +
 	"\tIDService\x129\n" +
 	"\x06NextID\x12\x16.firn.v1.NextIDRequest\x1a\x17.firn.v1.NextIDResponse\x12<\n" +
 	"\aNextIDs\x12\x17.firn.v1.NextIDsRequest\x1a\x18.firn.v1.NextIDsResponse\x129\n" +

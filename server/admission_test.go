@@ -1,0 +1,96 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/server"
+)
+
+// Admission: a generator asked for more than --max-queue's worth of IDs
+// refuses the excess at once with RESOURCE_EXHAUSTED (ErrorInfo
+// OVERLOADED, RetryInfo when the queue will have drained) rather than
+// letting it wait, and so does a request whose deadline falls before its
+// turn; HTTP answers 429 with Retry-After; the shed requests are counted.
+// compact (64 IDs/s) makes the queue's time long enough to see.
+func TestAdmissionRefusesAtOnce(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), generators("default=compact"),
+		func(c *server.Config) { c.MaxQueue = time.Second })
+	waitServing(t, n.ids, "", 10*time.Second)
+	// compact: max batch 128 (64 per 1 s unit × 2 units of lead), queue
+	// bound max(64 IDs/s × 1 s, 128) = 128.
+
+	// Requests of 128 in a row: once the buffered IDs and the lead are
+	// used up, each waits about two seconds for its IDs, in the queue.
+	first := make(chan error, 1)
+	go func() {
+		for range 4 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			start := time.Now()
+			_, err := n.ids.NextIDs(ctx, &firnv1.NextIDsRequest{Count: 128})
+			cancel()
+			if err != nil || time.Since(start) > time.Second {
+				first <- err
+				return
+			}
+		}
+		first <- nil
+	}()
+	for start := time.Now(); value(t, scrape(t, n.httpc, n.base), "firn_queue_ids", map[string]string{"generator": "default"}) < 128; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the first request never entered the queue")
+		}
+	}
+
+	// A second one would pass the bound: refused at once.
+	start := time.Now()
+	_, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 64})
+	took := time.Since(start)
+	wantCode(t, "NextIDs beyond the queue", err, codes.ResourceExhausted, "overloaded", "--max-queue 128")
+	retry := wantInfo(t, "NextIDs beyond the queue", err, "OVERLOADED", map[string]string{"generator": "default", "limit": "128"})
+	if retry == nil || retry.GetRetryDelay().AsDuration() <= 0 || retry.GetRetryDelay().AsDuration() > 3*time.Second {
+		t.Fatalf("RetryInfo %v: want when the queue drains (under 3 s)", retry)
+	}
+	if took > 500*time.Millisecond {
+		t.Fatalf("the refusal took %v: it must come at once", took)
+	}
+	h := wantHTTP(t, n, "/v1/ids?count=64", 429, "OVERLOADED", "overloaded")
+	if h.Error.RetryAfterMS <= 0 {
+		t.Fatalf("HTTP 429 without retry_after_ms: %+v", h)
+	}
+
+	if err := <-first; err != nil {
+		t.Fatalf("the admitted request: %v", err)
+	}
+	// A request whose deadline falls before its turn: 128 IDs take about
+	// two seconds, the caller gives 300 ms.
+	dctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	_, err = n.ids.NextIDs(dctx, &firnv1.NextIDsRequest{Count: 128})
+	wantCode(t, "NextIDs that cannot meet its deadline", err, codes.ResourceExhausted, "deadline")
+	if time.Since(start) > 200*time.Millisecond {
+		t.Fatalf("the deadline refusal took %v: it must come at once", time.Since(start))
+	}
+	fams := scrape(t, n.httpc, n.base)
+	if v := value(t, fams, "firn_requests_shed_total", map[string]string{"generator": "default", "reason": "queue_full"}); v < 2 {
+		t.Errorf("firn_requests_shed_total{queue_full} = %v, want the gRPC and the HTTP refusals", v)
+	}
+	if v := value(t, fams, "firn_requests_shed_total", map[string]string{"generator": "default", "reason": "deadline"}); v != 1 {
+		t.Errorf("firn_requests_shed_total{deadline} = %v, want 1", v)
+	}
+	if code, page := httpGet(t, n.httpc, n.base+"/"); code != 200 || !strings.Contains(page, "limit 128); shed 3") {
+		t.Errorf("the status page does not show the queue and the shed requests")
+	}
+	// The node still serves.
+	if _, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{}); err != nil {
+		t.Fatalf("NextID after the refusals: %v", err)
+	}
+}
