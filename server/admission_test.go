@@ -22,10 +22,10 @@ import (
 func TestAdmissionRefusesAtOnce(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	n := startNode(t, e.Endpoints, t.TempDir(), generators("default=compact"),
-		func(c *server.Config) { c.MaxQueue = time.Second })
+		func(c *server.Config) { c.MaxQueue = 3 * time.Second })
 	waitServing(t, n.ids, "", 10*time.Second)
 	// compact: max batch 128 (64 per 1 s unit × 2 units of lead), queue
-	// bound max(64 IDs/s × 1 s, 128) = 128.
+	// bound max(64 IDs/s × 3 s, 128) = 192.
 
 	// Requests of 128 in a row: once the buffered IDs and the lead are
 	// used up, each waits about two seconds for its IDs, in the queue.
@@ -49,35 +49,34 @@ func TestAdmissionRefusesAtOnce(t *testing.T) {
 		}
 	}
 
-	// A second one would pass the bound: refused at once.
+	// With 128 queued: 128 more would pass the bound, refused at once.
 	start := time.Now()
-	_, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 64})
+	_, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 128})
 	took := time.Since(start)
-	wantCode(t, "NextIDs beyond the queue", err, codes.ResourceExhausted, "overloaded", "--max-queue 128")
-	retry := wantInfo(t, "NextIDs beyond the queue", err, "OVERLOADED", map[string]string{"generator": "default", "limit": "128"})
+	wantCode(t, "NextIDs beyond the queue", err, codes.ResourceExhausted, "overloaded", "--max-queue 192")
+	retry := wantInfo(t, "NextIDs beyond the queue", err, "OVERLOADED", map[string]string{"generator": "default", "limit": "192"})
 	if retry == nil || retry.GetRetryDelay().AsDuration() <= 0 || retry.GetRetryDelay().AsDuration() > 3*time.Second {
 		t.Fatalf("RetryInfo %v: want when the queue drains (under 3 s)", retry)
 	}
 	if took > 500*time.Millisecond {
 		t.Fatalf("the refusal took %v: it must come at once", took)
 	}
-	h := wantHTTP(t, n, "/v1/ids?count=64", 429, "OVERLOADED", "overloaded")
-	if h.Error.RetryAfterMS <= 0 {
-		t.Fatalf("HTTP 429 without retry_after_ms: %+v", h)
-	}
-
-	if err := <-first; err != nil {
-		t.Fatalf("the admitted request: %v", err)
-	}
-	// A request whose deadline falls before its turn: 128 IDs take about
-	// two seconds, the caller gives 300 ms.
+	// 16 more fit the bound, but the 128 ahead take two seconds and the
+	// caller gives 300 ms: refused at once too.
 	dctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start = time.Now()
-	_, err = n.ids.NextIDs(dctx, &firnv1.NextIDsRequest{Count: 128})
+	_, err = n.ids.NextIDs(dctx, &firnv1.NextIDsRequest{Count: 16})
 	wantCode(t, "NextIDs that cannot meet its deadline", err, codes.ResourceExhausted, "deadline")
 	if time.Since(start) > 200*time.Millisecond {
 		t.Fatalf("the deadline refusal took %v: it must come at once", time.Since(start))
+	}
+	h := wantHTTP(t, n, "/v1/ids?count=128", 429, "OVERLOADED", "overloaded")
+	if h.Error.RetryAfterMS <= 0 {
+		t.Fatalf("HTTP 429 without retry_after_ms: %+v", h)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the admitted request: %v", err)
 	}
 	fams := scrape(t, n.httpc, n.base)
 	if v := value(t, fams, "firn_requests_shed_total", map[string]string{"generator": "default", "reason": "queue_full"}); v < 2 {
@@ -86,7 +85,7 @@ func TestAdmissionRefusesAtOnce(t *testing.T) {
 	if v := value(t, fams, "firn_requests_shed_total", map[string]string{"generator": "default", "reason": "deadline"}); v != 1 {
 		t.Errorf("firn_requests_shed_total{deadline} = %v, want 1", v)
 	}
-	if code, page := httpGet(t, n.httpc, n.base+"/"); code != 200 || !strings.Contains(page, "limit 128); shed 3") {
+	if code, page := httpGet(t, n.httpc, n.base+"/"); code != 200 || !strings.Contains(page, "limit 192); shed 3") {
 		t.Errorf("the status page does not show the queue and the shed requests")
 	}
 	// The node still serves.

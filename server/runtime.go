@@ -115,20 +115,21 @@ const (
 var shedReasons = [...]string{shedQueueFull: "queue_full", shedDeadline: "deadline"}
 
 // admit enters n IDs in the generator's queue, or refuses at once: when
-// the queue would pass its bound, or when the IDs ahead plus these take
+// the queue would pass its bound, or when the IDs ahead of these take
 // longer at the layout's rate than the caller's deadline leaves
-// (docs/design.md, Liveness rules). done leaves the queue.
+// (docs/design.md, Liveness rules; a request's own wait for the clock is
+// the generator's to refuse). done leaves the queue.
 func (rt *genRuntime) admit(ctx context.Context, n int) (done func(), err error) {
 	q := rt.queued.Add(int64(n))
 	rate := rt.cfg.Layout.Rate()
 	ahead := q - int64(n)
-	wait := time.Duration(float64(q) / rate * float64(time.Second))
+	wait := time.Duration(float64(ahead) / rate * float64(time.Second))
 	reason := -1
 	switch {
 	case q > rt.maxQueue:
 		reason = shedQueueFull
 	default:
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+		if dl, ok := ctx.Deadline(); ok && ahead > 0 && time.Until(dl) < wait {
 			reason = shedDeadline
 		}
 	}
