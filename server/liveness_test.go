@@ -315,6 +315,11 @@ func TestCoordinatorFreezeRefusesBeforeExpiry(t *testing.T) {
 	if wentDown.IsZero() {
 		t.Fatal("still serving 7 s into the freeze")
 	}
+	// When the node left serving is what its own log says (the poll above
+	// only sees it a moment later, and later still on a busy machine).
+	if at, ok := transitionAt(n.logs.String(), "from=serving to=not-serving source=reservation"); ok {
+		wentDown = at
+	}
 	if wentDown.After(until) {
 		t.Fatalf("stopped serving at %v, after the reservation ran out at %v", wentDown, until)
 	}
@@ -530,4 +535,21 @@ func TestClockWaitBeyondDeadlineIsUnavailable(t *testing.T) {
 	if resp.StatusCode != 503 || time.Since(start) > 450*time.Millisecond {
 		t.Fatalf("HTTP without a deadline: %s after %v; want 503 at once within --http-request-timeout", resp.Status, time.Since(start))
 	}
+}
+
+// transitionAt is the time of the first log line holding what (the text
+// handler's time=… field).
+func transitionAt(logs, what string) (time.Time, bool) {
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, what) {
+			continue
+		}
+		v, ok := strings.CutPrefix(strings.Fields(line)[0], "time=")
+		if !ok {
+			return time.Time{}, false
+		}
+		at, err := time.Parse(time.RFC3339Nano, v)
+		return at, err == nil
+	}
+	return time.Time{}, false
 }
