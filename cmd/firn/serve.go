@@ -49,22 +49,10 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, sc.logLevel)
 	slog.SetDefault(log)
 	if sc.certs != nil {
-		sc.certs.OnReload(func(err error) {
-			if err != nil {
-				log.Warn("TLS certificate files changed but do not load", "err", err)
-				return
-			}
-			log.Info("TLS certificate reloaded for new connections", "cert", sc.tlsCert)
-		})
+		sc.certs.OnReload(logReload(log, "TLS certificate", sc.tlsCert))
 	}
 	if sc.clientCAs != nil {
-		sc.clientCAs.OnReload(func(err error) {
-			if err != nil {
-				log.Warn("TLS client CA file changed but does not load", "err", err)
-				return
-			}
-			log.Info("TLS client CA reloaded for new connections", "ca", sc.tlsClientCA)
-		})
+		sc.clientCAs.OnReload(logReload(log, "TLS client CA", sc.tlsClientCA))
 	}
 
 	dd, err := local.Open(sc.dataDir)
@@ -109,6 +97,18 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitFailure, "serve: shutdown: %v", err)
 	}
 	return exitOK
+}
+
+// logReload is a certfile reload report as a log line: what was read
+// again from file, or why the changed file was not taken.
+func logReload(log *slog.Logger, what, file string) func(error) {
+	return func(err error) {
+		if err != nil {
+			log.Warn(what+" file changed but does not load", "err", err)
+			return
+		}
+		log.Info(what+" reloaded for new connections", "file", file)
+	}
 }
 
 // logLevels are the --log-level values.

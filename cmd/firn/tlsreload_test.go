@@ -36,8 +36,20 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// served dials a new connection and returns the serial of the
-	// certificate the node presented, after one NextID on it.
+	// dialAs makes one NextID over a new connection with tc.
+	dialAs := func(tc *tls.Config) error {
+		conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = firnv1.NewIDServiceClient(conn).NextID(ctx, &firnv1.NextIDRequest{})
+		return err
+	}
+	// served returns the serial of the certificate the node presents to a
+	// new connection, after one NextID on it.
 	served := func() (int64, error) {
 		var serial atomic.Int64
 		tc := base.Clone()
@@ -45,14 +57,7 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 			serial.Store(cs.PeerCertificates[0].SerialNumber.Int64())
 			return nil
 		}
-		conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
-		if err != nil {
-			return 0, err
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, err = firnv1.NewIDServiceClient(conn).NextID(ctx, &firnv1.NextIDRequest{})
+		err := dialAs(tc)
 		return serial.Load(), err
 	}
 	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
@@ -173,17 +178,6 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	newCaller.Certificates = []tls.Certificate{pair}
-	dialAs := func(tc *tls.Config) error {
-		conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, err = firnv1.NewIDServiceClient(conn).NextID(ctx, &firnv1.NextIDRequest{})
-		return err
-	}
 	if err := dialAs(newCaller); err == nil {
 		t.Fatal("a certificate of a CA the node does not trust was let in")
 	}

@@ -103,8 +103,8 @@ func startNodeAt(t *testing.T, bin, addr string, args ...string) *node {
 	return n
 }
 
-// slot returns the node's default generator's datacenter and worker.
-func (n *node) slot(t *testing.T) (dc, worker uint32, etcdURL string) {
+// info asks the node's Info over a fresh connection.
+func (n *node) info(t *testing.T) *firnv1.InfoResponse {
 	t.Helper()
 	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -117,6 +117,13 @@ func (n *node) slot(t *testing.T) (dc, worker uint32, etcdURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return info
+}
+
+// slot returns the node's default generator's datacenter and worker.
+func (n *node) slot(t *testing.T) (dc, worker uint32, etcdURL string) {
+	t.Helper()
+	info := n.info(t)
 	for _, g := range info.GetGenerators() {
 		if g.GetIsDefault() {
 			return g.GetDatacenter(), g.GetWorker(), info.GetEmbeddedEtcdUrl()
@@ -130,18 +137,7 @@ func (n *node) slot(t *testing.T) (dc, worker uint32, etcdURL string) {
 // it serves), as Info says.
 func (n *node) cause(t *testing.T) string {
 	t.Helper()
-	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	info, err := firnv1.NewIDServiceClient(conn).Info(ctx, &firnv1.InfoRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.GetGenerators()[0].GetCause()
+	return n.info(t).GetGenerators()[0].GetCause()
 }
 
 // TestRealNodesKilledMidStream runs two firn nodes on one coordinator (the
