@@ -3,10 +3,12 @@ package server_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
@@ -91,5 +93,55 @@ func TestAdmissionRefusesAtOnce(t *testing.T) {
 	// The node still serves.
 	if _, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{}); err != nil {
 		t.Fatalf("NextID after the refusals: %v", err)
+	}
+}
+
+// Fair share: while two connections keep the generator's queue full with
+// large batches, a caller on a third asking for single IDs is served in
+// the next turns, not after the batches queued ahead of it (which take
+// about two seconds here: 10,240 IDs/s, --max-queue 2s). Its IDs still
+// come from the generator, not the ring, which the batches keep empty.
+func TestFairShareServesSmallCallers(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(),
+		generators("default=time=41,worker=10,seq=10,unit=100ms,epoch=2024-01-01T00:00:00Z"),
+		func(c *server.Config) { c.MaxQueue = 2 * time.Second; c.RingSize = 128 })
+	waitServing(t, n.ids, "", 10*time.Second)
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	for range 2 {
+		ids := firnv1.NewIDServiceClient(dialGRPC(t, n.node.GRPCAddr(), insecure.NewCredentials()))
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					c, cancel := context.WithTimeout(ctx, 10*time.Second)
+					ids.NextIDs(c, &firnv1.NextIDsRequest{Count: 2000})
+					cancel()
+				}
+			}()
+		}
+	}
+	for start := time.Now(); value(t, scrape(t, n.httpc, n.base), "firn_queue_ids", map[string]string{"generator": "default"}) < 10_000; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the batches never filled the queue")
+		}
+	}
+	small := firnv1.NewIDServiceClient(dialGRPC(t, n.node.GRPCAddr(), insecure.NewCredentials()))
+	for i := range 5 {
+		queued := value(t, scrape(t, n.httpc, n.base), "firn_queue_ids", map[string]string{"generator": "default"})
+		start := time.Now()
+		_, err := small.NextID(context.Background(), &firnv1.NextIDRequest{})
+		took := time.Since(start)
+		if err != nil {
+			t.Fatalf("single ID %d: %v", i, err)
+		}
+		// Behind the queue it would take queued/10,240 s (about 2 s).
+		if ahead := time.Duration(queued / 10_240 * float64(time.Second)); took > ahead/2 {
+			t.Fatalf("single ID %d took %v with %v of IDs queued ahead: it waited behind the batches", i, took, ahead)
+		}
 	}
 }

@@ -66,6 +66,11 @@ type Config struct {
 	// whose deadline falls before its turn) is refused at once with
 	// RESOURCE_EXHAUSTED. The bound is never below one MaxBatch.
 	MaxQueue time.Duration
+	// ClientRate limits each client (its certificate name under mTLS,
+	// else its connection) to so many IDs/s per generator, with bursts
+	// of ClientBurst (0: one second of ClientRate); 0 means no limit.
+	ClientRate  float64
+	ClientBurst int
 	// Timing is the coordination timing: the holders keep reservations
 	// ReservationWindow ahead, writing every RefreshInterval, each call
 	// bounded by Timeout. The coordinator given to New must have been
@@ -245,6 +250,12 @@ func (c *Config) Finish(now time.Time) error {
 		return configErr("max-batch", "%d outside [1, 1000000]", c.MaxBatch)
 	case c.MaxQueue < time.Millisecond || c.MaxQueue > time.Minute:
 		return configErr("max-queue", "%v outside [1ms, 1m]", c.MaxQueue)
+	case c.ClientRate < 0 || c.ClientRate > 1e9:
+		return configErr("client-rate", "%g outside [0, 1e9] IDs/s (0: no limit)", c.ClientRate)
+	case c.ClientBurst < 0 || c.ClientBurst > 1e9:
+		return configErr("client-burst", "%d outside [0, 1e9] IDs (0: one second of --client-rate)", c.ClientBurst)
+	case c.ClientBurst > 0 && c.ClientRate == 0:
+		return configErr("client-burst", "%d needs --client-rate", c.ClientBurst)
 	case c.MaxClockOffset <= 0:
 		return configErr("max-clock-offset", "%v must be positive", c.MaxClockOffset)
 	case c.NTPInterval < time.Second:
@@ -304,6 +315,15 @@ func (c *Config) ntpConfig() (clockguard.NTPConfig, error) {
 // MaxBatchFor is the largest NextIDs count for a generator: min(--max-batch,
 // sequence per unit × units in max-lead). Finish refuses a generator whose
 // product overflows, so it is never 0.
+// ClientBurstOrDefault is the burst of --client-rate: --client-burst, or
+// one second of the rate (at least one ID).
+func (c *Config) ClientBurstOrDefault() int {
+	if c.ClientBurst > 0 {
+		return c.ClientBurst
+	}
+	return max(int(c.ClientRate), 1)
+}
+
 // MaxQueueFor is generator g's queue bound in IDs: MaxQueue at the
 // layout's rate, and at least one MaxBatchFor(g).
 func (c *Config) MaxQueueFor(g GeneratorConfig) int64 {

@@ -160,11 +160,17 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock c
 			local:           lg,
 			isDefault:       i == 0,
 			maxBatch:        cfg.MaxBatchFor(gc),
-			maxQueue:        cfg.MaxQueueFor(gc),
+			fair:            newFairShare(gc.Layout.Rate(), gc.Layout.PerUnit(), cfg.MaxQueueFor(gc)),
 			ring:            ring,
 			datacenterFixed: cfg.Datacenter >= 0,
 			state: clockguard.NewServingState(gc.Name,
 				clockguard.WithStateClock(clock), clockguard.WithStateLogger(log)),
+		}
+		if cfg.ClientRate > 0 {
+			rt.limits = newClientLimits(cfg.ClientRate, cfg.ClientBurstOrDefault(), func() time.Duration {
+				_, mono := clock.Now()
+				return mono
+			})
 		}
 		c.gens = append(c.gens, rt)
 		c.byName[gc.Name] = rt
@@ -186,6 +192,9 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock c
 			if (t.From == clockguard.StateServing) != (t.To == clockguard.StateServing) {
 				if h := rt.held.Load(); h != nil {
 					h.gen.Hold(t.To != clockguard.StateServing)
+				}
+				if t.To != clockguard.StateServing {
+					rt.fair.interrupt()
 				}
 			}
 		})

@@ -43,7 +43,8 @@ const (
 var ErrOverloaded = errors.New("overloaded")
 
 // OverloadedError is a request shed by admission: the generator's queue
-// is full, or the caller's deadline falls before the request's turn.
+// is full, the caller's deadline falls before the request's turn, or the
+// caller is past its --client-rate.
 type OverloadedError struct {
 	Generator string
 	// Queued is the IDs asked for ahead of this request; Limit the queue
@@ -52,11 +53,31 @@ type OverloadedError struct {
 	Asked         int
 	// Deadline: shed for the caller's deadline, not the bound.
 	Deadline bool
-	// RetryAfter is when the IDs ahead will have been produced.
+	// ClientRate and ClientBurst: shed for the caller's --client-rate
+	// (IDs/s) with its burst, when ClientRate > 0.
+	ClientRate  float64
+	ClientBurst int64
+	// RetryAfter is when the IDs ahead will have been produced, or the
+	// caller's rate allows these.
 	RetryAfter time.Duration
 }
 
+// bound names what shed the request (ErrorInfo metadata "bound").
+func (e *OverloadedError) bound() string {
+	switch {
+	case e.ClientRate > 0:
+		return "client-rate"
+	case e.Deadline:
+		return "deadline"
+	}
+	return "max-queue"
+}
+
 func (e *OverloadedError) Error() string {
+	if e.ClientRate > 0 {
+		return fmt.Sprintf("generator %q overloaded: this client is past --client-rate %g IDs/s (burst %d) with these %d; retry in %v",
+			e.Generator, e.ClientRate, e.ClientBurst, e.Asked, e.RetryAfter.Round(time.Millisecond))
+	}
 	if e.Deadline {
 		return fmt.Sprintf("generator %q overloaded: %d IDs asked for ahead of these %d take longer than the call's deadline; retry in %v",
 			e.Generator, e.Queued, e.Asked, e.RetryAfter.Round(time.Millisecond))
@@ -164,7 +185,11 @@ func describe(err error) (d detail, ok bool) {
 	case errors.As(err, &ns):
 		return detail{ns.Code, meta("generator", ns.Generator, "limit", ns.Limit, "measured", ns.Measured), ns.RetryAfter}, true
 	case errors.As(err, &oe):
-		return detail{reasonOverloaded, meta("generator", oe.Generator, "limit", strconv.FormatInt(oe.Limit, 10),
+		if oe.ClientRate > 0 {
+			return detail{reasonOverloaded, meta("generator", oe.Generator, "bound", oe.bound(),
+				"limit", strconv.FormatFloat(oe.ClientRate, 'g', -1, 64), "burst", strconv.FormatInt(oe.ClientBurst, 10)), oe.RetryAfter}, true
+		}
+		return detail{reasonOverloaded, meta("generator", oe.Generator, "bound", oe.bound(), "limit", strconv.FormatInt(oe.Limit, 10),
 			"measured", strconv.FormatInt(oe.Queued, 10)), oe.RetryAfter}, true
 	case errors.As(err, &re):
 		return detail{reasonBadRequest, meta("field", re.Field, "value", re.Value, "limit", re.Limit), 0}, true

@@ -121,7 +121,7 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 	}
 	ids := make([]uint64, count)
 	// The server's own deadline: an HTTP client may have none.
-	ctx, cancel := context.WithTimeout(r.Context(), n.cfg.HTTPRequestTimeout)
+	ctx, cancel := context.WithTimeout(withFlowKey(r.Context(), r), n.cfg.HTTPRequestTimeout)
 	defer cancel()
 	if err := rt.issue(ctx, ids); err != nil {
 		writeErr(w, err)

@@ -103,12 +103,12 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- g(descRingStale, prometheus.CounterValue, float64(st.Ring.DroppedStale), name)
 		ch <- g(descRingRefills, prometheus.CounterValue, float64(st.Ring.Refills), name)
 		ch <- g(descServing, prometheus.GaugeValue, b2f(st.Serving), name)
-		q := float64(max(rt.queued.Load(), 0))
+		q := float64(max(rt.fair.queued.Load(), 0))
 		ch <- g(descQueueIDs, prometheus.GaugeValue, q, name)
 		ch <- g(descQueueSeconds, prometheus.GaugeValue, q/rt.cfg.Layout.Rate(), name)
-		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.maxQueue), name)
+		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.fair.maxQueue), name)
 		for i, r := range shedReasons {
-			ch <- g(descShed, prometheus.CounterValue, float64(rt.shed[i].Load()), name, r)
+			ch <- g(descShed, prometheus.CounterValue, float64(rt.fair.shed[i].Load()), name, r)
 		}
 		snap := rt.state.Snapshot()
 		held := snap.Held()

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,15 +23,14 @@ type genRuntime struct {
 	local     *local.Gen // the data-dir record of this generator
 	isDefault bool
 	maxBatch  int
-	// Admission (admit): the IDs asked of the generator and not yet
-	// produced, and their bound.
-	queued   atomic.Int64
-	maxQueue int64
-	shed     [2]atomic.Uint64 // refusals: shedQueueFull, shedDeadline
-	state    *clockguard.ServingState
-	ring     *ringbuffer.Buffer
-	held     atomic.Pointer[holding]
-	issued   atomic.Uint64
+	// fair is admission and fair share of what the ring cannot serve;
+	// limits is --client-rate (nil without it).
+	fair   *fairShare
+	limits *clientLimits
+	state  *clockguard.ServingState
+	ring   *ringbuffer.Buffer
+	held   atomic.Pointer[holding]
+	issued atomic.Uint64
 	// inUse is the number of live owners in the cluster, as last listed.
 	inUse atomic.Int64
 	// datacenterFixed: the datacenter comes from --datacenter, so the
@@ -106,67 +107,68 @@ func (rt *genRuntime) recentEvents() []event {
 	return append([]event(nil), rt.events...)
 }
 
-// The reasons a request is shed (firn_requests_shed_total{reason}).
-const (
-	shedQueueFull = iota // the queue bound
-	shedDeadline         // the caller's deadline falls before its turn
-)
-
-var shedReasons = [...]string{shedQueueFull: "queue_full", shedDeadline: "deadline"}
-
-// admit enters n IDs in the generator's queue, or refuses at once: when
-// the queue would pass its bound, or when the IDs ahead of these take
-// longer at the layout's rate than the caller's deadline leaves
-// (docs/design.md, Liveness rules; a request's own wait for the clock is
-// the generator's to refuse). done leaves the queue.
-func (rt *genRuntime) admit(ctx context.Context, n int) (done func(), err error) {
-	q := rt.queued.Add(int64(n))
-	rate := rt.cfg.Layout.Rate()
-	ahead := q - int64(n)
-	wait := time.Duration(float64(ahead) / rate * float64(time.Second))
-	reason := -1
-	switch {
-	case q > rt.maxQueue:
-		reason = shedQueueFull
-	default:
-		if dl, ok := ctx.Deadline(); ok && ahead > 0 && time.Until(dl) < wait {
-			reason = shedDeadline
-		}
+// admit enters n IDs of the caller's flow in the generator's queue, or
+// refuses at once (fairShare.admit).
+func (rt *genRuntime) admit(ctx context.Context, n int) (*flow, error) {
+	f, err := rt.fair.admit(ctx, flowKey(ctx), n, rt.cfg.Layout.Rate())
+	if err != nil {
+		err.(*OverloadedError).Generator = rt.cfg.Name
+		return nil, err
 	}
-	if reason < 0 {
-		return func() { rt.queued.Add(-int64(n)) }, nil
+	return f, nil
+}
+
+// limit spends n IDs of the caller's --client-rate.
+func (rt *genRuntime) limit(ctx context.Context, n int) error {
+	wait, ok := rt.limits.take(flowKey(ctx), n)
+	if ok {
+		return nil
 	}
-	rt.queued.Add(-int64(n))
-	rt.shed[reason].Add(1)
-	return nil, &OverloadedError{Generator: rt.cfg.Name, Queued: ahead, Limit: rt.maxQueue, Asked: n,
-		Deadline:   reason == shedDeadline,
-		RetryAfter: max(time.Duration(float64(ahead)/rate*float64(time.Second)), time.Millisecond)}
+	if wait < 0 {
+		b := int64(rt.limits.burst)
+		return badField("count", strconv.Itoa(n), fmt.Sprintf("[1, %d]", b),
+			"count %d exceeds --client-burst %d of generator %q: it could never pass --client-rate", n, b, rt.cfg.Name)
+	}
+	rt.fair.shed[shedClientRate].Add(1)
+	return &OverloadedError{Generator: rt.cfg.Name, Asked: n, ClientRate: rt.limits.rate, ClientBurst: int64(rt.limits.burst),
+		RetryAfter: max(wait, time.Millisecond)}
 }
 
 // issue fills dst with IDs: what the ring holds first, the rest generated
-// directly under the filler's lock, so a caller never sees the ring's
-// ErrEmpty and never an ID older than one it got before from this node. A
-// request the ring cannot fill goes through admission first.
+// directly, in turns given by fair share, so a caller never sees the
+// ring's ErrEmpty and never an ID older than one it got before from this
+// node. A request the ring cannot fill goes through admission first.
 func (rt *genRuntime) issue(ctx context.Context, dst []uint64) error {
 	if !rt.state.Serving() {
 		return rt.notServing()
 	}
-	if len(dst) > rt.ring.Len() {
-		done, err := rt.admit(ctx, len(dst))
-		if err != nil {
+	if rt.limits != nil {
+		if err := rt.limit(ctx, len(dst)); err != nil {
 			return err
 		}
-		defer done()
+	}
+	var f *flow
+	if len(dst) > rt.ring.Len() {
+		var err error
+		if f, err = rt.admit(ctx, len(dst)); err != nil {
+			return err
+		}
+		defer rt.fair.leave(f, len(dst))
 	}
 	n, _ := rt.ring.TakeN(dst)
 	if n < len(dst) {
-		m, err := rt.generate(ctx, dst[n:])
-		n += m
-		if err != nil {
+		if f == nil { // the ring was taken from meanwhile
+			var err error
+			if f, err = rt.admit(ctx, len(dst)-n); err != nil {
+				return err
+			}
+			defer rt.fair.leave(f, len(dst)-n)
+		}
+		if err := rt.generateFair(ctx, f, dst[n:]); err != nil {
 			return err
 		}
 	}
-	rt.issued.Add(uint64(n))
+	rt.issued.Add(uint64(len(dst)))
 	return nil
 }
 
@@ -175,15 +177,20 @@ func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
 	if !rt.state.Serving() {
 		return 0, rt.notServing()
 	}
+	if rt.limits != nil {
+		if err := rt.limit(ctx, 1); err != nil {
+			return 0, err
+		}
+	}
 	id, err := rt.ring.Take()
 	if err != nil {
-		done, err := rt.admit(ctx, 1)
+		f, err := rt.admit(ctx, 1)
 		if err != nil {
 			return 0, err
 		}
 		var one [1]uint64
-		_, err = rt.generate(ctx, one[:])
-		done()
+		err = rt.generateFair(ctx, f, one[:])
+		rt.fair.leave(f, 1)
 		if err != nil {
 			return 0, err
 		}
@@ -191,6 +198,29 @@ func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
 	}
 	rt.issued.Add(1)
 	return id, nil
+}
+
+// generateFair fills dst in turns of the fair share.
+func (rt *genRuntime) generateFair(ctx context.Context, f *flow, dst []uint64) error {
+	for n := 0; n < len(dst); {
+		g, err := rt.fair.acquire(ctx, f, len(dst)-n)
+		if errors.Is(err, errInterrupted) {
+			if !rt.state.Serving() {
+				return rt.notServing()
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		m, err := rt.generate(ctx, dst[n:n+g])
+		rt.fair.release()
+		n += m
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (rt *genRuntime) notServing() error {

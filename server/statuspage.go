@@ -107,8 +107,10 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 		sg := statusGen{GeneratorStatus: st, Rate: rt.recentRate(mono)}
 		sg.RateChart, sg.LeadChart = rt.charts()
-		sg.Queued, sg.MaxQueue = max(rt.queued.Load(), 0), rt.maxQueue
-		sg.Shed = rt.shed[shedQueueFull].Load() + rt.shed[shedDeadline].Load()
+		sg.Queued, sg.MaxQueue = max(rt.fair.queued.Load(), 0), rt.fair.maxQueue
+		for i := range rt.fair.shed {
+			sg.Shed += rt.fair.shed[i].Load()
+		}
 		for i := len(st.Events) - 1; i >= 0; i-- {
 			e := st.Events[i]
 			sg.Events = append(sg.Events, statusEvent{event: e, Ago: wall.Sub(e.At).Round(100*time.Millisecond).String() + " ago"})

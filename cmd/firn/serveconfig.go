@@ -90,6 +90,8 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.Var(repeatFlag{&sc.generators}, "generator", "name=layout (preset or canonical string); repeatable; the first is the default (default default=snowflake)")
 	fs.Int64Var(&c.Datacenter, "datacenter", c.Datacenter, "fix the datacenter field (-1: allocated with the worker ID)")
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "largest NextIDs count (also bounded by sequence × units in max-lead)")
+	fs.Float64Var(&c.ClientRate, "client-rate", c.ClientRate, "per generator, the most IDs/s one client (its certificate name under mTLS, else its connection) may take; beyond it a request is refused at once (RESOURCE_EXHAUSTED); 0: no limit")
+	fs.IntVar(&c.ClientBurst, "client-burst", c.ClientBurst, "the IDs a client may take at once under --client-rate (0: one second of the rate)")
 	fs.DurationVar(&c.MaxQueue, "max-queue", c.MaxQueue, "per generator, the most IDs asked for and not yet produced, as time at the layout's rate (at least one max batch); beyond it a request is refused at once (RESOURCE_EXHAUSTED)")
 	fs.DurationVar(&c.MaxLead, "max-lead", c.MaxLead, "how far IDs' time may run ahead of the clock (0: max(1s, 2 units) per generator)")
 	fs.DurationVar(&c.MaxStaleness, "max-staleness", c.MaxStaleness, "oldest a buffered ID may be when handed out (0: max(100ms, 2 units) per generator)")

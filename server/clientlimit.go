@@ -1,0 +1,124 @@
+package server
+
+import (
+	"context"
+	"crypto/x509"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+)
+
+// flowKeyCtx carries the flow key of an HTTP request (withFlowKey).
+type flowKeyCtx struct{}
+
+// withFlowKey marks an HTTP request's context with its client: the verified
+// client certificate's name under mTLS, else the connection's remote
+// address.
+func withFlowKey(ctx context.Context, r *http.Request) context.Context {
+	key := "addr:" + r.RemoteAddr
+	if r.TLS != nil {
+		if name := certName(r.TLS.VerifiedChains); name != "" {
+			key = "cert:" + name
+		}
+	}
+	return context.WithValue(ctx, flowKeyCtx{}, key)
+}
+
+// flowKey names the client a request comes from, for fair share and
+// --client-rate: the verified client certificate's name under mTLS (every
+// connection of one identity is one client), else the connection.
+func flowKey(ctx context.Context) string {
+	if k, ok := ctx.Value(flowKeyCtx{}).(string); ok {
+		return k
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+		if name := certName(ti.State.VerifiedChains); name != "" {
+			return "cert:" + name
+		}
+	}
+	if p.Addr == nil {
+		return ""
+	}
+	return "addr:" + p.Addr.String()
+}
+
+// certName is a verified client certificate's subject CN, or its first DNS
+// name when it has no CN; "" without one.
+func certName(chains [][]*x509.Certificate) string {
+	if len(chains) == 0 || len(chains[0]) == 0 {
+		return ""
+	}
+	leaf := chains[0][0]
+	if leaf.Subject.CommonName != "" {
+		return leaf.Subject.CommonName
+	}
+	if len(leaf.DNSNames) > 0 {
+		return leaf.DNSNames[0]
+	}
+	return ""
+}
+
+// clientLimits is --client-rate for one generator: a token bucket per
+// client (flowKey) of rate IDs/s holding at most burst.
+type clientLimits struct {
+	rate, burst float64
+	mono        func() time.Duration
+
+	mu      sync.Mutex
+	buckets map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Duration // monotonic reading of tokens
+}
+
+// maxIdleBuckets bounds the buckets kept for clients: past it, the full
+// ones (clients that have not asked for a burst's time) are forgotten.
+const maxIdleBuckets = 4096
+
+func newClientLimits(rate float64, burst int, mono func() time.Duration) *clientLimits {
+	return &clientLimits{rate: rate, burst: float64(burst), mono: mono, buckets: map[string]*bucket{}}
+}
+
+// take spends n tokens of key's bucket, or says how long until it holds n
+// (ok false); a request larger than the burst can never pass (wait < 0).
+func (l *clientLimits) take(key string, n int) (wait time.Duration, ok bool) {
+	if float64(n) > l.burst {
+		return -1, false
+	}
+	now := l.mono()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buckets[key]
+	if b == nil {
+		if len(l.buckets) >= maxIdleBuckets {
+			l.sweep(now)
+		}
+		b = &bucket{tokens: l.burst, at: now}
+		l.buckets[key] = b
+	}
+	b.tokens = min(l.burst, b.tokens+(now-b.at).Seconds()*l.rate)
+	b.at = now
+	if b.tokens >= float64(n) {
+		b.tokens -= float64(n)
+		return 0, true
+	}
+	return time.Duration((float64(n) - b.tokens) / l.rate * float64(time.Second)), false
+}
+
+// sweep forgets the buckets that have refilled. Called with mu held.
+func (l *clientLimits) sweep(now time.Duration) {
+	for k, b := range l.buckets {
+		if b.tokens+(now-b.at).Seconds()*l.rate >= l.burst {
+			delete(l.buckets, k)
+		}
+	}
+}
