@@ -145,3 +145,32 @@ func TestFairShareServesSmallCallers(t *testing.T) {
 		}
 	}
 }
+
+// --client-rate: each client (here, each connection) has its own bucket;
+// past it a request is refused at once with RESOURCE_EXHAUSTED naming the
+// bound, and a count above the burst is a bad request.
+func TestClientRate(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.ClientRate = 10; c.ClientBurst = 100 })
+	waitServing(t, n.ids, "", 10*time.Second)
+	if _, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 100}); err != nil {
+		t.Fatalf("the burst: %v", err)
+	}
+	_, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 50})
+	wantCode(t, "past --client-rate", err, codes.ResourceExhausted, "--client-rate 10")
+	retry := wantInfo(t, "past --client-rate", err, "OVERLOADED", map[string]string{"bound": "client-rate", "limit": "10", "burst": "100"})
+	if d := retry.GetRetryDelay().AsDuration(); d < 4*time.Second || d > 5*time.Second {
+		t.Fatalf("RetryInfo %v: want about 5 s (50 IDs at 10/s)", d)
+	}
+	_, err = n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 101})
+	wantCode(t, "above the burst", err, codes.InvalidArgument, "--client-burst 100")
+
+	// Another connection is another client.
+	other := firnv1.NewIDServiceClient(dialGRPC(t, n.node.GRPCAddr(), insecure.NewCredentials()))
+	if _, err := other.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 100}); err != nil {
+		t.Fatalf("another client's burst: %v", err)
+	}
+	if v := value(t, scrape(t, n.httpc, n.base), "firn_requests_shed_total", map[string]string{"generator": "default", "reason": "client_rate"}); v != 1 {
+		t.Errorf("firn_requests_shed_total{client_rate} = %v, want 1", v)
+	}
+}

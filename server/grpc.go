@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -16,7 +15,6 @@ import (
 type idService struct {
 	firnv1.UnimplementedIDServiceServer
 	node *Node
-	pool sync.Pool // *[]uint64 scratch for NextIDs
 }
 
 var _ firnv1.IDServiceServer = (*idService)(nil)
@@ -41,8 +39,8 @@ func (s *idService) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*f
 	if err := checkCount(rt, int64(req.GetCount())); err != nil {
 		return nil, grpcError(err)
 	}
-	ids := make([]uint64, req.GetCount())
-	if err := rt.issue(ctx, ids); err != nil {
+	ids, err := rt.issueN(ctx, int(req.GetCount()))
+	if err != nil {
 		return nil, grpcError(err)
 	}
 	return &firnv1.NextIDsResponse{Ids: ids}, nil

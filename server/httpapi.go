@@ -119,11 +119,11 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	ids := make([]uint64, count)
 	// The server's own deadline: an HTTP client may have none.
 	ctx, cancel := context.WithTimeout(withFlowKey(r.Context(), r), n.cfg.HTTPRequestTimeout)
 	defer cancel()
-	if err := rt.issue(ctx, ids); err != nil {
+	ids, err := rt.issueN(ctx, int(count))
+	if err != nil {
 		writeErr(w, err)
 		return
 	}

@@ -139,23 +139,57 @@ func (rt *genRuntime) limit(ctx context.Context, n int) error {
 // ring's ErrEmpty and never an ID older than one it got before from this
 // node. A request the ring cannot fill goes through admission first.
 func (rt *genRuntime) issue(ctx context.Context, dst []uint64) error {
+	f, err := rt.enter(ctx, len(dst))
+	if err != nil {
+		return err
+	}
+	return rt.fill(ctx, f, dst)
+}
+
+// issueN is issue into a new slice of n, made only once the request is
+// admitted: a refusal costs no allocation.
+func (rt *genRuntime) issueN(ctx context.Context, n int) ([]uint64, error) {
+	f, err := rt.enter(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	dst := make([]uint64, n)
+	if err := rt.fill(ctx, f, dst); err != nil {
+		return nil, err
+	}
+	return dst, nil
+}
+
+// enter checks a request of n IDs against the serving state, the
+// caller's --client-rate and, when the ring cannot fill it or it is larger
+// than one turn, admission (f
+// non-nil: its IDs are in the queue until fill returns).
+func (rt *genRuntime) enter(ctx context.Context, n int) (f *flow, err error) {
 	if !rt.state.Serving() {
-		return rt.notServing()
+		return nil, rt.notServing()
 	}
 	if rt.limits != nil {
-		if err := rt.limit(ctx, len(dst)); err != nil {
-			return err
+		if err := rt.limit(ctx, n); err != nil {
+			return nil, err
 		}
 	}
-	var f *flow
-	if len(dst) > rt.ring.Len() {
-		var err error
-		if f, err = rt.admit(ctx, len(dst)); err != nil {
-			return err
-		}
+	if n > rt.fair.quantum || n > rt.ring.Len() {
+		return rt.admit(ctx, n)
+	}
+	return nil, nil
+}
+
+// fill is issue once entered.
+func (rt *genRuntime) fill(ctx context.Context, f *flow, dst []uint64) error {
+	if f != nil {
 		defer rt.fair.leave(f, len(dst))
 	}
-	n, _ := rt.ring.TakeN(dst)
+	// A batch larger than one turn is generated in turns, leaving the ring
+	// to the small calls it keeps fast (docs/design.md, Overload).
+	n := 0
+	if len(dst) <= rt.fair.quantum {
+		n, _ = rt.ring.TakeN(dst)
+	}
 	if n < len(dst) {
 		if f == nil { // the ring was taken from meanwhile
 			var err error

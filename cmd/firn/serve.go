@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator/local"
@@ -86,6 +90,13 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if err := node.Start(ctx); err != nil {
 		return fail(stderr, exitFailure, "serve: %v", err)
 	}
+	if sc.pprofAddr != "" {
+		stopProf, err := servePprof(sc.pprofAddr, log)
+		if err != nil {
+			return fail(stderr, exitFailure, "serve: --pprof-addr: %v", err)
+		}
+		defer stopProf()
+	}
 	fmt.Fprintf(stdout, "firn: node %s serving gRPC on %s, HTTP on %s (status page http://%s/)\n",
 		name, node.GRPCAddr(), node.HTTPAddr(), node.HTTPAddr())
 	<-ctx.Done()
@@ -137,4 +148,22 @@ func defaultNodeName(dataDir string) string {
 	}
 	sum := sha256.Sum256([]byte(dataDir))
 	return h + "-" + hex.EncodeToString(sum[:])[:6]
+}
+
+// servePprof serves net/http/pprof on addr until the returned stop.
+func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	log.Info("profiler serving", "addr", ln.Addr().String())
+	return func() { srv.Close() }, nil
 }

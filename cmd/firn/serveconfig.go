@@ -44,6 +44,8 @@ type serveConfig struct {
 	// its files change).
 	certs     *certfile.KeyPair
 	clientCAs *certfile.Pool
+	// pprofAddr serves net/http/pprof (loopback only; "" off).
+	pprofAddr string
 	// embeddedServeRemote and faultAddrAllowRemote lift the loopback rule
 	// of the listeners.
 	embeddedServeRemote  bool
@@ -107,6 +109,7 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&sc.tlsClientCA, "tls-client-ca", sc.tlsClientCA, "CA that client certificates must chain to (turns on mTLS)")
 	fs.Var(listFlag{&c.AdminNames}, "admin-names", "client certificate names (CN or DNS SAN) allowed to call the admin endpoints over mTLS, comma-separated")
 	fs.BoolVar(&c.EnableFaultInjection, "enable-fault-injection", c.EnableFaultInjection, "serve the fault-injection listener (chaos tests only)")
+	fs.StringVar(&sc.pprofAddr, "pprof-addr", sc.pprofAddr, "serve Go's profiler (net/http/pprof) on this loopback address, for profiling a node under load; off when empty")
 	fs.StringVar(&c.FaultAddr, "fault-addr", c.FaultAddr, "fault-injection listen address")
 	fs.BoolVar(&sc.faultAddrAllowRemote, "fault-addr-allow-remote", sc.faultAddrAllowRemote, "allow a non-loopback --fault-addr")
 	fs.DurationVar(&c.FaultClockOffset, "fault-clock-offset", c.FaultClockOffset, "clock offset from the first read (needs --enable-fault-injection)")
@@ -171,6 +174,11 @@ func (sc *serveConfig) finish(now time.Time) (server.Config, error) {
 		why: "on the embedded coordinator every node is its own ID space, so serving remote clients needs --embedded-serve-remote (or point the node at --etcd/--zookeeper)"}
 	for _, a := range []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
 		if err := listeners.check(a.flag, a.addr); err != nil {
+			return c, err
+		}
+	}
+	if sc.pprofAddr != "" {
+		if err := (loopbackRule{why: "the profiler shows the process's memory"}).check("pprof-addr", sc.pprofAddr); err != nil {
 			return c, err
 		}
 	}

@@ -64,3 +64,11 @@ func (h *hist) quantile(q float64) int64 {
 	}
 	return h.max
 }
+
+// latency is the histogram's percentiles.
+func (h *hist) latency() Latency {
+	return Latency{
+		P50: h.quantile(0.50), P90: h.quantile(0.90), P99: h.quantile(0.99), P999: h.quantile(0.999),
+		Max: h.max, Samples: h.total,
+	}
+}

@@ -31,10 +31,11 @@ const minPairs = 5
 
 // Report is what Main prints with --json: one of Run, Compare or Idle.
 type Report struct {
-	Run     *Result     `json:"run,omitempty"`
-	Compare *Comparison `json:"compare,omitempty"`
-	Idle    *IdleResult `json:"idle,omitempty"`
-	Pin     string      `json:"pin,omitempty"`
+	Run      *Result     `json:"run,omitempty"`
+	Compare  *Comparison `json:"compare,omitempty"`
+	Idle     *IdleResult `json:"idle,omitempty"`
+	Overload *Overload   `json:"overload,omitempty"`
+	Pin      string      `json:"pin,omitempty"`
 }
 
 // Comparison is node-versus-noop over interleaved pairs of runs.
@@ -77,6 +78,8 @@ type flags struct {
 	tlsCA, tlsCert, tlsKey, tlsServerName string
 	noopTLS                               string
 	record                                int
+	floodCallers, floodConns, floodBatch  int
+	ignoreRetry                           bool
 	noopDupAt                             uint64
 }
 
@@ -104,6 +107,7 @@ percentiles, errors by gRPC code and duplicate IDs received.
   firn bench --target 127.0.0.1:7300 --mode batch --batch 1000 --callers 8
   firn bench --target 127.0.0.1:7300 --compare noop --pin --callers 64 --conns 4
   firn bench --target 127.0.0.1:7300 --idle 60s
+  firn bench --target 127.0.0.1:7300 --flood-callers 512 --flood-conns 32 --flood-batch 100000
 
 `)
 		fs.PrintDefaults()
@@ -130,6 +134,10 @@ percentiles, errors by gRPC code and duplicate IDs received.
 	fs.StringVar(&f.tlsKey, "tls-key", "", "client key (PEM)")
 	fs.StringVar(&f.tlsServerName, "tls-server-name", "", "name to check in the node's certificate")
 	fs.StringVar(&f.noopTLS, "noop-tls", "auto", "TLS of the no-op server: off, tls, mtls, or auto (as the node's: mtls with --tls-cert, tls with --tls-ca)")
+	fs.IntVar(&f.floodCallers, "flood-callers", 0, "overload scenario: run alone, then again beside a flood of this many callers asking for --flood-batch IDs (0: no flood)")
+	fs.IntVar(&f.floodConns, "flood-conns", 32, "connections of the flood")
+	fs.IntVar(&f.floodBatch, "flood-batch", 100_000, "NextIDs count of the flood's calls")
+	fs.BoolVar(&f.ignoreRetry, "ignore-retry-info", false, "after a refusal, pause 1 ms instead of the RetryInfo it carries (an uncooperative client)")
 	fs.IntVar(&f.record, "record", 32<<20, "IDs kept for the duplicate check (preallocated, 8 bytes each)")
 	fs.Uint64Var(&f.noopDupAt, "noop-duplicate-at", 0, "make the no-op server hand out one ID twice, at this ID (checks the duplicate check)")
 	if err := fs.Parse(args); err != nil {
@@ -206,6 +214,14 @@ func (f *flags) validate() error {
 		return fmt.Errorf("--record %d is negative", f.record)
 	case !slices.Contains([]string{"auto", "off", "tls", "mtls"}, f.noopTLS):
 		return fmt.Errorf("--noop-tls %q: want auto, off, tls or mtls", f.noopTLS)
+	case f.floodCallers < 0 || f.floodCallers > 10_000:
+		return fmt.Errorf("--flood-callers %d outside [0, 10000]", f.floodCallers)
+	case f.floodCallers > 0 && (f.compare != "" || f.idle > 0 || f.target == "noop"):
+		return errors.New("--flood-callers needs a node --target, without --compare or --idle")
+	case f.floodConns < 1 || f.floodConns > 1_000:
+		return fmt.Errorf("--flood-conns %d outside [1, 1000]", f.floodConns)
+	case f.floodBatch < 1 || f.floodBatch > 1_000_000:
+		return fmt.Errorf("--flood-batch %d outside [1, 1000000]", f.floodBatch)
 	case (f.tlsCert == "") != (f.tlsKey == ""):
 		return errors.New("--tls-cert and --tls-key go together")
 	}
@@ -240,6 +256,9 @@ func (r *Report) duplicates() uint64 {
 		for _, p := range r.Compare.Pairs {
 			d += p.Node.Dups + p.Noop.Dups
 		}
+	}
+	if o := r.Overload; o != nil {
+		d += o.Alone.Dups + o.Loaded.Dups + o.Flood.Dups + o.CrossDups
 	}
 	return d
 }
@@ -324,11 +343,16 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 	base := runConfig{
 		generator: f.generator, mode: f.mode, batch: f.batch, callers: f.callers, conns: f.conns,
 		warmup: f.warmup, duration: f.duration, timeout: f.timeout, record: record, progress: progress,
+		ignoreRetry: f.ignoreRetry,
 	}
 	nodeCfg, noopCfg := base, base
 	nodeCfg.label, nodeCfg.addr, nodeCfg.tls = "node", f.target, nodeTLS
 	if noop != nil {
 		noopCfg.label, noopCfg.addr, noopCfg.tls = "noop", noop.addr, noopTLS
+	}
+	if f.floodCallers > 0 {
+		rep.Overload, err = overload(ctx, f, nodeCfg)
+		return rep, err
 	}
 	if f.compare == "" {
 		cfg := nodeCfg

@@ -44,6 +44,9 @@ func writeResult(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  latency p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (%d samples%s)\n",
 		fmtNS(r.Latency.P50), fmtNS(r.Latency.P90), fmtNS(r.Latency.P99), fmtNS(r.Latency.P999), fmtNS(r.Latency.Max), r.Latency.Samples, sampled)
 	fmt.Fprintf(w, "  errors %s\n", fmtErrors(r.Errors))
+	if l := r.ErrLatency; l != nil {
+		fmt.Fprintf(w, "  failed calls' latency p50 %s  p99 %s  max %s\n", fmtNS(l.P50), fmtNS(l.P99), fmtNS(l.Max))
+	}
 	fmt.Fprintf(w, "  duplicates %d  (%d of %d IDs checked)\n", r.Dups, r.Checked, r.IDs)
 }
 
@@ -66,6 +69,9 @@ func writeText(w io.Writer, rep *Report) {
 		}
 		m := c.Median
 		fmt.Fprintf(w, "%-6s %12.3f %12.3f %8.3f %8.3f %8.3f   (node / noop, median of %d pairs)\n", "median", m.RPC, m.IDs, m.P50, m.P99, m.P999, len(c.Pairs))
+	}
+	if o := rep.Overload; o != nil {
+		writeOverload(w, o)
 	}
 	if i := rep.Idle; i != nil {
 		fmt.Fprintf(w, "idle pid %d over %.1fs: cpu %.3fs = %.2f%% of a core, rss max %.1f MB, end %.1f MB\n",

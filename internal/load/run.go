@@ -48,8 +48,11 @@ type runConfig struct {
 	warmup    time.Duration
 	duration  time.Duration
 	timeout   time.Duration
-	record    []uint64  // preallocated: the IDs of the measured window
-	progress  io.Writer // nil: no progress lines
+	record    []uint64 // preallocated: the IDs of the measured window
+	// ignoreRetry: a caller pauses 1 ms after a refusal instead of its
+	// RetryInfo.
+	ignoreRetry bool
+	progress    io.Writer // nil: no progress lines
 }
 
 // Result is one run's measurement.
@@ -69,8 +72,11 @@ type Result struct {
 	IDsPS   float64           `json:"ids_per_s"`
 	Latency Latency           `json:"latency_ns"`
 	Errors  map[string]uint64 `json:"errors"`
-	Checked uint64            `json:"ids_checked"`
-	Dups    uint64            `json:"duplicates"`
+	// ErrLatency is the latency of the failed calls (how soon a refusal
+	// came); absent without errors.
+	ErrLatency *Latency `json:"error_latency_ns,omitempty"`
+	Checked    uint64   `json:"ids_checked"`
+	Dups       uint64   `json:"duplicates"`
 }
 
 // Latency holds call latency percentiles in nanoseconds.
@@ -96,8 +102,11 @@ type worker struct {
 	errs  atomic.Uint64
 	_     [40]byte
 	hist  hist
-	codes map[codes.Code]uint64
-	rec   []uint64 // len grows within the preallocated cap
+	ehist hist // latency of the failed calls
+	// ignoreRetry: pause 1 ms after a refusal whatever its RetryInfo.
+	ignoreRetry bool
+	codes       map[codes.Code]uint64
+	rec         []uint64 // len grows within the preallocated cap
 }
 
 // mono reads the monotonic clock (time since the run's origin).
@@ -185,7 +194,7 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 	workers := make([]*worker, cfg.callers)
 	per := len(cfg.record) / cfg.callers
 	for i := range workers {
-		workers[i] = &worker{codes: map[codes.Code]uint64{}, rec: cfg.record[i*per : i*per : (i+1)*per]}
+		workers[i] = &worker{codes: map[codes.Code]uint64{}, rec: cfg.record[i*per : i*per : (i+1)*per], ignoreRetry: cfg.ignoreRetry}
 	}
 	var phase atomic.Int32
 	var wg sync.WaitGroup
@@ -261,12 +270,13 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 	if cfg.mode == modeBatch {
 		res.Batch = cfg.batch
 	}
-	var h hist
+	var h, eh hist
 	recorded := cfg.record[:0]
 	for _, w := range workers {
 		res.Calls += w.calls.Load()
 		res.IDs += w.ids.Load()
 		h.merge(&w.hist)
+		eh.merge(&w.ehist)
 		for c, n := range w.codes {
 			res.Errors[c.String()] += n
 		}
@@ -285,9 +295,10 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 	res.CallsPS = float64(res.Calls) / res.Seconds
 	res.RPCPS = float64(res.RPCs) / res.Seconds
 	res.IDsPS = float64(res.IDs) / res.Seconds
-	res.Latency = Latency{
-		P50: h.quantile(0.50), P90: h.quantile(0.90), P99: h.quantile(0.99), P999: h.quantile(0.999),
-		Max: h.max, Samples: h.total,
+	res.Latency = h.latency()
+	if eh.total > 0 {
+		l := eh.latency()
+		res.ErrLatency = &l
 	}
 	res.Checked = uint64(len(recorded))
 	res.Dups = countDuplicates(recorded)
@@ -307,17 +318,26 @@ func countDuplicates(ids []uint64) uint64 {
 	return d
 }
 
-func (w *worker) fail(err error, measuring bool) {
+func (w *worker) fail(err error, lat time.Duration, measuring bool) {
 	w.errs.Add(1)
 	if measuring {
+		if lat > 0 { // untimed prefetch calls have none
+			w.ehist.record(int64(lat))
+		}
 		code := status.Code(err)
 		if errors.Is(err, client.ErrClosed) {
 			code = codes.Canceled
 		}
 		w.codes[code]++
 	}
-	// Do not spin on a target that refuses at once.
-	time.Sleep(time.Millisecond)
+	// Do not spin on a target that refuses at once; wait out the
+	// refusal's RetryInfo as the Go client does (at most a second), unless
+	// --ignore-retry-info.
+	pause := time.Millisecond
+	if d, ok := client.RetryAfter(err); ok && !w.ignoreRetry {
+		pause = min(max(d, pause), time.Second)
+	}
+	time.Sleep(pause)
 }
 
 // rpc is a unary or batch caller.
@@ -349,7 +369,7 @@ func (w *worker) rpc(ctx context.Context, cfg runConfig, stub firnv1.IDServiceCl
 		measuring := phase.Load() == phaseMeasure
 		if err != nil {
 			if ctx.Err() == nil {
-				w.fail(err, measuring)
+				w.fail(err, lat, measuring)
 			}
 			continue
 		}
@@ -400,7 +420,11 @@ func (w *worker) prefetch(ctx context.Context, c *client.Client, phase *atomic.I
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				w.fail(err, ph == phaseMeasure)
+				var lat time.Duration
+				if timed {
+					lat = now() - t0
+				}
+				w.fail(err, lat, ph == phaseMeasure)
 			}
 			continue
 		}
