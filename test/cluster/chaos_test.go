@@ -452,15 +452,39 @@ var faultScenarios = []scenario{
 		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Node == "n1" })
 		e.check(Bounds{})
 	}},
-	{name: "flood of maximum batches", run: func(e *env) {
-		n1 := e.newNode("n1")
+	{name: "overload: a flood of maximum batches beside small callers", both: true, run: func(e *env) {
+		// --max-queue 50ms holds about two of the flood's batches: the
+		// rest is refused at once, and the small callers (their own
+		// connections) are served between the batches' turns.
+		n1 := e.newNode("n1", "--max-queue", "50ms")
 		e.startAll(n1)
-		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 8, Batch: 100_000, Deadline: 2 * time.Second})
+		small := &Recorder{}
+		small.clients.Store(1000) // caller numbers apart from the flood's
+		smallLoad := StartLoad(small, e.nodes, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
+		flood := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 8, Batch: 100_000, Deadline: 2 * time.Second})
 		time.Sleep(2 * time.Second)
-		load.Stop()
-		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Code == codes.DeadlineExceeded })
+		flood.Stop()
+		smallLoad.Stop()
+		shed := 0
+		countFailures(e, e.rec.Failures(), func(f Failure) bool {
+			ok := f.Code == codes.ResourceExhausted && strings.Contains(f.Msg, "overloaded")
+			if ok {
+				shed++
+			}
+			return ok
+		})
+		if shed == 0 {
+			e.t.Errorf("the flood was never refused: admission did not bound the queue")
+		}
+		countFailures(e, small.Failures(), none)
+		if len(small.IDs()) == 0 {
+			e.t.Errorf("the small callers got no ID during the flood")
+		}
 		if _, err := n1.WaitReady(time.Second); err != nil {
 			e.t.Errorf("not serving right after the flood: %v", err)
+		}
+		for _, r := range small.IDs() {
+			e.rec.addIDs(r.Node, r.Generator, r.Client, r.Call, []uint64{r.ID}, r.At)
 		}
 		e.check(Bounds{})
 	}},
