@@ -485,7 +485,7 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 		if extrapolated {
 			wall, mono = g.read() // fresh, and in order with the readings fill saw
 		}
-		n, w, err := g.fill(wall, mono, one[:])
+		n, w, err := g.fill(wall, mono, one[:], g.leadUnits)
 		n, _, err = g.spinOut(n, w, err, one[:])
 		g.mu.Unlock()
 		if n == 1 || err != nil {
@@ -495,7 +495,7 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 		g.mu.Unlock()
 	}
 	var one [1]uint64
-	if _, err := g.nextBatch(ctx, one[:], true); err != nil {
+	if _, err := g.nextBatch(ctx, one[:], true, g.leadUnits); err != nil {
 		return 0, err
 	}
 	return one[0], nil
@@ -505,8 +505,64 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 // one clock read, and returns how many it wrote (at least one unless it
 // returns an error). The IDs increase. It waits and fails as Next does.
 func (g *Generator) NextBatch(ctx context.Context, dst []uint64) (int, error) {
-	return g.nextBatch(ctx, dst, false)
+	return g.nextBatch(ctx, dst, false, g.leadUnits)
 }
+
+// TryBulk is TryBatch for a large request: it leaves the last unit of the
+// lead (bulkLead) to NextBatch, Next and TryBatch, so that while bulk
+// callers keep the generator at its lead limit a small caller (or the
+// ring's filler) still finds IDs without waiting for the clock. The limit
+// is only lower, never higher: what NextBatch guarantees holds. It returns
+// 0 (and no error) when more would need a wait; AwaitBulk waits for that.
+func (g *Generator) TryBulk(dst []uint64) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	n, _, _, err := g.next(dst, false, g.bulkLead())
+	return n, err
+}
+
+// AwaitBulk waits until TryBulk can produce: for the clock or the
+// reservation, as NextBatch waits (ctx's deadline, Wake, Hold, Retire).
+// It produces nothing.
+func (g *Generator) AwaitBulk(ctx context.Context) error {
+	for {
+		wk := g.waker()
+		_, w, wall, err := g.next(nil, false, g.bulkLead())
+		if err != nil {
+			return err
+		}
+		switch w.kind {
+		case waitClock:
+			if err := g.sleep(ctx, w.d, wk); err != nil {
+				if errors.Is(err, ErrRetired) {
+					return err
+				}
+				return &AheadError{Lead: g.Lead(time.Unix(0, wall)), Limit: g.maxLead, Err: err}
+			}
+		case waitReservation:
+			if err := g.awaitReservation(ctx, w.need, wk); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// bulkLead is the lead limit of TryBulk, in units: one unit short of the
+// generator's when the lead spans at least bulkMinLead units (a coarse
+// layout, whose lead is a few long units, keeps them all for bulk).
+func (g *Generator) bulkLead() int64 {
+	if g.leadUnits >= bulkMinLead {
+		return g.leadUnits - 1
+	}
+	return g.leadUnits
+}
+
+// bulkMinLead is the smallest lead, in units, of which TryBulk leaves one
+// to small callers.
+const bulkMinLead = 8
 
 // TryBatch is NextBatch without waiting: it fills dst with what one time
 // unit allows now and returns 0 (and no error) when more would need a wait
@@ -517,9 +573,9 @@ func (g *Generator) TryBatch(dst []uint64) (int, error) {
 		return 0, nil
 	}
 	if wedge {
-		return g.nextBatch(context.Background(), dst, false)
+		return g.nextBatch(context.Background(), dst, false, g.leadUnits)
 	}
-	n, _, _, err := g.next(dst, false)
+	n, _, _, err := g.next(dst, false, g.leadUnits)
 	return n, err
 }
 
@@ -528,7 +584,7 @@ func (g *Generator) TryBatch(dst []uint64) (int, error) {
 // NextBatch does not: its caller (the ring buffer's filler, a batch
 // request) is one goroutine that a timer serves as well, and a spinning
 // filler would take a core from the takers it fills for.
-func (g *Generator) nextBatch(ctx context.Context, dst []uint64, spin bool) (int, error) {
+func (g *Generator) nextBatch(ctx context.Context, dst []uint64, spin bool, lead int64) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
@@ -537,7 +593,7 @@ func (g *Generator) nextBatch(ctx context.Context, dst []uint64, spin bool) (int
 		// clock step, a raise) ends the wait below, whose size came from
 		// this reading.
 		wk := g.waker()
-		n, w, wall, err := g.next(dst, spin)
+		n, w, wall, err := g.next(dst, spin, lead)
 		if n > 0 || err != nil {
 			return n, err
 		}
@@ -558,7 +614,7 @@ func (g *Generator) nextBatch(ctx context.Context, dst []uint64, spin bool) (int
 }
 
 // next reads the clock and runs fill, under the lock.
-func (g *Generator) next(dst []uint64, spin bool) (int, wait, int64, error) {
+func (g *Generator) next(dst []uint64, spin bool, lead int64) (int, wait, int64, error) {
 	g.mu.Lock()
 	if g.retired.Load() {
 		g.mu.Unlock()
@@ -569,7 +625,7 @@ func (g *Generator) next(dst []uint64, spin bool) (int, wait, int64, error) {
 		return 0, wait{}, 0, ErrHeld
 	}
 	wall, mono := g.read()
-	n, w, err := g.fill(wall, mono, dst)
+	n, w, err := g.fill(wall, mono, dst, lead)
 	if spin {
 		n, w, err = g.spinOut(n, w, err, dst)
 	}
@@ -588,7 +644,7 @@ func (g *Generator) spinOut(n int, w wait, err error, dst []uint64) (int, wait, 
 	for spins := 0; n == 0 && err == nil && w.kind == waitClock && w.d <= spinMax && g.spin &&
 		spins < maxSpins && !g.retired.Load(); spins++ {
 		wall, mono := g.read()
-		n, w, err = g.fill(wall, mono, dst)
+		n, w, err = g.fill(wall, mono, dst, g.leadUnits)
 	}
 	return n, w, err
 }
@@ -664,7 +720,7 @@ func (g *Generator) until(u int64, wallNs int64) time.Duration {
 // fill is the core, called with the lock held; the clock reading is its
 // argument. It issues up to len(dst) IDs in one time unit, or says what to
 // wait for, or returns an error.
-func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64) (int, wait, error) {
+func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64, lead int64) (int, wait, error) {
 	now := g.units(wall)
 	L, seq := g.last, g.seq
 	if now > L {
@@ -673,7 +729,7 @@ func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64) (int, wai
 	if g.floor+1 > L {
 		L, seq = g.floor+1, 0
 	}
-	if L-now > g.leadUnits {
+	if L-now > lead {
 		// Too far ahead of this reading. It may be extrapolated, or
 		// stale (the thread descheduled between its wall and monotonic
 		// halves): read the clock in full again before deciding.
@@ -690,11 +746,11 @@ func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64) (int, wai
 	// delta, i.e. how far the wall clock moved back against the monotonic
 	// clock (s < 0: it moved forward).
 	offset := time.Duration(wall) - mono
-	if L-now > g.leadUnits {
+	if L-now > lead {
 		if s := g.base - offset; s > g.maxLead && !weakStep {
 			return 0, wait{}, &RollbackError{Step: s, Limit: g.maxLead}
 		}
-		return 0, wait{kind: waitClock, d: g.until(L-g.leadUnits, wall)}, nil
+		return 0, wait{kind: waitClock, d: g.until(L-lead, wall)}, nil
 	}
 	// A forward step beyond MaxForwardStep (from the largest offset ever
 	// adopted, so that the clock coming back after an absorbed backward
@@ -713,8 +769,8 @@ func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64) (int, wai
 	}
 	if seq > g.maxSeq {
 		// Borrow the next unit, within the lead and the layout.
-		if L+1-now > g.leadUnits {
-			return 0, wait{kind: waitClock, d: g.until(L+1-g.leadUnits, wall)}, nil
+		if L+1-now > lead {
+			return 0, wait{kind: waitClock, d: g.until(L+1-lead, wall)}, nil
 		}
 		if L+1 > g.maxTime {
 			return 0, wait{}, &RangeError{Clock: g.layout.UnitStart(L + 1), Epoch: g.layout.Epoch, End: g.end}

@@ -611,3 +611,65 @@ func TestNextSpinsAtLeadLimitOnRealClock(t *testing.T) {
 		}
 	}
 }
+
+// TryBulk stops one unit short of the lead limit and leaves that unit to
+// Next; AwaitBulk waits until the clock lets TryBulk produce again, and
+// refuses a wait longer than the caller's deadline. The IDs of both stay
+// unique and increasing.
+func TestBulkLeavesTheLeadEdge(t *testing.T) {
+	r := newRig(t, nil)
+	leadUnits := int64(tinyLead / tiny.Unit)
+	buf := make([]uint64, 4)
+	for i := 0; ; i++ {
+		n, err := r.g.TryBulk(buf)
+		if err != nil {
+			t.Fatalf("TryBulk: %v", err)
+		}
+		if n == 0 {
+			break
+		}
+		for _, id := range buf[:n] {
+			r.record(id)
+		}
+		if i > 10000 {
+			t.Fatal("TryBulk never stopped")
+		}
+	}
+	p, _ := tiny.Decode(r.last)
+	if got := p.Units - r.now(); got != leadUnits-1 {
+		t.Fatalf("bulk stopped %d units ahead, want %d (one short of the lead limit)", got, leadUnits-1)
+	}
+	// The edge unit is Next's, at once.
+	if q := r.mustNext(); q.Units-r.now() != leadUnits {
+		t.Fatalf("Next took unit %d ahead, want the edge unit %d", q.Units-r.now(), leadUnits)
+	}
+	// AwaitBulk: the clock must move before bulk can produce again.
+	short, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if err := r.g.AwaitBulk(short); !errors.Is(err, ErrAhead) {
+		t.Fatalf("AwaitBulk with a 1 ms deadline at the bulk limit: %v, want ErrAhead", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.g.AwaitBulk(context.Background()) }()
+	for moved := 0; ; moved++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("AwaitBulk: %v", err)
+			}
+			n, err := r.g.TryBulk(buf)
+			if err != nil || n == 0 {
+				t.Fatalf("TryBulk after AwaitBulk: %d, %v; want IDs", n, err)
+			}
+			for _, id := range buf[:n] {
+				r.record(id)
+			}
+			return
+		case <-time.After(200 * time.Microsecond):
+			if moved > 100 {
+				t.Fatal("AwaitBulk did not return as the clock moved")
+			}
+			r.clock.Advance(time.Millisecond)
+		}
+	}
+}

@@ -25,6 +25,16 @@ type TrySource interface {
 	TryBatch(dst []uint64) (int, error)
 }
 
+// BulkSource is a Source with a lower lead limit for large requests:
+// TryBulk produces without waiting and leaves the edge of the lead to
+// NextBatch and TryBatch; AwaitBulk waits, producing nothing, until
+// TryBulk can produce (the generator satisfies it).
+type BulkSource interface {
+	Source
+	TryBulk(dst []uint64) (int, error)
+	AwaitBulk(ctx context.Context) error
+}
+
 // Clock supplies the monotonic reading that stamps refill chunks. The
 // clockguard clocks satisfy it; the wall reading is not used.
 type Clock interface {
@@ -421,6 +431,51 @@ func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
 	b.direct.Add(uint64(got - fromRing))
 	b.poke()
 	return got, err
+}
+
+// GenerateBulk is Generate for a large request, which must not hold the
+// filler's lock while it waits for the clock: under the lock it drains the
+// ring as Generate does, then takes what the source's TryBulk gives
+// without waiting. When that falls short of dst it returns, with no error,
+// how many it wrote and await, which waits (without the lock) until the
+// source can produce again; the caller waits on it and calls GenerateBulk
+// again. A source that is not a BulkSource is Generate's.
+func (b *Buffer) GenerateBulk(ctx context.Context, dst []uint64) (n int, await func(context.Context) error, err error) {
+	select {
+	case b.fillLock <- struct{}{}:
+	case <-ctx.Done():
+		return 0, nil, ctx.Err()
+	}
+	bs, ok := b.src.(BulkSource)
+	if !ok {
+		<-b.fillLock
+		n, err := b.Generate(ctx, dst)
+		return n, nil, err
+	}
+	got := 0
+	for got < len(dst) {
+		n, terr := b.takeN(dst[got:])
+		if terr != nil {
+			break
+		}
+		got += n
+	}
+	fromRing := got
+	for err == nil && got < len(dst) {
+		var n int
+		n, err = bs.TryBulk(dst[got:])
+		if n == 0 {
+			break
+		}
+		got += n
+	}
+	<-b.fillLock
+	b.direct.Add(uint64(got - fromRing))
+	b.poke()
+	if err == nil && got < len(dst) {
+		await = bs.AwaitBulk
+	}
+	return got, await, err
 }
 
 // Reset retires the current source and installs src (nil: none). The epoch

@@ -468,3 +468,53 @@ func BenchmarkTake(b *testing.B) {
 		}
 	}
 }
+
+// bulkCounter is a counter whose TryBulk gives at most avail IDs until
+// AwaitBulk allows more.
+type bulkCounter struct {
+	counter
+	avail  atomic.Int64
+	awaits atomic.Int64
+}
+
+func (c *bulkCounter) TryBulk(dst []uint64) (int, error) {
+	n := min(len(dst), int(c.avail.Load()))
+	if n == 0 {
+		return 0, nil
+	}
+	n, err := c.NextBatch(context.Background(), dst[:n])
+	c.avail.Add(int64(-n))
+	return n, err
+}
+
+func (c *bulkCounter) AwaitBulk(ctx context.Context) error {
+	c.awaits.Add(1)
+	c.avail.Store(5)
+	return ctx.Err()
+}
+
+// GenerateBulk takes what the source gives without waiting, returns the
+// source's AwaitBulk when it falls short, and falls back to Generate for a
+// source that is not a BulkSource.
+func TestGenerateBulk(t *testing.T) {
+	b := newBuf(t, Config{Size: 1024})
+	src := &bulkCounter{counter: counter{perCall: 3}}
+	src.avail.Store(7)
+	b.Reset(src)
+	dst := make([]uint64, 10)
+	n, await, err := b.GenerateBulk(context.Background(), dst)
+	if err != nil || n != 7 || await == nil || dst[6] != 7 {
+		t.Fatalf("GenerateBulk short of the source = %d, await %v, %v; want 7 and an await", n, await != nil, err)
+	}
+	if err := await(context.Background()); err != nil || src.awaits.Load() != 1 {
+		t.Fatalf("await: %v (%d awaits)", err, src.awaits.Load())
+	}
+	n, await, err = b.GenerateBulk(context.Background(), dst[7:])
+	if err != nil || n != 3 || await != nil || dst[9] != 10 {
+		t.Fatalf("GenerateBulk after the await = %d, await %v, %v; want the 3 left and no await", n, await != nil, err)
+	}
+	b.Reset(&counter{perCall: 4})
+	if n, await, err := b.GenerateBulk(context.Background(), dst); err != nil || n != 10 || await != nil {
+		t.Fatalf("GenerateBulk on a plain source = %d, await %v, %v; want Generate's 10", n, await != nil, err)
+	}
+}

@@ -234,8 +234,14 @@ func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
 	return id, nil
 }
 
-// generateFair fills dst in turns of the fair share.
+// generateFair fills dst in turns of the fair share. A request larger
+// than one turn is bulk: it never waits for the clock while it holds the
+// turn (or the filler's lock), and it leaves the last unit of the lead to
+// the small calls (generator.TryBulk), so that a single ID asked beside a
+// flood waits for the turn in progress, not for the clock.
 func (rt *genRuntime) generateFair(ctx context.Context, f *flow, dst []uint64) error {
+	bulk := len(dst) > rt.fair.quantum
+	retried := false
 	for n := 0; n < len(dst); {
 		g, err := rt.fair.acquire(ctx, f, len(dst)-n)
 		if errors.Is(err, errInterrupted) {
@@ -247,28 +253,30 @@ func (rt *genRuntime) generateFair(ctx context.Context, f *flow, dst []uint64) e
 		if err != nil {
 			return err
 		}
-		m, err := rt.generate(ctx, dst[n:n+g])
+		if !bulk {
+			m, err := rt.generate(ctx, dst[n:n+g])
+			rt.fair.release()
+			n += m
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		m, await, err := rt.ring.GenerateBulk(ctx, dst[n:n+g])
 		rt.fair.release()
 		n += m
+		if err == nil && await != nil {
+			err = await(ctx)
+		}
 		if err != nil {
-			return err
+			retry, err := rt.sourceErr(err, m == 0 && !retried)
+			if !retry {
+				return err
+			}
+			retried = true
 		}
 	}
 	return nil
-}
-
-func (rt *genRuntime) notServing() error {
-	r := rt.state.Snapshot().Refusal()
-	e := &NotServingError{Generator: rt.cfg.Name, Reason: r.Reason, Code: r.Code, Limit: r.Limit, Measured: r.Measured}
-	if r.Code == "" { // served again between the check and now
-		e.Code, e.Reason = clockguard.CodeStarting, "not serving"
-	}
-	if !r.RetryAt.IsZero() {
-		if wall, _ := rt.policy.clock.Now(); r.RetryAt.After(wall) {
-			e.RetryAfter = r.RetryAt.Sub(wall)
-		}
-	}
-	return e
 }
 
 // generate is the ring's Generate for what the ring could not give
@@ -284,20 +292,44 @@ func (rt *genRuntime) generate(ctx context.Context, dst []uint64) (int, error) {
 		if err == nil {
 			return n, nil
 		}
-		if errors.Is(err, generator.ErrHeld) {
-			return n, rt.notServing()
+		if retry, err := rt.sourceErr(err, attempt == 0 && n == 0); !retry {
+			return n, err
 		}
-		var fs *generator.ForwardStepError
-		if errors.As(err, &fs) && attempt == 0 && n == 0 {
-			rt.policy.forwardRefused(fs)
-			if rt.state.Serving() {
-				continue
-			}
-			return 0, rt.notServing()
-		}
-		rt.policy.noteError(rt, err)
-		return n, err
 	}
+}
+
+// sourceErr turns the generator's error into the call's: held is the
+// serving state's refusal; a forward step the generator refused goes to
+// the clock policy first and, when first (no ID produced yet, no retry
+// before), is tried again if the generator still serves (retry).
+func (rt *genRuntime) sourceErr(err error, first bool) (retry bool, _ error) {
+	if errors.Is(err, generator.ErrHeld) {
+		return false, rt.notServing()
+	}
+	var fs *generator.ForwardStepError
+	if errors.As(err, &fs) && first {
+		rt.policy.forwardRefused(fs)
+		if rt.state.Serving() {
+			return true, nil
+		}
+		return false, rt.notServing()
+	}
+	rt.policy.noteError(rt, err)
+	return false, err
+}
+
+func (rt *genRuntime) notServing() error {
+	r := rt.state.Snapshot().Refusal()
+	e := &NotServingError{Generator: rt.cfg.Name, Reason: r.Reason, Code: r.Code, Limit: r.Limit, Measured: r.Measured}
+	if r.Code == "" { // served again between the check and now
+		e.Code, e.Reason = clockguard.CodeStarting, "not serving"
+	}
+	if !r.RetryAt.IsZero() {
+		if wall, _ := rt.policy.clock.Now(); r.RetryAt.After(wall) {
+			e.RetryAfter = r.RetryAt.Sub(wall)
+		}
+	}
+	return e
 }
 
 // Info is a snapshot of one generator for Info, /readyz and the status
