@@ -15,9 +15,13 @@ func TestClientModuleGraph(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command("go", args...)
 		cmd.Dir = "../../client"
-		out, err := cmd.CombinedOutput()
+		// stdout only: on a fresh module cache go reports its downloads
+		// ("go: downloading …") on stderr, which is not the answer.
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("go %s in client/: %v\n%s", strings.Join(args, " "), err, out)
+			t.Fatalf("go %s in client/: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
 		}
 		return string(out)
 	}
