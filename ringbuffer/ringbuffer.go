@@ -403,14 +403,29 @@ func (b *Buffer) poke() {
 // that may wait long must end its waits by itself when it is retired (the
 // generator's Retire and Hold do).
 func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
+	n, _, err := b.generate(ctx, dst, false)
+	return n, err
+}
+
+// GenerateBulk is Generate for a large request, which must not hold the
+// filler's lock while it waits for the clock: under the lock it drains the
+// ring as Generate does, then takes what the source's TryBulk gives
+// without waiting. When that falls short of dst it returns, with no error,
+// how many it wrote and await, which waits (without the lock) until the
+// source can produce again; the caller waits on it and calls GenerateBulk
+// again. A source that is not a BulkSource is Generate's.
+func (b *Buffer) GenerateBulk(ctx context.Context, dst []uint64) (n int, await func(context.Context) error, err error) {
+	return b.generate(ctx, dst, true)
+}
+
+// generate is Generate, and GenerateBulk when bulk is set.
+func (b *Buffer) generate(ctx context.Context, dst []uint64, bulk bool) (got int, await func(context.Context) error, err error) {
 	select {
 	case b.fillLock <- struct{}{}:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, nil, ctx.Err()
 	}
 	src := b.src
-	got := 0
-	var err error
 	if src == nil {
 		err = ErrNoSource
 	}
@@ -422,59 +437,23 @@ func (b *Buffer) Generate(ctx context.Context, dst []uint64) (int, error) {
 		got += n
 	}
 	fromRing := got
+	bs, isBulk := src.(BulkSource)
+	bulk = bulk && isBulk
 	for err == nil && got < len(dst) {
 		var n int
-		n, err = src.NextBatch(ctx, dst[got:])
-		got += n
-	}
-	<-b.fillLock
-	b.direct.Add(uint64(got - fromRing))
-	b.poke()
-	return got, err
-}
-
-// GenerateBulk is Generate for a large request, which must not hold the
-// filler's lock while it waits for the clock: under the lock it drains the
-// ring as Generate does, then takes what the source's TryBulk gives
-// without waiting. When that falls short of dst it returns, with no error,
-// how many it wrote and await, which waits (without the lock) until the
-// source can produce again; the caller waits on it and calls GenerateBulk
-// again. A source that is not a BulkSource is Generate's.
-func (b *Buffer) GenerateBulk(ctx context.Context, dst []uint64) (n int, await func(context.Context) error, err error) {
-	select {
-	case b.fillLock <- struct{}{}:
-	case <-ctx.Done():
-		return 0, nil, ctx.Err()
-	}
-	bs, ok := b.src.(BulkSource)
-	if !ok {
-		<-b.fillLock
-		n, err := b.Generate(ctx, dst)
-		return n, nil, err
-	}
-	got := 0
-	for got < len(dst) {
-		n, terr := b.takeN(dst[got:])
-		if terr != nil {
-			break
-		}
-		got += n
-	}
-	fromRing := got
-	for err == nil && got < len(dst) {
-		var n int
-		n, err = bs.TryBulk(dst[got:])
-		if n == 0 {
-			break
+		if bulk {
+			if n, err = bs.TryBulk(dst[got:]); n == 0 && err == nil {
+				await = bs.AwaitBulk
+				break
+			}
+		} else {
+			n, err = src.NextBatch(ctx, dst[got:])
 		}
 		got += n
 	}
 	<-b.fillLock
 	b.direct.Add(uint64(got - fromRing))
 	b.poke()
-	if err == nil && got < len(dst) {
-		await = bs.AwaitBulk
-	}
 	return got, await, err
 }
 

@@ -134,10 +134,11 @@ func (rt *genRuntime) limit(ctx context.Context, n int) error {
 		RetryAfter: max(wait, time.Millisecond)}
 }
 
-// issue fills dst with IDs: what the ring holds first, the rest generated
-// directly, in turns given by fair share, so a caller never sees the
-// ring's ErrEmpty and never an ID older than one it got before from this
-// node. A request the ring cannot fill goes through admission first.
+// issue fills dst with IDs: a request of at most one turn from the ring
+// first, the rest generated directly in turns given by fair share, so a
+// caller never sees the ring's ErrEmpty and never an ID older than one it
+// got before from this node. A request the ring cannot fill goes through
+// admission first.
 func (rt *genRuntime) issue(ctx context.Context, dst []uint64) error {
 	f, err := rt.enter(ctx, len(dst))
 	if err != nil {
@@ -162,8 +163,8 @@ func (rt *genRuntime) issueN(ctx context.Context, n int) ([]uint64, error) {
 
 // enter checks a request of n IDs against the serving state, the
 // caller's --client-rate and, when the ring cannot fill it or it is larger
-// than one turn, admission (f
-// non-nil: its IDs are in the queue until fill returns).
+// than one turn, admission (f non-nil: its IDs are in the queue until fill
+// returns).
 func (rt *genRuntime) enter(ctx context.Context, n int) (f *flow, err error) {
 	if !rt.state.Serving() {
 		return nil, rt.notServing()
