@@ -1,7 +1,9 @@
 // Package certfile keeps TLS material read from PEM files current — a key
 // pair (KeyPair) and a CA bundle (Pool). For a key pair: a
-// handshake that needs the certificate first checks whether either file
-// changed (size or modification time) and, if so, loads the pair again.
+// handshake that needs the certificate first reads both files and, if
+// either's contents changed, loads the pair from what it read. Contents,
+// not modification times: a renewal written within the file system's
+// timestamp resolution, at the same size, is still seen.
 // A renewed certificate (cert-manager, an ACME client, an operator's copy)
 // is served from the next handshake on, without a restart; connections
 // already established keep the certificate they started with. A pair that
@@ -10,12 +12,12 @@
 package certfile
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"os"
 	"sync"
-	"time"
 )
 
 // KeyPair is a certificate and its key, read from files and reloaded when
@@ -30,30 +32,21 @@ type KeyPair struct {
 	onReload func(error)
 }
 
-// stamp identifies one version of a file.
-type stamp struct {
-	size int64
-	mod  time.Time
-}
+// stamp identifies one version of a file: a digest of its contents.
+type stamp [sha256.Size]byte
 
-func stampOf(path string) (stamp, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return stamp{}, err
-	}
-	return stamp{size: fi.Size(), mod: fi.ModTime()}, nil
-}
+func stampOf(b []byte) stamp { return sha256.Sum256(b) }
 
 // Load reads the pair; it fails when the files do not hold one.
 func Load(certFile, keyFile string) (*KeyPair, error) {
 	k := &KeyPair{certFile: certFile, keyFile: keyFile}
-	st, err := k.stat()
+	certPEM, keyPEM, st, err := k.read()
 	if err != nil {
 		return nil, err
 	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s, %s: %w", certFile, keyFile, err)
 	}
 	k.cert, k.stamps = &cert, st
 	return k, nil
@@ -68,27 +61,26 @@ func (k *KeyPair) OnReload(f func(error)) {
 	k.mu.Unlock()
 }
 
-func (k *KeyPair) stat() ([2]stamp, error) {
-	c, err := stampOf(k.certFile)
-	if err != nil {
-		return [2]stamp{}, err
+// read returns both files' contents and their stamps.
+func (k *KeyPair) read() (certPEM, keyPEM []byte, st [2]stamp, err error) {
+	if certPEM, err = os.ReadFile(k.certFile); err != nil {
+		return nil, nil, st, err
 	}
-	key, err := stampOf(k.keyFile)
-	if err != nil {
-		return [2]stamp{}, err
+	if keyPEM, err = os.ReadFile(k.keyFile); err != nil {
+		return nil, nil, st, err
 	}
-	return [2]stamp{c, key}, nil
+	return certPEM, keyPEM, [2]stamp{stampOf(certPEM), stampOf(keyPEM)}, nil
 }
 
 // Current returns the pair, loading it again first if its files changed.
 func (k *KeyPair) Current() *tls.Certificate {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	st, err := k.stat()
+	certPEM, keyPEM, st, err := k.read()
 	if err != nil || st == k.stamps || st == k.failed {
 		return k.cert // unreadable now, unchanged, or known not to load
 	}
-	cert, err := tls.LoadX509KeyPair(k.certFile, k.keyFile)
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		k.failed = st
 		if k.onReload != nil {
@@ -128,23 +120,19 @@ type Pool struct {
 // LoadPool reads the bundle; it fails when the file holds no certificate.
 func LoadPool(file string) (*Pool, error) {
 	p := &Pool{file: file}
-	st, err := stampOf(file)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := readPool(file)
-	if err != nil {
-		return nil, err
-	}
-	p.pool, p.stamp = pool, st
-	return p, nil
-}
-
-func readPool(file string) (*x509.CertPool, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
+	pool, err := parsePool(file, b)
+	if err != nil {
+		return nil, err
+	}
+	p.pool, p.stamp = pool, stampOf(b)
+	return p, nil
+}
+
+func parsePool(file string, b []byte) (*x509.CertPool, error) {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(b) {
 		return nil, fmt.Errorf("%s holds no PEM certificate", file)
@@ -163,11 +151,15 @@ func (p *Pool) OnReload(f func(error)) {
 func (p *Pool) Current() *x509.CertPool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st, err := stampOf(p.file)
-	if err != nil || st == p.stamp || st == p.failed {
+	b, err := os.ReadFile(p.file)
+	if err != nil {
 		return p.pool
 	}
-	pool, err := readPool(p.file)
+	st := stampOf(b)
+	if st == p.stamp || st == p.failed {
+		return p.pool
+	}
+	pool, err := parsePool(p.file, b)
 	if err != nil {
 		p.failed = st
 		if p.onReload != nil {
