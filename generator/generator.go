@@ -219,6 +219,9 @@ type Generator struct {
 	wakeMu  sync.Mutex
 	wake    atomic.Pointer[chan struct{}]
 	retireC chan struct{}
+	// onWake is the Wide this generator is a member of: its waiters
+	// wake with the member's.
+	onWake atomic.Pointer[func()]
 }
 
 // New returns a generator for one lease. It returns an error wrapping
@@ -365,6 +368,9 @@ func (g *Generator) Wake() {
 	old := g.wake.Swap(&ch)
 	close(*old)
 	g.wakeMu.Unlock()
+	if f := g.onWake.Load(); f != nil {
+		(*f)()
+	}
 }
 
 // Hold holds the generator out of service (on) or lets it serve again.
@@ -404,6 +410,9 @@ func (g *Generator) Retire() {
 		close(g.retireC)
 	}
 	g.mu.Unlock()
+	if f := g.onWake.Load(); f != nil {
+		(*f)()
+	}
 }
 
 // Retired reports whether Retire was called.

@@ -358,6 +358,159 @@ func (x *NextIDsResponse) GetIds() []uint64 {
 	return nil
 }
 
+type NextRangeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generator     string                 `protobuf:"bytes,1,opt,name=generator,proto3" json:"generator,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextRangeRequest) Reset() {
+	*x = NextRangeRequest{}
+	mi := &file_firn_v1_firn_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextRangeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextRangeRequest) ProtoMessage() {}
+
+func (x *NextRangeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextRangeRequest.ProtoReflect.Descriptor instead.
+func (*NextRangeRequest) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *NextRangeRequest) GetGenerator() string {
+	if x != nil {
+		return x.Generator
+	}
+	return ""
+}
+
+func (x *NextRangeRequest) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+// Run is count consecutive IDs starting at first: first, first+1, …,
+// first+count-1. The IDs of one run share their time, datacenter and
+// worker fields.
+type Run struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         uint64                 `protobuf:"fixed64,1,opt,name=first,proto3" json:"first,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Run) Reset() {
+	*x = Run{}
+	mi := &file_firn_v1_firn_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Run) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Run) ProtoMessage() {}
+
+func (x *Run) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Run.ProtoReflect.Descriptor instead.
+func (*Run) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Run) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *Run) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type NextRangeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Increasing: every ID of a run is below every ID of the next. The
+	// counts add up to the count asked for.
+	Runs          []*Run `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextRangeResponse) Reset() {
+	*x = NextRangeResponse{}
+	mi := &file_firn_v1_firn_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextRangeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextRangeResponse) ProtoMessage() {}
+
+func (x *NextRangeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextRangeResponse.ProtoReflect.Descriptor instead.
+func (*NextRangeResponse) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NextRangeResponse) GetRuns() []*Run {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
 type DecodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generator     string                 `protobuf:"bytes,1,opt,name=generator,proto3" json:"generator,omitempty"`
@@ -368,7 +521,7 @@ type DecodeRequest struct {
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_firn_v1_firn_proto_msgTypes[4]
+	mi := &file_firn_v1_firn_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +533,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[4]
+	mi := &file_firn_v1_firn_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +546,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{4}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DecodeRequest) GetGenerator() string {
@@ -422,7 +575,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_firn_v1_firn_proto_msgTypes[5]
+	mi := &file_firn_v1_firn_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +587,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[5]
+	mi := &file_firn_v1_firn_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +600,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{5}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DecodeResponse) GetTime() *timestamppb.Timestamp {
@@ -486,7 +639,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_firn_v1_firn_proto_msgTypes[6]
+	mi := &file_firn_v1_firn_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +651,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[6]
+	mi := &file_firn_v1_firn_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +664,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{6}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{9}
 }
 
 type InfoResponse struct {
@@ -531,7 +684,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_firn_v1_firn_proto_msgTypes[7]
+	mi := &file_firn_v1_firn_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +696,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[7]
+	mi := &file_firn_v1_firn_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +709,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{7}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InfoResponse) GetNodeName() string {
@@ -641,13 +794,21 @@ type GeneratorInfo struct {
 	// (regions) issue disjoint IDs only when each is pinned to its own
 	// datacenter; two pinned to the same one cannot see each other.
 	DatacenterFixed bool `protobuf:"varint,18,opt,name=datacenter_fixed,json=datacenterFixed,proto3" json:"datacenter_fixed,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The worker IDs the generator holds (a wide generator holds several),
+	// ascending; worker above is the first of them.
+	Workers []uint32 `protobuf:"varint,19,rep,packed,name=workers,proto3" json:"workers,omitempty"`
+	// How many workers the generator aims to hold: --workers, or the
+	// current target under --workers auto.
+	WorkersWanted uint32 `protobuf:"varint,20,opt,name=workers_wanted,json=workersWanted,proto3" json:"workers_wanted,omitempty"`
+	// The largest count NextRange accepts for this generator.
+	MaxRange      uint64 `protobuf:"varint,21,opt,name=max_range,json=maxRange,proto3" json:"max_range,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GeneratorInfo) Reset() {
 	*x = GeneratorInfo{}
-	mi := &file_firn_v1_firn_proto_msgTypes[8]
+	mi := &file_firn_v1_firn_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +820,7 @@ func (x *GeneratorInfo) String() string {
 func (*GeneratorInfo) ProtoMessage() {}
 
 func (x *GeneratorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[8]
+	mi := &file_firn_v1_firn_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +833,7 @@ func (x *GeneratorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GeneratorInfo.ProtoReflect.Descriptor instead.
 func (*GeneratorInfo) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{8}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GeneratorInfo) GetName() string {
@@ -801,6 +962,27 @@ func (x *GeneratorInfo) GetDatacenterFixed() bool {
 	return false
 }
 
+func (x *GeneratorInfo) GetWorkers() []uint32 {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+func (x *GeneratorInfo) GetWorkersWanted() uint32 {
+	if x != nil {
+		return x.WorkersWanted
+	}
+	return 0
+}
+
+func (x *GeneratorInfo) GetMaxRange() uint64 {
+	if x != nil {
+		return x.MaxRange
+	}
+	return 0
+}
+
 var File_firn_v1_firn_proto protoreflect.FileDescriptor
 
 const file_firn_v1_firn_proto_rawDesc = "" +
@@ -814,7 +996,15 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\tgenerator\x18\x01 \x01(\tR\tgenerator\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\rR\x05count\"#\n" +
 	"\x0fNextIDsResponse\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\x06R\x03ids\"=\n" +
+	"\x03ids\x18\x01 \x03(\x06R\x03ids\"F\n" +
+	"\x10NextRangeRequest\x12\x1c\n" +
+	"\tgenerator\x18\x01 \x01(\tR\tgenerator\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"1\n" +
+	"\x03Run\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x06R\x05first\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"5\n" +
+	"\x11NextRangeResponse\x12 \n" +
+	"\x04runs\x18\x01 \x03(\v2\f.firn.v1.RunR\x04runs\"=\n" +
 	"\rDecodeRequest\x12\x1c\n" +
 	"\tgenerator\x18\x01 \x01(\tR\tgenerator\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x06R\x02id\"\x94\x01\n" +
@@ -836,7 +1026,7 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\vcoordinator\x18\x06 \x01(\tR\vcoordinator\x126\n" +
 	"\n" +
 	"generators\x18\a \x03(\v2\x16.firn.v1.GeneratorInfoR\n" +
-	"generators\"\xa5\x05\n" +
+	"generators\"\x83\x06\n" +
 	"\rGeneratorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\tR\x06layout\x12\x1d\n" +
@@ -863,7 +1053,10 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\n" +
 	"ids_issued\x18\x10 \x01(\x04R\tidsIssued\x12\x14\n" +
 	"\x05cause\x18\x11 \x01(\tR\x05cause\x12)\n" +
-	"\x10datacenter_fixed\x18\x12 \x01(\bR\x0fdatacenterFixed*\xe8\x02\n" +
+	"\x10datacenter_fixed\x18\x12 \x01(\bR\x0fdatacenterFixed\x12\x18\n" +
+	"\aworkers\x18\x13 \x03(\rR\aworkers\x12%\n" +
+	"\x0eworkers_wanted\x18\x14 \x01(\rR\rworkersWanted\x12\x1b\n" +
+	"\tmax_range\x18\x15 \x01(\x04R\bmaxRange*\xe8\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eCLOCK_ROLLBACK\x10\x01\x12\x0e\n" +
@@ -887,10 +1080,11 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\tNOT_FOUND\x10\x0f\x12\x0f\n" +
 	"\vBAD_REQUEST\x10\x10\x12\x0e\n" +
 	"\n" +
-	"OVERLOADED\x10\x112\xf4\x01\n" +
+	"OVERLOADED\x10\x112\xb8\x02\n" +
 	"\tIDService\x129\n" +
 	"\x06NextID\x12\x16.firn.v1.NextIDRequest\x1a\x17.firn.v1.NextIDResponse\x12<\n" +
-	"\aNextIDs\x12\x17.firn.v1.NextIDsRequest\x1a\x18.firn.v1.NextIDsResponse\x129\n" +
+	"\aNextIDs\x12\x17.firn.v1.NextIDsRequest\x1a\x18.firn.v1.NextIDsResponse\x12B\n" +
+	"\tNextRange\x12\x19.firn.v1.NextRangeRequest\x1a\x1a.firn.v1.NextRangeResponse\x129\n" +
 	"\x06Decode\x12\x16.firn.v1.DecodeRequest\x1a\x17.firn.v1.DecodeResponse\x123\n" +
 	"\x04Info\x12\x14.firn.v1.InfoRequest\x1a\x15.firn.v1.InfoResponseB-Z+github.com/firnid/firn/client/firnv1;firnv1b\x06proto3"
 
@@ -907,42 +1101,48 @@ func file_firn_v1_firn_proto_rawDescGZIP() []byte {
 }
 
 var file_firn_v1_firn_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_firn_v1_firn_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_firn_v1_firn_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_firn_v1_firn_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: firn.v1.ErrorReason
 	(*NextIDRequest)(nil),         // 1: firn.v1.NextIDRequest
 	(*NextIDResponse)(nil),        // 2: firn.v1.NextIDResponse
 	(*NextIDsRequest)(nil),        // 3: firn.v1.NextIDsRequest
 	(*NextIDsResponse)(nil),       // 4: firn.v1.NextIDsResponse
-	(*DecodeRequest)(nil),         // 5: firn.v1.DecodeRequest
-	(*DecodeResponse)(nil),        // 6: firn.v1.DecodeResponse
-	(*InfoRequest)(nil),           // 7: firn.v1.InfoRequest
-	(*InfoResponse)(nil),          // 8: firn.v1.InfoResponse
-	(*GeneratorInfo)(nil),         // 9: firn.v1.GeneratorInfo
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
+	(*NextRangeRequest)(nil),      // 5: firn.v1.NextRangeRequest
+	(*Run)(nil),                   // 6: firn.v1.Run
+	(*NextRangeResponse)(nil),     // 7: firn.v1.NextRangeResponse
+	(*DecodeRequest)(nil),         // 8: firn.v1.DecodeRequest
+	(*DecodeResponse)(nil),        // 9: firn.v1.DecodeResponse
+	(*InfoRequest)(nil),           // 10: firn.v1.InfoRequest
+	(*InfoResponse)(nil),          // 11: firn.v1.InfoResponse
+	(*GeneratorInfo)(nil),         // 12: firn.v1.GeneratorInfo
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
 }
 var file_firn_v1_firn_proto_depIdxs = []int32{
-	10, // 0: firn.v1.DecodeResponse.time:type_name -> google.protobuf.Timestamp
-	9,  // 1: firn.v1.InfoResponse.generators:type_name -> firn.v1.GeneratorInfo
-	10, // 2: firn.v1.GeneratorInfo.reserved_until:type_name -> google.protobuf.Timestamp
-	11, // 3: firn.v1.GeneratorInfo.clock_lead:type_name -> google.protobuf.Duration
-	11, // 4: firn.v1.GeneratorInfo.ntp_offset:type_name -> google.protobuf.Duration
-	11, // 5: firn.v1.GeneratorInfo.max_lead:type_name -> google.protobuf.Duration
-	11, // 6: firn.v1.GeneratorInfo.max_staleness:type_name -> google.protobuf.Duration
-	1,  // 7: firn.v1.IDService.NextID:input_type -> firn.v1.NextIDRequest
-	3,  // 8: firn.v1.IDService.NextIDs:input_type -> firn.v1.NextIDsRequest
-	5,  // 9: firn.v1.IDService.Decode:input_type -> firn.v1.DecodeRequest
-	7,  // 10: firn.v1.IDService.Info:input_type -> firn.v1.InfoRequest
-	2,  // 11: firn.v1.IDService.NextID:output_type -> firn.v1.NextIDResponse
-	4,  // 12: firn.v1.IDService.NextIDs:output_type -> firn.v1.NextIDsResponse
-	6,  // 13: firn.v1.IDService.Decode:output_type -> firn.v1.DecodeResponse
-	8,  // 14: firn.v1.IDService.Info:output_type -> firn.v1.InfoResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	6,  // 0: firn.v1.NextRangeResponse.runs:type_name -> firn.v1.Run
+	13, // 1: firn.v1.DecodeResponse.time:type_name -> google.protobuf.Timestamp
+	12, // 2: firn.v1.InfoResponse.generators:type_name -> firn.v1.GeneratorInfo
+	13, // 3: firn.v1.GeneratorInfo.reserved_until:type_name -> google.protobuf.Timestamp
+	14, // 4: firn.v1.GeneratorInfo.clock_lead:type_name -> google.protobuf.Duration
+	14, // 5: firn.v1.GeneratorInfo.ntp_offset:type_name -> google.protobuf.Duration
+	14, // 6: firn.v1.GeneratorInfo.max_lead:type_name -> google.protobuf.Duration
+	14, // 7: firn.v1.GeneratorInfo.max_staleness:type_name -> google.protobuf.Duration
+	1,  // 8: firn.v1.IDService.NextID:input_type -> firn.v1.NextIDRequest
+	3,  // 9: firn.v1.IDService.NextIDs:input_type -> firn.v1.NextIDsRequest
+	5,  // 10: firn.v1.IDService.NextRange:input_type -> firn.v1.NextRangeRequest
+	8,  // 11: firn.v1.IDService.Decode:input_type -> firn.v1.DecodeRequest
+	10, // 12: firn.v1.IDService.Info:input_type -> firn.v1.InfoRequest
+	2,  // 13: firn.v1.IDService.NextID:output_type -> firn.v1.NextIDResponse
+	4,  // 14: firn.v1.IDService.NextIDs:output_type -> firn.v1.NextIDsResponse
+	7,  // 15: firn.v1.IDService.NextRange:output_type -> firn.v1.NextRangeResponse
+	9,  // 16: firn.v1.IDService.Decode:output_type -> firn.v1.DecodeResponse
+	11, // 17: firn.v1.IDService.Info:output_type -> firn.v1.InfoResponse
+	13, // [13:18] is the sub-list for method output_type
+	8,  // [8:13] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_firn_v1_firn_proto_init() }
@@ -956,7 +1156,7 @@ func file_firn_v1_firn_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_firn_v1_firn_proto_rawDesc), len(file_firn_v1_firn_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

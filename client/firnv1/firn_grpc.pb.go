@@ -22,10 +22,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IDService_NextID_FullMethodName  = "/firn.v1.IDService/NextID"
-	IDService_NextIDs_FullMethodName = "/firn.v1.IDService/NextIDs"
-	IDService_Decode_FullMethodName  = "/firn.v1.IDService/Decode"
-	IDService_Info_FullMethodName    = "/firn.v1.IDService/Info"
+	IDService_NextID_FullMethodName    = "/firn.v1.IDService/NextID"
+	IDService_NextIDs_FullMethodName   = "/firn.v1.IDService/NextIDs"
+	IDService_NextRange_FullMethodName = "/firn.v1.IDService/NextRange"
+	IDService_Decode_FullMethodName    = "/firn.v1.IDService/Decode"
+	IDService_Info_FullMethodName      = "/firn.v1.IDService/Info"
 )
 
 // IDServiceClient is the client API for IDService service.
@@ -45,6 +46,12 @@ type IDServiceClient interface {
 	// 1 to the generator's max_batch (see Info); anything else is
 	// INVALID_ARGUMENT naming the bound.
 	NextIDs(ctx context.Context, in *NextIDsRequest, opts ...grpc.CallOption) (*NextIDsResponse, error)
+	// NextRange returns exactly count distinct IDs as runs of consecutive
+	// IDs: the same IDs NextIDs would return, in the same increasing order,
+	// without 8 bytes per ID on the wire. count runs from 1 to the
+	// generator's max_range (see Info); anything else is INVALID_ARGUMENT
+	// naming the bound.
+	NextRange(ctx context.Context, in *NextRangeRequest, opts ...grpc.CallOption) (*NextRangeResponse, error)
 	// Decode splits an ID into its fields under a generator's layout.
 	Decode(ctx context.Context, in *DecodeRequest, opts ...grpc.CallOption) (*DecodeResponse, error)
 	// Info describes the node and each of its generators.
@@ -73,6 +80,16 @@ func (c *iDServiceClient) NextIDs(ctx context.Context, in *NextIDsRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(NextIDsResponse)
 	err := c.cc.Invoke(ctx, IDService_NextIDs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *iDServiceClient) NextRange(ctx context.Context, in *NextRangeRequest, opts ...grpc.CallOption) (*NextRangeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NextRangeResponse)
+	err := c.cc.Invoke(ctx, IDService_NextRange_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +133,12 @@ type IDServiceServer interface {
 	// 1 to the generator's max_batch (see Info); anything else is
 	// INVALID_ARGUMENT naming the bound.
 	NextIDs(context.Context, *NextIDsRequest) (*NextIDsResponse, error)
+	// NextRange returns exactly count distinct IDs as runs of consecutive
+	// IDs: the same IDs NextIDs would return, in the same increasing order,
+	// without 8 bytes per ID on the wire. count runs from 1 to the
+	// generator's max_range (see Info); anything else is INVALID_ARGUMENT
+	// naming the bound.
+	NextRange(context.Context, *NextRangeRequest) (*NextRangeResponse, error)
 	// Decode splits an ID into its fields under a generator's layout.
 	Decode(context.Context, *DecodeRequest) (*DecodeResponse, error)
 	// Info describes the node and each of its generators.
@@ -135,6 +158,9 @@ func (UnimplementedIDServiceServer) NextID(context.Context, *NextIDRequest) (*Ne
 }
 func (UnimplementedIDServiceServer) NextIDs(context.Context, *NextIDsRequest) (*NextIDsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method NextIDs not implemented")
+}
+func (UnimplementedIDServiceServer) NextRange(context.Context, *NextRangeRequest) (*NextRangeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NextRange not implemented")
 }
 func (UnimplementedIDServiceServer) Decode(context.Context, *DecodeRequest) (*DecodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Decode not implemented")
@@ -199,6 +225,24 @@ func _IDService_NextIDs_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IDService_NextRange_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NextRangeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IDServiceServer).NextRange(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IDService_NextRange_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IDServiceServer).NextRange(ctx, req.(*NextRangeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _IDService_Decode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DecodeRequest)
 	if err := dec(in); err != nil {
@@ -249,6 +293,10 @@ var IDService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NextIDs",
 			Handler:    _IDService_NextIDs_Handler,
+		},
+		{
+			MethodName: "NextRange",
+			Handler:    _IDService_NextRange_Handler,
 		},
 		{
 			MethodName: "Decode",

@@ -1,0 +1,506 @@
+package generator
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Run is Count consecutive IDs starting at First: First, First+1, …,
+// First+Count−1.
+type Run struct{ First, Count uint64 }
+
+// Wide issues the IDs of several generators of one layout — the workers
+// one node holds for one generator name — as one source in per-node
+// order: within one time unit it hands out each member's sequence block
+// in ascending order of their worker (and datacenter) fields, then moves
+// to the next unit. So the IDs it issues strictly increase, as one
+// Generator's do, at up to k times one worker's rate.
+//
+// Each member stays a Generator for its own lease: its floor, its
+// reservation, its lead limit and its clock checks decide whether it may
+// issue at the unit Wide asks for (fillAt), so every invariant of one
+// generator holds for each member whatever Wide does. Wide only chooses
+// the unit and the member. A member that cannot issue at the current
+// unit — its floor lies ahead (it joined late), its reservation has not
+// reached the unit, it was retired — is passed over for that unit; the
+// others serve. Members change with SetMembers as leases come and go.
+//
+// Wide satisfies the ring buffer's Source, TrySource and BulkSource, and
+// issues runs (TryRuns) for callers that take IDs as ranges.
+type Wide struct {
+	layout    Layout
+	clock     Clock
+	maxLead   time.Duration
+	leadUnits int64
+	seqShift  uint8
+
+	mu      sync.Mutex
+	members []*Generator // ascending node fields
+	cur     int64        // the unit being handed out
+	idx     int          // the member handing it out
+	// lastNode: the node fields of the member that issued last in cur,
+	// so that a change of members mid-unit resumes after it.
+	lastNode uint64
+	// served: some member issued at cur; waitRes: some member waited
+	// for its reservation at cur (so an empty pass over cur waits too,
+	// rather than running the cursor ahead to the lead limit).
+	served, waitRes bool
+
+	held    atomic.Bool
+	issued  atomic.Uint64
+	wakeMu  sync.Mutex
+	wake    atomic.Pointer[chan struct{}]
+	retired atomic.Bool
+	retireC chan struct{}
+}
+
+// NewWide returns a Wide over no member yet, for generators built with
+// the layout and clock given (and MaxLead; zero means the default).
+func NewWide(l Layout, clock Clock, maxLead time.Duration) *Wide {
+	if maxLead == 0 {
+		maxLead = DefaultMaxLead(l)
+	}
+	w := &Wide{layout: l, clock: clock, maxLead: maxLead, leadUnits: int64(maxLead / l.Unit),
+		seqShift: l.seqShift(), cur: -1, retireC: make(chan struct{})}
+	ch := make(chan struct{})
+	w.wake.Store(&ch)
+	return w
+}
+
+// SetMembers replaces the members. Each must have been built with the
+// Wide's layout; a retired one is passed over until removed. The unit in
+// progress continues after the member that issued last in it, so the
+// order holds across the change.
+func (w *Wide) SetMembers(gens []*Generator) {
+	ms := slices.Clone(gens)
+	slices.SortFunc(ms, func(a, b *Generator) int {
+		switch {
+		case a.nodeBits < b.nodeBits:
+			return -1
+		case a.nodeBits > b.nodeBits:
+			return 1
+		}
+		return 0
+	})
+	w.mu.Lock()
+	w.members = ms
+	w.idx = len(ms)
+	for i, m := range ms {
+		if m.nodeBits >= w.lastNode {
+			w.idx = i
+			break
+		}
+	}
+	if !w.served {
+		w.idx = 0
+	}
+	w.mu.Unlock()
+	wake := w.Wake
+	for _, m := range ms {
+		m.onWake.Store(&wake)
+	}
+	w.Wake()
+}
+
+// Members returns the members, in the order they serve a unit.
+func (w *Wide) Members() []*Generator {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.members)
+}
+
+// Issued counts the IDs Wide issued.
+func (w *Wide) Issued() uint64 { return w.issued.Load() }
+
+// MaxLead returns the lead limit in force.
+func (w *Wide) MaxLead() time.Duration { return w.maxLead }
+
+// Hold holds Wide out of service (on) or lets it serve again, as
+// Generator.Hold does.
+func (w *Wide) Hold(on bool) {
+	w.held.Store(on)
+	w.Wake()
+}
+
+// Retire ends Wide: later calls return ErrRetired (the members are not
+// retired: they belong to their leases).
+func (w *Wide) Retire() {
+	w.mu.Lock()
+	if !w.retired.Swap(true) {
+		close(w.retireC)
+	}
+	w.mu.Unlock()
+}
+
+// Wake makes every waiting call re-read the clock and decide again. A
+// member's Wake (a raised reservation, a step, Retire) calls it.
+func (w *Wide) Wake() {
+	ch := make(chan struct{})
+	w.wakeMu.Lock()
+	old := w.wake.Swap(&ch)
+	close(*old)
+	w.wakeMu.Unlock()
+}
+
+func (w *Wide) waker() <-chan struct{} { return *w.wake.Load() }
+
+// sink receives what produce issues: IDs (ids) or runs.
+type sink struct {
+	ids  []uint64
+	runs []Run
+	nr   int // runs written
+}
+
+// produce issues up to want IDs, unit by unit, member by member, under the
+// lock; it returns how many, or what to wait for when none, or an error.
+func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, err error) {
+	if w.retired.Load() {
+		return 0, wait{}, ErrRetired
+	}
+	if w.held.Load() {
+		return 0, wait{}, ErrHeld
+	}
+	wall, _ := w.clock.Now()
+	if now := w.layout.Units(wall); now > w.cur {
+		w.moveTo(now)
+	}
+	for passes := 0; got < want; {
+		if w.idx >= len(w.members) {
+			if !w.served && w.waitRes && got == 0 {
+				// Nothing issued at cur: the next call asks every
+				// member again.
+				w.moveTo(w.cur)
+				return 0, wait{kind: waitReservation, need: w.cur}, nil
+			}
+			if len(w.members) == 0 {
+				return got, wait{kind: waitReservation, need: w.cur}, nil
+			}
+			// Every member is done with this unit: the next one. The
+			// members' lead checks stop the cursor at the lead limit.
+			if !w.served {
+				passes++
+			}
+			if passes > int(w.leadUnits)+2 {
+				// No member could serve any unit within the lead: none
+				// has a floor below it (all joined with floors ahead).
+				return got, wait{kind: waitClock, d: w.layout.Unit}, nil
+			}
+			w.moveTo(w.cur + 1)
+			continue
+		}
+		most := want - got
+		if s.runs != nil {
+			// Room for one more run (a block of consecutive IDs), or for
+			// one run per ID when the sequence lies above the node fields.
+			if s.nr == len(s.runs) {
+				break
+			}
+			if w.seqShift != 0 {
+				most = min(most, uint64(len(s.runs)-s.nr))
+			}
+		}
+		m := w.members[w.idx]
+		first, n, st, mw, merr := m.fillAt(w.cur, most, lead)
+		switch {
+		case errors.Is(merr, ErrRetired):
+			w.idx++
+			continue
+		case merr != nil:
+			if got > 0 {
+				return got, wait{}, nil
+			}
+			return 0, wait{}, merr
+		}
+		switch st {
+		case atIssued, atFull:
+			if n > 0 {
+				w.emit(s, got, first, n)
+				got += n
+				w.served, w.lastNode = true, m.nodeBits
+			}
+			if st == atFull {
+				w.idx++
+			}
+		case atSkip:
+			w.idx++
+		case atAhead:
+			// The member issued past cur by itself (a one-member Wide
+			// beside the member's own callers): follow it.
+			w.moveTo(int64(first))
+		case atWait:
+			if mw.kind == waitClock {
+				// The clock bounds every member alike.
+				return got, mw, nil
+			}
+			w.waitRes = true
+			w.idx++
+		}
+	}
+	w.issued.Add(got)
+	return got, wait{}, nil
+}
+
+// moveTo starts unit u.
+func (w *Wide) moveTo(u int64) {
+	w.cur, w.idx, w.lastNode, w.served, w.waitRes = u, 0, 0, false, false
+}
+
+// emit writes n IDs from first into s, at offset off of the IDs.
+func (w *Wide) emit(s *sink, off, first, n uint64) {
+	if s.runs == nil {
+		for i := uint64(0); i < n; i++ {
+			s.ids[off+i] = first + i<<w.seqShift
+		}
+		return
+	}
+	if w.seqShift == 0 {
+		if s.nr > 0 {
+			if r := &s.runs[s.nr-1]; r.First+r.Count == first {
+				r.Count += n // adjacent workers' blocks meet
+				return
+			}
+		}
+		s.runs[s.nr] = Run{First: first, Count: n}
+		s.nr++
+		return
+	}
+	for i := uint64(0); i < n; i++ {
+		s.runs[s.nr] = Run{First: first + i<<w.seqShift, Count: 1}
+		s.nr++
+	}
+}
+
+// try runs produce once under the lock.
+func (w *Wide) try(s *sink, want uint64, lead int64) (uint64, wait, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.produce(s, want, lead)
+}
+
+// NextBatch fills dst with IDs, at least one, waiting as Generator's
+// NextBatch does (the clock at the lead limit, the reservation).
+func (w *Wide) NextBatch(ctx context.Context, dst []uint64) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	for {
+		wk := w.waker()
+		n, wt, err := w.try(&sink{ids: dst}, uint64(len(dst)), w.leadUnits)
+		if n > 0 || err != nil {
+			return int(n), err
+		}
+		if err := w.await(ctx, wt, wk); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// TryBatch is NextBatch without waiting: 0 and no error when more would
+// need a wait.
+func (w *Wide) TryBatch(dst []uint64) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	n, _, err := w.try(&sink{ids: dst}, uint64(len(dst)), w.leadUnits)
+	return int(n), err
+}
+
+// TryBulk is TryBatch for a large request, leaving the last unit of the
+// lead to small calls (Generator.TryBulk).
+func (w *Wide) TryBulk(dst []uint64) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	n, _, err := w.try(&sink{ids: dst}, uint64(len(dst)), w.bulkLead())
+	return int(n), err
+}
+
+// TryRuns issues up to want IDs as runs into dst without waiting, and
+// returns how many runs and IDs it wrote (0 and no error when more would
+// need a wait; AwaitBulk waits for that). dst must have room for a run per
+// member and unit the IDs may span: len(dst) bounds want by itself (each
+// run holds at least one ID), and a caller asking for runs of whole units
+// needs want / PerUnit + members + 1; with fewer it returns fewer IDs.
+// bulk leaves the lead's last unit to
+// small calls, as TryBulk does.
+func (w *Wide) TryRuns(dst []Run, want uint64, bulk bool) (runs int, ids uint64, err error) {
+	if len(dst) == 0 || want == 0 {
+		return 0, 0, nil
+	}
+	lead := w.leadUnits
+	if bulk {
+		lead = w.bulkLead()
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := &sink{runs: dst}
+	n, _, err := w.produce(s, want, lead)
+	return s.nr, n, err
+}
+
+// AwaitBulk waits until TryBulk or TryRuns can produce, producing nothing.
+func (w *Wide) AwaitBulk(ctx context.Context) error {
+	for {
+		wk := w.waker()
+		w.mu.Lock()
+		_, wt, err := w.produce(&sink{}, 0, w.bulkLead())
+		if err == nil && wt.kind == waitNone {
+			wt, err = w.peek()
+		}
+		w.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if wt.kind == waitNone {
+			return nil
+		}
+		if err := w.await(ctx, wt, wk); err != nil {
+			return err
+		}
+	}
+}
+
+// peek reports, under the lock, whether the next ID needs a wait: it asks
+// for zero IDs of the member in turn at the current unit.
+func (w *Wide) peek() (wait, error) {
+	for w.idx < len(w.members) {
+		_, _, st, mw, err := w.members[w.idx].fillAt(w.cur, 0, w.bulkLead())
+		if errors.Is(err, ErrRetired) {
+			w.idx++
+			continue
+		}
+		if err != nil || st != atWait {
+			return wait{}, err
+		}
+		return mw, nil
+	}
+	// The unit is done: the next one is within the lead or not.
+	if len(w.members) > 0 {
+		wall, _ := w.clock.Now()
+		if d := w.cur + 1 - w.layout.Units(wall); d > w.bulkLead() {
+			return wait{kind: waitClock, d: w.layout.UnitStart(w.cur + 1 - w.bulkLead()).Sub(wall)}, nil
+		}
+		return wait{}, nil
+	}
+	return wait{kind: waitReservation, need: w.cur}, nil
+}
+
+// await waits for what produce asked: the clock or the reservation, at
+// most waitSlice, ending early on a Wake, the deadline or Retire.
+func (w *Wide) await(ctx context.Context, wt wait, wk <-chan struct{}) error {
+	d := waitSlice
+	if wt.kind == waitClock {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wt.d {
+			wall, _ := w.clock.Now()
+			return &AheadError{Lead: w.layout.UnitStart(w.cur).Sub(wall), Limit: w.maxLead, Err: context.DeadlineExceeded}
+		}
+		d = min(max(wt.d, 0), waitSlice)
+	}
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-wk:
+		return nil
+	case <-ctx.Done():
+		if wt.kind == waitReservation {
+			return &ReservationError{Need: wt.need, Reserved: -1, Err: ctx.Err()}
+		}
+		return ctx.Err()
+	case <-w.retireC:
+		return ErrRetired
+	}
+}
+
+func (w *Wide) bulkLead() int64 {
+	if w.leadUnits >= bulkMinLead {
+		return w.leadUnits - 1
+	}
+	return w.leadUnits
+}
+
+// atStatus is what fillAt did at the unit asked for.
+type atStatus uint8
+
+const (
+	atIssued atStatus = iota // issued, and the unit has room left
+	atFull                   // the unit's sequence is used up (after what it issued)
+	atSkip                   // the member cannot issue at this unit (its floor lies at or above it)
+	atAhead                  // the member already issued past this unit: first holds its logical time
+	atWait                   // wait (the clock, or the reservation) before this unit
+)
+
+// fillAt issues up to most IDs with the time field exactly at, under the
+// lock: the IDs are first, first + 1<<seqShift, …; n of them. It applies
+// every check fill applies — the floor, the lead limit, the layout's
+// range, the clock's steps, the reservation — except that it never
+// borrows the next unit: Wide decides the unit.
+func (g *Generator) fillAt(at int64, most uint64, lead int64) (first, n uint64, st atStatus, w wait, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.retired.Load() {
+		return 0, 0, 0, wait{}, ErrRetired
+	}
+	if g.held.Load() {
+		return 0, 0, 0, wait{}, ErrHeld
+	}
+	if at < g.last {
+		return uint64(g.last), 0, atAhead, wait{}, nil
+	}
+	if at <= g.floor {
+		return 0, 0, atSkip, wait{}, nil
+	}
+	wall, mono := g.read()
+	now := g.units(wall)
+	if at-now > lead {
+		wall, mono = g.fullRead()
+		now = g.units(wall)
+	}
+	if now < 0 || now > g.maxTime || at > g.maxTime {
+		return 0, 0, 0, wait{}, &RangeError{Clock: time.Unix(0, wall), Epoch: g.layout.Epoch, End: g.end}
+	}
+	offset := time.Duration(wall) - mono
+	if at-now > lead {
+		if s := g.base - offset; s > g.maxLead && !weakStep {
+			return 0, 0, 0, wait{}, &RollbackError{Step: s, Limit: g.maxLead}
+		}
+		return 0, 0, atWait, wait{kind: waitClock, d: g.until(at-lead, wall)}, nil
+	}
+	if g.maxFwd > 0 && offset-g.top > g.maxFwd && !wedge {
+		g.haveAnchor = false
+		return 0, 0, 0, wait{}, &ForwardStepError{Step: offset - g.top, Limit: g.maxFwd}
+	}
+	if g.full {
+		g.base = offset
+		g.top = max(g.top, offset)
+	}
+	seq := uint64(0)
+	if at == g.last {
+		seq = g.seq
+	}
+	if seq > g.maxSeq {
+		return 0, 0, atFull, wait{}, nil
+	}
+	if at > g.reserved.Load() {
+		return 0, 0, atWait, wait{kind: waitReservation, need: at}, nil
+	}
+	n = min(most, g.maxSeq-seq+1)
+	if n == 0 {
+		return 0, 0, atIssued, wait{}, nil
+	}
+	first = uint64(at)<<g.timeShift | g.nodeBits | seq<<g.seqShift
+	g.last, g.seq = at, seq+n
+	g.issued += n
+	if g.seq > g.maxSeq {
+		st = atFull
+	}
+	return first, n, st, wait{}, nil
+}
