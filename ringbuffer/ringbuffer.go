@@ -418,6 +418,33 @@ func (b *Buffer) GenerateBulk(ctx context.Context, dst []uint64) (n int, await f
 	return b.generate(ctx, dst, true)
 }
 
+// DrainThen takes into dst what the ring holds (up to len(dst)) and then
+// runs produce with that count, both under the filler's lock: what produce draws from the
+// source itself is newer than every ID the ring handed out before, and
+// older than any it publishes after, as with Generate. It is for callers
+// that take the source's output in another shape (runs of IDs); produce
+// must not wait. It returns how many IDs it took from the ring.
+func (b *Buffer) DrainThen(ctx context.Context, dst []uint64, produce func(took int) error) (int, error) {
+	select {
+	case b.fillLock <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-b.fillLock; b.poke() }()
+	if b.src == nil {
+		return 0, ErrNoSource
+	}
+	got := 0
+	for got < len(dst) {
+		n, err := b.takeN(dst[got:])
+		if err != nil {
+			break
+		}
+		got += n
+	}
+	return got, produce(got)
+}
+
 // generate is Generate, and GenerateBulk when bulk is set.
 func (b *Buffer) generate(ctx context.Context, dst []uint64, bulk bool) (got int, await func(context.Context) error, err error) {
 	select {

@@ -115,11 +115,11 @@ func (p *clockPolicy) onStep(st clockguard.Step) {
 	p.log.Warn("clock step", "step", st.String(), "size", -st.Size)
 	if st.Backward() && !weakStep {
 		for _, rt := range p.gens {
-			h := rt.held.Load()
-			if h == nil || st.Size <= rt.cfg.MaxLead {
+			lead, ok := rt.lead(st.Wall)
+			if !ok || st.Size <= rt.cfg.MaxLead {
 				continue
 			}
-			if lead := h.gen.Lead(st.Wall); lead > rt.cfg.MaxLead {
+			if lead > rt.cfg.MaxLead {
 				p.setRollback(rt, &generator.RollbackError{Step: st.Size, Limit: rt.cfg.MaxLead})
 				if p.cfg.RollbackRecovery == "manual" {
 					rt.mu.Lock()
@@ -137,9 +137,7 @@ func (p *clockPolicy) onStep(st clockguard.Step) {
 		p.askNTP()
 	}
 	for _, rt := range p.gens {
-		if h := rt.held.Load(); h != nil {
-			h.gen.Wake()
-		}
+		rt.wakeAll()
 		if rt.stepped != nil {
 			rt.stepped()
 		}
@@ -220,14 +218,14 @@ func (p *clockPolicy) run(ctx context.Context) {
 func (p *clockPolicy) probe(rt *genRuntime) bool {
 	wall, _ := p.clock.Now()
 	if _, held := rt.state.Holds(clockguard.SourceClockRollback); held {
-		h := rt.held.Load()
-		if h == nil {
+		lead, ok := rt.lead(wall)
+		if !ok {
 			return true
 		}
 		rt.mu.Lock()
 		manual := rt.manualHold
 		rt.mu.Unlock()
-		if lead := h.gen.Lead(wall); lead <= rt.cfg.MaxLead && p.cfg.RollbackRecovery == "auto" && !manual {
+		if lead <= rt.cfg.MaxLead && p.cfg.RollbackRecovery == "auto" && !manual {
 			rt.state.Clear(clockguard.SourceClockRollback)
 			p.log.Info("clock caught up after a rollback; serving again", "generator", rt.cfg.Name, "lead", lead)
 			return false
@@ -245,9 +243,9 @@ func (p *clockPolicy) probe(rt *genRuntime) bool {
 // resume ends a manual-recovery hold (POST /admin/resume), refusing while
 // the clock is still behind the last ID by more than max-lead.
 func (p *clockPolicy) resume(rt *genRuntime) error {
-	if h := rt.held.Load(); h != nil {
-		wall, _ := p.clock.Now()
-		if lead := h.gen.Lead(wall); lead > rt.cfg.MaxLead {
+	wall, _ := p.clock.Now()
+	if lead, ok := rt.lead(wall); ok {
+		if lead > rt.cfg.MaxLead {
 			return fmt.Errorf("clock still %v behind the last ID (max-lead %v): not resumed", lead.Round(time.Millisecond), rt.cfg.MaxLead)
 		}
 	}
@@ -369,9 +367,7 @@ func (p *clockPolicy) confirmGate(fromMono time.Duration, why string) {
 func (p *clockPolicy) gateClosed() {
 	for _, rt := range p.gens {
 		rt.state.Clear(clockguard.SourceClockStep)
-		if h := rt.held.Load(); h != nil {
-			h.gen.Wake()
-		}
+		rt.wakeAll()
 	}
 }
 
@@ -379,7 +375,7 @@ func (p *clockPolicy) gateClosed() {
 // reads now.
 func (p *clockPolicy) confirmGenerators() {
 	for _, rt := range p.gens {
-		if h := rt.held.Load(); h != nil {
+		for _, h := range rt.liveHoldings() {
 			h.gen.ConfirmClock()
 		}
 	}

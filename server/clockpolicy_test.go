@@ -49,7 +49,7 @@ func newPolicyRig(t *testing.T, cfg policyConfig) *policyRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.held.Store(&holding{gen: g})
+	rt.setLive([]*holding{{gen: g}})
 	rt.state.Ready()
 	r := &policyRig{t: t, clock: clock, rt: rt}
 	r.p = newClockPolicy(cfg, clock, slog.New(slog.NewTextHandler(io.Discard, nil)), []*genRuntime{rt})

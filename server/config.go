@@ -59,6 +59,13 @@ type Config struct {
 	Generators []GeneratorConfig
 	// Datacenter fixes the datacenter field (-1: allocated with the worker).
 	Datacenter int64
+	// Workers is how many workers each generator holds (0: one): a wide
+	// generator issues up to Workers × its layout's rate, in per-node
+	// order (docs/design.md, Wide generators). With WorkersAuto the
+	// number follows the rate, from one up to MaxWorkers.
+	Workers     int
+	WorkersAuto bool
+	MaxWorkers  int
 	// MaxBatch bounds NextIDs' count (also by sequence × units in max-lead).
 	MaxBatch int
 	// MaxQueue bounds, per generator, the time the IDs asked for and not
@@ -238,6 +245,13 @@ func (c *Config) Finish(now time.Time) error {
 			return configErr("max-lead", "%v holds %d units of %v, each of %d sequence numbers: the IDs within max-lead of generator %s overflow 64 bits",
 				g.MaxLead, int64(g.MaxLead/g.Layout.Unit), g.Layout.Unit, g.Layout.PerUnit(), g.Name)
 		}
+		slots := g.Layout.WorkerLimit() * g.Layout.DatacenterLimit()
+		if c.Datacenter >= 0 {
+			slots = g.Layout.WorkerLimit()
+		}
+		if w := c.WorkersFor(); uint64(w) > slots {
+			return configErr(c.workersFlag(), "%d is more than generator %s's %d worker IDs", w, g.Name, slots)
+		}
 		if c.Datacenter >= 0 && uint64(c.Datacenter) >= g.Layout.DatacenterLimit() {
 			return configErr("datacenter", "%d does not fit generator %s's %d datacenter bits (max %d)",
 				c.Datacenter, g.Name, g.Layout.DatacenterBits, g.Layout.DatacenterLimit()-1)
@@ -246,6 +260,14 @@ func (c *Config) Finish(now time.Time) error {
 	switch {
 	case c.Datacenter < -1:
 		return configErr("datacenter", "%d must be -1 or a datacenter value", c.Datacenter)
+	case c.Workers < 0 || c.Workers > maxWorkers:
+		return configErr("workers", "%d outside [1, %d]", c.Workers, maxWorkers)
+	case c.WorkersAuto && c.Workers > 1:
+		return configErr("workers", "auto and a number at once")
+	case c.MaxWorkers < 0 || c.MaxWorkers > maxWorkers:
+		return configErr("max-workers", "%d outside [1, %d]", c.MaxWorkers, maxWorkers)
+	case c.MaxWorkers > 0 && !c.WorkersAuto:
+		return configErr("max-workers", "needs --workers auto")
 	case c.MaxBatch < 1 || c.MaxBatch > 1_000_000:
 		return configErr("max-batch", "%d outside [1, 1000000]", c.MaxBatch)
 	case c.MaxQueue < time.Millisecond || c.MaxQueue > time.Minute:
@@ -312,9 +334,6 @@ func (c *Config) ntpConfig() (clockguard.NTPConfig, error) {
 	return nc, nil
 }
 
-// MaxBatchFor is the largest NextIDs count for a generator: min(--max-batch,
-// sequence per unit × units in max-lead). Finish refuses a generator whose
-// product overflows, so it is never 0.
 // ClientBurstOrDefault is the burst of --client-rate: --client-burst, or
 // one second of the rate (at least one ID).
 func (c *Config) ClientBurstOrDefault() int {
@@ -325,11 +344,55 @@ func (c *Config) ClientBurstOrDefault() int {
 }
 
 // MaxQueueFor is generator g's queue bound in IDs: MaxQueue at the
-// layout's rate, and at least one MaxBatchFor(g).
+// layout's rate times the most workers it holds, and at least one
+// MaxBatchFor(g).
 func (c *Config) MaxQueueFor(g GeneratorConfig) int64 {
-	return max(int64(g.Layout.Rate()*c.MaxQueue.Seconds()), int64(c.MaxBatchFor(g)))
+	return max(int64(g.Layout.Rate()*float64(c.WorkersFor())*c.MaxQueue.Seconds()), int64(c.MaxBatchFor(g)))
 }
 
+// maxWorkers bounds --workers and --max-workers.
+const maxWorkers = 256
+
+// defaultMaxWorkers is --max-workers under --workers auto when unset.
+const defaultMaxWorkers = 16
+
+// WorkersFor is the most workers a generator holds: --workers, or
+// --max-workers under auto.
+func (c *Config) WorkersFor() int {
+	switch {
+	case c.WorkersAuto && c.MaxWorkers > 0:
+		return c.MaxWorkers
+	case c.WorkersAuto:
+		return defaultMaxWorkers
+	}
+	return max(c.Workers, 1)
+}
+
+func (c *Config) workersFlag() string {
+	if c.WorkersAuto {
+		return "max-workers"
+	}
+	return "workers"
+}
+
+// MaxRangeFor is the largest NextRange count for a generator: what its
+// workers produce within max-lead (sequence per unit × units in max-lead ×
+// WorkersFor), at most 2^40.
+func (c *Config) MaxRangeFor(g GeneratorConfig) uint64 {
+	n, ok := perLead(g)
+	if !ok {
+		return 1 << 40
+	}
+	hi, lo := bits.Mul64(n, uint64(c.WorkersFor()))
+	if hi != 0 {
+		return 1 << 40
+	}
+	return min(lo, 1<<40)
+}
+
+// MaxBatchFor is the largest NextIDs count for a generator: min(--max-batch,
+// sequence per unit × units in max-lead). Finish refuses a generator whose
+// product overflows, so it is never 0.
 func (c *Config) MaxBatchFor(g GeneratorConfig) int {
 	n, ok := perLead(g)
 	if !ok {

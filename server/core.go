@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
 )
 
@@ -156,11 +158,16 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock c
 			return nil, fmt.Errorf("--data-dir: %w", err)
 		}
 		rt := &genRuntime{
-			cfg:             gc,
-			local:           lg,
-			isDefault:       i == 0,
-			maxBatch:        cfg.MaxBatchFor(gc),
-			fair:            newFairShare(gc.Layout.Rate(), gc.Layout.PerUnit(), cfg.MaxQueueFor(gc)),
+			cfg:       gc,
+			local:     lg,
+			isDefault: i == 0,
+			maxBatch:  cfg.MaxBatchFor(gc),
+			maxRange:  cfg.MaxRangeFor(gc),
+			fair: newFairShare(gc.Layout.Rate()*float64(cfg.WorkersFor()), gc.Layout.PerUnit()*uint64(cfg.WorkersFor()),
+				cfg.MaxQueueFor(gc)),
+			wide:            generator.NewWide(gc.Layout, clock, gc.MaxLead),
+			maxWorkers:      cfg.WorkersFor(),
+			auto:            cfg.WorkersAuto,
 			ring:            ring,
 			datacenterFixed: cfg.Datacenter >= 0,
 			state: clockguard.NewServingState(gc.Name,
@@ -172,6 +179,7 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock c
 				return mono
 			})
 		}
+		rt.wantW.Store(int64(max(cfg.Workers, 1)))
 		c.gens = append(c.gens, rt)
 		c.byName[gc.Name] = rt
 	}
@@ -190,9 +198,7 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock c
 		// the cause (docs/design.md, Liveness rules).
 		rt.state.Subscribe(func(t clockguard.Transition) {
 			if (t.From == clockguard.StateServing) != (t.To == clockguard.StateServing) {
-				if h := rt.held.Load(); h != nil {
-					h.gen.Hold(t.To != clockguard.StateServing)
-				}
+				rt.holdAll(t.To != clockguard.StateServing)
 				if t.To != clockguard.StateServing {
 					rt.fair.interrupt()
 				}
@@ -232,14 +238,26 @@ func (c *Core) start() error {
 	}
 	// The holders exist before anything that calls them (the clock
 	// policy's inputs) starts.
-	holders := make([]*holder, 0, len(c.gens))
+	var holders []*holder
 	for _, rt := range c.gens {
-		hd := &holder{rt: rt, coord: c.coord, clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo, crashed: &c.crashed,
-			cfg: holderConfig{Datacenter: c.cfg.Datacenter, ReservationWindow: c.cfg.Timing.ReservationWindow,
-				RefreshInterval: c.cfg.Timing.RefreshInterval, CoordinatorTimeout: c.cfg.Timing.Timeout,
-				MaxClockOffset: c.cfg.MaxClockOffset}}
-		rt.stepped = hd.stepped
-		holders = append(holders, hd)
+		if !rt.isWide() {
+			hd := c.newHolder(rt)
+			hd.ls = directState{rt}
+			rt.stepped = hd.stepped
+			holders = append(holders, hd)
+			continue
+		}
+		rt.stepped = func() {
+			rt.wmu.Lock()
+			ms := slices.Clone(rt.members)
+			rt.wmu.Unlock()
+			for _, m := range ms {
+				m.hd.stepped()
+			}
+		}
+		for range rt.wantW.Load() {
+			holders = append(holders, c.newMember(ctx, rt).hd)
+		}
 	}
 	var err error
 	c.steps, err = clockguard.NewStepDetector(c.clock, clockguard.DefaultStepConfig(),
@@ -256,11 +274,52 @@ func (c *Core) start() error {
 	}
 	c.policy.waitFirstPeers()
 	for _, hd := range holders {
-		c.goRun(func() { hd.run(ctx) })
+		c.goRun(func() { hd.run(hd.ctx(ctx)) })
+	}
+	for _, rt := range c.gens {
+		if rt.auto {
+			c.goRun(func() {
+				rt.autoWorkers(ctx, c.clock, func() {
+					m := c.newMember(ctx, rt)
+					c.goRun(func() { m.hd.run(m.hd.ctx(ctx)) })
+				}, func(n int) { rt.dropMembers(n) })
+			})
+		}
 	}
 	c.goRun(func() { c.peerLoop(ctx) })
 	c.goRun(func() { c.policy.run(ctx) })
 	return nil
+}
+
+// newHolder is a holder of one worker lease of rt.
+func (c *Core) newHolder(rt *genRuntime) *holder {
+	return &holder{rt: rt, coord: c.coord, clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo, crashed: &c.crashed,
+		cfg: holderConfig{Datacenter: c.cfg.Datacenter, ReservationWindow: c.cfg.Timing.ReservationWindow,
+			RefreshInterval: c.cfg.Timing.RefreshInterval, CoordinatorTimeout: c.cfg.Timing.Timeout,
+			MaxClockOffset: c.cfg.MaxClockOffset}}
+}
+
+// newMember adds a holder to wide generator rt, with a context of its
+// own under ctx (cancelling it releases the lease: dropMembers).
+func (c *Core) newMember(ctx context.Context, rt *genRuntime) *member {
+	hd := c.newHolder(rt)
+	mctx, cancel := context.WithCancel(ctx)
+	rt.wmu.Lock()
+	m := &member{rt: rt, hd: hd, cancel: cancel, reasons: map[clockguard.Source]memberReason{}}
+	if n := len(rt.members); n > 0 {
+		m.slot = rt.members[n-1].slot + 1
+	}
+	rt.members = append(rt.members, m)
+	rt.wmu.Unlock()
+	hd.ls = m
+	hd.runCtx = mctx
+	hd.done = func() {
+		rt.wmu.Lock()
+		rt.members = slices.DeleteFunc(rt.members, func(x *member) bool { return x == m })
+		rt.wmu.Unlock()
+		rt.syncMembers()
+	}
+	return m
 }
 
 func (c *Core) goRun(f func()) {

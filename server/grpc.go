@@ -46,6 +46,28 @@ func (s *idService) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*f
 	return &firnv1.NextIDsResponse{Ids: ids}, nil
 }
 
+func (s *idService) NextRange(ctx context.Context, req *firnv1.NextRangeRequest) (*firnv1.NextRangeResponse, error) {
+	rt, err := s.node.lookup(req.GetGenerator())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	if c := req.GetCount(); c < 1 || c > rt.maxRange {
+		return nil, grpcError(badField("count", strconv.FormatUint(c, 10), fmt.Sprintf("[1, %d]", rt.maxRange),
+			"count %d outside [1, %d] for generator %q (sequence per unit × units in max-lead × workers)", c, rt.maxRange, rt.cfg.Name))
+	}
+	runs, err := rt.issueRuns(ctx, req.GetCount())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	out := make([]firnv1.Run, len(runs))
+	resp := &firnv1.NextRangeResponse{Runs: make([]*firnv1.Run, len(runs))}
+	for i, r := range runs {
+		out[i].First, out[i].Count = r.First, r.Count
+		resp.Runs[i] = &out[i]
+	}
+	return resp, nil
+}
+
 func checkCount(rt *genRuntime, count int64) error {
 	if count < 1 || count > int64(rt.maxBatch) {
 		return badField("count", strconv.FormatInt(count, 10), fmt.Sprintf("[1, %d]", rt.maxBatch),
@@ -103,6 +125,11 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 			MaxStaleness:    durationpb.New(st.MaxStaleness),
 			IdsIssued:       st.Issued,
 			NtpChecked:      ntpOK,
+			WorkersWanted:   uint32(st.Wide.Wanted),
+			MaxRange:        st.MaxRange,
+		}
+		for _, w := range st.Wide.Workers {
+			gi.Workers = append(gi.Workers, uint32(w))
 		}
 		if ntpOK {
 			gi.NtpOffset = durationpb.New(ntpOffset)

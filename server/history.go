@@ -60,10 +60,8 @@ func (n *Node) sampleHistory(ctx context.Context) {
 	for {
 		wall, mono := n.clock.Now()
 		for _, rt := range n.gens {
-			var lead time.Duration
-			if h := rt.held.Load(); h != nil {
-				lead = max(h.gen.Lead(wall), 0)
-			}
+			lead, _ := rt.lead(wall)
+			lead = max(lead, 0)
 			rt.hist.add(mono, rt.issued.Load(), lead)
 		}
 		select {

@@ -33,6 +33,23 @@ type holder struct {
 	cfg    holderConfig
 	// crashed, when set, makes the way out write nothing (Core.Crash).
 	crashed *atomic.Bool
+	// ls is where this holder reports its lease: the generator's serving
+	// state, or its member record in a wide generator (wide.go).
+	ls leaseState
+	// cur is the holding being served (nil between holdings).
+	cur atomic.Pointer[holding]
+	// runCtx, when set, is the holder's own context (a wide generator's
+	// member, stopped on its own); done runs when run returns.
+	runCtx context.Context
+	done   func()
+}
+
+// ctx is the context run runs under: the holder's own, or parent.
+func (hd *holder) ctx(parent context.Context) context.Context {
+	if hd.runCtx != nil {
+		return hd.runCtx
+	}
+	return parent
 }
 
 // holderConfig is what a holder reads of the node's configuration.
@@ -111,9 +128,11 @@ func (h *holding) stopExpiry() {
 // run acquires a lease, serves it for life, and acquires again after any
 // loss, until ctx ends.
 func (hd *holder) run(ctx context.Context) {
-	rt := hd.rt
+	if hd.done != nil {
+		defer hd.done()
+	}
 	backoff := 200 * time.Millisecond
-	rt.state.Hold(clockguard.SourceLease, "acquiring a worker ID", clockguard.Detail{Code: clockguard.CodeStarting})
+	hd.ls.Hold(clockguard.SourceLease, "acquiring a worker ID", clockguard.Detail{Code: clockguard.CodeStarting})
 	for ctx.Err() == nil {
 		h, err := hd.acquire(ctx)
 		if err != nil {
@@ -162,7 +181,7 @@ func (hd *holder) noteAcquireError(err error) {
 		errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, coordinator.ErrSchemaTooNew):
 		rt.state.Set(clockguard.SourceCoordinator, err.Error())
 	default:
-		rt.state.Hold(clockguard.SourceLease, "acquiring a worker ID: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
+		hd.ls.Hold(clockguard.SourceLease, "acquiring a worker ID: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 	}
 	hd.m.errors.WithLabelValues("acquire").Inc()
 	hd.log.Warn("cannot acquire a worker ID", "generator", rt.cfg.Name, "err", err)
@@ -271,8 +290,8 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 	defer func() {
 		g.Retire()
 		h.stopExpiry()
-		rt.ring.Reset(nil)
-		rt.held.Store(nil)
+		hd.ls.leave(h)
+		hd.cur.Store(nil)
 		hd.log.Info("holder interval closed", "event", "holder_close", "generator", rt.cfg.Name,
 			"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", lease.Floor(),
 			"reserved", h.reserved.Load(), "highest", g.Highest(), "released", h.released.Load(), "node", hd.node.Name)
@@ -294,7 +313,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 			break
 		}
 		wait := time.Duration(ahead) * l.Unit
-		rt.state.Hold(clockguard.SourceLease, fmt.Sprintf("waiting %v for the clock to reach this worker's last reservation (max-lead %v)",
+		hd.ls.Hold(clockguard.SourceLease, fmt.Sprintf("waiting %v for the clock to reach this worker's last reservation (max-lead %v)",
 			wait.Round(time.Millisecond), rt.cfg.MaxLead),
 			clockguard.Detail{Code: clockguard.CodeStarting, Limit: rt.cfg.MaxLead.String(), Measured: wait.Round(time.Millisecond).String(), RetryAt: wall.Add(wait)})
 		t := time.NewTimer(min(wait, 500*time.Millisecond))
@@ -305,14 +324,14 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 			return
 		case <-lease.Done():
 			t.Stop()
-			rt.state.Set(clockguard.SourceLease, "lease lost while waiting for the clock")
+			hd.ls.Set(clockguard.SourceLease, "lease lost while waiting for the clock")
 			return
 		case <-t.C:
 		}
 	}
 
-	rt.ring.Reset(g)
-	rt.held.Store(h)
+	hd.cur.Store(h)
+	hd.ls.join(h)
 	// The Reserver's loop makes the first reservation at once, then keeps
 	// it one window ahead. Until the first is acknowledged the generator
 	// does not serve, naming why, and it is retried every 200 ms.
@@ -327,16 +346,15 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 			return
 		}
 		if err != nil {
-			rt.state.Hold(clockguard.SourceReservation, "first reservation not confirmed by the coordinator: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
+			hd.ls.Hold(clockguard.SourceReservation, "first reservation not confirmed by the coordinator: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 		}
-		rt.state.Clear(clockguard.SourceLease)
+		hd.ls.Clear(clockguard.SourceLease)
 		rt.state.Clear(clockguard.SourceInstance)
 		rt.state.Clear(clockguard.SourceCoordinator)
-		rt.state.Ready()
-		rt.ring.Start()
+		hd.ls.Ready()
 	})
 	if err != nil {
-		rt.state.Hold(clockguard.SourceLease, "cannot keep a reservation: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
+		hd.ls.Hold(clockguard.SourceLease, "cannot keep a reservation: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 		hd.release(h)
 		return
 	}
@@ -348,7 +366,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 	case errors.Is(err, coordinator.ErrRolledBack):
 		hd.rolledBack(h, err)
 	default:
-		rt.state.Set(clockguard.SourceLease, "lease lost (expired or taken over); acquiring again: "+err.Error())
+		hd.ls.Set(clockguard.SourceLease, "lease lost (expired or taken over); acquiring again: "+err.Error())
 	}
 }
 
@@ -358,7 +376,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 func (hd *holder) rolledBack(h *holding, err error) {
 	rt := hd.rt
 	h.gen.Retire()
-	rt.ring.Reset(nil)
+	hd.ls.leave(h)
 	var rb *coordinator.RolledBackError
 	if errors.As(err, &rb) {
 		hd.markRestored(rb)
@@ -449,7 +467,7 @@ func (hd *holder) afterStep(h *holding, err error, took time.Duration) {
 		wall, _ := hd.clock.Now()
 		left := rt.cfg.Layout.UnitStart(h.reserved.Load() + 1).Sub(wall)
 		if left <= 0 && h.reserved.Load() >= 0 {
-			rt.state.Set(clockguard.SourceReservation, fmt.Sprintf("reservation exhausted: the coordinator did not confirm a new one (%v)", err))
+			hd.ls.Set(clockguard.SourceReservation, fmt.Sprintf("reservation exhausted: the coordinator did not confirm a new one (%v)", err))
 		}
 		if !errors.Is(err, coordinator.ErrLeaseLost) {
 			hd.log.Warn("reservation not extended", "generator", rt.cfg.Name, "worker", h.lease.WorkerID(),
@@ -459,13 +477,13 @@ func (hd *holder) afterStep(h *holding, err error, took time.Duration) {
 	}
 	h.noteWriteLatency(took)
 	hd.armExpiry(h)
-	rt.state.Clear(clockguard.SourceReservation)
+	hd.ls.Clear(clockguard.SourceReservation)
 }
 
 // stepped is the clock policy's call after a step of the clock: the
 // current holding writes at once and sizes its expiry timer again.
 func (hd *holder) stepped() {
-	h := hd.rt.held.Load()
+	h := hd.cur.Load()
 	if h == nil {
 		return
 	}
@@ -481,7 +499,7 @@ func (hd *holder) stepped() {
 func (hd *holder) release(h *holding) {
 	rt := hd.rt
 	h.gen.Retire()
-	rt.ring.Reset(nil)
+	hd.ls.leave(h)
 	if hd.crashed != nil && hd.crashed.Load() {
 		return // a killed process releases nothing
 	}
@@ -557,7 +575,7 @@ func (hd *holder) armExpiryAt(h *holding, atLeast time.Duration) {
 // cause, until a write succeeds.
 func (hd *holder) expired(h *holding, r int64) {
 	rt := hd.rt
-	if h.reserved.Load() != r || rt.held.Load() != h {
+	if h.reserved.Load() != r || hd.cur.Load() != h {
 		return
 	}
 	h.expMu.Lock()
@@ -571,5 +589,5 @@ func (hd *holder) expired(h *holding, r int64) {
 	if e := h.lastErr.Load(); e != nil {
 		reason += " (" + *e + ")"
 	}
-	rt.state.Set(clockguard.SourceReservation, reason)
+	hd.ls.Set(clockguard.SourceReservation, reason)
 }

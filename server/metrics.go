@@ -52,6 +52,8 @@ var (
 	descState        = prometheus.NewDesc("firn_state", "1 for the generator's current state.", []string{"generator", "state"}, nil)
 	descWorker       = prometheus.NewDesc("firn_worker_id", "Worker ID held (-1: none).", []string{"generator"}, nil)
 	descDatacenter   = prometheus.NewDesc("firn_datacenter_id", "Datacenter value held (-1: none).", []string{"generator"}, nil)
+	descWorkers      = prometheus.NewDesc("firn_workers_serving", "Workers whose IDs the generator hands out now (a wide generator holds several; below firn_workers_wanted, one lease is out).", []string{"generator"}, nil)
+	descWorkersWant  = prometheus.NewDesc("firn_workers_wanted", "Workers the generator aims to hold: --workers, or the current target under --workers auto.", []string{"generator"}, nil)
 	descInUse        = prometheus.NewDesc("firn_worker_ids_in_use", "Worker slots with a live owner in the cluster (as last listed).", []string{"generator"}, nil)
 	descLimit        = prometheus.NewDesc("firn_worker_id_limit", "Worker slots of the layout.", []string{"generator"}, nil)
 	descResLeft      = prometheus.NewDesc("firn_reservation_remaining_seconds", "Time until the reservation ends (negative: exhausted).", []string{"generator"}, nil)
@@ -74,7 +76,7 @@ type nodeCollector struct{ n *Node }
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIssued, descRingCap, descRingAvail, descRingTarget, descRingEmpty,
 		descRingStale, descRingRefills, descServing, descNotServing, descState, descWorker, descDatacenter,
-		descQueueIDs, descQueueSeconds, descQueueLimit, descShed,
+		descQueueIDs, descQueueSeconds, descQueueLimit, descShed, descWorkers, descWorkersWant,
 		descInUse, descLimit, descResLeft, descLead, descMaxLead, descLayoutLeft, descMaxOffset, descNTPOffset,
 		descNTPUnchecked, descFault, descFaultOffset, descBuild, descMaxPeerSkew, descWindow} {
 		ch <- d
@@ -105,7 +107,9 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- g(descServing, prometheus.GaugeValue, b2f(st.Serving), name)
 		q := float64(max(rt.fair.queued.Load(), 0))
 		ch <- g(descQueueIDs, prometheus.GaugeValue, q, name)
-		ch <- g(descQueueSeconds, prometheus.GaugeValue, q/rt.cfg.Layout.Rate(), name)
+		ch <- g(descQueueSeconds, prometheus.GaugeValue, q/rt.capacity(), name)
+		ch <- g(descWorkers, prometheus.GaugeValue, float64(len(st.Wide.Workers)), name)
+		ch <- g(descWorkersWant, prometheus.GaugeValue, float64(st.Wide.Wanted), name)
 		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.fair.maxQueue), name)
 		for i, r := range shedReasons {
 			ch <- g(descShed, prometheus.CounterValue, float64(rt.fair.shed[i].Load()), name, r)

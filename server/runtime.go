@@ -23,14 +23,28 @@ type genRuntime struct {
 	local     *local.Gen // the data-dir record of this generator
 	isDefault bool
 	maxBatch  int
+	maxRange  uint64
 	// fair is admission and fair share of what the ring cannot serve;
 	// limits is --client-rate (nil without it).
 	fair   *fairShare
 	limits *clientLimits
 	state  *clockguard.ServingState
 	ring   *ringbuffer.Buffer
+	// held is the first serving holding (the lowest worker); live all of
+	// them (wide.go). wide is the source over them, for ranges and, for a
+	// wide generator, the ring.
 	held   atomic.Pointer[holding]
+	live   atomic.Pointer[[]*holding]
+	wide   *generator.Wide
 	issued atomic.Uint64
+	// A wide generator's holders (wide.go): maxWorkers is --workers, or
+	// --max-workers under auto; wantW the current target.
+	maxWorkers int
+	auto       bool
+	wantW      atomic.Int64
+	wmu        sync.Mutex
+	members    []*member
+	degraded   string // which workers do not serve, while others do
 	// inUse is the number of live owners in the cluster, as last listed.
 	inUse atomic.Int64
 	// datacenterFixed: the datacenter comes from --datacenter, so the
@@ -110,7 +124,7 @@ func (rt *genRuntime) recentEvents() []event {
 // admit enters n IDs of the caller's flow in the generator's queue, or
 // refuses at once (fairShare.admit).
 func (rt *genRuntime) admit(ctx context.Context, n int) (*flow, error) {
-	f, err := rt.fair.admit(ctx, flowKey(ctx), n, rt.cfg.Layout.Rate())
+	f, err := rt.fair.admit(ctx, flowKey(ctx), n, rt.capacity())
 	if err != nil {
 		err.(*OverloadedError).Generator = rt.cfg.Name
 		return nil, err
@@ -359,6 +373,9 @@ type GeneratorStatus struct {
 	Ring            ringbuffer.Stats
 	Events          []event
 	LayoutEnd       time.Time
+	MaxRange        uint64
+	// Wide: the workers the generator holds.
+	Wide WorkersStatus
 }
 
 func (rt *genRuntime) status(wall time.Time) GeneratorStatus {
@@ -378,6 +395,8 @@ func (rt *genRuntime) status(wall time.Time) GeneratorStatus {
 		Ring:            rt.ring.Stats(),
 		Events:          rt.recentEvents(),
 		LayoutEnd:       rt.cfg.Layout.End(),
+		MaxRange:        rt.maxRange,
+		Wide:            rt.workersStatus(),
 	}
 	if h := rt.held.Load(); h != nil {
 		s.HasLease = true

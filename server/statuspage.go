@@ -38,6 +38,7 @@ small{color:#555}
 <tr><th>state</th><td>{{.State}}</td></tr>
 <tr><th>layout</th><td><code>{{.Layout}}</code> (runs out {{ts .LayoutEnd}})</td></tr>
 <tr><th>worker / datacenter</th><td>{{if .HasLease}}{{.Worker}} / {{.Datacenter}}{{else}}none held{{end}}{{if .DatacenterFixed}} (datacenter pinned by --datacenter){{end}}</td></tr>
+{{if or (gt .Wide.Max 1) .Wide.Auto}}<tr><th>workers</th><td id="workers-{{.Name}}">{{len .Wide.Workers}} serving of {{.Wide.Wanted}} wanted{{if .Wide.Auto}} (auto, at most {{.Wide.Max}}){{end}}: {{range $i, $w := .Wide.Workers}}{{if $i}}, {{end}}{{$w}}{{end}}{{if .Wide.Degraded}} <span class="warn">{{.Wide.Degraded}}</span>{{end}}</td></tr>{{end}}
 <tr><th>reserved until</th><td>{{if .HasLease}}{{ts .ReservedUntil}}{{else}}—{{end}}</td></tr>
 <tr><th>clock lead</th><td>{{dur .ClockLead}} (limit max-lead {{dur .MaxLead}})</td></tr>
 <tr><th>max staleness</th><td>{{dur .MaxStaleness}}</td></tr>

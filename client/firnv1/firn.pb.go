@@ -794,8 +794,9 @@ type GeneratorInfo struct {
 	// (regions) issue disjoint IDs only when each is pinned to its own
 	// datacenter; two pinned to the same one cannot see each other.
 	DatacenterFixed bool `protobuf:"varint,18,opt,name=datacenter_fixed,json=datacenterFixed,proto3" json:"datacenter_fixed,omitempty"`
-	// The worker IDs the generator holds (a wide generator holds several),
-	// ascending; worker above is the first of them.
+	// The workers whose IDs the generator hands out (a wide generator holds
+	// several), ascending, each as its node fields in one number: datacenter
+	// × 2^worker_bits + worker. Worker and datacenter above are the first's.
 	Workers []uint32 `protobuf:"varint,19,rep,packed,name=workers,proto3" json:"workers,omitempty"`
 	// How many workers the generator aims to hold: --workers, or the
 	// current target under --workers auto.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +47,8 @@ type serveConfig struct {
 	clientCAs *certfile.Pool
 	// pprofAddr serves net/http/pprof (loopback only; "" off).
 	pprofAddr string
+	// workers is --workers: a number, or auto.
+	workers string
 	// embeddedServeRemote and faultAddrAllowRemote lift the loopback rule
 	// of the listeners.
 	embeddedServeRemote  bool
@@ -91,6 +94,8 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&sc.nodeName, "node-name", sc.nodeName, "node name label (default hostname plus a short hash of the data dir)")
 	fs.Var(repeatFlag{&sc.generators}, "generator", "name=layout (preset or canonical string); repeatable; the first is the default (default default=snowflake)")
 	fs.Int64Var(&c.Datacenter, "datacenter", c.Datacenter, "fix the datacenter field (-1: allocated with the worker ID)")
+	fs.StringVar(&sc.workers, "workers", "1", "worker IDs each generator holds: a number (K × the layout's rate, in per-node order), or auto (leases more while the rate stays above 80% of what it holds, up to --max-workers; releases them after a minute that fits fewer)")
+	fs.IntVar(&c.MaxWorkers, "max-workers", c.MaxWorkers, "under --workers auto, the most workers a generator holds (0: 16)")
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "largest NextIDs count (also bounded by sequence × units in max-lead)")
 	fs.Float64Var(&c.ClientRate, "client-rate", c.ClientRate, "per generator, the most IDs/s one client (its certificate name under mTLS, else its connection) may take; beyond it a request is refused at once (RESOURCE_EXHAUSTED); 0: no limit")
 	fs.IntVar(&c.ClientBurst, "client-burst", c.ClientBurst, "the IDs a client may take at once under --client-rate (0: one second of the rate)")
@@ -137,6 +142,16 @@ func serveFlagNames() map[string]bool {
 // names the flag.
 func (sc *serveConfig) finish(now time.Time) (server.Config, error) {
 	c := sc.node
+	switch w := sc.workers; {
+	case w == "auto":
+		c.WorkersAuto = true
+	default:
+		n, err := strconv.Atoi(w)
+		if err != nil || n < 1 {
+			return c, flagErr("workers", "%q is neither auto nor a number of workers from 1", w)
+		}
+		c.Workers = n
+	}
 	if sc.dataDir == "" {
 		return c, flagErr("data-dir", "must be set")
 	}

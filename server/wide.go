@@ -1,0 +1,512 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/generator"
+)
+
+// A generator holds one worker or several (docs/design.md, Wide
+// generators). Each worker is one holder with its own lease, reservation
+// and fences, exactly as a single-worker generator's. What the holders
+// share is the generator's serving state and its source: a
+// generator.Wide over the generators of the holdings that serve, which
+// hands out each unit's blocks in ascending worker order.
+//
+// A holder reports its own lease — acquiring, waiting for its floor,
+// lost, its reservation running out — through a leaseState. For a
+// generator of one worker that is the serving state itself (directState),
+// as it always was. For a wide generator it is the holder's member record:
+// the generator serves while at least one member does, passing over the
+// others, and says so (status page, Info, metrics); only when no member
+// serves does the first member's reason become the generator's.
+
+// leaseState is where a holder reports its lease's state.
+type leaseState interface {
+	Hold(src clockguard.Source, reason string, d clockguard.Detail)
+	Set(src clockguard.Source, reason string)
+	Clear(src clockguard.Source)
+	// Ready: the lease's first reservation is acknowledged.
+	Ready()
+	// join and leave: the holding starts serving the generator's source,
+	// or stops (for good: its generator is retired or about to be).
+	join(h *holding)
+	leave(h *holding)
+}
+
+// directState is a single-worker generator's leaseState: the serving
+// state and the ring, directly.
+type directState struct{ rt *genRuntime }
+
+func (d directState) Hold(src clockguard.Source, reason string, det clockguard.Detail) {
+	d.rt.state.Hold(src, reason, det)
+}
+func (d directState) Set(src clockguard.Source, reason string) { d.rt.state.Set(src, reason) }
+func (d directState) Clear(src clockguard.Source)              { d.rt.state.Clear(src) }
+func (d directState) Ready() {
+	d.rt.state.Ready()
+	d.rt.ring.Start()
+}
+
+func (d directState) join(h *holding) {
+	rt := d.rt
+	rt.ring.Reset(h.gen)
+	rt.wide.SetMembers([]*generator.Generator{h.gen})
+	rt.setLive([]*holding{h})
+}
+
+func (d directState) leave(h *holding) {
+	rt := d.rt
+	rt.ring.Reset(nil)
+	rt.wide.SetMembers(nil)
+	rt.setLive(nil)
+}
+
+// member is one holder of a wide generator, and its lease's state.
+type member struct {
+	rt     *genRuntime
+	hd     *holder
+	slot   int    // creation order: the first member is slot 0
+	cancel func() // stops the holder (releasing its lease)
+
+	// Under rt.wmu:
+	h       *holding
+	ready   bool
+	reasons map[clockguard.Source]memberReason
+}
+
+type memberReason struct {
+	reason string
+	d      clockguard.Detail
+	hold   bool // Hold (with detail) rather than Set
+}
+
+func (m *member) record(src clockguard.Source, r *memberReason) {
+	m.rt.wmu.Lock()
+	if r == nil {
+		delete(m.reasons, src)
+	} else {
+		m.reasons[src] = *r
+	}
+	m.rt.wmu.Unlock()
+	m.rt.syncMembers()
+}
+
+func (m *member) Hold(src clockguard.Source, reason string, d clockguard.Detail) {
+	m.record(src, &memberReason{reason: reason, d: d, hold: true})
+}
+func (m *member) Set(src clockguard.Source, reason string) {
+	m.record(src, &memberReason{reason: reason})
+}
+func (m *member) Clear(src clockguard.Source) { m.record(src, nil) }
+func (m *member) Ready() {
+	m.rt.wmu.Lock()
+	m.ready = true
+	m.rt.wmu.Unlock()
+	m.rt.syncMembers()
+}
+func (m *member) join(h *holding) {
+	m.rt.wmu.Lock()
+	m.h, m.ready = h, false
+	m.rt.wmu.Unlock()
+	m.rt.syncMembers()
+}
+func (m *member) leave(h *holding) {
+	m.rt.wmu.Lock()
+	if m.h == h {
+		m.h, m.ready = nil, false
+	}
+	m.rt.wmu.Unlock()
+	m.rt.syncMembers()
+}
+
+// serving: the member's holding serves the generator's source.
+func (m *member) serving() bool {
+	return m.h != nil && m.ready && len(m.reasons) == 0 && !m.h.gen.Retired()
+}
+
+// leaseSources are what a member reports; the others (the clock, the
+// coordinator's pin and marker, the node's name) are the generator's.
+var leaseSources = []clockguard.Source{clockguard.SourceLease, clockguard.SourceReservation}
+
+// syncMembers makes the generator's source and serving state follow its
+// members: the Wide's members are the serving holdings; the generator
+// serves while one does, and otherwise carries the first member's reason.
+func (rt *genRuntime) syncMembers() {
+	rt.wmu.Lock()
+	defer rt.wmu.Unlock()
+	var live []*holding
+	var out []string
+	var first *member
+	for _, m := range rt.members {
+		if m.serving() {
+			live = append(live, m.h)
+			continue
+		}
+		if first == nil {
+			first = m
+		}
+		out = append(out, m.describe())
+	}
+	slices.SortFunc(live, func(a, b *holding) int { return compareWorker(a, b) })
+	old := rt.liveHoldings()
+	if !sameHoldings(old, live) {
+		gens := make([]*generator.Generator, len(live))
+		for i, h := range live {
+			gens[i] = h.gen
+		}
+		rt.wide.SetMembers(gens)
+		rt.setLive(live)
+		// A member gone: what the ring buffered from it is dropped
+		// (every ID handed out lies within a serving holding).
+		if len(live) < len(old) || len(old) == 0 {
+			rt.ring.Reset(rt.wide)
+		}
+	}
+	rt.degraded = ""
+	if len(live) > 0 {
+		if len(out) > 0 {
+			rt.degraded = fmt.Sprintf("%d of %d workers serving; %s", len(live), len(rt.members), strings.Join(out, "; "))
+		}
+		for _, src := range leaseSources {
+			rt.state.Clear(src)
+		}
+		rt.state.Ready()
+		rt.ring.Start()
+		return
+	}
+	if first == nil {
+		return
+	}
+	prefix := ""
+	if len(rt.members) > 1 {
+		prefix = fmt.Sprintf("none of %d workers serving; the first: ", len(rt.members))
+	}
+	for _, src := range leaseSources {
+		r, ok := first.reasons[src]
+		switch {
+		case !ok:
+			rt.state.Clear(src)
+		case r.hold:
+			rt.state.Hold(src, prefix+r.reason, r.d)
+		default:
+			rt.state.Set(src, prefix+r.reason)
+		}
+	}
+	if len(first.reasons) == 0 {
+		// Between a lease and its first reservation, or retired.
+		rt.state.Hold(clockguard.SourceLease, prefix+"acquiring a worker ID", clockguard.Detail{Code: clockguard.CodeStarting})
+	}
+}
+
+// describe says why a member does not serve, under rt.wmu.
+func (m *member) describe() string {
+	who := fmt.Sprintf("worker slot %d", m.slot)
+	if m.h != nil {
+		who = fmt.Sprintf("worker %d", m.h.gen.Worker())
+	}
+	for _, src := range leaseSources {
+		if r, ok := m.reasons[src]; ok {
+			return who + ": " + r.reason
+		}
+	}
+	if m.h == nil {
+		return who + ": acquiring"
+	}
+	return who + ": waiting for its first reservation"
+}
+
+func compareWorker(a, b *holding) int {
+	ka := a.gen.Datacenter()<<32 | a.gen.Worker()
+	kb := b.gen.Datacenter()<<32 | b.gen.Worker()
+	switch {
+	case ka < kb:
+		return -1
+	case ka > kb:
+		return 1
+	}
+	return 0
+}
+
+func sameHoldings(a, b []*holding) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// setLive publishes the serving holdings; held is the first of them.
+func (rt *genRuntime) setLive(hs []*holding) {
+	rt.live.Store(&hs)
+	if len(hs) > 0 {
+		rt.held.Store(hs[0])
+	} else {
+		rt.held.Store(nil)
+	}
+}
+
+// liveHoldings are the holdings serving the generator's source,
+// ascending by worker.
+func (rt *genRuntime) liveHoldings() []*holding {
+	if p := rt.live.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// lead is how far the generator's logical time stands ahead of wall: the
+// largest of its holdings' (false when it holds none).
+func (rt *genRuntime) lead(wall time.Time) (time.Duration, bool) {
+	hs := rt.liveHoldings()
+	if len(hs) == 0 {
+		return 0, false
+	}
+	var l time.Duration
+	for i, h := range hs {
+		if d := h.gen.Lead(wall); i == 0 || d > l {
+			l = d
+		}
+	}
+	return l, true
+}
+
+// wakeAll makes every wait in the generator's source re-read the clock.
+func (rt *genRuntime) wakeAll() {
+	for _, h := range rt.liveHoldings() {
+		h.gen.Wake()
+	}
+	if rt.wide != nil {
+		rt.wide.Wake()
+	}
+}
+
+// holdAll holds the generator's source out of service, or lets it serve.
+func (rt *genRuntime) holdAll(on bool) {
+	if rt.wide != nil {
+		rt.wide.Hold(on)
+	}
+	for _, h := range rt.liveHoldings() {
+		h.gen.Hold(on)
+	}
+}
+
+// capacity is what the generator produces at most, in IDs/s: the layout's
+// rate for each worker serving (one while it serves none).
+func (rt *genRuntime) capacity() float64 {
+	return rt.cfg.Layout.Rate() * float64(max(len(rt.liveHoldings()), 1))
+}
+
+// WorkersStatus is the wide part of GeneratorStatus.
+type WorkersStatus struct {
+	// Workers are the holdings serving, ascending, each as its node
+	// fields in one number: datacenter × the layout's worker limit +
+	// worker (the worker alone when the layout has no datacenter bits).
+	Workers []uint64
+	// Wanted is how many workers the generator aims to hold (--workers,
+	// or the current target under --workers auto); Max its bound.
+	Wanted, Max int
+	Auto        bool
+	// Degraded says which workers do not serve and why, while others do.
+	Degraded string
+}
+
+func (rt *genRuntime) workersStatus() WorkersStatus {
+	ws := WorkersStatus{Wanted: int(rt.wantW.Load()), Max: rt.maxWorkers, Auto: rt.auto}
+	for _, h := range rt.liveHoldings() {
+		ws.Workers = append(ws.Workers, h.gen.Datacenter()*rt.cfg.Layout.WorkerLimit()+h.gen.Worker())
+	}
+	rt.wmu.Lock()
+	ws.Degraded = rt.degraded
+	rt.wmu.Unlock()
+	return ws
+}
+
+// isWide: the generator may hold more than one worker.
+func (rt *genRuntime) isWide() bool { return rt.maxWorkers > 1 || rt.auto }
+
+// dropMembers stops the n newest members: each releases its lease.
+func (rt *genRuntime) dropMembers(n int) {
+	rt.wmu.Lock()
+	ms := rt.members[max(len(rt.members)-n, 1):]
+	var cancels []func()
+	for _, m := range ms {
+		cancels = append(cancels, m.cancel)
+	}
+	rt.wmu.Unlock()
+	for _, c := range cancels {
+		c()
+	}
+}
+
+// --- ranges --------------------------------------------------------------
+
+// issueRuns returns n IDs as runs of consecutive IDs, increasing: what
+// the ring holds first (as issue would hand it out), then the source's
+// output in turns of the fair share, without an ID per slot.
+func (rt *genRuntime) issueRuns(ctx context.Context, n uint64) ([]generator.Run, error) {
+	f, err := rt.enter(ctx, int(n))
+	if err != nil {
+		return nil, err
+	}
+	if f == nil {
+		// At most one turn, and the ring holds it: as issue.
+		ids, err := rt.issueSmall(ctx, int(n))
+		if err != nil {
+			return nil, err
+		}
+		return appendIDRuns(nil, ids), nil
+	}
+	defer rt.fair.leave(f, int(n))
+	runs := make([]generator.Run, 0, 8)
+	var scratch []uint64
+	got := uint64(0)
+	retried := false
+	for got < n {
+		grant, err := rt.fair.acquire(ctx, f, int(min(n-got, 1<<40)))
+		if err != nil {
+			if err == errInterrupted {
+				if !rt.state.Serving() {
+					return nil, rt.notServing()
+				}
+				continue
+			}
+			return nil, err
+		}
+		if cap(scratch) < grant {
+			scratch = make([]uint64, min(grant, rt.ring.Cap()))
+		}
+		// Room for the runs one turn may add: a block per member and
+		// unit it spans.
+		need := grant/int(rt.cfg.Layout.PerUnit()) + 2*len(rt.liveHoldings()) + 4
+		if cap(runs)-len(runs) < need {
+			runs = slices.Grow(runs, need)
+		}
+		var nr int
+		var made uint64
+		took, err := rt.ring.DrainThen(ctx, scratch[:min(grant, len(scratch))], func(took int) error {
+			if took == grant {
+				return nil
+			}
+			var err error
+			nr, made, err = rt.wide.TryRuns(runs[len(runs):len(runs)+need], uint64(grant-took), true)
+			return err
+		})
+		// The ring's IDs are older than the source's: they go first.
+		produced := slices.Clone(runs[len(runs) : len(runs)+nr])
+		runs = appendIDRuns(runs, scratch[:took])
+		for _, r := range produced {
+			runs = appendRun(runs, r)
+		}
+		rt.fair.release()
+		got += uint64(took) + made
+		if err == nil && took == 0 && made == 0 {
+			err = rt.wide.AwaitBulk(ctx)
+		}
+		if err != nil {
+			retry, err := rt.sourceErr(err, took == 0 && made == 0 && !retried)
+			if !retry {
+				return nil, err
+			}
+			retried = true
+		}
+	}
+	rt.issued.Add(n)
+	return runs, nil
+}
+
+// issueSmall is issue for a request the ring serves.
+func (rt *genRuntime) issueSmall(ctx context.Context, n int) ([]uint64, error) {
+	dst := make([]uint64, n)
+	if err := rt.fill(ctx, nil, dst); err != nil {
+		return nil, err
+	}
+	return dst, nil
+}
+
+// appendRun appends r, merging it into the last run when they meet.
+func appendRun(runs []generator.Run, r generator.Run) []generator.Run {
+	if k := len(runs); k > 0 && runs[k-1].First+runs[k-1].Count == r.First {
+		runs[k-1].Count += r.Count
+		return runs
+	}
+	return append(runs, r)
+}
+
+// appendIDRuns appends increasing IDs as runs.
+func appendIDRuns(runs []generator.Run, ids []uint64) []generator.Run {
+	for _, id := range ids {
+		runs = appendRun(runs, generator.Run{First: id, Count: 1})
+	}
+	return runs
+}
+
+// --- --workers auto --------------------------------------------------------
+
+// autoWorkers follows the generator's rate under --workers auto: while
+// what it issues stays above autoHigh of what its serving workers can
+// produce, it leases one more (up to --max-workers); once the rate has
+// fitted in fewer workers for autoIdle, it releases the extras, down to
+// one.
+func (rt *genRuntime) autoWorkers(ctx context.Context, clock clockguard.Clock, add func(), remove func(n int)) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	per := rt.cfg.Layout.Rate()
+	var highFor int
+	var fitSince time.Duration
+	haveFit := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, mono := clock.Now()
+		r := rt.recentRate(mono)
+		rt.wmu.Lock()
+		n := len(rt.members)
+		rt.wmu.Unlock()
+		live := len(rt.liveHoldings())
+		if live > 0 && r > autoHigh*per*float64(live) {
+			highFor++
+		} else {
+			highFor = 0
+		}
+		if highFor >= 2 && n < rt.maxWorkers && live == n {
+			highFor = 0
+			rt.wantW.Store(int64(n + 1))
+			add()
+			continue
+		}
+		needed := max(int(r/(autoHigh*per))+1, 1)
+		if needed >= n {
+			haveFit = false
+			continue
+		}
+		if !haveFit {
+			haveFit, fitSince = true, mono
+		}
+		if mono-fitSince >= autoIdle {
+			haveFit = false
+			rt.wantW.Store(int64(needed))
+			remove(n - needed)
+		}
+	}
+}
+
+// autoHigh is the share of the serving workers' rate above which --workers
+// auto leases another; autoIdle how long the rate must fit in fewer before
+// the extras are released.
+const (
+	autoHigh = 0.8
+	autoIdle = time.Minute
+)

@@ -1,0 +1,221 @@
+package server_test
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/server"
+)
+
+func workers(k int) func(*server.Config) { return func(c *server.Config) { c.Workers = k } }
+
+// rangeIDs asks NextRange for k IDs and expands the runs, checking that
+// they add up to k and increase.
+func (c *caller) rangeIDs(k uint64) []generator.Run {
+	c.t.Helper()
+	resp, err := c.n.ids.NextRange(ctx(c.t), &firnv1.NextRangeRequest{Generator: c.gen, Count: k})
+	if err != nil {
+		c.t.Fatalf("NextRange(%d) after %d IDs: %v", k, len(c.seen), err)
+	}
+	var total uint64
+	var runs []generator.Run
+	for _, r := range resp.GetRuns() {
+		if r.GetCount() == 0 {
+			c.t.Fatalf("NextRange(%d): an empty run", k)
+		}
+		total += r.GetCount()
+		for i := range r.GetCount() {
+			c.seen = append(c.seen, r.GetFirst()+i)
+		}
+		runs = append(runs, generator.Run{First: r.GetFirst(), Count: r.GetCount()})
+	}
+	if total != k {
+		c.t.Fatalf("NextRange(%d) returned %d IDs", k, total)
+	}
+	return runs
+}
+
+// A generator of four workers: it holds four leases, hands each unit's
+// blocks out in ascending worker order (so every caller's IDs increase,
+// whatever it asks with), and NextRange returns the same IDs as runs.
+func TestWideGenerator(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), workers(4))
+	waitServing(t, n.ids, "default", 10*time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	var info *firnv1.GeneratorInfo
+	for info = n.genInfo(t, "default"); len(info.GetWorkers()) < 4 && time.Now().Before(deadline); info = n.genInfo(t, "default") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	ws := info.GetWorkers()
+	if len(ws) != 4 || !slices.IsSorted(ws) || info.GetWorkersWanted() != 4 {
+		t.Fatalf("Info: workers %v, wanted %d; want 4 ascending, 4", ws, info.GetWorkersWanted())
+	}
+	l, _ := generator.Preset("snowflake")
+	if want := l.PerUnit() * uint64(time.Second/l.Unit) * 4; info.GetMaxRange() != want {
+		t.Fatalf("max_range %d, want %d", info.GetMaxRange(), want)
+	}
+
+	c := &caller{t: t, n: n}
+	c.one()
+	c.batch(100)
+	runs := c.rangeIDs(200_000) // ~12 units of four workers
+	if len(runs) > 200_000/4096*4+8 {
+		t.Fatalf("NextRange(200000): %d runs; want a run per worker's block at most", len(runs))
+	}
+	c.batch(5000)
+	c.one()
+	c.rangeIDs(1)
+	increasing(t, "one caller's IDs across NextID, NextIDs and NextRange", c.seen)
+
+	// Within each unit, the workers' blocks come in ascending order, and
+	// only the workers held appear.
+	lastWorker := map[int64]uint64{}
+	for _, id := range c.seen {
+		p, err := l.Decode(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := p.Datacenter<<l.WorkerBits | p.Worker
+		if !slices.Contains(ws, uint32(w)) {
+			t.Fatalf("ID %d of worker %d: not one the generator holds (%v)", id, w, ws)
+		}
+		if prev, ok := lastWorker[p.Units]; ok && w < prev {
+			t.Fatalf("unit %d: worker %d after worker %d", p.Units, w, prev)
+		}
+		lastWorker[p.Units] = w
+	}
+	insp := inspector(t, e.Endpoints, n.cfg.Cluster)
+	holders, err := insp.Workers(ctx(t), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := 0
+	for _, h := range holders {
+		if h.Live {
+			live++
+		}
+	}
+	if live != 4 {
+		t.Fatalf("%d live leases, want 4: %+v", live, holders)
+	}
+
+	// Out of range: the bound is named.
+	if _, err := n.ids.NextRange(ctx(t), &firnv1.NextRangeRequest{Count: info.GetMaxRange() + 1}); err == nil {
+		t.Fatal("NextRange above max_range accepted")
+	}
+}
+
+// One worker's lease lost under load: the generator serves on from the
+// others (no failed call, IDs still unique and increasing per caller),
+// says which worker is out, and takes a worker again.
+func TestWideLeaseLossLeavesOthersServing(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), workers(3), func(c *server.Config) {
+		c.Timing.Timeout, c.Timing.ReservationWindow = 500*time.Millisecond, 2500*time.Millisecond
+	})
+	waitServing(t, n.ids, "default", 10*time.Second)
+	deadline := time.Now().Add(10 * time.Second)
+	for len(n.genInfo(t, "default").GetWorkers()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	ws := n.genInfo(t, "default").GetWorkers()
+	if len(ws) != 3 {
+		t.Fatalf("workers %v, want 3", ws)
+	}
+	var mu sync.Mutex
+	var all [][]uint64
+	var errs []error
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []uint64
+			for {
+				select {
+				case <-stop:
+					mu.Lock()
+					all = append(all, mine)
+					mu.Unlock()
+					return
+				default:
+				}
+				resp, err := n.ids.NextRange(ctx(t), &firnv1.NextRangeRequest{Count: 20_000})
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					continue
+				}
+				for _, r := range resp.GetRuns() {
+					for i := range r.GetCount() {
+						mine = append(mine, r.GetFirst()+i)
+					}
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	l, _ := generator.Preset("snowflake")
+	lost := uint64(ws[1])
+	slot := coordinator.Slot{Datacenter: lost >> l.WorkerBits, Worker: lost & (l.WorkerLimit() - 1)}
+	insp := inspector(t, e.Endpoints, n.cfg.Cluster)
+	if err := insp.ForceRelease(ctx(t), "default", slot); err != nil {
+		close(stop)
+		wg.Wait()
+		t.Fatalf("ForceRelease: %v", err)
+	}
+	sawDegraded := false
+	deadline = time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		info := n.genInfo(t, "default")
+		if !info.GetServing() {
+			t.Errorf("the generator stopped serving after one of three leases was lost: %s", info.GetReason())
+			break
+		}
+		if len(info.GetWorkers()) == 2 {
+			sawDegraded = true
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !sawDegraded {
+		t.Errorf("Info never showed two workers after one lease was lost")
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for len(n.genInfo(t, "default").GetWorkers()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d calls failed while one worker's lease was lost; first: %v", len(errs), errs[0])
+	}
+	if got := n.genInfo(t, "default").GetWorkers(); len(got) != 3 {
+		t.Fatalf("workers %v after the loss: want three again", got)
+	}
+	seen := map[uint64]bool{}
+	total := 0
+	for _, mine := range all {
+		increasing(t, "a caller's IDs across the lease loss", mine)
+		for _, id := range mine {
+			if seen[id] {
+				t.Fatalf("ID %d issued twice", id)
+			}
+			seen[id] = true
+		}
+		total += len(mine)
+	}
+	if total == 0 {
+		t.Fatal("no IDs issued")
+	}
+}
