@@ -204,15 +204,22 @@ func (g *Gen) Acked(slot coordinator.Slot, r int64) {
 	}
 }
 
-// BeforeRelease durably lowers the node's last reservation and slot's
-// acknowledged R to highest (the highest time the stopped generator
-// produced; the release writes max(highest, Floor)); call it before the
-// Release is sent. Lowering first is safe: no time above highest was used.
+// BeforeRelease durably lowers slot's acknowledged R to highest (the
+// highest time the stopped generator produced; the release writes
+// max(highest, Floor)), and the node's last reservation to the largest R
+// any slot still shows; call it before the Release is sent. Lowering first
+// is safe: no time above highest was used. A node holding several workers
+// of the generator (a wide generator) keeps its last reservation at the
+// others' while they are held, so that its next lease, even after a
+// restart, starts above every ID it issued.
 func (g *Gen) BeforeRelease(slot coordinator.Slot, value int64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.f.LastReservation = value
 	g.f.Acked[slotKey(slot)] = value
+	g.f.LastReservation = value
+	for _, v := range g.f.Acked {
+		g.f.LastReservation = max(g.f.LastReservation, v)
+	}
 	return g.save()
 }
 

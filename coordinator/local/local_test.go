@@ -235,3 +235,35 @@ func TestLegacyStateMigrates(t *testing.T) {
 		t.Fatalf("after migration: floor %d acked %d, %v", g2.LocalFloor(), g2.AckedFor(coordinator.Slot{Worker: 2}), err)
 	}
 }
+
+// A node holding two workers of one generator: releasing one lowers the
+// last reservation only to what the other still shows, and the last
+// release to the highest either produced.
+func TestReleaseKeepsTheOtherWorkersReservation(t *testing.T) {
+	s, _ := Open(t.TempDir())
+	g, err := s.Generator("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := coordinator.Slot{Worker: 1}, coordinator.Slot{Worker: 2}
+	if err := g.BeforeReserve(a, 300); err != nil {
+		t.Fatal(err)
+	}
+	g.Acked(a, 300)
+	if err := g.BeforeReserve(b, 310); err != nil {
+		t.Fatal(err)
+	}
+	g.Acked(b, 310)
+	if err := g.BeforeRelease(a, 205); err != nil {
+		t.Fatal(err)
+	}
+	if g.LocalFloor() != 310 {
+		t.Fatalf("after one of two releases LocalFloor %d, want the other's 310", g.LocalFloor())
+	}
+	if err := g.BeforeRelease(b, 204); err != nil {
+		t.Fatal(err)
+	}
+	if g.LocalFloor() != 205 {
+		t.Fatalf("after both releases LocalFloor %d, want the highest produced, 205", g.LocalFloor())
+	}
+}
