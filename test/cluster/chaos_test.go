@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/coordinator/zookeeper/zktest"
 	"github.com/firnid/firn/generator"
@@ -486,6 +488,64 @@ var faultScenarios = []scenario{
 		for _, r := range small.IDs() {
 			e.rec.addIDs(r.Node, r.Generator, r.Client, r.Call, []uint64{r.ID}, r.At)
 		}
+		e.check(Bounds{})
+	}},
+	{name: "wide: four workers, one lease released under load", both: true, run: func(e *env) {
+		// A node holding four workers beside a node holding one, under
+		// unary, batch and range load; one of the four leases is freed
+		// by an operator (fenced): the wide node keeps serving from the
+		// other three, takes a fourth again, and no ID is issued twice.
+		wide, other := e.newNode("n1", "--workers", "4"), e.newNode("n2")
+		e.startAll(wide, other)
+		held := func() []uint32 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			info, err := wide.ID.Info(ctx, &firnv1.InfoRequest{})
+			if err != nil || len(info.GetGenerators()) == 0 {
+				return nil
+			}
+			return info.GetGenerators()[0].GetWorkers()
+		}
+		if _, ok := waitFor(10*time.Second, func() bool { return len(held()) == 4 }); !ok {
+			e.t.Fatalf("the wide node holds workers %v, want 4", held())
+		}
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
+		batches := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 1, Batch: 500, Deadline: 2 * time.Second, Pause: 5 * time.Millisecond})
+		ranges := StartLoad(e.rec, []*Node{wide}, LoadOptions{Callers: 2, Range: 2000, Deadline: 2 * time.Second, Pause: 10 * time.Millisecond})
+		time.Sleep(time.Second)
+		ws := held()
+		victim := ws[len(ws)/2]
+		l := e.layout
+		out, err := runCmd(Binary(e.t), "workers", "release", fmt.Sprint(victim&uint32(l.WorkerLimit()-1)),
+			"--datacenter", fmt.Sprint(victim>>l.WorkerBits), e.b.flag, strings.Join(e.b.endpoints, ","), "--cluster", e.cluster)
+		if err != nil {
+			e.t.Fatalf("firn workers release: %v: %s", err, out)
+		}
+		// The freed worker's holder closes (its next write is fenced)
+		// while the node stays ready; then it holds four again.
+		victimClosed := func() bool {
+			for _, h := range wide.Holders() {
+				if uint32(h.Datacenter<<l.WorkerBits|h.Worker) == victim && h.Highest != 0 {
+					return true
+				}
+			}
+			return false
+		}
+		d, ok := waitFor(8*time.Second, func() bool {
+			if code, body := wide.Ready(); code != 200 {
+				e.t.Errorf("the wide node stopped serving after one of four leases was released: %d %s", code, body)
+			}
+			return victimClosed() && len(held()) == 4
+		})
+		if !ok {
+			e.t.Errorf("after worker %d was released: its holder closed %v, workers %v; want closed and four again", victim, victimClosed(), held())
+		}
+		e.row.Recover = d.Round(time.Millisecond).String()
+		time.Sleep(500 * time.Millisecond)
+		ranges.Stop()
+		batches.Stop()
+		load.Stop()
+		countFailures(e, e.rec.Failures(), none)
 		e.check(Bounds{})
 	}},
 	{name: "graceful shutdown under load", run: func(e *env) {

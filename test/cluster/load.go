@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -91,6 +92,7 @@ type Load struct {
 type LoadOptions struct {
 	Callers   int           // concurrent callers per node
 	Batch     int           // 0: unary NextID; else NextIDs(count=Batch)
+	Range     uint64        // non-zero: NextRange(count=Range), the runs expanded
 	Deadline  time.Duration // per call (>= 2s where absorption is asserted)
 	Generator string
 	Pause     time.Duration // between calls of one caller (0: none)
@@ -118,13 +120,25 @@ func StartLoad(rec *Recorder, nodes []*Node, o LoadOptions) *Load {
 					cctx, ccancel := context.WithTimeout(ctx, o.Deadline)
 					var ids []uint64
 					var err error
-					if o.Batch == 0 {
+					switch {
+					case o.Range > 0:
+						var r *firnv1.NextRangeResponse
+						r, err = n.ID.NextRange(cctx, &firnv1.NextRangeRequest{Generator: o.Generator, Count: o.Range})
+						for _, run := range r.GetRuns() {
+							for i := range run.GetCount() {
+								ids = append(ids, run.GetFirst()+i)
+							}
+						}
+						if err == nil && uint64(len(ids)) != o.Range {
+							err = fmt.Errorf("NextRange(%d) returned %d IDs", o.Range, len(ids))
+						}
+					case o.Batch == 0:
 						var r *firnv1.NextIDResponse
 						r, err = n.ID.NextID(cctx, &firnv1.NextIDRequest{Generator: o.Generator})
 						if err == nil {
 							ids = []uint64{r.GetId()}
 						}
-					} else {
+					default:
 						var r *firnv1.NextIDsResponse
 						r, err = n.ID.NextIDs(cctx, &firnv1.NextIDsRequest{Generator: o.Generator, Count: uint32(o.Batch)})
 						if err == nil {

@@ -406,10 +406,16 @@ func (h *Holder) Upper() int64 {
 	return h.Reserved
 }
 
-// Holders parses the node's holder_open / holder_reserve / holder_close lines.
+// Holders parses the node's holder_open / holder_reserve / holder_close
+// lines. A node holds one interval per generator and worker at a time (a
+// wide generator several at once, one per worker).
 func (n *Node) Holders() []*Holder {
 	var out []*Holder
-	cur := map[string]*Holder{}
+	type key struct {
+		gen    string
+		dc, wk int64
+	}
+	cur := map[key]*Holder{}
 	num := func(m map[string]any, k string) int64 {
 		switch v := m[k].(type) {
 		case float64:
@@ -422,26 +428,27 @@ func (n *Node) Holders() []*Holder {
 	}
 	for _, m := range n.LogLines() {
 		if m["harness"] == "start" {
-			cur = map[string]*Holder{}
+			cur = map[key]*Holder{}
 			continue
 		}
 		gen, _ := m["generator"].(string)
+		k := key{gen, num(m, "datacenter"), num(m, "worker")}
 		switch m["event"] {
 		case "holder_open":
 			h := &Holder{Node: n.Name, Generator: gen, Worker: uint64(num(m, "worker")), Datacenter: uint64(num(m, "datacenter")),
 				Floor: num(m, "floor"), Reserved: num(m, "floor")}
 			h.Instance, _ = m["instance"].(string)
-			cur[gen] = h
+			cur[k] = h
 			out = append(out, h)
 		case "holder_reserve", "holder_close":
-			if h := cur[gen]; h != nil {
+			if h := cur[k]; h != nil {
 				if r := num(m, "reserved"); r > h.Reserved {
 					h.Reserved = r
 				}
 				if m["event"] == "holder_close" {
 					h.Released, _ = m["released"].(bool)
 					h.Highest = num(m, "highest")
-					delete(cur, gen)
+					delete(cur, k)
 				}
 			}
 		}
