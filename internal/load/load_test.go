@@ -103,12 +103,16 @@ func TestNoopPrefetch(t *testing.T) {
 // TestDuplicateDetected: the no-op server hands out one ID twice; the run
 // finds exactly that one and exits with exitDuplicate.
 func TestDuplicateDetected(t *testing.T) {
-	for _, mode := range []string{modeUnary, modeBatch} {
+	for _, mode := range []string{modeUnary, modeBatch, modeRanges} {
 		t.Run(mode, func(t *testing.T) {
 			rep := bench(t, exitDuplicate, "--target", "noop", "--mode", mode, "--batch", "10",
 				"--warmup", "0s", "--noop-duplicate-at", "20")
 			if rep.Run.Dups != 1 {
 				t.Fatalf("found %d duplicates, want the 1 injected", rep.Run.Dups)
+			}
+			// The injected ID breaks NextRange's order as well.
+			if mode == modeRanges && rep.Run.Malformed != 1 {
+				t.Fatalf("%d malformed responses, want the 1 injected", rep.Run.Malformed)
 			}
 		})
 	}
@@ -280,8 +284,10 @@ func TestFlagsRefused(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--mode", "stream"}, "--mode \"stream\""},
-		{[]string{"--batch", "0"}, "--batch 0 outside [1, 1000000]"},
+		{[]string{"--mode", "stream"}, "--mode \"stream\": want unary, batch, prefetch or ranges"},
+		{[]string{"--batch", "0"}, "--batch 0 outside [1, 1000000] (NextIDs' count)"},
+		{[]string{"--mode", "ranges", "--batch", "0"}, "--batch 0 outside [1, 1099511627776] (NextRange's count"},
+		{[]string{"--mode", "ranges", "--batch", "1099511627777"}, "--batch 1099511627777 outside [1, 1099511627776]"},
 		{[]string{"--callers", "0"}, "--callers 0 outside [1, 10000]"},
 		{[]string{"--conns", "0"}, "--conns 0 outside [1, 1000]"},
 		{[]string{"--duration", "0s"}, "--duration 0s must be positive"},

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/firnid/firn/client"
+	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/generator"
 )
 
 // Exit codes of Main.
@@ -28,6 +30,10 @@ const (
 )
 
 const minPairs = 5
+
+// maxRangeBatch bounds --batch in ranges mode; the node's own bound is its
+// generator's max_range (Info), checked before each run.
+const maxRangeBatch = 1 << 40
 
 // Report is what Main prints with --json: one of Run, Compare or Idle.
 type Report struct {
@@ -85,9 +91,9 @@ type flags struct {
 
 // Main is `firn bench`: args are those after "bench". It writes the
 // report to stdout and progress to stderr, and returns the exit code: 0,
-// 1 when the run could not be made, 2 for bad flags, 3 when an ID was
-// received twice. With NoopCommand as args[0] it runs the no-op server
-// instead (NoopMain).
+// 1 when the run could not be made or a NextRange response broke its
+// contract, 2 for bad flags, 3 when an ID was received twice. With
+// NoopCommand as args[0] it runs the no-op server instead (NoopMain).
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == NoopCommand {
 		return NoopMain(args[1:], stdout, stderr)
@@ -103,8 +109,17 @@ child process serving the same API with the same gRPC server options) with
 K callers over C connections and reports RPC/s, IDs/s, latency
 percentiles, errors by gRPC code and duplicate IDs received.
 
+--mode ranges calls NextRange with count --batch: the IDs come as runs of
+consecutive IDs, and every one of them is checked for duplicates (as
+intervals, so --record does not bound it); --batch may go up to the
+generator's max_range (Info). It also reports IDs/s over the generator's
+capacity: its workers (Info) times the layout's rate. With
+--compare noop the no-op server takes the node's layout, workers and
+max_range, and cuts its runs as the node would.
+
   firn bench --target 127.0.0.1:7300 --callers 16 --conns 4 --duration 10s
   firn bench --target 127.0.0.1:7300 --mode batch --batch 1000 --callers 8
+  firn bench --target 127.0.0.1:7300 --mode ranges --batch 100000 --callers 8 --compare noop
   firn bench --target 127.0.0.1:7300 --compare noop --pin --callers 64 --conns 4
   firn bench --target 127.0.0.1:7300 --idle 60s
   firn bench --target 127.0.0.1:7300 --flood-callers 512 --flood-conns 32 --flood-batch 100000
@@ -115,8 +130,8 @@ percentiles, errors by gRPC code and duplicate IDs received.
 	fs.StringVar(&f.target, "addr", "127.0.0.1:7300", "node gRPC address (host:port), or noop for the no-op floor server")
 	fs.StringVar(&f.target, "target", "127.0.0.1:7300", "the older name of --addr")
 	fs.StringVar(&f.generator, "generator", "", "generator name (empty: the node's default)")
-	fs.StringVar(&f.mode, "mode", modeUnary, "unary (NextID), batch (NextIDs --batch N) or prefetch (the Go client's Next)")
-	fs.IntVar(&f.batch, "batch", 1000, "NextIDs count in batch mode")
+	fs.StringVar(&f.mode, "mode", modeUnary, "unary (NextID), batch (NextIDs --batch N), prefetch (the Go client's Next) or ranges (NextRange --batch N)")
+	fs.IntVar(&f.batch, "batch", 1000, "count of each call: NextIDs in batch mode, NextRange in ranges mode")
 	fs.IntVar(&f.callers, "callers", 1, "concurrent callers K")
 	fs.IntVar(&f.conns, "conns", 1, "connections C (prefetch mode: clients), shared round-robin by the callers")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured window of each run")
@@ -138,7 +153,7 @@ percentiles, errors by gRPC code and duplicate IDs received.
 	fs.IntVar(&f.floodConns, "flood-conns", 32, "connections of the flood")
 	fs.IntVar(&f.floodBatch, "flood-batch", 100_000, "NextIDs count of the flood's calls")
 	fs.BoolVar(&f.ignoreRetry, "ignore-retry-info", false, "after a refusal, pause 1 ms instead of the RetryInfo it carries (an uncooperative client)")
-	fs.IntVar(&f.record, "record", 32<<20, "IDs kept for the duplicate check (preallocated, 8 bytes each)")
+	fs.IntVar(&f.record, "record", 32<<20, "IDs kept for the duplicate check (preallocated, 8 bytes each; ranges mode checks every ID, as intervals, and keeps these for the flood only)")
 	fs.Uint64Var(&f.noopDupAt, "noop-duplicate-at", 0, "make the no-op server hand out one ID twice, at this ID (checks the duplicate check)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -179,6 +194,10 @@ percentiles, errors by gRPC code and duplicate IDs received.
 		fmt.Fprintf(stderr, "bench: DUPLICATE IDs received: %d\n", rep.duplicates())
 		return exitDuplicate
 	}
+	if m := rep.malformed(); m > 0 {
+		fmt.Fprintf(stderr, "bench: MALFORMED NextRange responses: %d\n", m)
+		return exitFailed
+	}
 	return exitOK
 }
 
@@ -186,10 +205,12 @@ func (f *flags) validate() error {
 	switch {
 	case f.target == "":
 		return errors.New("--target is empty (an address host:port, or noop)")
-	case !slices.Contains([]string{modeUnary, modeBatch, modePrefetch}, f.mode):
-		return fmt.Errorf("--mode %q: want unary, batch or prefetch", f.mode)
-	case f.batch < 1 || f.batch > 1_000_000:
-		return fmt.Errorf("--batch %d outside [1, 1000000]", f.batch)
+	case !slices.Contains([]string{modeUnary, modeBatch, modePrefetch, modeRanges}, f.mode):
+		return fmt.Errorf("--mode %q: want unary, batch, prefetch or ranges", f.mode)
+	case f.mode == modeRanges && (f.batch < 1 || uint64(f.batch) > maxRangeBatch):
+		return fmt.Errorf("--batch %d outside [1, %d] (NextRange's count; the node bounds it by its max_range)", f.batch, uint64(maxRangeBatch))
+	case f.mode != modeRanges && (f.batch < 1 || f.batch > 1_000_000):
+		return fmt.Errorf("--batch %d outside [1, 1000000] (NextIDs' count)", f.batch)
 	case f.callers < 1 || f.callers > 10_000:
 		return fmt.Errorf("--callers %d outside [1, 10000]", f.callers)
 	case f.conns < 1 || f.conns > 1_000:
@@ -263,6 +284,23 @@ func (r *Report) duplicates() uint64 {
 	return d
 }
 
+// malformed counts the NextRange responses that broke its contract.
+func (r *Report) malformed() uint64 {
+	var m uint64
+	if r.Run != nil {
+		m += r.Run.Malformed
+	}
+	if r.Compare != nil {
+		for _, p := range r.Compare.Pairs {
+			m += p.Node.Malformed + p.Noop.Malformed
+		}
+	}
+	if o := r.Overload; o != nil {
+		m += o.Alone.Malformed + o.Loaded.Malformed
+	}
+	return m
+}
+
 // execute runs what the flags ask for.
 func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report, error) {
 	rep := &Report{}
@@ -291,6 +329,13 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 		}
 		if f.noopDupAt != 0 {
 			extra = append(extra, "--duplicate-at", strconv.FormatUint(f.noopDupAt, 10))
+		}
+		if f.mode == modeRanges && f.compare == "noop" {
+			g, err := generatorInfo(ctx, f.target, nodeTLS, f.generator)
+			if err != nil {
+				return nil, err
+			}
+			extra = append(extra, noopMirror(g)...)
 		}
 		if noop, err = startNoopChild(extra, stderr); err != nil {
 			return nil, err
@@ -339,7 +384,11 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 		return rep, err
 	}
 
-	record := make([]uint64, f.record)
+	// Ranges runs check their IDs as intervals: no record to keep.
+	var record []uint64
+	if f.mode != modeRanges {
+		record = make([]uint64, f.record)
+	}
 	base := runConfig{
 		generator: f.generator, mode: f.mode, batch: f.batch, callers: f.callers, conns: f.conns,
 		warmup: f.warmup, duration: f.duration, timeout: f.timeout, record: record, progress: progress,
@@ -377,6 +426,24 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 	}
 	rep.Compare.Median = medianRatios(rep.Compare.Pairs)
 	return rep, nil
+}
+
+// noopMirror is the no-op child's flags that make its Info and its
+// NextRange runs those of the node's generator g: the layout, the workers
+// and max_range.
+func noopMirror(g *firnv1.GeneratorInfo) []string {
+	var args []string
+	// A node that lists no workers holds one: the no-op's default.
+	if ws := g.GetWorkers(); len(ws) > 0 {
+		args = append(args, "--workers", formatWorkers(ws))
+	}
+	if _, err := generator.ParseLayout(g.GetLayout()); err == nil {
+		args = append(args, "--layout", g.GetLayout())
+	}
+	if m := g.GetMaxRange(); m > 0 {
+		args = append(args, "--max-range", strconv.FormatUint(m, 10))
+	}
+	return args
 }
 
 func ratio(a, b float64) float64 {

@@ -101,6 +101,23 @@ func TestAgainstRealNode(t *testing.T) {
 			t.Fatalf("%.0f IDs/s from a snowflake node, above its layout's limit", r.IDsPS)
 		}
 	})
+	t.Run("ranges", func(t *testing.T) {
+		g, err := generatorInfo(context.Background(), addr, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.GetMaxRange() == 0 {
+			t.Skip("the node reports no max_range: it does not serve NextRange")
+		}
+		workers, capacity := capacity(g)
+		r := bench(t, exitOK, "--target", addr, "--mode", "ranges", "--batch", "10000", "--callers", "2").Run
+		checkRanges(t, r, 10000, workers, capacity)
+		// Above the capacity only by what the lead lets the node issue
+		// ahead of its clock.
+		if most := capacity * (r.Seconds + g.GetMaxLead().AsDuration().Seconds()) * 1.01; float64(r.IDs) > most {
+			t.Fatalf("%d IDs in %.2fs from a node of capacity %.0f IDs/s (max lead %v)", r.IDs, r.Seconds, capacity, g.GetMaxLead().AsDuration())
+		}
+	})
 	t.Run("compare", func(t *testing.T) {
 		c := bench(t, exitOK, "--target", addr, "--compare", "noop", "--duration", "150ms", "--warmup", "50ms").Compare
 		if c == nil || len(c.Pairs) != minPairs || c.Median.RPC <= 0 {

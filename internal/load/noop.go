@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -26,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/server/grpcopt"
 )
 
@@ -52,7 +55,26 @@ type NoopOptions struct {
 	// it once more in place of ID DuplicateAt: a deliberate duplicate, to
 	// show that the load tool's duplicate check finds one.
 	DuplicateAt uint64
+	// Layout is the layout Info reports, and the one that shapes
+	// NextRange's runs (see Workers); empty: "noop counter", runs cut as
+	// snowflake's. One that does not parse is reported as is and cut as
+	// empty (NoopMain refuses it).
+	Layout string
+	// Workers are the workers Info reports the generator holds, as
+	// Info gives them: ascending, each its node fields in one number
+	// (datacenter × 2^worker_bits + worker); default: worker 0. NextRange
+	// cuts its runs where a node holding them would: one run per worker's
+	// block of the layout's per-unit count in each unit, joined where the
+	// workers' IDs meet (consecutive node fields). So with --compare noop
+	// the floor returns as many runs as the node, for the same counts.
+	Workers []uint32
+	// MaxRange bounds NextRange's count (default defaultNoopMaxRange).
+	MaxRange uint64
 }
+
+// defaultNoopMaxRange is the no-op server's max_range when none is given;
+// --compare noop in ranges mode passes the node's own.
+const defaultNoopMaxRange = 1 << 24
 
 // noopService is the IDService of the no-op floor: a counter, with the
 // node's request validation and nothing else.
@@ -61,6 +83,18 @@ type noopService struct {
 	next     atomic.Uint64 // the next ID
 	maxBatch uint32
 	dupAt    uint64
+	layout   string
+	workers  []uint32
+	maxRange uint64
+	// dc and worker are Info's: the first worker's node fields split by
+	// the layout (without one, all worker).
+	dc, worker uint32
+	// NextRange's shape: the counter is cut into blocks of block IDs, k
+	// of them per unit (one per worker); join[j] says block j of a unit
+	// continues the block before it (for j = 0: the previous unit's last)
+	// as the node's IDs would.
+	block uint64
+	join  []bool
 }
 
 var _ firnv1.IDServiceServer = (*noopService)(nil)
@@ -69,22 +103,37 @@ var _ firnv1.IDServiceServer = (*noopService)(nil)
 // node's own) serving the no-op IDService and grpc.health.v1 (service ""
 // and "default" SERVING). tlsConfig nil means plaintext.
 func NewNoopServer(tlsConfig *tls.Config, o NoopOptions) *grpc.Server {
-	s := &noopService{maxBatch: o.MaxBatch, dupAt: o.DuplicateAt}
+	srv := grpc.NewServer(grpcopt.ServerOptions(tlsConfig, 0)...)
+	firnv1.RegisterIDServiceServer(srv, newNoopService(o))
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus("default", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	return srv
+}
+
+func newNoopService(o NoopOptions) *noopService {
+	s := &noopService{maxBatch: o.MaxBatch, dupAt: o.DuplicateAt, layout: o.Layout, workers: o.Workers, maxRange: o.MaxRange}
 	if s.maxBatch == 0 {
 		s.maxBatch = 100_000
+	}
+	if s.maxRange == 0 {
+		s.maxRange = defaultNoopMaxRange
+	}
+	if len(s.workers) == 0 {
+		s.workers = []uint32{0}
+	}
+	s.block, s.join = rangeShape(o.Layout, s.workers)
+	s.worker = s.workers[0]
+	if l, err := generator.ParseLayout(o.Layout); err == nil {
+		s.dc, s.worker = s.workers[0]>>l.WorkerBits, s.workers[0]&(1<<l.WorkerBits-1)
 	}
 	base := o.Base
 	if base == 0 {
 		base = 1
 	}
 	s.next.Store(base)
-	srv := grpc.NewServer(grpcopt.ServerOptions(tlsConfig, 0)...)
-	firnv1.RegisterIDServiceServer(srv, s)
-	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus("default", healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(srv, hs)
-	return srv
+	return s
 }
 
 func (s *noopService) checkGenerator(name string) error {
@@ -124,6 +173,90 @@ func (s *noopService) NextIDs(_ context.Context, req *firnv1.NextIDsRequest) (*f
 	return &firnv1.NextIDsResponse{Ids: ids}, nil
 }
 
+// rangeShape is how NextRange cuts the counter for a node of the layout
+// holding the workers (node-fields numbers, ascending).
+func rangeShape(layout string, workers []uint32) (block uint64, join []bool) {
+	l, err := generator.ParseLayout(layout)
+	if err != nil {
+		l, _ = generator.Preset("snowflake")
+		workers = nil // nothing joins: the counter's workers are nominal
+	}
+	join = make([]bool, max(1, len(workers)))
+	if l.Order == generator.SeqNode {
+		// A worker's IDs in one unit step by the node fields: every ID
+		// is a run of its own, and none meet.
+		return 1, join
+	}
+	for j := 1; j < len(workers); j++ {
+		join[j] = workers[j] == workers[j-1]+1
+	}
+	// A unit's last block meets the next unit's first only when the node
+	// holds the lowest and the highest node fields (the carry into the
+	// time field lands on node fields 0).
+	if len(workers) > 0 {
+		top := uint64(1)<<(l.DatacenterBits+l.WorkerBits) - 1
+		join[0] = workers[0] == 0 && uint64(workers[len(workers)-1]) == top
+	}
+	return l.PerUnit(), join
+}
+
+// NextRange takes count IDs from the counter, as NextIDs does, and returns
+// them as the runs a node would (see NoopOptions.Workers), without making
+// them.
+func (s *noopService) NextRange(_ context.Context, req *firnv1.NextRangeRequest) (*firnv1.NextRangeResponse, error) {
+	if err := s.checkGenerator(req.GetGenerator()); err != nil {
+		return nil, err
+	}
+	n := req.GetCount()
+	if n < 1 || n > s.maxRange {
+		return nil, status.Errorf(codes.InvalidArgument, "count %d outside [1, %d] (max_range)", n, s.maxRange)
+	}
+	first := s.next.Add(n) - n
+	cut := make([]generator.Run, 0, n/s.block+2)
+	k := uint64(len(s.join))
+	for left := n; left > 0; {
+		// Past the first, every block starts aligned.
+		c := min(left, s.block-first%s.block)
+		if last := len(cut) - 1; last >= 0 && s.join[first/s.block%k] {
+			cut[last].Count += c
+		} else {
+			cut = append(cut, generator.Run{First: first, Count: c})
+		}
+		first, left = first+c, left-c
+	}
+	if d := s.dupAt; d != 0 {
+		cut = injectDuplicate(cut, d)
+	}
+	// One slab for the messages: the floor allocates what a node must.
+	slab := make([]firnv1.Run, len(cut))
+	runs := make([]*firnv1.Run, len(cut))
+	for i, r := range cut {
+		slab[i].First, slab[i].Count = r.First, r.Count
+		runs[i] = &slab[i]
+	}
+	return &firnv1.NextRangeResponse{Runs: runs}, nil
+}
+
+// injectDuplicate hands out ID d-1 in place of d, if a run holds d,
+// splitting that run (the response then breaks NextRange's order too).
+func injectDuplicate(runs []generator.Run, d uint64) []generator.Run {
+	for i, r := range runs {
+		if d < r.First || d-r.First >= r.Count {
+			continue
+		}
+		var parts []generator.Run
+		if d > r.First {
+			parts = append(parts, generator.Run{First: r.First, Count: d - r.First})
+		}
+		parts = append(parts, generator.Run{First: d - 1, Count: 1})
+		if rest := r.First + r.Count - d - 1; rest > 0 {
+			parts = append(parts, generator.Run{First: d + 1, Count: rest})
+		}
+		return slices.Replace(runs, i, i+1, parts...)
+	}
+	return runs
+}
+
 // Decode splits an ID under the snowflake layout (41 time bits in ms from
 // the Twitter epoch, 5 datacenter, 5 worker, 12 sequence).
 func (s *noopService) Decode(_ context.Context, req *firnv1.DecodeRequest) (*firnv1.DecodeResponse, error) {
@@ -144,13 +277,19 @@ func (s *noopService) Decode(_ context.Context, req *firnv1.DecodeRequest) (*fir
 }
 
 func (s *noopService) Info(context.Context, *firnv1.InfoRequest) (*firnv1.InfoResponse, error) {
+	layout := s.layout
+	if layout == "" {
+		layout = "noop counter"
+	}
 	return &firnv1.InfoResponse{
 		NodeName:    "noop",
 		Version:     "noop",
 		Coordinator: "none",
 		Generators: []*firnv1.GeneratorInfo{{
-			Name: "default", Layout: "noop counter", IsDefault: true, Serving: true,
+			Name: "default", Layout: layout, IsDefault: true, Serving: true,
 			State: "serving", MaxBatch: s.maxBatch, IdsIssued: s.next.Load(),
+			Worker: s.worker, Datacenter: s.dc,
+			Workers: s.workers, WorkersWanted: uint32(len(s.workers)), MaxRange: s.maxRange,
 		}},
 	}, nil
 }
@@ -171,6 +310,9 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	base := fs.Uint64("base", 1, "first ID issued")
 	maxBatch := fs.Uint("max-batch", 100_000, "largest NextIDs count")
 	dupAt := fs.Uint64("duplicate-at", 0, "hand out the ID before this one a second time in its place (tests the duplicate check)")
+	layout := fs.String("layout", "", "layout Info reports and NextRange's runs follow (a preset or the canonical form; empty: \"noop counter\", runs as snowflake's)")
+	workerList := fs.String("workers", "0", "workers Info reports, as Info's workers: node fields (datacenter × 2^worker_bits + worker), ascending, comma-separated; NextRange cuts runs as a node holding them")
+	maxRange := fs.Uint64("max-range", defaultNoopMaxRange, "largest NextRange count")
 	stdinEOF := fs.Bool("exit-on-stdin-eof", false, "exit when standard input closes")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -189,6 +331,18 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	if *maxBatch < 1 || *maxBatch > 1_000_000 {
 		return fail("--max-batch %d outside [1, 1000000]", *maxBatch)
 	}
+	if *layout != "" {
+		if _, err := generator.ParseLayout(*layout); err != nil {
+			return fail("--layout: %v", err)
+		}
+	}
+	workers, err := parseWorkers(*workerList)
+	if err != nil {
+		return fail("--workers %q: %v", *workerList, err)
+	}
+	if *maxRange < 1 {
+		return fail("--max-range must be at least 1")
+	}
 	tlsConfig, err := serverTLS(*certFile, *keyFile, *clientCA)
 	if err != nil {
 		return fail("%v", err)
@@ -197,7 +351,8 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("listen: %v", err)
 	}
-	srv := NewNoopServer(tlsConfig, NoopOptions{Base: *base, MaxBatch: uint32(*maxBatch), DuplicateAt: *dupAt})
+	srv := NewNoopServer(tlsConfig, NoopOptions{Base: *base, MaxBatch: uint32(*maxBatch), DuplicateAt: *dupAt,
+		Layout: *layout, Workers: workers, MaxRange: *maxRange})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *stdinEOF {
@@ -222,6 +377,32 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// parseWorkers reads --workers: node-fields numbers, ascending,
+// comma-separated.
+func parseWorkers(s string) ([]uint32, error) {
+	var ws []uint32
+	for part := range strings.SplitSeq(s, ",") {
+		w, err := strconv.ParseUint(strings.TrimSpace(part), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a worker ID", part)
+		}
+		if len(ws) > 0 && uint32(w) <= ws[len(ws)-1] {
+			return nil, errors.New("not ascending")
+		}
+		ws = append(ws, uint32(w))
+	}
+	return ws, nil
+}
+
+// formatWorkers is parseWorkers' input for ws.
+func formatWorkers(ws []uint32) string {
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = strconv.FormatUint(uint64(w), 10)
+	}
+	return strings.Join(parts, ",")
 }
 
 // serverTLS builds the no-op server's TLS config; all empty means none.

@@ -11,6 +11,7 @@ import (
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/intervals"
 )
 
 // Overload is the flood scenario (--flood-callers): the configured run
@@ -28,7 +29,10 @@ type Overload struct {
 	DeliveredRatio float64 `json:"delivered_ratio"`
 	// P99Ratio is the run's p99 with the flood over its p99 alone.
 	P99Ratio float64 `json:"p99_ratio"`
-	// CrossDups counts IDs received both by the run and by the flood.
+	// CrossDups counts IDs received both by the run and by the flood;
+	// in ranges mode, by more than one of the three windows (the run
+	// alone, the run with the flood, the flood), as interval sets make
+	// keeping each window cheap.
 	CrossDups uint64 `json:"cross_duplicates"`
 }
 
@@ -71,9 +75,25 @@ func overload(ctx context.Context, f *flags, cfg runConfig) (*Overload, error) {
 	o.Delivered = float64(o.Loaded.IDs+o.Flood.IDs) / o.Flood.Seconds
 	o.DeliveredRatio = o.Delivered / rate
 	o.P99Ratio = ratio(float64(o.Loaded.Latency.P99), float64(o.Alone.Latency.P99))
-	// run leaves each window's IDs sorted at the front of its record.
-	o.CrossDups = commonSorted(cfg.record[:o.Loaded.Checked], fcfg.record[:o.Flood.Checked])
+	// run leaves each window's IDs sorted at the front of its record
+	// (the flood's always: it calls NextIDs), or as intervals in ranges
+	// mode.
+	if cfg.mode == modeRanges {
+		o.CrossDups = crossDuplicates(fcfg.record[:o.Flood.Checked], o.Alone.ids, o.Loaded.ids)
+	} else {
+		o.CrossDups = commonSorted(cfg.record[:o.Loaded.Checked], fcfg.record[:o.Flood.Checked])
+	}
 	return o, nil
+}
+
+// crossDuplicates counts the IDs held by more than one of the windows:
+// ids (a list, sorted in place) and the sets. Each window has counted its
+// own duplicates.
+func crossDuplicates(ids []uint64, sets ...*intervals.Set) uint64 {
+	var listed intervals.Set
+	listed.AddIDs(ids)
+	_, n := intervals.Union(append(sets, &listed)...)
+	return n
 }
 
 // commonSorted counts the values of sorted a also in sorted b.
@@ -94,29 +114,57 @@ func commonSorted(a, b []uint64) uint64 {
 }
 
 // layoutRate asks the node for the generator's layout and returns its
-// rate in IDs/s.
+// rate in IDs/s: one worker's.
 func layoutRate(ctx context.Context, addr string, cfg *tls.Config, name string) (float64, error) {
-	conn, err := grpc.NewClient(addr, dialOptions(cfg)...)
+	g, err := generatorInfo(ctx, addr, cfg, name)
 	if err != nil {
 		return 0, err
+	}
+	l, err := generator.ParseLayout(g.GetLayout())
+	if err != nil {
+		return 0, fmt.Errorf("generator %q: layout %q: %w", g.GetName(), g.GetLayout(), err)
+	}
+	return l.Rate(), nil
+}
+
+// generatorInfo asks the node at addr, over a connection of its own, for
+// the named generator's Info ("": the default generator).
+func generatorInfo(ctx context.Context, addr string, cfg *tls.Config, name string) (*firnv1.GeneratorInfo, error) {
+	conn, err := grpc.NewClient(addr, dialOptions(cfg)...)
+	if err != nil {
+		return nil, err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	info, err := firnv1.NewIDServiceClient(conn).Info(ctx, &firnv1.InfoRequest{})
+	return lookupGenerator(ctx, firnv1.NewIDServiceClient(conn), addr, name)
+}
+
+// lookupGenerator calls Info and picks the named generator ("": the
+// default one).
+func lookupGenerator(ctx context.Context, stub firnv1.IDServiceClient, addr, name string) (*firnv1.GeneratorInfo, error) {
+	info, err := stub.Info(ctx, &firnv1.InfoRequest{})
 	if err != nil {
-		return 0, fmt.Errorf("%s: Info: %w", addr, err)
+		return nil, fmt.Errorf("%s: Info: %w", addr, err)
 	}
 	for _, g := range info.GetGenerators() {
 		if g.GetName() == name || (name == "" && g.GetIsDefault()) {
-			l, err := generator.ParseLayout(g.GetLayout())
-			if err != nil {
-				return 0, fmt.Errorf("generator %q: layout %q: %w", g.GetName(), g.GetLayout(), err)
-			}
-			return l.Rate(), nil
+			return g, nil
 		}
 	}
-	return 0, fmt.Errorf("%s has no generator %q", addr, name)
+	return nil, fmt.Errorf("%s has no generator %q", addr, name)
+}
+
+// capacity is what the generator can issue: its workers (len(workers),
+// at least 1: a node that does not list them holds one) times the
+// layout's rate, in IDs/s; 0 when its layout does not parse.
+func capacity(g *firnv1.GeneratorInfo) (workers int, idsPerSec float64) {
+	workers = max(1, len(g.GetWorkers()))
+	l, err := generator.ParseLayout(g.GetLayout())
+	if err != nil {
+		return workers, 0
+	}
+	return workers, float64(workers) * l.Rate()
 }
 
 func writeOverload(w io.Writer, o *Overload) {

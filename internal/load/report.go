@@ -48,6 +48,14 @@ func writeResult(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "  failed calls' latency p50 %s  p99 %s  max %s\n", fmtNS(l.P50), fmtNS(l.P99), fmtNS(l.Max))
 	}
 	fmt.Fprintf(w, "  duplicates %d  (%d of %d IDs checked)\n", r.Dups, r.Checked, r.IDs)
+	if r.Mode == modeRanges {
+		if r.Capacity > 0 {
+			fmt.Fprintf(w, "  capacity %.0f IDs/s (workers %d × the layout's rate), delivered %.3f of it\n", r.Capacity, r.Workers, r.CapacityRatio)
+		} else {
+			fmt.Fprintf(w, "  capacity unknown: Info's layout does not parse (workers %d)\n", r.Workers)
+		}
+		fmt.Fprintf(w, "  %d intervals held the IDs; malformed responses %d\n", r.Intervals, r.Malformed)
+	}
 }
 
 func writeText(w io.Writer, rep *Report) {
@@ -69,6 +77,14 @@ func writeText(w io.Writer, rep *Report) {
 		}
 		m := c.Median
 		fmt.Fprintf(w, "%-6s %12.3f %12.3f %8.3f %8.3f %8.3f   (node / noop, median of %d pairs)\n", "median", m.RPC, m.IDs, m.P50, m.P99, m.P999, len(c.Pairs))
+		if len(c.Pairs) > 0 && c.Pairs[0].Node.Capacity > 0 {
+			var node, noop []float64
+			for _, p := range c.Pairs {
+				node, noop = append(node, p.Node.CapacityRatio), append(noop, p.Noop.CapacityRatio)
+			}
+			fmt.Fprintf(w, "capacity (%d workers, %.0f IDs/s): node delivered %.3f of it, noop %.3f (medians)\n",
+				c.Pairs[0].Node.Workers, c.Pairs[0].Node.Capacity, median(node), median(noop))
+		}
 	}
 	if o := rep.Overload; o != nil {
 		writeOverload(w, o)

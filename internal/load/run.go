@@ -22,6 +22,7 @@ import (
 	"github.com/firnid/firn/client"
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/internal/intervals"
 )
 
 // Modes of a run.
@@ -29,7 +30,13 @@ const (
 	modeUnary    = "unary"    // NextID per call
 	modeBatch    = "batch"    // NextIDs(count) per call
 	modePrefetch = "prefetch" // client.Next per call, from the client's buffer
+	modeRanges   = "ranges"   // NextRange(count) per call: runs of consecutive IDs
 )
+
+// rangesPrealloc is how many intervals the callers of a ranges run
+// preallocate between them (16 bytes each): one per response that does not
+// continue the caller's previous one, so a window rarely outgrows it.
+const rangesPrealloc = 1 << 20
 
 // prefetchSample: in prefetch mode one call in this many is timed (a
 // clock read costs about as much as a Next).
@@ -77,6 +84,26 @@ type Result struct {
 	ErrLatency *Latency `json:"error_latency_ns,omitempty"`
 	Checked    uint64   `json:"ids_checked"`
 	Dups       uint64   `json:"duplicates"`
+
+	// Ranges mode only. Workers is how many workers the generator held
+	// (len(workers) in Info, at least 1; the larger of the readings before
+	// and after the window), Capacity their rate together (workers × the
+	// layout's rate, IDs/s; 0 when Info's layout does not parse, as the
+	// no-op counter's does not) and CapacityRatio IDs/s over it.
+	Workers       int     `json:"workers,omitempty"`
+	Capacity      float64 `json:"capacity_ids_per_s,omitempty"`
+	CapacityRatio float64 `json:"capacity_ratio,omitempty"`
+	// Intervals is how many disjoint intervals the window's IDs make:
+	// the duplicate check's memory, 16 bytes each.
+	Intervals int `json:"intervals,omitempty"`
+	// Malformed counts responses that broke NextRange's contract: an
+	// empty run, a run past 2^64-1, a run not above the one before it, or
+	// counts not adding up to the count asked.
+	Malformed uint64 `json:"malformed_responses,omitempty"`
+
+	// ids is a ranges run's IDs, kept for the overload scenario's
+	// checks across windows.
+	ids *intervals.Set
 }
 
 // Latency holds call latency percentiles in nanoseconds.
@@ -107,6 +134,10 @@ type worker struct {
 	ignoreRetry bool
 	codes       map[codes.Code]uint64
 	rec         []uint64 // len grows within the preallocated cap
+	// Ranges mode: the window's IDs as intervals, the IDs found in them
+	// already, the IDs checked and the malformed responses.
+	set                      intervals.Set
+	dups, checked, malformed uint64
 }
 
 // mono reads the monotonic clock (time since the run's origin).
@@ -191,10 +222,21 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 		}
 	}
 
+	var gen *firnv1.GeneratorInfo
+	if cfg.mode == modeRanges {
+		var err error
+		if gen, err = rangesInfo(ctx, conns[0], cfg); err != nil {
+			return nil, err
+		}
+	}
+
 	workers := make([]*worker, cfg.callers)
 	per := len(cfg.record) / cfg.callers
 	for i := range workers {
 		workers[i] = &worker{codes: map[codes.Code]uint64{}, rec: cfg.record[i*per : i*per : (i+1)*per], ignoreRetry: cfg.ignoreRetry}
+		if cfg.mode == modeRanges {
+			workers[i].set.Grow(max(64, rangesPrealloc/cfg.callers))
+		}
 	}
 	var phase atomic.Int32
 	var wg sync.WaitGroup
@@ -267,7 +309,7 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 		Label: cfg.label, Target: cfg.addr, Mode: cfg.mode, Callers: cfg.callers, Conns: cfg.conns,
 		Seconds: elapsed.Seconds(), Errors: map[string]uint64{},
 	}
-	if cfg.mode == modeBatch {
+	if cfg.mode == modeBatch || cfg.mode == modeRanges {
 		res.Batch = cfg.batch
 	}
 	var h, eh hist
@@ -300,9 +342,57 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 		l := eh.latency()
 		res.ErrLatency = &l
 	}
-	res.Checked = uint64(len(recorded))
-	res.Dups = countDuplicates(recorded)
+	if cfg.mode != modeRanges {
+		res.Checked = uint64(len(recorded))
+		res.Dups = countDuplicates(recorded)
+		return res, nil
+	}
+	sets := make([]*intervals.Set, len(workers))
+	for i, w := range workers {
+		sets[i] = &w.set
+		res.Dups += w.dups
+		res.Checked += w.checked
+		res.Malformed += w.malformed
+	}
+	// Each caller found the duplicates within its own responses; the
+	// union finds those between callers.
+	var cross uint64
+	res.ids, cross = intervals.Union(sets...)
+	res.Dups += cross
+	res.Intervals = res.ids.NumIntervals()
+	res.Workers, res.Capacity = capacity(gen)
+	// Read the workers again: under --workers auto a node may take more
+	// while loaded. A failed reading keeps the first.
+	if after, err := readGenerator(ctx, conns[0], cfg); err == nil {
+		if w, c := capacity(after); w > res.Workers {
+			res.Workers, res.Capacity = w, c
+		}
+	}
+	res.CapacityRatio = ratio(res.IDsPS, res.Capacity)
 	return res, nil
+}
+
+// readGenerator reads the run's generator's Info over conn.
+func readGenerator(ctx context.Context, conn *grpc.ClientConn, cfg runConfig) (*firnv1.GeneratorInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return lookupGenerator(ctx, firnv1.NewIDServiceClient(conn), cfg.addr, cfg.generator)
+}
+
+// rangesInfo reads the generator's Info over conn and checks that it
+// takes NextRange counts of cfg.batch.
+func rangesInfo(ctx context.Context, conn *grpc.ClientConn, cfg runConfig) (*firnv1.GeneratorInfo, error) {
+	g, err := readGenerator(ctx, conn, cfg)
+	if err != nil {
+		return nil, err
+	}
+	switch m := g.GetMaxRange(); {
+	case m == 0:
+		return nil, fmt.Errorf("%s: generator %q reports no max_range in Info: does the node serve NextRange?", cfg.addr, g.GetName())
+	case uint64(cfg.batch) > m:
+		return nil, fmt.Errorf("%s: --batch %d above generator %q's max_range %d (Info), the largest NextRange count it takes", cfg.addr, cfg.batch, g.GetName(), m)
+	}
+	return g, nil
 }
 
 // countDuplicates sorts ids in place and counts the IDs equal to the one
@@ -344,6 +434,7 @@ func (w *worker) fail(err error, lat time.Duration, measuring bool) {
 func (w *worker) rpc(ctx context.Context, cfg runConfig, stub firnv1.IDServiceClient, phase *atomic.Int32, now mono) {
 	one := &firnv1.NextIDRequest{Generator: cfg.generator}
 	many := &firnv1.NextIDsRequest{Generator: cfg.generator, Count: uint32(cfg.batch)}
+	rng := &firnv1.NextRangeRequest{Generator: cfg.generator, Count: uint64(cfg.batch)}
 	for ctx.Err() == nil {
 		if phase.Load() == phaseStop {
 			return
@@ -351,15 +442,21 @@ func (w *worker) rpc(ctx context.Context, cfg runConfig, stub firnv1.IDServiceCl
 		cctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 		t0 := now()
 		var (
-			ids []uint64
-			id  uint64
-			err error
+			ids  []uint64
+			runs []*firnv1.Run
+			id   uint64
+			err  error
 		)
-		if cfg.mode == modeUnary {
+		switch cfg.mode {
+		case modeUnary:
 			var resp *firnv1.NextIDResponse
 			resp, err = stub.NextID(cctx, one)
 			id = resp.GetId()
-		} else {
+		case modeRanges:
+			var resp *firnv1.NextRangeResponse
+			resp, err = stub.NextRange(cctx, rng)
+			runs = resp.GetRuns()
+		default:
 			var resp *firnv1.NextIDsResponse
 			resp, err = stub.NextIDs(cctx, many)
 			ids = resp.GetIds()
@@ -378,6 +475,10 @@ func (w *worker) rpc(ctx context.Context, cfg runConfig, stub firnv1.IDServiceCl
 		}
 		w.hist.record(int64(lat))
 		w.calls.Add(1)
+		if cfg.mode == modeRanges {
+			w.ids.Add(w.addRuns(runs, rng.Count))
+			continue
+		}
 		if cfg.mode == modeUnary {
 			w.ids.Add(1)
 			if len(w.rec) < cap(w.rec) {
@@ -390,6 +491,31 @@ func (w *worker) rpc(ctx context.Context, cfg runConfig, stub firnv1.IDServiceCl
 			w.rec = append(w.rec, ids[:min(room, len(ids))]...)
 		}
 	}
+}
+
+// addRuns checks one NextRange response's runs into the caller's interval
+// set and returns the IDs it delivered: the sum of the run counts.
+func (w *worker) addRuns(runs []*firnv1.Run, asked uint64) (ids uint64) {
+	bad := false
+	var prevLast uint64
+	for i, r := range runs {
+		first, n := r.GetFirst(), r.GetCount()
+		ids += n
+		if n == 0 || !intervals.Fits(first, n) {
+			bad = true
+			continue
+		}
+		if i > 0 && first <= prevLast {
+			bad = true
+		}
+		prevLast = first + n - 1
+		w.dups += w.set.Add(first, n)
+		w.checked += n
+	}
+	if bad || ids != asked {
+		w.malformed++
+	}
+	return ids
 }
 
 // prefetch is a client-prefetch caller. Counters are published every 256
