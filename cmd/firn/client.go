@@ -256,6 +256,13 @@ func cmdInfo(args []string, stdout, stderr io.Writer) int {
 			g.GetName(), def, state, g.GetLayout(), g.GetWorker(), g.GetDatacenter(), pinned,
 			g.GetReservedUntil().AsTime().UTC().Format(time.RFC3339Nano), g.GetClockLead().AsDuration(), g.GetMaxLead().AsDuration(),
 			g.GetMaxBatch(), g.GetIdsIssued())
+		if ws := g.GetWorkers(); len(ws) > 1 || g.GetWorkersWanted() > 1 {
+			names := make([]string, len(ws))
+			for i, w := range ws {
+				names[i] = strconv.FormatUint(uint64(w), 10)
+			}
+			fmt.Fprintf(stdout, "  workers %d serving of %d wanted: %s; max range %d\n", len(ws), g.GetWorkersWanted(), strings.Join(names, ", "), g.GetMaxRange())
+		}
 		if g.GetNtpChecked() {
 			fmt.Fprintf(stdout, "  NTP offset %s\n", g.GetNtpOffset().AsDuration())
 		}

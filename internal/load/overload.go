@@ -113,18 +113,18 @@ func commonSorted(a, b []uint64) uint64 {
 	return n
 }
 
-// layoutRate asks the node for the generator's layout and returns its
-// rate in IDs/s: one worker's.
+// layoutRate asks the node for the generator's capacity in IDs/s: its
+// workers (Info) times the layout's rate.
 func layoutRate(ctx context.Context, addr string, cfg *tls.Config, name string) (float64, error) {
 	g, err := generatorInfo(ctx, addr, cfg, name)
 	if err != nil {
 		return 0, err
 	}
-	l, err := generator.ParseLayout(g.GetLayout())
-	if err != nil {
+	if _, err := generator.ParseLayout(g.GetLayout()); err != nil {
 		return 0, fmt.Errorf("generator %q: layout %q: %w", g.GetName(), g.GetLayout(), err)
 	}
-	return l.Rate(), nil
+	_, rate := capacity(g)
+	return rate, nil
 }
 
 // generatorInfo asks the node at addr, over a connection of its own, for
@@ -177,6 +177,6 @@ func writeOverload(w io.Writer, o *Overload) {
 	}
 	fmt.Fprintf(w, "overload: %s p99 %s alone, %s with the flood (%.2f×); flood refused in %s\n",
 		o.Alone.Label, fmtNS(o.Alone.Latency.P99), fmtNS(o.Loaded.Latency.P99), o.P99Ratio, refusal)
-	fmt.Fprintf(w, "overload: delivered %.0f IDs/s while flooded = %.3f of the layout's %.0f; %d IDs received by both\n",
+	fmt.Fprintf(w, "overload: delivered %.0f IDs/s while flooded = %.3f of the generator's %.0f (workers × the layout's rate); %d IDs received by both\n",
 		o.Delivered, o.DeliveredRatio, o.LayoutRate, o.CrossDups)
 }
