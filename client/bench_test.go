@@ -2,62 +2,83 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
 )
 
 // BenchmarkNext measures Next while the buffer holds IDs (the take path):
-// the buffer is preloaded, so no RPC runs during the measurement. Run with
-// -benchmem: the take path allocates nothing.
+// the buffer is preloaded with runs, as refills leave it, so no RPC runs
+// during the measurement. run=4096 is a node's run (one millisecond of a
+// worker's sequence): every 4096th take installs the next run under the
+// lock. Run with -benchmem: the take path allocates nothing.
 //
-//	go test -run '^$' -bench . -benchmem -benchtime 2s ./client/
+//	go test -run '^$' -bench 'Next$' -benchmem -benchtime 2s ./client/
 func BenchmarkNext(b *testing.B) {
 	for _, parallel := range []bool{false, true} {
-		name := map[bool]string{false: "serial", true: "parallel"}[parallel]
-		b.Run(name, func(b *testing.B) {
-			// No server: the preloaded buffer is all there is.
-			c, err := New([]string{"127.0.0.1:1"}, WithLogger(quiet), WithMaxAge(time.Hour),
-				WithoutHealthCheck())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			preload(c, b.N+1_000_000)
-			ctx := context.Background()
-			b.ReportAllocs()
-			b.ResetTimer()
-			if !parallel {
-				for range b.N {
-					if _, err := c.Next(ctx); err != nil {
-						b.Fatal(err)
+		for _, runLen := range []int64{4096, 1 << 20} {
+			name := fmt.Sprintf("%s/run=%d", map[bool]string{false: "serial", true: "parallel"}[parallel], runLen)
+			b.Run(name, func(b *testing.B) {
+				c := benchClient(b)
+				preload(c, int64(b.N)+1_000_000, runLen)
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.ResetTimer()
+				if !parallel {
+					for range b.N {
+						if _, err := c.Next(ctx); err != nil {
+							b.Fatal(err)
+						}
 					}
+					return
 				}
-				return
-			}
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if _, err := c.Next(ctx); err != nil {
-						b.Fatal(err)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := c.Next(ctx); err != nil {
+							b.Fatal(err)
+						}
 					}
-				}
+				})
 			})
-		})
+		}
 	}
 }
 
-// preload queues batches holding n IDs in all that never expire. They
-// share one slice of IDs: the benchmark measures the take, not uniqueness.
-func preload(c *Client, n int) {
-	const chunk = 1 << 20
-	ids := make([]uint64, chunk)
-	for i := range ids {
-		ids[i] = uint64(i + 1)
+// BenchmarkNextRange measures NextRange of a few IDs from a preloaded
+// buffer of runs: one take, no RPC.
+func BenchmarkNextRange(b *testing.B) {
+	c := benchClient(b)
+	preload(c, 16*int64(b.N)+1_000_000, 4096)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := c.NextRange(ctx, 16); err != nil {
+			b.Fatal(err)
+		}
 	}
+}
+
+// benchClient is a client of no server: the preloaded buffer is all
+// there is.
+func benchClient(b *testing.B) *Client {
+	c, err := New([]string{"127.0.0.1:1"}, WithLogger(quiet), WithMaxAge(time.Hour), WithoutHealthCheck())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// preload queues runs of runLen consecutive IDs, n IDs in all, that never
+// expire, with a gap after each run as between a node's milliseconds.
+func preload(c *Client, n, runLen int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for ; n > 0; n -= chunk {
-		c.queue = append(c.queue, newBatch(ids, math.MaxInt64))
+	for first := uint64(1); n > 0; n -= runLen {
+		c.queue = append(c.queue, &batch{first: first, n: runLen, half: -1, expire: math.MaxInt64})
+		first += 2 * uint64(runLen)
 	}
 	c.installLocked()
 }

@@ -134,35 +134,56 @@ func TestNextConcurrentDistinct(t *testing.T) {
 	}
 }
 
+// TestNextN: against a node with NextRange and one without, NextN returns
+// exactly n distinct IDs, learning the node's bound from INVALID_ARGUMENT
+// when Info does not tell it.
 func TestNextN(t *testing.T) {
-	ts, addr := startService(t, 1, nil)
-	ts.HideInfo(true) // the client learns the bound from INVALID_ARGUMENT
-	ts.SetMaxBatch(300)
-	c := newClient(t, []string{addr})
-	ctx := ctxFor(t, 20*time.Second)
+	for _, ids := range []bool{false, true} {
+		t.Run(map[bool]string{false: "NextRange", true: "NextIDs"}[ids], func(t *testing.T) {
+			ts, addr := startService(t, 1, nil)
+			ts.SetRuns(100, 28)
+			ts.HideInfo(true) // the client learns the bound from INVALID_ARGUMENT
+			ts.HideRange(ids)
+			ts.SetMaxBatch(300)
+			ts.SetMaxRange(300)
+			c := newClient(t, []string{addr})
+			ctx := ctxFor(t, 20*time.Second)
 
-	var all []uint64
-	for _, n := range []int{1, 5, 16, 40, 2000} {
-		ids, err := c.NextN(ctx, n)
-		if err != nil {
-			t.Fatalf("NextN(%d): %v", n, err)
-		}
-		if len(ids) != n {
-			t.Fatalf("NextN(%d) returned %d IDs", n, len(ids))
-		}
-		all = append(all, ids...)
-	}
-	checkDistinct(t, all)
-	if m := maxCount(ts); m <= 300 {
-		t.Fatalf("largest count asked %d: the direct fetch never tried above the bound", m)
-	}
-	if last := lastCount(ts); last > 300 {
-		t.Fatalf("last count asked %d: the client did not lower its batch under the bound 300", last)
-	}
-	for _, n := range []int{0, -1, MaxNextN + 1} {
-		if _, err := c.NextN(ctx, n); !errors.Is(err, ErrInvalidCount) {
-			t.Fatalf("NextN(%d) error %v, want ErrInvalidCount", n, err)
-		}
+			var all []uint64
+			for _, n := range []int{1, 5, 16, 40, 2000} {
+				got, err := c.NextN(ctx, n)
+				if err != nil {
+					t.Fatalf("NextN(%d): %v", n, err)
+				}
+				if len(got) != n {
+					t.Fatalf("NextN(%d) returned %d IDs", n, len(got))
+				}
+				all = append(all, got...)
+			}
+			checkDistinct(t, all)
+			for _, id := range all {
+				if !ts.Owns(id) {
+					t.Fatalf("ID %d was never issued by the server", id)
+				}
+			}
+			counts := asked(ts, ids)
+			if m := slices.Max(counts); m <= 300 {
+				t.Fatalf("largest count asked %d: the direct fetch never tried above the bound", m)
+			}
+			if last := counts[len(counts)-1]; last > 300 {
+				t.Fatalf("last count asked %d: the client did not lower its batch under the bound 300", last)
+			}
+			// Against the old node, NextRange is tried once: the client
+			// remembers the UNIMPLEMENTED.
+			if other := asked(ts, !ids); len(other) != map[bool]int{false: 0, true: 1}[ids] {
+				t.Fatalf("counts asked of the other RPC: %v", other)
+			}
+			for _, n := range []int{0, -1, MaxNextN + 1} {
+				if _, err := c.NextN(ctx, n); !errors.Is(err, ErrInvalidCount) {
+					t.Fatalf("NextN(%d) error %v, want ErrInvalidCount", n, err)
+				}
+			}
+		})
 	}
 }
 

@@ -5,6 +5,7 @@
 //	...
 //	defer c.Close()
 //	id, err := c.Next(ctx)
+//	runs, err := c.NextRange(ctx, 100_000) // many IDs as runs of consecutive IDs
 //
 // It imports only firn's proto package, gRPC and the standard library, and
 // declares the one interface it needs, a Clock (the method set of
@@ -12,17 +13,21 @@
 //
 // # What it owns
 //
-// A buffer of fetched NextIDs batches, one refill goroutine that keeps it
-// filled, a grpc.health.v1 watch per endpoint, and the choice of endpoint.
+// A buffer of runs of consecutive IDs, fetched with NextRange (NextIDs
+// from a node without it), one refill goroutine that keeps it filled, a
+// grpc.health.v1 watch per endpoint, and the choice of endpoint.
 //
 // # Invariants
 //
-//   - No ID reaches two callers. A batch is a slice and a claim counter:
-//     every take is one atomic add, and an index below the batch's length
-//     belongs to its taker alone. A batch is retired by pushing its
-//     counter past the end, never by lowering it.
+//   - No ID reaches two callers. A batch is one run, its first ID and its
+//     length, and a claim counter: every take is one atomic add, and an
+//     index below the run's length belongs to its taker alone, who gets
+//     the ID first+index. A batch is retired by pushing its counter past
+//     the end, never by lowering it. A run costs the same whatever its
+//     length: the buffer never expands runs into IDs, and NextN expands
+//     only the IDs it returns.
 //   - Freshness: no ID is handed out later than MaxAge (plus one tick) after
-//     the start of the RPC that fetched it. Each batch carries the tick at
+//     the start of the RPC that fetched it. Each run carries the tick at
 //     which it expires; Next compares it with a coarse tick that the refill
 //     goroutine advances from the clock (MaxAge/8 apart) while the buffer
 //     holds IDs. Next reads no clock.
@@ -30,8 +35,8 @@
 //     fresh IDs (two atomic loads and one atomic add); only an empty or
 //     stale buffer sends it to the slow path, which waits for a refill.
 //   - Demand sizes the batches: the refiller measures the rate at which
-//     callers take IDs, asks for rate × BatchWindow IDs per batch (at least
-//     doubling while callers wait), keeps two batches buffered or in flight
+//     callers take IDs, asks for rate × BatchWindow IDs per refill (at least
+//     doubling while callers wait), keeps two refills buffered or in flight
 //     while they would be used before they go stale, and falls back to
 //     MinBatch when idle. An idle client with an empty buffer runs no timer.
 //   - Failover: a fetch is a round of attempts, one per endpoint at most.
@@ -41,18 +46,18 @@
 //     round (ErrUnavailable wrapping the last error), when an endpoint
 //     refused the request itself (NOT_FOUND), or when its context ended.
 //   - An attempt's time: at most CallTimeout (for all its RPCs: on an
-//     endpoint's first use a health check and Info, then NextIDs). While
-//     another endpoint follows in the round, a caller's deadline shortens
-//     it to half of the caller's remaining time (but not under 10ms), so
-//     an endpoint that hangs leaves the caller the other half to fail
-//     over; the round's last endpoint may use all of it. NextN's direct
-//     fetches are the caller's own attempts. Next's refills are shared:
-//     every caller waiting for one applies its deadline's share to the
-//     refill's attempts in flight and to the ones started while it waits,
-//     and a caller that gives up (deadline or cancellation) cuts them
-//     once they have run 10ms. Nothing is cut at the round's last
-//     endpoint, so one impatient caller never fails a refill that others
-//     wait for.
+//     endpoint's first use a health check and Info, then NextRange or
+//     NextIDs). While another endpoint follows in the round, a caller's
+//     deadline shortens it to half of the caller's remaining time (but
+//     not under 10ms), so an endpoint that hangs leaves the caller the
+//     other half to fail over; the round's last endpoint may use all of
+//     it. The direct fetches of NextN and NextRange are the caller's own
+//     attempts. Next's refills are shared: every caller waiting for one
+//     applies its deadline's share to the refill's attempts in flight and
+//     to the ones started while it waits, and a caller that gives up
+//     (deadline or cancellation) cuts them once they have run 10ms.
+//     Nothing is cut at the round's last endpoint, so one impatient caller
+//     never fails a refill that others wait for.
 //   - What counts against an endpoint: UNAVAILABLE, a connection error,
 //     and no answer within the attempt's time, including an attempt cut
 //     short by its caller's context after it ran 10ms (a shorter wait says
@@ -62,14 +67,43 @@
 //     endpoint whose health says SERVING but whose ID calls hang is thus
 //     left after the first caller's share of its deadline, and later
 //     calls go to the others.
+//   - Order: the runs of one endpoint are handed out in increasing order,
+//     so each caller's successive IDs from Next increase while one
+//     endpoint serves. Two refills in flight to one node may come back in
+//     the other order: a run that arrives behind one from the same node
+//     already being handed out, and whose refill was in flight with that
+//     one's, is dropped; one still queued is put back in order.
+//
+// # Ranges
+//
+// NextRange(ctx, n) returns n IDs as increasing runs of consecutive IDs:
+// a few runs instead of n IDs, on the wire and in memory. Small counts
+// come from the buffer, larger ones from the nodes directly, with the
+// failover, deadline shares and errors of NextN. A node's runs end where
+// its IDs jump (a new millisecond, another worker), so a count of 100,000
+// takes a few dozen runs, not one.
+//
+// Refills and direct fetches ask NextRange, within the max_range the
+// node's Info gives (an INVALID_ARGUMENT halves the client's idea of it).
+// A node of an older version answers NextRange UNIMPLEMENTED: the client
+// then asks that endpoint NextIDs, within its max_batch and the largest
+// batch of WithBatchBounds (8 bytes an ID on the wire), and tries
+// NextRange again a minute later, so a node upgraded in place gets
+// ranges. Other endpoints are not affected.
 //
 // # Hazards
 //
-//   - Order: IDs from one endpoint increase; across a failover they do not.
-//     Uniqueness across endpoints is the nodes' promise (one coordinator,
-//     cluster and generator), not the client's.
+//   - Order: across a failover IDs do not increase. NextN's IDs are not
+//     sorted, and the direct fetches of NextN and NextRange take IDs newer
+//     than those still buffered, so a Next after one may return a lower
+//     ID. Uniqueness across endpoints is the nodes' promise (one
+//     coordinator, cluster and generator), not the client's.
 //   - Buffered IDs are lost, never reused, on Close and when they go stale:
 //     a buffer sized to demand keeps that waste small.
+//   - A RESOURCE_EXHAUSTED that is not a node shedding load (a message too
+//     large) halves the endpoint's bound like an INVALID_ARGUMENT; a shed
+//     (OVERLOADED) fails over and halves the refill size instead, leaving
+//     the endpoint's bound alone.
 //   - An RPC slower than MaxAge delivers IDs that are already stale: they
 //     are dropped and the caller keeps waiting. MaxAge must exceed the
 //     round trip by a margin.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -50,9 +51,17 @@ type endpoint struct {
 	status    atomic.Int32 // healthUnknown, healthServing, healthNotServing
 	heard     atomic.Bool  // the watch (or a Check) delivered a status
 	downUntil atomic.Int64 // mono nanoseconds
-	// maxBatch is the endpoint's largest NextIDs count: 0 not asked yet,
-	// -1 unknown (no Info), else from Info or lowered by INVALID_ARGUMENT.
+	// maxBatch and maxRange are the endpoint's largest NextIDs and
+	// NextRange counts: 0 not asked yet (maxBatch), -1 unknown (no Info,
+	// or an Info without the field), else from Info or lowered by
+	// INVALID_ARGUMENT. maxRange is set before maxBatch, so a maxBatch
+	// not 0 means both were learnt.
 	maxBatch atomic.Int64
+	maxRange atomic.Int64
+	// noRangeUntil (mono nanoseconds) is when NextRange may be asked again
+	// after the endpoint answered it UNIMPLEMENTED (a node of an older
+	// version); until then the endpoint is asked NextIDs.
+	noRangeUntil atomic.Int64
 
 	// ctx ends the endpoint's health watch: when the client closes, or
 	// when the endpoint leaves the list (stop).
@@ -227,9 +236,10 @@ func (c *Client) markDown(ep *endpoint, err error, why string) {
 var errCut = errors.New("attempt cut off")
 
 // An attempt is one try at one endpoint in a failover round. Its RPCs
-// (on the endpoint's first use a health check and Info, then NextIDs) run
-// under one context that ends at the attempt's cut-off: CallTimeout after
-// its start, or earlier by a caller's deadline (see shareEnd).
+// (on the endpoint's first use a health check and Info, then NextRange or
+// NextIDs) run under one context that ends at the attempt's cut-off:
+// CallTimeout after its start, or earlier by a caller's deadline (see
+// shareEnd).
 type attempt struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -328,14 +338,26 @@ func cutErr(ran time.Duration, err error) error {
 	return status.Errorf(codes.DeadlineExceeded, "no answer within %v: %v", ran.Round(time.Millisecond), err)
 }
 
+// rangeRetry is how long an endpoint that answered NextRange UNIMPLEMENTED
+// is asked NextIDs instead before NextRange is tried again: a node
+// upgraded in place keeps its address.
+const rangeRetry = time.Minute
+
+// fetched is a fetch's answer: runs that ep issued in the RPC that
+// started at tick.
+type fetched struct {
+	runs []Run
+	ep   *endpoint
+	tick int64
+}
+
 // fetch gets count IDs (fewer if an endpoint's bound is lower) from the
 // first endpoint that serves them, trying each at most once. refill marks
-// the refill goroutine's fetches, which waiting callers may cut short. It
-// returns the tick at the start of the successful RPC, and on failure
-// ErrUnavailable wrapping the last endpoint's error, or the error of an
-// endpoint that refused the request (NOT_FOUND, INVALID_ARGUMENT for a
-// count of 1, ...), or ctx's error.
-func (c *Client) fetch(ctx context.Context, count int, refill bool) ([]uint64, int64, error) {
+// the refill goroutine's fetches, which waiting callers may cut short. On
+// failure it returns ErrUnavailable wrapping the last endpoint's error, or
+// the error of an endpoint that refused the request (NOT_FOUND,
+// INVALID_ARGUMENT for a count of 1, ...), or ctx's error.
+func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, error) {
 	_, mono := c.clock.Now()
 	eps := c.order(mono)
 	var last error
@@ -344,15 +366,15 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) ([]uint64, i
 			c.stats.failovers.Add(1)
 		}
 		a := c.startAttempt(ctx, i == len(eps)-1, refill)
-		ids, tick, err := c.fetchFrom(a.ctx, ep, count)
+		runs, tick, err := c.fetchFrom(a.ctx, ep, count)
 		ran, cut := c.endAttempt(a)
 		if err == nil {
 			if prev := c.active.Swap(ep); prev != ep && prev != nil {
 				c.log.Info("serving from endpoint", "endpoint", ep.addr, "was", prev.addr)
 			}
 			c.stats.fetches.Add(1)
-			c.stats.fetchedIDs.Add(uint64(len(ids)))
-			return ids, tick, nil
+			c.stats.fetchedIDs.Add(countOf(runs))
+			return fetched{runs: runs, ep: ep, tick: tick}, nil
 		}
 		c.stats.fetchErrors.Add(1)
 		if ctx.Err() != nil {
@@ -361,60 +383,127 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) ([]uint64, i
 			if c.ctx.Err() == nil && countsAgainst(err, ran) {
 				c.markDown(ep, err, "no answer before the caller gave up")
 			}
-			return nil, 0, ctx.Err()
+			return fetched{}, ctx.Err()
 		}
 		if cut {
 			err = cutErr(ran, err)
 		}
 		last = &EndpointError{Endpoint: ep.addr, Err: err}
 		if !failover(ctx, err) {
-			return nil, 0, last
+			return fetched{}, last
 		}
 		c.markDown(ep, err, "failing over")
 	}
-	return nil, 0, c.roundFailed(len(eps), last)
+	return fetched{}, c.roundFailed(len(eps), last)
 }
 
 // errNotServing is a health Check's NOT_SERVING, treated as UNAVAILABLE.
 var errNotServing = status.Error(codes.Unavailable, "health check: NOT_SERVING")
 
-// fetchFrom asks one endpoint for count IDs under an attempt's context.
-// Before the first use of an endpoint it learns its batch bound (Info)
-// and, if the health watch has not spoken yet, checks its health once. An
-// INVALID_ARGUMENT or RESOURCE_EXHAUSTED for a count above 1 halves the
-// endpoint's bound and retries.
-func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]uint64, int64, error) {
+// fetchFrom asks one endpoint for count IDs under an attempt's context,
+// with NextRange, or with NextIDs while the endpoint does not know
+// NextRange (an UNIMPLEMENTED answer switches at once, within the
+// attempt). Before the first use of an endpoint it learns its bounds
+// (Info) and, if the health watch has not spoken yet, checks its health
+// once. An INVALID_ARGUMENT, or a RESOURCE_EXHAUSTED other than a node
+// shedding load (a message too large), for a count above 1 halves the
+// endpoint's bound for that RPC and retries. It returns the tick at the
+// start of the RPC that succeeded.
+func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]Run, int64, error) {
 	if c.opts.health && !ep.heard.Load() {
 		if err := c.check(ctx, ep); err != nil {
 			return nil, 0, err
 		}
 	}
 	if ep.maxBatch.Load() == 0 {
-		if err := c.learnMaxBatch(ctx, ep); err != nil {
+		if err := c.learnBounds(ctx, ep); err != nil {
 			return nil, 0, err
 		}
 	}
 	for {
-		if mb := ep.maxBatch.Load(); mb > 0 {
-			count = int(min(int64(count), mb))
-		}
 		_, mono := c.clock.Now()
 		tick := int64(mono / c.tickLen)
-		resp, err := ep.ids.NextIDs(ctx, &firnv1.NextIDsRequest{Generator: c.opts.generator, Count: uint32(count)})
-		if err == nil {
-			if len(resp.GetIds()) == 0 {
-				return nil, 0, status.Error(codes.Internal, "NextIDs answered no IDs")
+		useRange := int64(mono) >= ep.noRangeUntil.Load()
+		bound := &ep.maxRange
+		if !useRange {
+			// A NextIDs answer is 8 bytes an ID: the client's own bound
+			// keeps it within the message size.
+			bound = &ep.maxBatch
+			count = min(count, c.opts.maxBatch)
+		}
+		if b := bound.Load(); b > 0 {
+			count = int(min(int64(count), b))
+		}
+		var runs []Run
+		var err error
+		if useRange {
+			runs, err = c.nextRange(ctx, ep, count)
+			if status.Code(err) == codes.Unimplemented {
+				ep.noRangeUntil.Store(int64(mono + rangeRetry))
+				c.log.Info("endpoint does not know NextRange; asking NextIDs", "endpoint", ep.addr, "for", rangeRetry)
+				continue
 			}
-			return resp.GetIds(), tick, nil
+		} else {
+			runs, err = c.nextIDs(ctx, ep, count)
+		}
+		if err == nil {
+			return runs, tick, nil
 		}
 		code := status.Code(err)
-		if (code == codes.InvalidArgument || code == codes.ResourceExhausted) && count > 1 {
-			ep.maxBatch.Store(int64(count / 2))
-			c.log.Warn("endpoint refused batch size; halving", "endpoint", ep.addr, "count", count, "err", err)
+		tooLarge := code == codes.InvalidArgument ||
+			(code == codes.ResourceExhausted && Reason(err) != firnv1.ErrorReason_OVERLOADED)
+		if tooLarge && count > 1 {
+			bound.Store(int64(count / 2))
+			c.log.Warn("endpoint refused batch size; halving", "endpoint", ep.addr, "range", useRange, "count", count, "err", err)
 			continue
 		}
 		return nil, 0, err
 	}
+}
+
+// nextRange asks ep's NextRange for count IDs. Runs beyond count are cut
+// off (a node gives exactly count); a run that wraps past the largest ID,
+// or runs out of order, are a node's fault (INTERNAL).
+func (c *Client) nextRange(ctx context.Context, ep *endpoint, count int) ([]Run, error) {
+	resp, err := ep.ids.NextRange(ctx, &firnv1.NextRangeRequest{Generator: c.opts.generator, Count: uint64(count)})
+	if err != nil {
+		return nil, err
+	}
+	runs := make([]Run, 0, len(resp.GetRuns()))
+	left := uint64(count)
+	for _, r := range resp.GetRuns() {
+		n := min(r.GetCount(), left)
+		if n == 0 {
+			continue
+		}
+		first := r.GetFirst()
+		if first+(n-1) < first {
+			return nil, status.Errorf(codes.Internal, "NextRange answered a run of %d from %d, past the largest ID", n, first)
+		}
+		if k := len(runs) - 1; k >= 0 && first <= runs[k].First+(runs[k].Count-1) {
+			return nil, status.Errorf(codes.Internal, "NextRange answered runs out of order (%d after %d)", first, runs[k].First)
+		}
+		runs = append(runs, Run{First: first, Count: n})
+		if left -= n; left == 0 {
+			break
+		}
+	}
+	if len(runs) == 0 {
+		return nil, status.Error(codes.Internal, "NextRange answered no IDs")
+	}
+	return runs, nil
+}
+
+// nextIDs asks ep's NextIDs for count IDs, as runs.
+func (c *Client) nextIDs(ctx context.Context, ep *endpoint, count int) ([]Run, error) {
+	resp, err := ep.ids.NextIDs(ctx, &firnv1.NextIDsRequest{Generator: c.opts.generator, Count: uint32(count)})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.GetIds()) == 0 {
+		return nil, status.Error(codes.Internal, "NextIDs answered no IDs")
+	}
+	return runsOf(resp.GetIds()), nil
 }
 
 // check asks ep's health service once; NOT_SERVING is an UNAVAILABLE.
@@ -436,27 +525,34 @@ func (c *Client) check(ctx context.Context, ep *endpoint) error {
 	return nil
 }
 
-// learnMaxBatch reads the endpoint's bound for the generator from Info;
-// an endpoint without Info leaves it unknown. A failure that says nothing
-// about Info (UNAVAILABLE, the attempt's time ran out) is returned.
-func (c *Client) learnMaxBatch(ctx context.Context, ep *endpoint) error {
+// learnBounds reads the endpoint's bounds for the generator from Info
+// (maxRange first: see endpoint); an endpoint without Info leaves them
+// unknown. A failure that says nothing about Info (UNAVAILABLE, the
+// attempt's time ran out) is returned.
+func (c *Client) learnBounds(ctx context.Context, ep *endpoint) error {
 	info, err := ep.ids.Info(ctx, &firnv1.InfoRequest{})
 	if err != nil {
 		if ctx.Err() != nil || failover(ctx, err) {
 			return err
 		}
+		ep.maxRange.CompareAndSwap(0, -1)
 		ep.maxBatch.CompareAndSwap(0, -1)
 		return nil
 	}
+	mr, mb := int64(-1), int64(-1)
 	for _, g := range info.GetGenerators() {
 		if (c.opts.generator == "" && g.GetIsDefault()) || (c.opts.generator != "" && g.GetName() == c.opts.generator) {
-			if mb := g.GetMaxBatch(); mb > 0 {
-				ep.maxBatch.CompareAndSwap(0, int64(mb))
-				return nil
+			if g.GetMaxRange() > 0 {
+				mr = int64(min(g.GetMaxRange(), math.MaxInt64))
 			}
+			if g.GetMaxBatch() > 0 {
+				mb = int64(g.GetMaxBatch())
+			}
+			break
 		}
 	}
-	ep.maxBatch.CompareAndSwap(0, -1)
+	ep.maxRange.CompareAndSwap(0, mr)
+	ep.maxBatch.CompareAndSwap(0, mb)
 	return nil
 }
 

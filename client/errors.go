@@ -21,8 +21,8 @@ var (
 	// ErrInvalidOption is wrapped by every error New returns for a bad
 	// argument or option; the message names the option and its bound.
 	ErrInvalidOption = errors.New("client: invalid option")
-	// ErrInvalidCount is wrapped by NextN's error for a count outside its
-	// bounds.
+	// ErrInvalidCount is wrapped by the error of NextN and NextRange for a
+	// count outside their bounds.
 	ErrInvalidCount = errors.New("client: invalid count")
 )
 

@@ -60,6 +60,35 @@ func ExampleClient_NextN() {
 	// Output: [1000 1001 1002 1003]
 }
 
+// Many IDs in one call: NextRange returns them as increasing runs of
+// consecutive IDs. The stand-in node here, like a real one, ends a run
+// where its IDs jump (a real node at a new millisecond); it issues runs of
+// 4096 IDs with 4096 skipped after each.
+func ExampleClient_NextRange() {
+	node := clienttest.NewServer(1000, nil)
+	defer node.Close()
+	node.SetRuns(4096, 4096)
+
+	c, err := client.New([]string{node.Addr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	runs, err := c.NextRange(ctx, 10_000)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, r := range runs {
+		fmt.Println(r.First, r.Count)
+	}
+	// Output:
+	// 1000 4096
+	// 9192 4096
+	// 17384 1808
+}
+
 // Failover: of the endpoints given, the client uses one at a time and
 // moves on when it refuses (here the first has lost its worker lease),
 // without the caller seeing an error.

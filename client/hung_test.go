@@ -17,8 +17,8 @@ import (
 )
 
 // hungService is an IDService whose health says SERVING and whose Info
-// answers, but whose NextID and NextIDs never answer: they block until
-// their context ends.
+// answers, but whose NextID, NextIDs and NextRange never answer: they
+// block until their context ends.
 type hungService struct {
 	*testService
 	calls atomic.Int64 // NextID(s) calls received
@@ -31,6 +31,12 @@ func (h *hungService) NextID(ctx context.Context, _ *firnv1.NextIDRequest) (*fir
 }
 
 func (h *hungService) NextIDs(ctx context.Context, _ *firnv1.NextIDsRequest) (*firnv1.NextIDsResponse, error) {
+	h.calls.Add(1)
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+func (h *hungService) NextRange(ctx context.Context, _ *firnv1.NextRangeRequest) (*firnv1.NextRangeResponse, error) {
 	h.calls.Add(1)
 	<-ctx.Done()
 	return nil, status.FromContextError(ctx.Err()).Err()

@@ -23,8 +23,9 @@ const (
 	DefaultBatchWindow = 10 * time.Millisecond
 	// DefaultMinBatch is the batch size of an idle client.
 	DefaultMinBatch = 16
-	// DefaultMaxBatch bounds a batch; the server's own bound (its Info's
-	// max_batch, or an INVALID_ARGUMENT) lowers it further.
+	// DefaultMaxBatch bounds a refill; the server's own bound (its Info's
+	// max_range, or max_batch for a node without NextRange, or an
+	// INVALID_ARGUMENT) lowers it further.
 	DefaultMaxBatch = 100_000
 	// DefaultCallTimeout bounds one attempt at one endpoint before the
 	// client puts it down and fails over to the next; a caller's deadline
@@ -42,6 +43,10 @@ const (
 	maxCallTimeout = 5 * time.Minute
 	// MaxNextN is the largest count NextN accepts.
 	MaxNextN = 1 << 24
+	// MaxNextRange is the largest count NextRange accepts. Runs cost
+	// little memory, but a node issues IDs at its generator's rate: a
+	// larger count would only hold the caller longer than one call should.
+	MaxNextRange = 1 << 24
 )
 
 // An Option configures a Client.
@@ -110,7 +115,8 @@ func WithBatchBounds(minimum, maximum int) Option {
 }
 
 // WithCallTimeout bounds one attempt at one endpoint: its RPCs (on the
-// endpoint's first use a health check and Info, then NextIDs). When it
+// endpoint's first use a health check and Info, then NextRange or
+// NextIDs). When it
 // runs out, the endpoint counts as failed (it is tried after the others
 // for a second) and the client fails over to the next endpoint. A
 // caller's deadline shortens an attempt that another endpoint follows to

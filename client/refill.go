@@ -20,9 +20,9 @@ const (
 )
 
 type fetchResult struct {
-	ids   []uint64
-	tick  int64 // the tick when the successful RPC started
-	count int64
+	fetched
+	born  uint64 // refiller.delivered when it was launched
+	count int64  // the count asked for
 	err   error
 }
 
@@ -31,6 +31,7 @@ type refiller struct {
 	results     chan fetchResult
 	inFlight    int
 	inFlightIDs int64
+	delivered   uint64  // refills delivered
 	rate        float64 // IDs per second
 	batch       int64
 	lastMono    time.Duration
@@ -167,18 +168,18 @@ func (c *Client) launch(r *refiller, mono time.Duration, buffered int64, waiters
 		}
 		r.inFlight++
 		r.inFlightIDs += r.batch
-		count := r.batch
+		count, born := r.batch, r.delivered
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			ids, tick, err := c.fetch(c.ctx, int(count), true)
-			r.results <- fetchResult{ids: ids, tick: tick, count: count, err: err}
+			f, err := c.fetch(c.ctx, int(count), true)
+			r.results <- fetchResult{fetched: f, born: born, count: count, err: err}
 		}()
 	}
 }
 
-// deliver publishes a fetch result: a batch into the queue, or a failed
-// round to the waiting callers.
+// deliver publishes a fetch result: each of its runs a batch in the
+// queue, or a failed round to the waiting callers.
 func (c *Client) deliver(r *refiller, res fetchResult) {
 	_, mono := c.clock.Now()
 	c.mu.Lock()
@@ -196,7 +197,20 @@ func (c *Client) deliver(r *refiller, res fetchResult) {
 		c.lastErr = res.err
 	} else {
 		r.backoff = 0
-		c.queue = append(c.queue, newBatch(res.ids, res.tick+c.ageTicks))
+		r.delivered++
+		// The taker of the answer's middle ID wakes the refiller, as
+		// with one batch per answer, however many runs it came in.
+		mid, off := int64(countOf(res.runs))/2, int64(0)
+		for _, run := range res.runs {
+			n := int64(run.Count)
+			b := &batch{first: run.First, n: n, half: -1, expire: res.tick + c.ageTicks,
+				ep: res.ep, born: res.born, dseq: r.delivered}
+			if off <= mid && mid < off+n {
+				b.half = mid - off
+			}
+			off += n
+			c.enqueueLocked(b)
+		}
 		c.installLocked()
 	}
 	if c.waiters > 0 {
@@ -205,16 +219,20 @@ func (c *Client) deliver(r *refiller, res fetchResult) {
 	}
 }
 
-// fetchDirect fetches n IDs for NextN straight from the endpoints, in
-// chunks no larger than the largest batch.
-func (c *Client) fetchDirect(ctx context.Context, n int) ([]uint64, error) {
-	out := make([]uint64, 0, n)
-	for len(out) < n {
-		ids, _, err := c.fetch(ctx, min(n-len(out), c.opts.maxBatch), false)
+// fetchDirect fetches n IDs for NextN and NextRange straight from the
+// endpoints, in as many fetches as the endpoints' bounds take.
+func (c *Client) fetchDirect(ctx context.Context, n int64) ([]Run, error) {
+	if c.ctx.Err() != nil {
+		return nil, ErrClosed
+	}
+	var out []Run
+	for got := int64(0); got < n; {
+		f, err := c.fetch(ctx, int(n-got), false)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, ids...)
+		out = append(out, f.runs...)
+		got += int64(countOf(f.runs))
 	}
 	return out, nil
 }

@@ -69,17 +69,31 @@ func down(s *testService) {
 	s.Refuse(firnv1.ErrorReason_LEASE_LOST, "test: not serving", 1500*time.Millisecond)
 }
 
-func lastCount(s *testService) uint32 {
-	c := s.Counts()
+// asked is the counts s was asked for: NextRange's, or with ids NextIDs'.
+func asked(s *testService, ids bool) []uint64 {
+	if !ids {
+		return s.RangeCounts()
+	}
+	var out []uint64
+	for _, c := range s.Counts() {
+		out = append(out, uint64(c))
+	}
+	return out
+}
+
+// lastCount is the last count NextRange was asked for.
+func lastCount(s *testService) uint64 {
+	c := s.RangeCounts()
 	if len(c) == 0 {
 		return 0
 	}
 	return c[len(c)-1]
 }
 
-func maxCount(s *testService) uint32 {
-	var m uint32
-	for _, c := range s.Counts() {
+// maxCount is the largest count NextRange was asked for.
+func maxCount(s *testService) uint64 {
+	var m uint64
+	for _, c := range s.RangeCounts() {
 		m = max(m, c)
 	}
 	return m

@@ -2,9 +2,12 @@
 // programs that use the client: a Server answers the firn.v1 IDService and
 // gRPC health on a loopback port, issuing consecutive IDs from a start
 // value, and can be told to refuse as a node does (UNAVAILABLE with
-// ErrorInfo and RetryInfo), to answer late, or to bound its batches. Give
-// its Addr to client.New.
+// ErrorInfo and RetryInfo), to answer late, to bound its batches, to
+// leave gaps between runs of IDs, or to answer NextRange UNIMPLEMENTED as
+// an older node does. Give its Addr to client.New.
 //
+// NextRange answers runs of at most 4096 IDs (SetRuns), each ending where
+// a node's millisecond would; NextIDs answers the same IDs one by one.
 // It issues IDs from a counter, not from a clock, and decodes them under
 // the snowflake preset's widths (41-bit time in ms, 10-bit worker, 12-bit
 // sequence): it checks what a program does with IDs and refusals, not
@@ -56,23 +59,31 @@ func ServerOptions(tlsConfig *tls.Config) []grpc.ServerOption {
 // for concurrent use.
 type Service struct {
 	firnv1.UnimplementedIDServiceServer
-	start    uint64
-	next     atomic.Uint64
-	health   *health.Server
-	refusal  atomic.Pointer[status.Status] // non-nil: NextID(s) answer it
-	maxBatch atomic.Int64                  // counts above are INVALID_ARGUMENT
-	hideInfo atomic.Bool                   // Info answers UNIMPLEMENTED
-	delay    atomic.Int64                  // NextIDs answers after this many nanoseconds
+	start uint64
+	// issued counts the IDs handed out; the k-th is at(k): runs of runLen
+	// consecutive IDs, runGap IDs skipped after each.
+	issued    atomic.Uint64
+	runLen    atomic.Uint64
+	runGap    atomic.Uint64
+	health    *health.Server
+	refusal   atomic.Pointer[status.Status] // non-nil: NextID(s) and NextRange answer it
+	maxBatch  atomic.Int64                  // NextIDs counts above are INVALID_ARGUMENT
+	maxRange  atomic.Uint64                 // NextRange counts above are INVALID_ARGUMENT
+	hideInfo  atomic.Bool                   // Info answers UNIMPLEMENTED
+	hideRange atomic.Bool                   // NextRange answers UNIMPLEMENTED
+	delay     atomic.Int64                  // NextIDs and NextRange answer after this many nanoseconds
 
-	mu     sync.Mutex
-	counts []uint32
+	mu          sync.Mutex
+	counts      []uint32
+	rangeCounts []uint64
 }
 
 // NewService returns a serving Service whose first ID is start.
 func NewService(start uint64) *Service {
 	s := &Service{start: start, health: health.NewServer()}
-	s.next.Store(start)
+	s.runLen.Store(4096)
 	s.maxBatch.Store(100_000)
+	s.maxRange.Store(1_000_000)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return s
 }
@@ -83,7 +94,7 @@ func (s *Service) Register(srv *grpc.Server) {
 	healthpb.RegisterHealthServer(srv, s.health)
 }
 
-// Refuse makes NextID and NextIDs answer UNAVAILABLE with msg, an
+// Refuse makes NextID, NextIDs and NextRange answer UNAVAILABLE with msg, an
 // ErrorInfo of reason (domain "firn") and, when retryAfter > 0, a
 // RetryInfo — as a node that stopped serving does. Health is left alone
 // (a node's health follows a moment later; SetHealth does that).
@@ -96,7 +107,7 @@ func (s *Service) Refuse(reason firnv1.ErrorReason, msg string, retryAfter time.
 	s.refusal.Store(st)
 }
 
-// Shed makes NextID and NextIDs answer RESOURCE_EXHAUSTED with ErrorInfo
+// Shed makes NextID, NextIDs and NextRange answer RESOURCE_EXHAUSTED with ErrorInfo
 // OVERLOADED and a RetryInfo of retryAfter, as a node whose generator is
 // asked for more than it produces does.
 func (s *Service) Shed(retryAfter time.Duration) {
@@ -126,17 +137,43 @@ func (s *Service) Health() *health.Server { return s.health }
 // SetMaxBatch bounds NextIDs' count (default 100,000), as Info reports.
 func (s *Service) SetMaxBatch(n int) { s.maxBatch.Store(int64(n)) }
 
+// SetMaxRange bounds NextRange's count (default 1,000,000), as Info
+// reports.
+func (s *Service) SetMaxRange(n uint64) { s.maxRange.Store(n) }
+
 // HideInfo makes Info answer UNIMPLEMENTED, as an older node would.
 func (s *Service) HideInfo(hide bool) { s.hideInfo.Store(hide) }
 
-// SetDelay makes NextIDs answer after d (or the caller's deadline).
+// HideRange makes NextRange answer UNIMPLEMENTED and Info leave out
+// max_range, as a node from before NextRange does.
+func (s *Service) HideRange(hide bool) { s.hideRange.Store(hide) }
+
+// SetRuns makes the service issue runs of length consecutive IDs (default
+// 4096, a millisecond of a snowflake worker's sequence) and skip gap IDs
+// after each (default 0), as a node's IDs jump from one millisecond to the
+// next. Call it before the service issues an ID.
+func (s *Service) SetRuns(length, gap uint64) {
+	s.runLen.Store(max(length, 1))
+	s.runGap.Store(gap)
+}
+
+// SetDelay makes NextIDs and NextRange answer after d (or the caller's
+// deadline).
 func (s *Service) SetDelay(d time.Duration) { s.delay.Store(int64(d)) }
 
 // Issued is how many IDs the service handed out.
-func (s *Service) Issued() uint64 { return s.next.Load() - s.start }
+func (s *Service) Issued() uint64 { return s.issued.Load() }
 
 // Owns reports whether the service issued id.
-func (s *Service) Owns(id uint64) bool { return id >= s.start && id < s.next.Load() }
+func (s *Service) Owns(id uint64) bool {
+	if id < s.start {
+		return false
+	}
+	l, g := s.runLen.Load(), s.runGap.Load()
+	off := id - s.start
+	run, i := off/(l+g), off%(l+g)
+	return i < l && run*l+i < s.issued.Load()
+}
 
 // Counts returns the counts NextIDs was asked for, in order.
 func (s *Service) Counts() []uint32 {
@@ -145,22 +182,60 @@ func (s *Service) Counts() []uint32 {
 	return slices.Clone(s.counts)
 }
 
+// RangeCounts returns the counts NextRange was asked for, in order,
+// including the calls it answered UNIMPLEMENTED (HideRange).
+func (s *Service) RangeCounts() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.rangeCounts)
+}
+
+// at is the k-th ID the service issues.
+func (s *Service) at(k uint64) uint64 {
+	l, g := s.runLen.Load(), s.runGap.Load()
+	return s.start + k/l*(l+g) + k%l
+}
+
+// issue hands out the next n IDs, as runs that end where a run of the
+// service's ends.
+func (s *Service) issue(n uint64) []*firnv1.Run {
+	k := s.issued.Add(n) - n
+	l := s.runLen.Load()
+	var runs []*firnv1.Run
+	for n > 0 {
+		c := min(n, l-k%l)
+		runs = append(runs, &firnv1.Run{First: s.at(k), Count: c})
+		k, n = k+c, n-c
+	}
+	return runs
+}
+
+// wait holds an answer back for the delay SetDelay set.
+func (s *Service) wait(ctx context.Context) error {
+	d := time.Duration(s.delay.Load())
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
 func (s *Service) NextID(context.Context, *firnv1.NextIDRequest) (*firnv1.NextIDResponse, error) {
 	if st := s.refusal.Load(); st != nil {
 		return nil, st.Err()
 	}
-	return &firnv1.NextIDResponse{Id: s.next.Add(1) - 1}, nil
+	return &firnv1.NextIDResponse{Id: s.issue(1)[0].GetFirst()}, nil
 }
 
 func (s *Service) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*firnv1.NextIDsResponse, error) {
-	if d := time.Duration(s.delay.Load()); d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
+	if err := s.wait(ctx); err != nil {
+		return nil, err
 	}
 	if st := s.refusal.Load(); st != nil {
 		return nil, st.Err()
@@ -172,12 +247,35 @@ func (s *Service) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*fir
 	if n < 1 || int64(n) > s.maxBatch.Load() {
 		return nil, status.Errorf(codes.InvalidArgument, "count %d outside [1, %d]", n, s.maxBatch.Load())
 	}
-	end := s.next.Add(uint64(n))
-	ids := make([]uint64, n)
-	for i := range ids {
-		ids[i] = end - uint64(n) + uint64(i)
+	ids := make([]uint64, 0, n)
+	for _, r := range s.issue(uint64(n)) {
+		for i := range r.GetCount() {
+			ids = append(ids, r.GetFirst()+i)
+		}
 	}
 	return &firnv1.NextIDsResponse{Ids: ids}, nil
+}
+
+// NextRange answers the next count IDs as runs (see SetRuns), or
+// UNIMPLEMENTED after HideRange.
+func (s *Service) NextRange(ctx context.Context, req *firnv1.NextRangeRequest) (*firnv1.NextRangeResponse, error) {
+	n := req.GetCount()
+	s.mu.Lock()
+	s.rangeCounts = append(s.rangeCounts, n)
+	s.mu.Unlock()
+	if s.hideRange.Load() {
+		return nil, status.Error(codes.Unimplemented, "method NextRange not implemented")
+	}
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	if st := s.refusal.Load(); st != nil {
+		return nil, st.Err()
+	}
+	if n < 1 || n > s.maxRange.Load() {
+		return nil, status.Errorf(codes.InvalidArgument, "count %d outside [1, %d]", n, s.maxRange.Load())
+	}
+	return &firnv1.NextRangeResponse{Runs: s.issue(n)}, nil
 }
 
 func (s *Service) Decode(_ context.Context, req *firnv1.DecodeRequest) (*firnv1.DecodeResponse, error) {
@@ -198,6 +296,9 @@ func (s *Service) Info(context.Context, *firnv1.InfoRequest) (*firnv1.InfoRespon
 	}
 	g := &firnv1.GeneratorInfo{Name: "default", IsDefault: true, Serving: s.refusal.Load() == nil,
 		MaxBatch: uint32(s.maxBatch.Load()), State: "serving"}
+	if !s.hideRange.Load() {
+		g.MaxRange = s.maxRange.Load()
+	}
 	if st := s.refusal.Load(); st != nil {
 		g.State, g.Reason = "not-serving", st.Message()
 	}
