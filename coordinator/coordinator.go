@@ -302,6 +302,11 @@ type Spec struct {
 	// LocalFloor is the node's own last reservation for this generator from
 	// its data dir (-1 if none); the lease's Floor is at least this.
 	LocalFloor int64
+	// Held are the slots the taker holds leases of already (a wide
+	// generator's other workers, including one whose lease may have ended
+	// without its holder knowing yet): never offered, neither as free nor
+	// as the taker's own stale record.
+	Held map[Slot]bool
 }
 
 // Slot is one (datacenter, worker) pair handed out from the cursor.

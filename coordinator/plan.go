@@ -142,9 +142,10 @@ var errNoPin = errors.New("coordinator: no pin scanned")
 //   - the pin must match the spec (*LayoutMismatchError, ErrSchemaTooNew);
 //   - a live owner record carrying node's name with another instance ID
 //     refuses (*NameInUseError, the first in listing order);
-//   - then the candidates: the node's own stale records first (TakeBack, in
-//     slot order; heartbeat older than TakeBackAge on the taker's clock
-//     now, never one of its own current session), then the free slots of
+//   - then the candidates, none of them a slot in Spec.Held: the node's
+//     own stale records first (TakeBack, in slot order; heartbeat older
+//     than TakeBackAge on the taker's clock now, never one of its own
+//     current session), then the free slots of
 //     given-up sessions (Retake, in the scan's order), then every free slot
 //     in cursor order from Scan.Cursor, wrapping once (Free). A slot whose
 //     max(reservation, generator floor) is known to be past the
@@ -169,9 +170,12 @@ func Plan(spec Spec, node NodeInfo, s Scan, now time.Time) ([]Candidate, error) 
 			return nil, &NameInUseError{Name: node.Name, Slot: o.Slot, Instance: o.Record.Instance, Address: o.Record.Address}
 		}
 	}
-	owned := make(map[Slot]bool, len(s.Owners))
+	owned := make(map[Slot]bool, len(s.Owners)+len(spec.Held))
 	for _, o := range s.Owners {
 		owned[o.Slot] = true
+	}
+	for slot := range spec.Held {
+		owned[slot] = true
 	}
 	own := max(spec.MaxFloor, spec.LocalFloor)
 	candidate := func(kind CandidateKind, slot Slot, pos uint64, limit int64) (Candidate, bool) {
@@ -183,7 +187,7 @@ func Plan(spec Spec, node NodeInfo, s Scan, now time.Time) ([]Candidate, error) 
 	var cands []Candidate
 	for i := range s.Owners {
 		o := &s.Owners[i]
-		if o.OwnSession || o.Record.Instance != node.InstanceID || now.Sub(o.Record.Wall) <= TakeBackAge || !spec.Contains(o.Slot) {
+		if o.OwnSession || o.Record.Instance != node.InstanceID || now.Sub(o.Record.Wall) <= TakeBackAge || !spec.Contains(o.Slot) || spec.Held[o.Slot] {
 			continue
 		}
 		if c, ok := candidate(TakeBack, o.Slot, 0, own); ok {

@@ -216,6 +216,34 @@ func TestPlanTakeBackOwner(t *testing.T) {
 	}
 }
 
+// A slot the taker holds already (a wide generator's other worker) is
+// never a candidate: not as its own stale record, not as a free slot
+// whose lease ended without its holder knowing yet.
+func TestPlanSkipsHeldSlots(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	spec := Spec{Generator: "g", Layout: "L", WorkerLimit: 4, DatacenterLimit: 1, Datacenter: -1, MaxFloor: 10, LocalFloor: -1,
+		Held: map[Slot]bool{{Worker: 1}: true, {Worker: 2}: true}}
+	pin := NewPin(spec)
+	stale := OwnerRecord{Name: "me", Instance: "me-1", Wall: now.Add(-time.Hour)}
+	got, err := Plan(spec, NodeInfo{Name: "me", InstanceID: "me-1"}, Scan{Pin: &pin, Floor: -1,
+		Owners: []Owner{{Slot: Slot{Worker: 1}, Record: stale}}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slots []Slot
+	for _, c := range got {
+		slots = append(slots, c.Slot)
+	}
+	if len(got) != 2 || got[0].Slot != (Slot{Worker: 0}) || got[1].Slot != (Slot{Worker: 3}) {
+		t.Fatalf("Plan offers %v; want workers 0 and 3 (1 and 2 are held)", slots)
+	}
+	spec.Held = map[Slot]bool{{Worker: 0}: true, {Worker: 1}: true, {Worker: 2}: true, {Worker: 3}: true}
+	if _, err := Plan(spec, NodeInfo{Name: "me", InstanceID: "me-1"}, Scan{Pin: &pin, Floor: -1,
+		Owners: []Owner{{Slot: Slot{Worker: 1}, Record: stale}}}, now); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("every slot held: %v, want ErrExhausted", err)
+	}
+}
+
 func TestCandidateTooFarAndContains(t *testing.T) {
 	c := Candidate{Limit: 100}
 	for _, tc := range []struct {

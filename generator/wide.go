@@ -40,16 +40,11 @@ type Wide struct {
 
 	mu      sync.Mutex
 	members []*Generator // ascending node fields
-	cur     int64        // the unit being handed out
-	idx     int          // the member handing it out
-	// lastNode: the node fields of the member that issued last in cur,
-	// so that a change of members mid-unit resumes after it.
-	lastNode uint64
-	// served: some member issued at cur; waitRes: some member waited
-	// for its reservation at cur (so an empty pass over cur waits too,
-	// rather than running the cursor ahead to the lead limit).
-	served, waitRes bool
+	cursor
 
+	// top is the highest unit Wide issued at (-1: none): what the node's
+	// order rests on, whichever member issued it.
+	top     atomic.Int64
 	held    atomic.Bool
 	issued  atomic.Uint64
 	wakeMu  sync.Mutex
@@ -65,10 +60,28 @@ func NewWide(l Layout, clock Clock, maxLead time.Duration) *Wide {
 		maxLead = DefaultMaxLead(l)
 	}
 	w := &Wide{layout: l, clock: clock, maxLead: maxLead, leadUnits: int64(maxLead / l.Unit),
-		seqShift: l.seqShift(), cur: -1, retireC: make(chan struct{})}
+		seqShift: l.seqShift(), cursor: cursor{cur: -1}, retireC: make(chan struct{})}
 	ch := make(chan struct{})
 	w.wake.Store(&ch)
+	w.top.Store(-1)
 	return w
+}
+
+// Highest is the highest time field of the IDs Wide issued, -1 before
+// the first. The next ID Wide issues has a time at or above it: a member
+// that issued there may be gone, and the others wait for the clock to
+// come within the lead of it (the owner holds the generator out while it
+// is more than the lead ahead, as for one generator's own IDs).
+func (w *Wide) Highest() int64 { return w.top.Load() }
+
+// Lead is how far Highest stands ahead of the wall reading (negative when
+// behind; 0 before the first ID).
+func (w *Wide) Lead(wall time.Time) time.Duration {
+	t := w.top.Load()
+	if t < 0 {
+		return 0
+	}
+	return w.layout.UnitStart(t).Sub(wall)
 }
 
 // SetMembers replaces the members. Each must have been built with the
@@ -148,6 +161,20 @@ func (w *Wide) Wake() {
 
 func (w *Wide) waker() <-chan struct{} { return *w.wake.Load() }
 
+// cursor is where Wide stands: the unit being handed out and the member
+// handing it out.
+type cursor struct {
+	cur int64
+	idx int
+	// lastNode: the node fields of the member that issued last in cur,
+	// so that a change of members mid-unit resumes after it.
+	lastNode uint64
+	// served: some member issued at cur; waitRes: some member waited
+	// for its reservation at cur (so an empty pass over cur waits too,
+	// rather than running the cursor ahead).
+	served, waitRes bool
+}
+
 // sink receives what produce issues: IDs (ids) or runs.
 type sink struct {
 	ids  []uint64
@@ -164,32 +191,47 @@ func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, e
 	if w.held.Load() {
 		return 0, wait{}, ErrHeld
 	}
+	// The cursor moves only as far as a member accepts: a call that
+	// issues nothing (a wait, an error) leaves it where it found it, so
+	// that a clock reading no member took (a forward step refused, then
+	// undone) does not carry the cursor along.
+	saved := w.cursor
+	defer func() {
+		if got == 0 {
+			w.cursor = saved
+		}
+		w.issued.Add(got)
+	}()
 	wall, _ := w.clock.Now()
 	if now := w.layout.Units(wall); now > w.cur {
 		w.moveTo(now)
 	}
-	for passes := 0; got < want; {
+	empty := 0 // passes over a whole unit that issued nothing
+	skipTo := int64(-1)
+	for got < want {
 		if w.idx >= len(w.members) {
-			if !w.served && w.waitRes && got == 0 {
-				// Nothing issued at cur: the next call asks every
-				// member again.
-				w.moveTo(w.cur)
-				return 0, wait{kind: waitReservation, need: w.cur}, nil
+			if w.served {
+				// Every member is done with this unit: the next one. The
+				// members' lead checks stop the cursor at the lead limit.
+				w.moveTo(w.cur + 1)
+				continue
 			}
-			if len(w.members) == 0 {
+			empty++
+			switch {
+			case w.waitRes:
 				return got, wait{kind: waitReservation, need: w.cur}, nil
+			case len(w.members) == 0 || empty > 2:
+				// No member (or none that can serve): wait for a change
+				// of members, a raise or a Wake.
+				return got, wait{kind: waitReservation, need: w.cur}, nil
+			case skipTo > w.cur:
+				// Every member that could serve has its floor ahead (it
+				// joined late): go to the first unit one of them accepts.
+				w.moveTo(skipTo)
+			default:
+				w.moveTo(w.cur + 1)
 			}
-			// Every member is done with this unit: the next one. The
-			// members' lead checks stop the cursor at the lead limit.
-			if !w.served {
-				passes++
-			}
-			if passes > int(w.leadUnits)+2 {
-				// No member could serve any unit within the lead: none
-				// has a floor below it (all joined with floors ahead).
-				return got, wait{kind: waitClock, d: w.layout.Unit}, nil
-			}
-			w.moveTo(w.cur + 1)
+			skipTo = -1
 			continue
 		}
 		most := want - got
@@ -221,11 +263,17 @@ func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, e
 				w.emit(s, got, first, n)
 				got += n
 				w.served, w.lastNode = true, m.nodeBits
+				if w.cur > w.top.Load() {
+					w.top.Store(w.cur)
+				}
 			}
 			if st == atFull {
 				w.idx++
 			}
 		case atSkip:
+			if f := int64(first); skipTo < 0 || f < skipTo {
+				skipTo = f
+			}
 			w.idx++
 		case atAhead:
 			// The member issued past cur by itself (a one-member Wide
@@ -240,14 +288,11 @@ func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, e
 			w.idx++
 		}
 	}
-	w.issued.Add(got)
 	return got, wait{}, nil
 }
 
 // moveTo starts unit u.
-func (w *Wide) moveTo(u int64) {
-	w.cur, w.idx, w.lastNode, w.served, w.waitRes = u, 0, 0, false, false
-}
+func (w *Wide) moveTo(u int64) { w.cursor = cursor{cur: u} }
 
 // emit writes n IDs from first into s, at offset off of the IDs.
 func (w *Wide) emit(s *sink, off, first, n uint64) {
@@ -347,10 +392,7 @@ func (w *Wide) AwaitBulk(ctx context.Context) error {
 	for {
 		wk := w.waker()
 		w.mu.Lock()
-		_, wt, err := w.produce(&sink{}, 0, w.bulkLead())
-		if err == nil && wt.kind == waitNone {
-			wt, err = w.peek()
-		}
+		wt, err := w.peek(w.bulkLead())
 		w.mu.Unlock()
 		if err != nil {
 			return err
@@ -364,29 +406,52 @@ func (w *Wide) AwaitBulk(ctx context.Context) error {
 	}
 }
 
-// peek reports, under the lock, whether the next ID needs a wait: it asks
-// for zero IDs of the member in turn at the current unit.
-func (w *Wide) peek() (wait, error) {
-	for w.idx < len(w.members) {
-		_, _, st, mw, err := w.members[w.idx].fillAt(w.cur, 0, w.bulkLead())
-		if errors.Is(err, ErrRetired) {
-			w.idx++
-			continue
-		}
-		if err != nil || st != atWait {
-			return wait{}, err
-		}
-		return mw, nil
+// peek reports, under the lock, whether the next ID needs a wait, and
+// for what: it asks the members for zero IDs at the unit produce would
+// start from, changing nothing.
+func (w *Wide) peek(lead int64) (wait, error) {
+	if w.retired.Load() {
+		return wait{}, ErrRetired
 	}
-	// The unit is done: the next one is within the lead or not.
-	if len(w.members) > 0 {
-		wall, _ := w.clock.Now()
-		if d := w.cur + 1 - w.layout.Units(wall); d > w.bulkLead() {
-			return wait{kind: waitClock, d: w.layout.UnitStart(w.cur + 1 - w.bulkLead()).Sub(wall)}, nil
-		}
-		return wait{}, nil
+	if w.held.Load() {
+		return wait{}, ErrHeld
 	}
-	return wait{kind: waitReservation, need: w.cur}, nil
+	c := w.cursor
+	wall, _ := w.clock.Now()
+	if now := w.layout.Units(wall); now > c.cur {
+		c = cursor{cur: now}
+	}
+	if len(w.members) == 0 {
+		return wait{kind: waitReservation, need: c.cur}, nil
+	}
+	res := false
+	for range 2 { // this unit, then the next
+		for i := c.idx; i < len(w.members); i++ {
+			_, _, st, mw, err := w.members[i].fillAt(c.cur, 0, lead)
+			switch {
+			case errors.Is(err, ErrRetired):
+				continue
+			case err != nil:
+				return wait{}, err
+			}
+			switch st {
+			case atIssued, atAhead:
+				return wait{}, nil
+			case atWait:
+				if mw.kind == waitClock {
+					return mw, nil
+				}
+				res = true
+			}
+		}
+		c = cursor{cur: c.cur + 1}
+	}
+	if res {
+		return wait{kind: waitReservation, need: c.cur}, nil
+	}
+	// Every member full or skipping for two units: their floors lie
+	// ahead; a unit's time, or a change of members, may change that.
+	return wait{kind: waitClock, d: w.layout.Unit}, nil
 }
 
 // await waits for what produce asked: the clock or the reservation, at
@@ -433,7 +498,7 @@ type atStatus uint8
 const (
 	atIssued atStatus = iota // issued, and the unit has room left
 	atFull                   // the unit's sequence is used up (after what it issued)
-	atSkip                   // the member cannot issue at this unit (its floor lies at or above it)
+	atSkip                   // the member cannot issue at this unit (its floor lies at or above it): first holds floor+1
 	atAhead                  // the member already issued past this unit: first holds its logical time
 	atWait                   // wait (the clock, or the reservation) before this unit
 )
@@ -456,7 +521,7 @@ func (g *Generator) fillAt(at int64, most uint64, lead int64) (first, n uint64, 
 		return uint64(g.last), 0, atAhead, wait{}, nil
 	}
 	if at <= g.floor {
-		return 0, 0, atSkip, wait{}, nil
+		return uint64(g.floor + 1), 0, atSkip, wait{}, nil
 	}
 	wall, mono := g.read()
 	now := g.units(wall)

@@ -500,6 +500,18 @@ func (b *Buffer) Reset(src Source) {
 	b.poke()
 }
 
+// Invalidate drops everything buffered, as Reset does, but keeps the
+// source and does not wait for the filler's lock (a Generate may hold it
+// while its source waits): for a source whose output changed under it —
+// a wide generator that lost a worker — so that nothing the ring held
+// from before the change is handed out. A chunk the filler is producing
+// meanwhile is stamped with the old epoch and dropped too.
+func (b *Buffer) Invalidate() {
+	b.epoch.Add(1)
+	b.drain()
+	b.poke()
+}
+
 // drain claims and releases everything buffered, counting it as retired.
 func (b *Buffer) drain() {
 	for {

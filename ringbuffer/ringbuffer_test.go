@@ -518,3 +518,31 @@ func TestGenerateBulk(t *testing.T) {
 		t.Fatalf("GenerateBulk on a plain source = %d, await %v, %v; want Generate's 10", n, await != nil, err)
 	}
 }
+
+// Invalidate drops what is buffered without the filler's lock — also
+// while a Generate holds it waiting on its source — and keeps the source.
+func TestInvalidate(t *testing.T) {
+	b := newBuf(t, Config{Size: 1024, Chunk: 64})
+	b.Reset(&counter{perCall: 64})
+	b.fill(512)
+	b.fillLock <- struct{}{} // as a Generate waiting on its source would
+	done := make(chan struct{})
+	go func() { b.Invalidate(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Invalidate waited for the filler's lock")
+	}
+	<-b.fillLock
+	if b.Len() != 0 {
+		t.Fatalf("Invalidate left %d IDs", b.Len())
+	}
+	b.fill(64)
+	id, err := b.Take()
+	if err != nil || id <= 512 {
+		t.Fatalf("after Invalidate Take = %d, %v; want a newer ID of the same source", id, err)
+	}
+	if s := b.Stats(); s.DroppedReset != 512 {
+		t.Fatalf("stats %+v: want the 512 dropped counted", s)
+	}
+}

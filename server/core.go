@@ -279,9 +279,11 @@ func (c *Core) start() error {
 	for _, rt := range c.gens {
 		if rt.auto {
 			c.goRun(func() {
-				rt.autoWorkers(ctx, c.clock, func() {
-					m := c.newMember(ctx, rt)
-					c.goRun(func() { m.hd.run(m.hd.ctx(ctx)) })
+				rt.autoWorkers(ctx, c.clock, func(n int) {
+					for range n {
+						m := c.newMember(ctx, rt)
+						c.goRun(func() { m.hd.run(m.hd.ctx(ctx)) })
+					}
 				}, func(n int) { rt.dropMembers(n) })
 			})
 		}

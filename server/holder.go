@@ -238,6 +238,7 @@ func (hd *holder) acquire(ctx context.Context) (*holding, error) {
 		Datacenter:      hd.cfg.Datacenter,
 		MaxFloor:        max(0, l.Units(wall)+leadUnits),
 		LocalFloor:      rt.local.LocalFloor(),
+		Held:            rt.heldSlots(),
 	}
 	actx, cancel := context.WithTimeout(ctx, 4*hd.cfg.CoordinatorTimeout)
 	_, m0 := hd.clock.Now()
@@ -248,10 +249,12 @@ func (hd *holder) acquire(ctx context.Context) (*holding, error) {
 	if err != nil {
 		return nil, err
 	}
+	rt.holdSlot(lease.Slot(), true)
 	fail := func(err error, keep int64) (*holding, error) {
 		rctx, cancel := context.WithTimeout(context.Background(), hd.cfg.CoordinatorTimeout)
 		lease.Release(rctx, keep)
 		cancel()
+		rt.holdSlot(lease.Slot(), false)
 		return nil, err
 	}
 	if err := rt.local.Check(lease); err != nil {
@@ -292,6 +295,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 		h.stopExpiry()
 		hd.ls.leave(h)
 		hd.cur.Store(nil)
+		rt.holdSlot(lease.Slot(), false)
 		hd.log.Info("holder interval closed", "event", "holder_close", "generator", rt.cfg.Name,
 			"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", lease.Floor(),
 			"reserved", h.reserved.Load(), "highest", g.Highest(), "released", h.released.Load(), "node", hd.node.Name)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/local"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
@@ -44,7 +45,9 @@ type genRuntime struct {
 	wantW      atomic.Int64
 	wmu        sync.Mutex
 	members    []*member
-	degraded   string // which workers do not serve, while others do
+	degraded   string                    // which workers do not serve, while others do
+	slots      map[coordinator.Slot]bool // heldSlots
+	ringWide   bool                      // the ring's source is wide (set once)
 	// inUse is the number of live owners in the cluster, as last listed.
 	inUse atomic.Int64
 	// datacenterFixed: the datacenter comes from --datacenter, so the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/generator"
 )
 
@@ -162,10 +163,17 @@ func (rt *genRuntime) syncMembers() {
 		}
 		rt.wide.SetMembers(gens)
 		rt.setLive(live)
-		// A member gone: what the ring buffered from it is dropped
-		// (every ID handed out lies within a serving holding).
-		if len(live) < len(old) || len(old) == 0 {
+		switch {
+		case !rt.ringWide && len(live) > 0:
+			// The first: the ring had no source, so no call waits in it.
+			rt.ringWide = true
 			rt.ring.Reset(rt.wide)
+		case len(live) < len(old):
+			// A member gone: what the ring buffered from it is dropped
+			// (every ID handed out lies within a serving holding). Not
+			// Reset: a call generating under the filler's lock may be
+			// waiting, and that must not hold this (under wmu) up.
+			rt.ring.Invalidate()
 		}
 	}
 	rt.degraded = ""
@@ -265,7 +273,9 @@ func (rt *genRuntime) liveHoldings() []*holding {
 }
 
 // lead is how far the generator's logical time stands ahead of wall: the
-// largest of its holdings' (false when it holds none).
+// largest of its holdings' and of the last ID its Wide source issued (a
+// worker that issued it may have left; the order rests on it still) —
+// false when it holds none.
 func (rt *genRuntime) lead(wall time.Time) (time.Duration, bool) {
 	hs := rt.liveHoldings()
 	if len(hs) == 0 {
@@ -276,6 +286,9 @@ func (rt *genRuntime) lead(wall time.Time) (time.Duration, bool) {
 		if d := h.gen.Lead(wall); i == 0 || d > l {
 			l = d
 		}
+	}
+	if rt.wide != nil && rt.wide.Highest() >= 0 {
+		l = max(l, rt.wide.Lead(wall))
 	}
 	return l, true
 }
@@ -331,6 +344,37 @@ func (rt *genRuntime) workersStatus() WorkersStatus {
 	return ws
 }
 
+// heldSlots are the slots of the leases the generator's holders hold, from
+// acquisition to the end of the holding: an acquisition never takes one
+// (coordinator.Spec.Held), so two holders of one node never hold one
+// worker, even while one of them has not yet noticed its lease ended.
+func (rt *genRuntime) heldSlots() map[coordinator.Slot]bool {
+	rt.wmu.Lock()
+	defer rt.wmu.Unlock()
+	if len(rt.slots) == 0 {
+		return nil
+	}
+	out := make(map[coordinator.Slot]bool, len(rt.slots))
+	for s := range rt.slots {
+		out[s] = true
+	}
+	return out
+}
+
+// holdSlot records that a holder took (on) or gave up a slot.
+func (rt *genRuntime) holdSlot(s coordinator.Slot, on bool) {
+	rt.wmu.Lock()
+	defer rt.wmu.Unlock()
+	if on {
+		if rt.slots == nil {
+			rt.slots = map[coordinator.Slot]bool{}
+		}
+		rt.slots[s] = true
+	} else {
+		delete(rt.slots, s)
+	}
+}
+
 // isWide: the generator may hold more than one worker.
 func (rt *genRuntime) isWide() bool { return rt.maxWorkers > 1 || rt.auto }
 
@@ -382,8 +426,8 @@ func (rt *genRuntime) issueRuns(ctx context.Context, n uint64) ([]generator.Run,
 			}
 			return nil, err
 		}
-		if cap(scratch) < grant {
-			scratch = make([]uint64, min(grant, rt.ring.Cap()))
+		if want := min(grant, rt.ring.Cap()); cap(scratch) < want {
+			scratch = make([]uint64, want)
 		}
 		// Room for the runs one turn may add: a block per member and
 		// unit it spans.
@@ -393,7 +437,7 @@ func (rt *genRuntime) issueRuns(ctx context.Context, n uint64) ([]generator.Run,
 		}
 		var nr int
 		var made uint64
-		took, err := rt.ring.DrainThen(ctx, scratch[:min(grant, len(scratch))], func(took int) error {
+		took, err := rt.ring.DrainThen(ctx, scratch[:min(grant, cap(scratch))], func(took int) error {
 			if took == grant {
 				return nil
 			}
@@ -454,10 +498,10 @@ func appendIDRuns(runs []generator.Run, ids []uint64) []generator.Run {
 
 // autoWorkers follows the generator's rate under --workers auto: while
 // what it issues stays above autoHigh of what its serving workers can
-// produce, it leases one more (up to --max-workers); once the rate has
-// fitted in fewer workers for autoIdle, it releases the extras, down to
-// one.
-func (rt *genRuntime) autoWorkers(ctx context.Context, clock clockguard.Clock, add func(), remove func(n int)) {
+// produce, it doubles them (up to --max-workers: saturated, the rate says
+// only that demand is at least the capacity); once the rate has fitted in
+// fewer workers for autoIdle, it releases the extras, down to one.
+func (rt *genRuntime) autoWorkers(ctx context.Context, clock clockguard.Clock, add func(n int), remove func(n int)) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	per := rt.cfg.Layout.Rate()
@@ -483,8 +527,9 @@ func (rt *genRuntime) autoWorkers(ctx context.Context, clock clockguard.Clock, a
 		}
 		if highFor >= 2 && n < rt.maxWorkers && live == n {
 			highFor = 0
-			rt.wantW.Store(int64(n + 1))
-			add()
+			more := min(n, rt.maxWorkers-n)
+			rt.wantW.Store(int64(n + more))
+			add(more)
 			continue
 		}
 		needed := max(int(r/(autoHigh*per))+1, 1)

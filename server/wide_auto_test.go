@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -17,16 +18,20 @@ import (
 func TestAutoWorkers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, _ := generator.Preset("snowflake")
-		rt := &genRuntime{cfg: GeneratorConfig{Name: "g", Layout: l}, maxWorkers: 3, auto: true}
+		rt := &genRuntime{cfg: GeneratorConfig{Name: "g", Layout: l}, maxWorkers: 5, auto: true}
 		rt.wantW.Store(1)
-		grow := func() {
+		var grew []int
+		grow := func(k int) {
+			grew = append(grew, k)
 			rt.wmu.Lock()
-			rt.members = append(rt.members, &member{})
+			for range k {
+				rt.members = append(rt.members, &member{})
+			}
 			n := len(rt.members)
 			rt.wmu.Unlock()
 			rt.setLive(make([]*holding, n))
 		}
-		grow()
+		grow(1)
 		var mu sync.Mutex
 		var removed []int
 		released := func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), removed...) }
@@ -42,15 +47,16 @@ func TestAutoWorkers(t *testing.T) {
 			rt.wmu.Unlock()
 			rt.setLive(make([]*holding, k))
 		})
-		// Demand of 2.5 workers' rate for 30 s, issued every 10 ms.
-		perTick := uint64(2.5 * l.Rate() / 100)
+		// Demand of 4.5 workers' rate for 30 s, issued every 10 ms.
+		perTick := uint64(4.5 * l.Rate() / 100)
 		for range 3000 {
 			rt.issued.Add(perTick)
 			time.Sleep(10 * time.Millisecond)
 		}
 		synctest.Wait()
-		if n := len(rt.liveHoldings()); n != 3 || rt.wantW.Load() != 3 {
-			t.Fatalf("under 2.5 workers' rate: %d workers (wanted %d), want 3 (--max-workers)", n, rt.wantW.Load())
+		if n := len(rt.liveHoldings()); n != 5 || rt.wantW.Load() != 5 || !slices.Equal(grew, []int{1, 1, 2, 1}) {
+			t.Fatalf("under 4.5 workers' rate: %d workers (wanted %d, grown by %v), want 5 (--max-workers) by doubling: 1, +1, +2, +1",
+				n, rt.wantW.Load(), grew)
 		}
 		// Idle: nothing is released for the first minute, then down to one.
 		time.Sleep(50 * time.Second)

@@ -112,8 +112,10 @@ type world struct {
 	layout generator.Layout
 	spec   string
 	ntp    bool // nodes run with an NTP source
-	dir    string
-	log    *slog.Logger
+	// workers is each node's --workers (wide generators).
+	workers int
+	dir     string
+	log     *slog.Logger
 
 	mu           sync.Mutex
 	start        time.Time
@@ -241,6 +243,7 @@ func (n *node) startNode(wipe bool) error {
 	// and those wake-ups are most of a run's events.
 	cfg.MaxStaleness = time.Second
 	cfg.Generators = []server.GeneratorConfig{{Name: generatorName, Layout: w.layout}}
+	cfg.Workers = w.workers
 	if w.ntp {
 		cfg.NTP = []string{"127.0.0.1:123"}
 		cfg.NTPInterval = time.Minute
