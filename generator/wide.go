@@ -44,13 +44,11 @@ type Wide struct {
 
 	// top is the highest unit Wide issued at (-1: none): what the node's
 	// order rests on, whichever member issued it.
-	top     atomic.Int64
-	held    atomic.Bool
-	issued  atomic.Uint64
-	wakeMu  sync.Mutex
-	wake    atomic.Pointer[chan struct{}]
-	retired atomic.Bool
-	retireC chan struct{}
+	top    atomic.Int64
+	held   atomic.Bool
+	issued atomic.Uint64
+	wakeMu sync.Mutex
+	wake   atomic.Pointer[chan struct{}]
 }
 
 // NewWide returns a Wide over no member yet, for generators built with
@@ -60,7 +58,7 @@ func NewWide(l Layout, clock Clock, maxLead time.Duration) *Wide {
 		maxLead = DefaultMaxLead(l)
 	}
 	w := &Wide{layout: l, clock: clock, maxLead: maxLead, leadUnits: int64(maxLead / l.Unit),
-		seqShift: l.seqShift(), cursor: cursor{cur: -1}, retireC: make(chan struct{})}
+		seqShift: l.seqShift(), cursor: cursor{cur: -1}}
 	ch := make(chan struct{})
 	w.wake.Store(&ch)
 	w.top.Store(-1)
@@ -139,16 +137,6 @@ func (w *Wide) Hold(on bool) {
 	w.Wake()
 }
 
-// Retire ends Wide: later calls return ErrRetired (the members are not
-// retired: they belong to their leases).
-func (w *Wide) Retire() {
-	w.mu.Lock()
-	if !w.retired.Swap(true) {
-		close(w.retireC)
-	}
-	w.mu.Unlock()
-}
-
 // Wake makes every waiting call re-read the clock and decide again. A
 // member's Wake (a raised reservation, a step, Retire) calls it.
 func (w *Wide) Wake() {
@@ -185,9 +173,6 @@ type sink struct {
 // produce issues up to want IDs, unit by unit, member by member, under the
 // lock; it returns how many, or what to wait for when none, or an error.
 func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, err error) {
-	if w.retired.Load() {
-		return 0, wait{}, ErrRetired
-	}
 	if w.held.Load() {
 		return 0, wait{}, ErrHeld
 	}
@@ -410,9 +395,6 @@ func (w *Wide) AwaitBulk(ctx context.Context) error {
 // for what: it asks the members for zero IDs at the unit produce would
 // start from, changing nothing.
 func (w *Wide) peek(lead int64) (wait, error) {
-	if w.retired.Load() {
-		return wait{}, ErrRetired
-	}
 	if w.held.Load() {
 		return wait{}, ErrHeld
 	}
@@ -455,7 +437,7 @@ func (w *Wide) peek(lead int64) (wait, error) {
 }
 
 // await waits for what produce asked: the clock or the reservation, at
-// most waitSlice, ending early on a Wake, the deadline or Retire.
+// most waitSlice, ending early on a Wake or the deadline.
 func (w *Wide) await(ctx context.Context, wt wait, wk <-chan struct{}) error {
 	d := waitSlice
 	if wt.kind == waitClock {
@@ -480,8 +462,6 @@ func (w *Wide) await(ctx context.Context, wt wait, wk <-chan struct{}) error {
 			return &ReservationError{Need: wt.need, Reserved: -1, Err: ctx.Err()}
 		}
 		return ctx.Err()
-	case <-w.retireC:
-		return ErrRetired
 	}
 }
 
