@@ -305,8 +305,9 @@ type Spec struct {
 	// Held are the slots the taker holds leases of already (a wide
 	// generator's other workers, including one whose lease may have ended
 	// without its holder knowing yet): never offered, neither as free nor
-	// as the taker's own stale record.
-	Held map[Slot]bool
+	// as the taker's own stale record. It is the taking process's own
+	// knowledge, never sent anywhere (not part of the JSON form).
+	Held map[Slot]bool `json:"-"`
 }
 
 // Slot is one (datacenter, worker) pair handed out from the cursor.

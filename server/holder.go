@@ -526,14 +526,20 @@ func (hd *holder) release(h *holding) {
 
 // expiryMargin is how long before the reservation runs out a generator
 // stops serving if no new one was acknowledged: twice the slowest recent
-// write (what the next write may take), at least 20 ms and one unit, at
-// most --coordinator-timeout.
+// write (what the next write may take), at least minExpiryMargin and one
+// unit, at most --coordinator-timeout.
 func (hd *holder) expiryMargin(h *holding) time.Duration {
 	h.expMu.Lock()
 	lat := h.latency
 	h.expMu.Unlock()
-	return min(max(2*lat, 20*time.Millisecond, hd.rt.cfg.Layout.Unit), hd.cfg.CoordinatorTimeout)
+	return min(max(2*lat, minExpiryMargin, hd.rt.cfg.Layout.Unit), hd.cfg.CoordinatorTimeout)
 }
+
+// minExpiryMargin is the least margin: the expiry timer itself may fire
+// late on a busy machine (tens of milliseconds were seen with two cores
+// under load), and the generator must be out of service before, not
+// after, its reservation ends.
+const minExpiryMargin = 100 * time.Millisecond
 
 // noteWriteLatency records how long an acknowledged write took; the
 // record decays so that one slow write is forgotten in a minute.

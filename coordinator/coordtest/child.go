@@ -146,7 +146,10 @@ func startChild(t testing.TB, cl Cluster, spec coordinator.Spec, node coordinato
 	if ic, ok := cl.(InProcessCluster); ok {
 		return startInProcess(t, ic, o)
 	}
-	raw, _ := json.Marshal(o)
+	raw, err := json.Marshal(o)
+	if err != nil {
+		t.Fatalf("coordtest: child orders: %v", err)
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(raw))
 	cmd.Stderr = os.Stderr
