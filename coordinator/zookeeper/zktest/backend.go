@@ -241,6 +241,12 @@ func (cl *Cluster) SetReserved(t testing.TB, generator string, slot coordinator.
 func (cl *Cluster) Reserved(t testing.TB, generator string, slot coordinator.Slot) int64 {
 	t.Helper()
 	p := cl.reservedPath(generator, slot)
+	// A read is served by the server the admin session is on, which may
+	// not have applied another session's write yet: sync first, so the
+	// value read is at least as new as every write acknowledged before.
+	if _, err := cl.admin.Sync(p); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatalf("zktest: sync %s: %v", p, err)
+	}
 	d, _, err := cl.admin.Get(p)
 	if errors.Is(err, zk.ErrNoNode) {
 		return -1
