@@ -25,8 +25,9 @@ import (
 
 var long = flag.Bool("long", false, "run the longer chaos scenarios and soaks (or FIRN_LONG=1)")
 
-// chaosBudget bounds the whole chaos suite.
-const chaosBudget = 8 * time.Minute
+// chaosBudget bounds the whole chaos suite (34 scenario runs took 7 min
+// 38 s on a fresh clone).
+const chaosBudget = 9 * time.Minute
 
 // Row is one line of the report.
 type Row struct {
@@ -510,8 +511,8 @@ var faultScenarios = []scenario{
 			e.t.Fatalf("the wide node holds workers %v, want 4", held())
 		}
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
-		batches := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 1, Batch: 500, Deadline: 2 * time.Second, Pause: 5 * time.Millisecond})
-		ranges := StartLoad(e.rec, []*Node{wide}, LoadOptions{Callers: 2, Range: 2000, Deadline: 2 * time.Second, Pause: 10 * time.Millisecond})
+		batches := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 1, Batch: 200, Deadline: 2 * time.Second, Pause: 5 * time.Millisecond})
+		ranges := StartLoad(e.rec, []*Node{wide}, LoadOptions{Callers: 2, Range: 1000, Deadline: 2 * time.Second, Pause: 10 * time.Millisecond})
 		time.Sleep(time.Second)
 		ws := held()
 		victim := ws[len(ws)/2]
