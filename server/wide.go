@@ -168,7 +168,7 @@ func (rt *genRuntime) syncMembers() {
 			// The first: the ring had no source, so no call waits in it.
 			rt.ringWide = true
 			rt.ring.Reset(rt.wide)
-		case len(live) < len(old):
+		case slices.ContainsFunc(old, func(h *holding) bool { return !slices.Contains(live, h) }):
 			// A member gone: what the ring buffered from it is dropped
 			// (every ID handed out lies within a serving holding). Not
 			// Reset: a call generating under the filler's lock may be
