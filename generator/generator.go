@@ -216,8 +216,7 @@ type Generator struct {
 	// Wake (a clock step, a change of serving) and on Retire: every wait
 	// watches the channel current when its clock reading was taken, and
 	// re-reads the clock when it closes.
-	wakeMu  sync.Mutex
-	wake    atomic.Pointer[chan struct{}]
+	wake    signal
 	retireC chan struct{}
 	// onWake is the Wide this generator is a member of: its waiters
 	// wake with the member's.
@@ -279,8 +278,6 @@ func New(cfg Config) (*Generator, error) {
 	// and the first call is measured against it.
 	g.base = time.Duration(wall.UnixNano()) - mono
 	g.top = g.base
-	ch := make(chan struct{})
-	g.wake.Store(&ch)
 	g.reserved.Store(cfg.Reserved)
 	g.epochNs, g.unitNs = l.Epoch.UnixNano(), int64(l.Unit)
 	g.timeShift = l.DatacenterBits + l.WorkerBits + l.SequenceBits
@@ -363,11 +360,7 @@ func (g *Generator) SetReserved(r int64) {
 // the clock either way, a change of the serving state. (A raise of the
 // reservation and Retire wake waiters by themselves.)
 func (g *Generator) Wake() {
-	ch := make(chan struct{})
-	g.wakeMu.Lock()
-	old := g.wake.Swap(&ch)
-	close(*old)
-	g.wakeMu.Unlock()
+	g.wake.fire()
 	if f := g.onWake.Load(); f != nil {
 		(*f)()
 	}
@@ -387,7 +380,7 @@ func (g *Generator) Hold(on bool) {
 // waker returns the channel the next Wake closes. A wait takes it before
 // its clock reading, so that no wake-up between the reading and the wait
 // is lost.
-func (g *Generator) waker() <-chan struct{} { return *g.wake.Load() }
+func (g *Generator) waker() <-chan struct{} { return g.wake.wait() }
 
 // ConfirmClock adopts the clock's current reading as the baseline for
 // steps: after a forward step beyond MaxForwardStep was confirmed (by NTP

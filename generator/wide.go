@@ -47,8 +47,7 @@ type Wide struct {
 	top    atomic.Int64
 	held   atomic.Bool
 	issued atomic.Uint64
-	wakeMu sync.Mutex
-	wake   atomic.Pointer[chan struct{}]
+	wake   signal
 }
 
 // NewWide returns a Wide over no member yet, for generators built with
@@ -59,8 +58,6 @@ func NewWide(l Layout, clock Clock, maxLead time.Duration) *Wide {
 	}
 	w := &Wide{layout: l, clock: clock, maxLead: maxLead, leadUnits: int64(maxLead / l.Unit),
 		seqShift: l.seqShift(), cursor: cursor{cur: -1}}
-	ch := make(chan struct{})
-	w.wake.Store(&ch)
 	w.top.Store(-1)
 	return w
 }
@@ -140,14 +137,10 @@ func (w *Wide) Hold(on bool) {
 // Wake makes every waiting call re-read the clock and decide again. A
 // member's Wake (a raised reservation, a step, Retire) calls it.
 func (w *Wide) Wake() {
-	ch := make(chan struct{})
-	w.wakeMu.Lock()
-	old := w.wake.Swap(&ch)
-	close(*old)
-	w.wakeMu.Unlock()
+	w.wake.fire()
 }
 
-func (w *Wide) waker() <-chan struct{} { return *w.wake.Load() }
+func (w *Wide) waker() <-chan struct{} { return w.wake.wait() }
 
 // cursor is where Wide stands: the unit being handed out and the member
 // handing it out.

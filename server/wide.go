@@ -445,9 +445,13 @@ func (rt *genRuntime) issueRuns(ctx context.Context, n uint64) ([]generator.Run,
 			nr, made, err = rt.wide.TryRuns(runs[len(runs):len(runs)+need], uint64(grant-took), true)
 			return err
 		})
-		// The ring's IDs are older than the source's: they go first.
-		produced := slices.Clone(runs[len(runs) : len(runs)+nr])
-		runs = appendIDRuns(runs, scratch[:took])
+		produced := runs[len(runs) : len(runs)+nr]
+		if took > 0 {
+			// The ring's IDs are older than the source's: they go first
+			// (rare: a range caller usually finds the ring taken).
+			produced = slices.Clone(produced)
+			runs = appendIDRuns(runs, scratch[:took])
+		}
 		for _, r := range produced {
 			runs = appendRun(runs, r)
 		}
