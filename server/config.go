@@ -102,6 +102,12 @@ type Config struct {
 	// RollbackRecovery: "auto" (serve again once the clock caught up) or
 	// "manual" (wait for POST /admin/resume, which needs mTLS).
 	RollbackRecovery string
+	// PrivateCoordinator: the coordinator is this node's own embedded etcd,
+	// started by this process in its data dir. Nothing can restore it
+	// underneath the running node, and no other node issues from it, so
+	// a fresh take needs no margin for a lost history (docs/design.md,
+	// Restores) and an unchecked clock is the node's own business.
+	PrivateCoordinator bool
 	// RingSize is the ring buffer's slot count (power of two).
 	RingSize int
 	// Fault injection (chaos tests, game days): a listener on FaultAddr

@@ -76,6 +76,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	opts := []server.Option{server.WithLogger(log), server.WithCoordinatorName(coord.name)}
 	if coord.embeddedURL != "" {
 		opts = append(opts, server.WithEmbeddedURL(coord.embeddedURL))
+		cfg.PrivateCoordinator = true
 	}
 	if offset != nil {
 		opts = append(opts, server.WithOffsetClock(offset))
