@@ -109,6 +109,18 @@ func WithStateClock(c Clock) StateOption { return func(s *ServingState) { s.cloc
 // to, source, reason). Without it the state does not log.
 func WithStateLogger(l *slog.Logger) StateOption { return func(s *ServingState) { s.log = l } }
 
+// WithServingGate makes gate follow Serving: it is called, under the
+// state's lock, with true just before the state is seen serving and with
+// false just after it is seen not serving. So whatever gate opens is open
+// whenever Serving reports true, and whatever it closes closes only once
+// Serving reports false: a caller that checked Serving and then found the
+// gate closed reads, in the state, the cause that closed it. gate must be
+// quick and must not call the state. The server holds the generator's
+// source with it (docs/design.md, Liveness rules).
+func WithServingGate(gate func(serving bool)) StateOption {
+	return func(s *ServingState) { s.gate = gate }
+}
+
 // ServingState answers, for one generator, "may it serve, and if not,
 // why". Sources Set and Clear reasons; lifecycle calls (Check, Ready,
 // Drain, Stop) move it through its states. Serving is one atomic load.
@@ -117,6 +129,7 @@ type ServingState struct {
 	generator string
 	clock     Clock
 	log       *slog.Logger
+	gate      func(serving bool)
 
 	snap atomic.Pointer[Snapshot] // published after every change; read lock-free
 
@@ -350,11 +363,24 @@ func (s *ServingState) refuseLocked(to State) error {
 	return fmt.Errorf("%w: generator %q cannot go from %s to %s", ErrInvalidTransition, s.generator, from, to)
 }
 
-// publishLocked stores a fresh snapshot for the lock-free readers.
+// publishLocked stores a fresh snapshot for the lock-free readers, opening
+// the gate before a serving snapshot and closing it after the first one
+// that does not serve.
 func (s *ServingState) publishLocked() {
 	sn := &Snapshot{Generator: s.generator, State: s.state, Causes: slices.Clone(s.causes), Since: s.since}
 	sn.Reason = s.reasonLocked()
+	was := false
+	if old := s.snap.Load(); old != nil {
+		was = old.State == StateServing
+	}
+	now := sn.State == StateServing
+	if s.gate != nil && now && !was {
+		s.gate(true)
+	}
 	s.snap.Store(sn)
+	if s.gate != nil && !now && was {
+		s.gate(false)
+	}
 }
 
 func (s *ServingState) reasonLocked() string {

@@ -218,9 +218,9 @@ type Generator struct {
 	// re-reads the clock when it closes.
 	wake    signal
 	retireC chan struct{}
-	// onWake is the Wide this generator is a member of: its waiters
-	// wake with the member's.
-	onWake atomic.Pointer[func()]
+	// owner is the Wide this generator is a member of: its waiters wake
+	// with the member's, and its hold is the member's (heldNow).
+	owner atomic.Pointer[Wide]
 }
 
 // New returns a generator for one lease. It returns an error wrapping
@@ -361,8 +361,8 @@ func (g *Generator) SetReserved(r int64) {
 // reservation and Retire wake waiters by themselves.)
 func (g *Generator) Wake() {
 	g.wake.fire()
-	if f := g.onWake.Load(); f != nil {
-		(*f)()
+	if w := g.owner.Load(); w != nil {
+		w.Wake()
 	}
 }
 
@@ -371,7 +371,7 @@ func (g *Generator) Wake() {
 // that would wait, or a batch — returns ErrHeld, and every waiting call
 // wakes and returns it: the owner holds a generator whose node stopped
 // serving, so that nothing waits on its behalf (docs/design.md, Liveness
-// rules).
+// rules). A member of a Wide is held by the Wide's Hold as well.
 func (g *Generator) Hold(on bool) {
 	g.held.Store(on)
 	g.Wake()
@@ -403,8 +403,8 @@ func (g *Generator) Retire() {
 		close(g.retireC)
 	}
 	g.mu.Unlock()
-	if f := g.onWake.Load(); f != nil {
-		(*f)()
+	if w := g.owner.Load(); w != nil {
+		w.Wake()
 	}
 }
 
@@ -622,7 +622,7 @@ func (g *Generator) next(dst []uint64, spin bool, lead int64) (int, wait, int64,
 		g.mu.Unlock()
 		return 0, wait{}, 0, ErrRetired
 	}
-	if g.held.Load() {
+	if g.heldNow() {
 		g.mu.Unlock()
 		return 0, wait{}, 0, ErrHeld
 	}

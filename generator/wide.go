@@ -15,10 +15,15 @@ type Run struct{ First, Count uint64 }
 
 // Wide issues the IDs of several generators of one layout — the workers
 // one node holds for one generator name — as one source in per-node
-// order: within one time unit it hands out each member's sequence block
-// in ascending order of their worker (and datacenter) fields, then moves
-// to the next unit. So the IDs it issues strictly increase, as one
-// Generator's do, at up to k times one worker's rate.
+// order: within one time unit it walks the positions below the time field
+// in the layout's own bit order, then moves to the next unit. In the
+// default order (node fields above the sequence) that is each member's
+// sequence block in ascending order of their worker (and datacenter)
+// fields; in the SeqNode order (sequence above the node fields, as
+// sonyflake packs) it is one ID of each member per sequence value, in
+// ascending worker order, then the next sequence value. So the IDs it
+// issues strictly increase, as one Generator's do, at up to k times one
+// worker's rate.
 //
 // Each member stays a Generator for its own lease: its floor, its
 // reservation, its lead limit and its clock checks decide whether it may
@@ -37,10 +42,14 @@ type Wide struct {
 	maxLead   time.Duration
 	leadUnits int64
 	seqShift  uint8
+	maxSeq    uint64
 
 	mu      sync.Mutex
 	members []*Generator // ascending node fields
 	cursor
+	// list is members for Hold, which takes no lock: it runs under the
+	// serving state's lock, and produce holds mu for a whole turn.
+	list atomic.Pointer[[]*Generator]
 
 	// top is the highest unit Wide issued at (-1: none): what the node's
 	// order rests on, whichever member issued it.
@@ -57,7 +66,7 @@ func NewWide(l Layout, clock Clock, maxLead time.Duration) *Wide {
 		maxLead = DefaultMaxLead(l)
 	}
 	w := &Wide{layout: l, clock: clock, maxLead: maxLead, leadUnits: int64(maxLead / l.Unit),
-		seqShift: l.seqShift(), cursor: cursor{cur: -1}}
+		seqShift: l.seqShift(), maxSeq: l.MaxSequence(), cursor: cursor{cur: -1}}
 	w.top.Store(-1)
 	return w
 }
@@ -94,8 +103,12 @@ func (w *Wide) SetMembers(gens []*Generator) {
 		}
 		return 0
 	})
+	for _, m := range ms {
+		m.owner.Store(w) // before it serves in w: it takes w's hold
+	}
 	w.mu.Lock()
 	w.members = ms
+	w.list.Store(&ms)
 	w.idx = len(ms)
 	for i, m := range ms {
 		if m.nodeBits >= w.lastNode {
@@ -107,10 +120,6 @@ func (w *Wide) SetMembers(gens []*Generator) {
 		w.idx = 0
 	}
 	w.mu.Unlock()
-	wake := w.Wake
-	for _, m := range ms {
-		m.onWake.Store(&wake)
-	}
 	w.Wake()
 }
 
@@ -128,9 +137,22 @@ func (w *Wide) Issued() uint64 { return w.issued.Load() }
 func (w *Wide) MaxLead() time.Duration { return w.maxLead }
 
 // Hold holds Wide out of service (on) or lets it serve again, as
-// Generator.Hold does.
+// Generator.Hold does, and with it every member, present and future: a
+// member has no hold of its own while in a Wide, so one that leaves and
+// joins again (its lease lapsed during a hold, say) serves exactly when
+// the Wide does. It takes no lock, so that it may run under the serving
+// state's (clockguard.WithServingGate), and wakes every waiting call,
+// the members' too.
 func (w *Wide) Hold(on bool) {
 	w.held.Store(on)
+	var ms []*Generator
+	if p := w.list.Load(); p != nil {
+		ms = *p
+	}
+	holdMembers(ms, on)
+	for _, m := range ms {
+		m.wake.fire()
+	}
 	w.Wake()
 }
 
@@ -143,10 +165,15 @@ func (w *Wide) Wake() {
 func (w *Wide) waker() <-chan struct{} { return w.wake.wait() }
 
 // cursor is where Wide stands: the unit being handed out and the member
-// handing it out.
+// handing it out (and, in the SeqNode order, the sequence value).
 type cursor struct {
 	cur int64
 	idx int
+	// seq is the sequence value being handed out, in the SeqNode order
+	// (0 in the default order, where a member hands out its whole block);
+	// passIssued: some member issued at seq in this pass over them.
+	seq        uint64
+	passIssued bool
 	// lastNode: the node fields of the member that issued last in cur,
 	// so that a change of members mid-unit resumes after it.
 	lastNode uint64
@@ -188,6 +215,12 @@ func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, e
 	skipTo := int64(-1)
 	for got < want {
 		if w.idx >= len(w.members) {
+			if w.seqShift != 0 && w.passIssued && w.seq < w.maxSeq {
+				// SeqNode: every member had its turn at seq; the next
+				// sequence value, from the first member.
+				w.seq, w.idx, w.passIssued = w.seq+1, 0, false
+				continue
+			}
 			if w.served {
 				// Every member is done with this unit: the next one. The
 				// members' lead checks stop the cursor at the lead limit.
@@ -196,16 +229,18 @@ func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, e
 			}
 			empty++
 			switch {
-			case w.waitRes:
-				return got, wait{kind: waitReservation, need: w.cur}, nil
 			case len(w.members) == 0 || empty > 2:
 				// No member (or none that can serve): wait for a change
 				// of members, a raise or a Wake.
 				return got, wait{kind: waitReservation, need: w.cur}, nil
 			case skipTo > w.cur:
-				// Every member that could serve has its floor ahead (it
-				// joined late): go to the first unit one of them accepts.
+				// Every member that could serve here has its floor ahead
+				// (it joined late) or waits for its reservation: go to
+				// the first unit one of them accepts, as peek does, so
+				// that AwaitBulk never returns while this issues nothing.
 				w.moveTo(skipTo)
+			case w.waitRes:
+				return got, wait{kind: waitReservation, need: w.cur}, nil
 			default:
 				w.moveTo(w.cur + 1)
 			}
@@ -223,8 +258,11 @@ func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, e
 				most = min(most, uint64(len(s.runs)-s.nr))
 			}
 		}
+		if w.seqShift != 0 {
+			most = 1 // one ID per member and sequence value
+		}
 		m := w.members[w.idx]
-		first, n, st, mw, merr := m.fillAt(w.cur, most, lead)
+		first, n, st, mw, merr := m.fillAt(w.cur, w.seq, most, lead)
 		switch {
 		case errors.Is(merr, ErrRetired):
 			w.idx++
@@ -244,8 +282,13 @@ func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, e
 				if w.cur > w.top.Load() {
 					w.top.Store(w.cur)
 				}
+				if w.seqShift != 0 {
+					// The member issued at seq or, having issued past
+					// it, above: the pass goes on from there.
+					w.seq, w.passIssued = first>>w.seqShift&w.maxSeq, true
+				}
 			}
-			if st == atFull {
+			if st == atFull || w.seqShift != 0 {
 				w.idx++
 			}
 		case atSkip:
@@ -402,7 +445,7 @@ func (w *Wide) peek(lead int64) (wait, error) {
 	res := false
 	for range 2 { // this unit, then the next
 		for i := c.idx; i < len(w.members); i++ {
-			_, _, st, mw, err := w.members[i].fillAt(c.cur, 0, lead)
+			_, _, st, mw, err := w.members[i].fillAt(c.cur, c.seq, 0, lead)
 			switch {
 			case errors.Is(err, ErrRetired):
 				continue
@@ -476,18 +519,20 @@ const (
 	atWait                   // wait (the clock, or the reservation) before this unit
 )
 
-// fillAt issues up to most IDs with the time field exactly at, under the
-// lock: the IDs are first, first + 1<<seqShift, …; n of them. It applies
-// every check fill applies — the floor, the lead limit, the layout's
-// range, the clock's steps, the reservation — except that it never
-// borrows the next unit: Wide decides the unit.
-func (g *Generator) fillAt(at int64, most uint64, lead int64) (first, n uint64, st atStatus, w wait, err error) {
+// fillAt issues up to most IDs with the time field exactly at and a
+// sequence of at least from, under the lock: the IDs are first, first +
+// 1<<seqShift, …; n of them. It applies every check fill applies — the
+// floor, the lead limit, the layout's range, the clock's steps, the
+// reservation — except that it never borrows the next unit: Wide decides
+// the unit (and, in the SeqNode order, the sequence value: a sequence
+// number skipped is never issued, which costs nothing but the number).
+func (g *Generator) fillAt(at int64, from, most uint64, lead int64) (first, n uint64, st atStatus, w wait, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.retired.Load() {
 		return 0, 0, 0, wait{}, ErrRetired
 	}
-	if g.held.Load() {
+	if g.heldNow() {
 		return 0, 0, 0, wait{}, ErrHeld
 	}
 	if at < g.last {
@@ -524,6 +569,7 @@ func (g *Generator) fillAt(at int64, most uint64, lead int64) (first, n uint64, 
 	if at == g.last {
 		seq = g.seq
 	}
+	seq = max(seq, from)
 	if seq > g.maxSeq {
 		return 0, 0, atFull, wait{}, nil
 	}

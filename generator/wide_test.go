@@ -283,3 +283,135 @@ func TestWideConcurrentUnique(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// tinySeq is tiny with the sequence above the node fields (as sonyflake
+// packs it): within a unit the IDs sort by sequence, then worker.
+var tinySeq = Layout{Epoch: tiny.Epoch, Unit: tiny.Unit, TimeBits: tiny.TimeBits, WorkerBits: tiny.WorkerBits,
+	SequenceBits: tiny.SequenceBits, Order: SeqNode}
+
+// In the SeqNode order Wide walks a unit in the layout's bit order — one
+// ID of each member per sequence value, in ascending worker order — so
+// the IDs strictly increase across members, units, batches, runs and a
+// change of members mid-unit. Before, it handed out each member's whole
+// block in turn, and the second member's first ID lay below the first
+// member's last.
+func TestWideSeqNodeOrder(t *testing.T) {
+	c := &manualClock{wall: tinySeq.Epoch.Add(5 * 365 * 24 * time.Hour)}
+	w := NewWide(tinySeq, c, tinyLead)
+	gens := map[uint64]*Generator{}
+	install := func() {
+		var gs []*Generator
+		for _, g := range gens {
+			gs = append(gs, g)
+		}
+		w.SetMembers(gs)
+	}
+	for _, wk := range []uint64{6, 1, 3} {
+		g, err := New(Config{Layout: tinySeq, Worker: wk, Clock: c, Floor: -1, Reserved: NoReservation, MaxLead: tinyLead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gens[wk] = g
+	}
+	install()
+	now, _ := c.Now()
+	start := tinySeq.Units(now)
+	var ids []uint64
+	for _, k := range []int{1, 5, 2, 7, 12, 3} {
+		dst := make([]uint64, k)
+		n, err := w.TryBatch(dst)
+		if err != nil || n != k {
+			t.Fatalf("TryBatch(%d): %d, %v", k, n, err)
+		}
+		ids = append(ids, dst...)
+	}
+	// Every position of the first units, in bit order: unit, sequence,
+	// worker.
+	for i, id := range ids {
+		p, err := tinySeq.Decode(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unit, k := int64(i/12), i%12
+		if p.Units != start+unit || p.Sequence != uint64(k/3) || p.Worker != []uint64{1, 3, 6}[k%3] {
+			t.Fatalf("ID %d: %+v, want unit %d sequence %d worker %d", i, p, start+unit, k/3, []uint64{1, 3, 6}[k%3])
+		}
+		if i > 0 && id <= ids[i-1] {
+			t.Fatalf("ID %d (%d) not above the one before (%d)", i, id, ids[i-1])
+		}
+	}
+	// A member joins mid-unit and one leaves: the order holds.
+	g, err := New(Config{Layout: tinySeq, Worker: 0, Clock: c, Floor: -1, Reserved: NoReservation, MaxLead: tinyLead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]uint64, 5)
+	if n, err := w.TryBatch(dst); err != nil || n != 5 {
+		t.Fatalf("TryBatch: %d, %v", n, err)
+	}
+	ids = append(ids, dst...)
+	gens[0] = g
+	install()
+	gens[3].Retire()
+	delete(gens, 3)
+	install()
+	for range 4 {
+		runs := make([]Run, 8)
+		nr, n, err := w.TryRuns(runs, 8, true)
+		if err != nil || n == 0 {
+			t.Fatalf("TryRuns: %d runs %d IDs, %v", nr, n, err)
+		}
+		for _, r := range runs[:nr] {
+			if r.Count != 1 {
+				t.Fatalf("run %+v: the SeqNode order has no consecutive IDs", r)
+			}
+			ids = append(ids, r.First)
+		}
+		c.Advance(tiny.Unit / 3)
+	}
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			p, _ := tinySeq.Decode(ids[i])
+			q, _ := tinySeq.Decode(ids[i-1])
+			t.Fatalf("ID %d %+v not above the one before %+v", i, p, q)
+		}
+	}
+}
+
+// AwaitBulk returns only when TryBulk can produce: a member waiting for
+// its reservation at the current unit while another's floor lets it issue
+// at the next made AwaitBulk return at once while TryBulk issued nothing,
+// so a bulk call spun until the clock reached the next unit.
+func TestWideAwaitBulkAgreesWithTryBulk(t *testing.T) {
+	c := &manualClock{wall: tiny.Epoch.Add(5 * 365 * 24 * time.Hour)}
+	w := NewWide(tiny, c, tinyLead)
+	now, _ := c.Now()
+	u := tiny.Units(now)
+	joined, err := New(Config{Layout: tiny, Worker: 0, Clock: c, Floor: u, Reserved: NoReservation, MaxLead: tinyLead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagging, err := New(Config{Layout: tiny, Worker: 1, Clock: c, Floor: -1, Reserved: u - 1, MaxLead: tinyLead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.SetMembers([]*Generator{joined, lagging})
+	dst := make([]uint64, 64)
+	for round := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := w.AwaitBulk(ctx)
+		cancel()
+		n, terr := w.TryBulk(dst)
+		if terr != nil {
+			t.Fatal(terr)
+		}
+		if err == nil && n == 0 {
+			t.Fatalf("round %d: AwaitBulk returned, then TryBulk issued nothing (the clock did not move)", round)
+		}
+		for _, id := range dst[:n] {
+			if p, _ := tiny.Decode(id); p.Units <= u || p.Worker != 0 {
+				t.Fatalf("ID %+v: want worker 0 above its floor %d", p, u)
+			}
+		}
+	}
+}

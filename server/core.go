@@ -157,6 +157,12 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock c
 		if err != nil {
 			return nil, fmt.Errorf("--data-dir: %w", err)
 		}
+		// The generator's source is held exactly while its state does not
+		// serve (clockguard.WithServingGate): every call waiting in it is
+		// refused at once with the cause, and a worker joining the source
+		// takes the source's hold (docs/design.md, Liveness rules).
+		wide := generator.NewWide(gc.Layout, clock, gc.MaxLead)
+		wide.Hold(true)
 		rt := &genRuntime{
 			cfg:       gc,
 			local:     lg,
@@ -165,13 +171,14 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock c
 			maxRange:  cfg.MaxRangeFor(gc),
 			fair: newFairShare(gc.Layout.Rate()*float64(cfg.WorkersFor()), gc.Layout.PerUnit()*uint64(cfg.WorkersFor()),
 				cfg.MaxQueueFor(gc)),
-			wide:            generator.NewWide(gc.Layout, clock, gc.MaxLead),
+			wide:            wide,
 			maxWorkers:      cfg.WorkersFor(),
 			auto:            cfg.WorkersAuto,
 			ring:            ring,
 			datacenterFixed: cfg.Datacenter >= 0,
 			state: clockguard.NewServingState(gc.Name,
-				clockguard.WithStateClock(clock), clockguard.WithStateLogger(log)),
+				clockguard.WithStateClock(clock), clockguard.WithStateLogger(log),
+				clockguard.WithServingGate(func(serving bool) { wide.Hold(!serving) })),
 		}
 		if cfg.ClientRate > 0 {
 			rt.limits = newClientLimits(cfg.ClientRate, cfg.ClientBurstOrDefault(), func() time.Duration {
@@ -193,15 +200,11 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock c
 	c.hm = newHolderMetrics(c.gens)
 	for _, rt := range c.gens {
 		rt.policy = c.policy
-		// The generator is held out of service while the state does not
-		// serve, so that every call waiting in it is refused at once with
-		// the cause (docs/design.md, Liveness rules).
+		// A generator leaving serving ends every wait for a turn: the
+		// waiters are refused with the cause.
 		rt.state.Subscribe(func(t clockguard.Transition) {
-			if (t.From == clockguard.StateServing) != (t.To == clockguard.StateServing) {
-				rt.holdAll(t.To != clockguard.StateServing)
-				if t.To != clockguard.StateServing {
-					rt.fair.interrupt()
-				}
+			if t.From == clockguard.StateServing && t.To != clockguard.StateServing {
+				rt.fair.interrupt()
 			}
 		})
 	}

@@ -183,8 +183,8 @@ func (rt *genRuntime) issueN(ctx context.Context, n int) ([]uint64, error) {
 // than one turn, admission (f non-nil: its IDs are in the queue until fill
 // returns).
 func (rt *genRuntime) enter(ctx context.Context, n int) (f *flow, err error) {
-	if !rt.state.Serving() {
-		return nil, rt.notServing()
+	if err := rt.refusal(); err != nil {
+		return nil, err
 	}
 	if rt.limits != nil {
 		if err := rt.limit(ctx, n); err != nil {
@@ -226,8 +226,8 @@ func (rt *genRuntime) fill(ctx context.Context, f *flow, dst []uint64) error {
 
 // issueOne is issue for a single ID without a slice.
 func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
-	if !rt.state.Serving() {
-		return 0, rt.notServing()
+	if err := rt.refusal(); err != nil {
+		return 0, err
 	}
 	if rt.limits != nil {
 		if err := rt.limit(ctx, 1); err != nil {
@@ -259,12 +259,12 @@ func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
 // flood waits for the turn in progress, not for the clock.
 func (rt *genRuntime) generateFair(ctx context.Context, f *flow, dst []uint64) error {
 	bulk := len(dst) > rt.fair.quantum
-	retried := false
+	var tries sourceTries
 	for n := 0; n < len(dst); {
 		g, err := rt.fair.acquire(ctx, f, len(dst)-n)
 		if errors.Is(err, errInterrupted) {
-			if !rt.state.Serving() {
-				return rt.notServing()
+			if err := rt.refusal(); err != nil {
+				return err
 			}
 			continue
 		}
@@ -272,7 +272,7 @@ func (rt *genRuntime) generateFair(ctx context.Context, f *flow, dst []uint64) e
 			return err
 		}
 		if !bulk {
-			m, err := rt.generate(ctx, dst[n:n+g])
+			m, err := rt.generate(ctx, dst[n:n+g], &tries)
 			rt.fair.release()
 			n += m
 			if err != nil {
@@ -287,11 +287,9 @@ func (rt *genRuntime) generateFair(ctx context.Context, f *flow, dst []uint64) e
 			err = await(ctx)
 		}
 		if err != nil {
-			retry, err := rt.sourceErr(err, m == 0 && !retried)
-			if !retry {
+			if retry, err := rt.sourceErr(err, m > 0, &tries); !retry {
 				return err
 			}
-			retried = true
 		}
 	}
 	return nil
@@ -303,45 +301,67 @@ func (rt *genRuntime) generateFair(ctx context.Context, f *flow, dst []uint64) e
 // cause, when the generator stops serving: the node holds the generator
 // (generator.Hold) the moment its state leaves serving. A forward step the
 // generator refused goes to the clock policy first, and the call is tried
-// once more if the generator still serves.
-func (rt *genRuntime) generate(ctx context.Context, dst []uint64) (int, error) {
-	for attempt := 0; ; attempt++ {
+// once more if the generator still serves (sourceErr).
+func (rt *genRuntime) generate(ctx context.Context, dst []uint64, tries *sourceTries) (int, error) {
+	for {
 		n, err := rt.ring.Generate(ctx, dst)
 		if err == nil {
 			return n, nil
 		}
-		if retry, err := rt.sourceErr(err, attempt == 0 && n == 0); !retry {
+		if retry, err := rt.sourceErr(err, n > 0, tries); !retry {
 			return n, err
 		}
 	}
 }
 
-// sourceErr turns the generator's error into the call's: held is the
-// serving state's refusal; a forward step the generator refused goes to
-// the clock policy first and, when first (no ID produced yet, no retry
-// before), is tried again if the generator still serves (retry).
-func (rt *genRuntime) sourceErr(err error, first bool) (retry bool, _ error) {
+// sourceTries counts one call's retries after its source's errors.
+type sourceTries struct{ held, step int }
+
+// maxHeldRetries bounds the retries of a call that found the source held
+// while the state serves: each means the state left serving and came back
+// since the call looked (the source is let go before the state is seen
+// serving: clockguard.WithServingGate), so one is nearly always enough.
+const maxHeldRetries = 3
+
+// sourceErr turns the generator's error into the call's, or asks for a
+// retry. Held: the serving state's refusal, with the cause it holds; if
+// the state serves again by now, the call is tried again (a serving
+// generator never refuses "not serving"). A forward step the generator
+// refused goes to the clock policy first and, when nothing was produced
+// and no step was retried before, is tried again if the generator still
+// serves.
+func (rt *genRuntime) sourceErr(err error, produced bool, t *sourceTries) (retry bool, _ error) {
 	if errors.Is(err, generator.ErrHeld) {
-		return false, rt.notServing()
-	}
-	var fs *generator.ForwardStepError
-	if errors.As(err, &fs) && first {
-		rt.policy.forwardRefused(fs)
-		if rt.state.Serving() {
+		if err := rt.refusal(); err != nil {
+			return false, err
+		}
+		if t.held++; t.held <= maxHeldRetries {
 			return true, nil
 		}
-		return false, rt.notServing()
+		return false, fmt.Errorf("generator %q: its source stays held while its state serves: %w", rt.cfg.Name, err)
+	}
+	var fs *generator.ForwardStepError
+	if errors.As(err, &fs) && !produced && t.step == 0 {
+		t.step++
+		rt.policy.forwardRefused(fs)
+		if err := rt.refusal(); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
 	rt.policy.noteError(rt, err)
 	return false, err
 }
 
-func (rt *genRuntime) notServing() error {
+// refusal is the call's refusal while the generator does not serve, with
+// the cause its state holds (one snapshot decides both); nil while it
+// serves.
+func (rt *genRuntime) refusal() error {
 	r := rt.state.Snapshot().Refusal()
-	e := &NotServingError{Generator: rt.cfg.Name, Reason: r.Reason, Code: r.Code, Limit: r.Limit, Measured: r.Measured}
-	if r.Code == "" { // served again between the check and now
-		e.Code, e.Reason = clockguard.CodeStarting, "not serving"
+	if r.Code == "" {
+		return nil
 	}
+	e := &NotServingError{Generator: rt.cfg.Name, Reason: r.Reason, Code: r.Code, Limit: r.Limit, Measured: r.Measured}
 	if !r.RetryAt.IsZero() {
 		if wall, _ := rt.policy.clock.Now(); r.RetryAt.After(wall) {
 			e.RetryAfter = r.RetryAt.Sub(wall)

@@ -56,8 +56,8 @@ func (d directState) Ready() {
 
 func (d directState) join(h *holding) {
 	rt := d.rt
+	rt.wide.SetMembers([]*generator.Generator{h.gen}) // first: the generator takes the source's hold
 	rt.ring.Reset(h.gen)
-	rt.wide.SetMembers([]*generator.Generator{h.gen})
 	rt.setLive([]*holding{h})
 }
 
@@ -303,16 +303,6 @@ func (rt *genRuntime) wakeAll() {
 	}
 }
 
-// holdAll holds the generator's source out of service, or lets it serve.
-func (rt *genRuntime) holdAll(on bool) {
-	if rt.wide != nil {
-		rt.wide.Hold(on)
-	}
-	for _, h := range rt.liveHoldings() {
-		h.gen.Hold(on)
-	}
-}
-
 // capacity is what the generator produces at most, in IDs/s: the layout's
 // rate for each worker serving (one while it serves none).
 func (rt *genRuntime) capacity() float64 {
@@ -414,13 +404,13 @@ func (rt *genRuntime) issueRuns(ctx context.Context, n uint64) ([]generator.Run,
 	runs := make([]generator.Run, 0, 8)
 	var scratch []uint64
 	got := uint64(0)
-	retried := false
+	var tries sourceTries
 	for got < n {
 		grant, err := rt.fair.acquire(ctx, f, int(min(n-got, 1<<40)))
 		if err != nil {
 			if err == errInterrupted {
-				if !rt.state.Serving() {
-					return nil, rt.notServing()
+				if err := rt.refusal(); err != nil {
+					return nil, err
 				}
 				continue
 			}
@@ -461,11 +451,9 @@ func (rt *genRuntime) issueRuns(ctx context.Context, n uint64) ([]generator.Run,
 			err = rt.wide.AwaitBulk(ctx)
 		}
 		if err != nil {
-			retry, err := rt.sourceErr(err, took == 0 && made == 0 && !retried)
-			if !retry {
+			if retry, err := rt.sourceErr(err, took > 0 || made > 0, &tries); !retry {
 				return nil, err
 			}
-			retried = true
 		}
 	}
 	rt.issued.Add(n)
