@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -278,5 +279,38 @@ func TestStateString(t *testing.T) {
 	}
 	if got := clockguard.State(42).String(); got != "State(42)" {
 		t.Errorf("State(42) = %q", got)
+	}
+}
+
+// The serving gate opens before the state is seen serving and closes
+// after it is seen not serving: whatever it guards is open whenever
+// Serving reports true.
+func TestServingGateOrder(t *testing.T) {
+	var s *clockguard.ServingState
+	var calls []string
+	s = clockguard.NewServingState("g", clockguard.WithServingGate(func(serving bool) {
+		calls = append(calls, fmt.Sprintf("gate(%v) while Serving()=%v", serving, s.Serving()))
+	}))
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ready(); err != nil {
+		t.Fatal(err)
+	}
+	s.Set(clockguard.SourceNTP, "off")
+	s.Set(clockguard.SourcePeers, "off too") // no change of Serving: no call
+	s.Clear(clockguard.SourceNTP)
+	s.Clear(clockguard.SourcePeers)
+	if err := s.Drain("bye"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"gate(true) while Serving()=false",
+		"gate(false) while Serving()=false",
+		"gate(true) while Serving()=false",
+		"gate(false) while Serving()=false",
+	}
+	if !slices.Equal(calls, want) {
+		t.Fatalf("gate calls %q, want %q", calls, want)
 	}
 }
