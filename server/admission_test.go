@@ -12,6 +12,7 @@ import (
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/server"
 )
 
@@ -172,5 +173,45 @@ func TestClientRate(t *testing.T) {
 	}
 	if v := value(t, scrape(t, n.httpc, n.base), "firn_requests_shed_total", map[string]string{"generator": "default", "reason": "client_rate"}); v != 1 {
 		t.Errorf("firn_requests_shed_total{client_rate} = %v, want 1", v)
+	}
+}
+
+// Every size Info advertises is served on an idle node: NextRange between
+// the queue bound (250 ms of output, 1,024,000 for snowflake) and
+// max_range (a second of output) is admitted when nothing is queued ahead
+// of it. Before, it was refused every time with a RetryInfo that never
+// came true.
+func TestRangeAboveQueueBoundServedWhenIdle(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir())
+	waitServing(t, n.ids, "", 10*time.Second)
+	info := n.genInfo(t, "default")
+	limit := value(t, scrape(t, n.httpc, n.base), "firn_queue_limit_ids", map[string]string{"generator": "default"})
+	if uint64(limit) >= info.GetMaxRange() {
+		t.Fatalf("queue bound %v not below max_range %d: nothing to test", limit, info.GetMaxRange())
+	}
+	c := &caller{t: t, n: n}
+	for _, k := range []uint64{uint64(limit) + 1, 1_100_000, 2_000_000, info.GetMaxRange()} {
+		c.rangeIDs(k)
+		time.Sleep(time.Second) // idle again: the lead is back
+	}
+	increasing(t, "one caller's ranges", c.seen)
+}
+
+// Under --workers auto a generator serving one worker sizes admission
+// and the fair share's turn for that one, not for --max-workers: a
+// small request does not wait behind a sixteen-worker turn, and the queue
+// bound is 250 ms of what it really produces.
+func TestAutoWorkersSizeAdmissionForTheServing(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.WorkersAuto = true })
+	waitServing(t, n.ids, "", 10*time.Second)
+	if ws := n.genInfo(t, "default").GetWorkers(); len(ws) != 1 {
+		t.Fatalf("workers %v at start under auto, want 1", ws)
+	}
+	l, _ := generator.Preset("snowflake")
+	want := l.Rate() * 0.25 // one worker, --max-queue 250ms
+	if got := value(t, scrape(t, n.httpc, n.base), "firn_queue_limit_ids", map[string]string{"generator": "default"}); got != want {
+		t.Fatalf("queue bound %v with one worker serving, want %v (one worker's 250 ms)", got, want)
 	}
 }

@@ -349,11 +349,11 @@ func (c *Config) ClientBurstOrDefault() int {
 	return max(int(c.ClientRate), 1)
 }
 
-// MaxQueueFor is generator g's queue bound in IDs: MaxQueue at the
-// layout's rate times the most workers it holds, and at least one
-// MaxBatchFor(g).
-func (c *Config) MaxQueueFor(g GeneratorConfig) int64 {
-	return max(int64(g.Layout.Rate()*float64(c.WorkersFor())*c.MaxQueue.Seconds()), int64(c.MaxBatchFor(g)))
+// MaxQueueFor is generator g's queue bound in IDs while it has workers
+// serving: MaxQueue at the layout's rate times the workers (at least
+// one), and at least one MaxBatchFor(g).
+func (c *Config) MaxQueueFor(g GeneratorConfig, workers int) int64 {
+	return max(int64(g.Layout.Rate()*float64(max(workers, 1))*c.MaxQueue.Seconds()), int64(c.MaxBatchFor(g)))
 }
 
 // maxWorkers bounds --workers and --max-workers.

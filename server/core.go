@@ -169,8 +169,9 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock c
 			isDefault: i == 0,
 			maxBatch:  cfg.MaxBatchFor(gc),
 			maxRange:  cfg.MaxRangeFor(gc),
-			fair: newFairShare(gc.Layout.Rate()*float64(cfg.WorkersFor()), gc.Layout.PerUnit()*uint64(cfg.WorkersFor()),
-				cfg.MaxQueueFor(gc)),
+			// Sized for one worker; re-sized as workers serve (setLive).
+			fair:            newFairShare(gc.Layout.Rate(), gc.Layout.PerUnit(), cfg.MaxQueueFor(gc, 1)),
+			maxQueue:        func(workers int) int64 { return cfg.MaxQueueFor(gc, workers) },
 			wide:            wide,
 			maxWorkers:      cfg.WorkersFor(),
 			auto:            cfg.WorkersAuto,

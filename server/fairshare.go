@@ -23,8 +23,10 @@ import (
 // 100,000. One turn is out at a time; the ring's filler is the only other
 // producer.
 type fairShare struct {
-	quantum  int
-	maxQueue int64
+	// quantum is the longest turn and maxQueue the queue bound, in IDs;
+	// both follow the workers serving (setSize).
+	quantum  atomic.Int64
+	maxQueue atomic.Int64
 
 	queued atomic.Int64 // IDs admitted and not yet produced; read by metrics
 	shed   [numShed]atomic.Uint64
@@ -68,15 +70,31 @@ var errInterrupted = errors.New("wait for a turn interrupted")
 const quantumTime = 250 * time.Microsecond
 
 func newFairShare(rate float64, seqPerUnit uint64, maxQueue int64) *fairShare {
-	q := min(int64(rate*quantumTime.Seconds()), int64(seqPerUnit))
-	return &fairShare{quantum: int(max(q, 1)), maxQueue: maxQueue, flows: map[string]*flow{}, wake: make(chan struct{})}
+	fs := &fairShare{flows: map[string]*flow{}, wake: make(chan struct{})}
+	fs.setSize(rate, seqPerUnit, maxQueue)
+	return fs
 }
+
+// setSize sizes the turns and the queue for a generator producing rate
+// IDs/s in units of seqPerUnit IDs: a turn is quantumTime of that output
+// (at most one unit), the queue bound maxQueue. Requests already admitted
+// keep their place.
+func (fs *fairShare) setSize(rate float64, seqPerUnit uint64, maxQueue int64) {
+	fs.quantum.Store(max(min(int64(rate*quantumTime.Seconds()), int64(seqPerUnit)), 1))
+	fs.maxQueue.Store(maxQueue)
+}
+
+// turn is the longest turn, in IDs.
+func (fs *fairShare) turn() int { return int(fs.quantum.Load()) }
 
 // admit enters n IDs of the flow key in the queue, or refuses at once
 // with an *OverloadedError (generator and RetryAfter left to the caller).
 // A flow with nothing queued asking for at most one turn is always
 // admitted: it waits one round at most, and such requests are bounded by
-// the number of flows. leave takes the IDs out again.
+// the number of flows. A request larger than the queue bound (up to the
+// largest the generator advertises) is admitted when nothing is queued
+// ahead of it: it still takes its turns, and what comes after it waits
+// for them or is refused. leave takes the IDs out again.
 func (fs *fairShare) admit(ctx context.Context, key string, n int, rate float64) (*flow, error) {
 	fs.mu.Lock()
 	f := fs.flows[key]
@@ -85,10 +103,11 @@ func (fs *fairShare) admit(ctx context.Context, key string, n int, rate float64)
 		fs.flows[key] = f
 	}
 	ahead := fs.queued.Load()
+	limit := fs.maxQueue.Load()
 	reason := -1
-	if n > fs.quantum || f.queued > 0 {
+	if n > fs.turn() || f.queued > 0 {
 		switch {
-		case ahead+int64(n) > fs.maxQueue:
+		case ahead+int64(n) > limit && ahead > 0:
 			reason = shedQueueFull
 		case ahead > 0:
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < idsTime(ahead, rate) {
@@ -100,7 +119,7 @@ func (fs *fairShare) admit(ctx context.Context, key string, n int, rate float64)
 		fs.drop(f)
 		fs.mu.Unlock()
 		fs.shed[reason].Add(1)
-		return nil, &OverloadedError{Queued: ahead, Limit: fs.maxQueue, Asked: n, Deadline: reason == shedDeadline,
+		return nil, &OverloadedError{Queued: ahead, Limit: limit, Asked: n, Deadline: reason == shedDeadline,
 			RetryAfter: max(idsTime(ahead, rate), time.Millisecond)}
 	}
 	f.queued += int64(n)
@@ -137,7 +156,7 @@ func (fs *fairShare) acquire(ctx context.Context, f *flow, want int) (int, error
 	fs.mu.Lock()
 	if !fs.busy { // no turn out, so no flow waits
 		fs.busy = true
-		g := min(want, fs.quantum)
+		g := min(want, fs.turn())
 		fs.requeue(f, want > g)
 		fs.mu.Unlock()
 		return g, nil
@@ -205,7 +224,7 @@ func (fs *fairShare) next() {
 		w := f.waiters[0]
 		f.waiters[0] = nil
 		f.waiters = f.waiters[1:]
-		g := min(w.want, fs.quantum)
+		g := min(w.want, fs.turn())
 		fs.requeue(f, w.want > g)
 		w.grant <- g
 		return

@@ -76,8 +76,8 @@ func noTurn(t *testing.T, what string, ch <-chan int) {
 // that was idle goes before the busy ones.
 func TestFairShareSingleIDGoesNext(t *testing.T) {
 	fs := newFairShare(4e6, 4096, 1<<20) // snowflake: quantum 1000
-	if fs.quantum != 1000 {
-		t.Fatalf("quantum %d, want 1000 (250 µs at 4 M IDs/s)", fs.quantum)
+	if fs.turn() != 1000 {
+		t.Fatalf("quantum %d, want 1000 (250 µs at 4 M IDs/s)", fs.turn())
 	}
 	big1, big2 := admitT(t, fs, "big1", 100_000), admitT(t, fs, "big2", 100_000)
 	g, err := fs.acquire(context.Background(), big1, 100_000)

@@ -110,7 +110,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- g(descQueueSeconds, prometheus.GaugeValue, q/rt.capacity(), name)
 		ch <- g(descWorkers, prometheus.GaugeValue, float64(len(st.Wide.Workers)), name)
 		ch <- g(descWorkersWant, prometheus.GaugeValue, float64(st.Wide.Wanted), name)
-		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.fair.maxQueue), name)
+		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.fair.maxQueue.Load()), name)
 		for i, r := range shedReasons {
 			ch <- g(descShed, prometheus.CounterValue, float64(rt.fair.shed[i].Load()), name, r)
 		}

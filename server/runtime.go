@@ -25,12 +25,14 @@ type genRuntime struct {
 	isDefault bool
 	maxBatch  int
 	maxRange  uint64
-	// fair is admission and fair share of what the ring cannot serve;
+	// fair is admission and fair share of what the ring cannot serve,
+	// sized for the workers serving (maxQueue: the bound for so many);
 	// limits is --client-rate (nil without it).
-	fair   *fairShare
-	limits *clientLimits
-	state  *clockguard.ServingState
-	ring   *ringbuffer.Buffer
+	fair     *fairShare
+	maxQueue func(workers int) int64
+	limits   *clientLimits
+	state    *clockguard.ServingState
+	ring     *ringbuffer.Buffer
 	// held is the first serving holding (the lowest worker); live all of
 	// them (wide.go). wide is the source over them, for ranges and, for a
 	// wide generator, the ring.
@@ -191,7 +193,7 @@ func (rt *genRuntime) enter(ctx context.Context, n int) (f *flow, err error) {
 			return nil, err
 		}
 	}
-	if n > rt.fair.quantum || n > rt.ring.Len() {
+	if n > rt.fair.turn() || n > rt.ring.Len() {
 		return rt.admit(ctx, n)
 	}
 	return nil, nil
@@ -205,7 +207,7 @@ func (rt *genRuntime) fill(ctx context.Context, f *flow, dst []uint64) error {
 	// A batch larger than one turn is generated in turns, leaving the ring
 	// to the small calls it keeps fast (docs/design.md, Overload).
 	n := 0
-	if len(dst) <= rt.fair.quantum {
+	if len(dst) <= rt.fair.turn() {
 		n, _ = rt.ring.TakeN(dst)
 	}
 	if n < len(dst) {
@@ -258,7 +260,7 @@ func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
 // the small calls (generator.TryBulk), so that a single ID asked beside a
 // flood waits for the turn in progress, not for the clock.
 func (rt *genRuntime) generateFair(ctx context.Context, f *flow, dst []uint64) error {
-	bulk := len(dst) > rt.fair.quantum
+	bulk := len(dst) > rt.fair.turn()
 	var tries sourceTries
 	for n := 0; n < len(dst); {
 		g, err := rt.fair.acquire(ctx, f, len(dst)-n)

@@ -108,7 +108,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 		sg := statusGen{GeneratorStatus: st, Rate: rt.recentRate(mono)}
 		sg.RateChart, sg.LeadChart = rt.charts()
-		sg.Queued, sg.MaxQueue = max(rt.fair.queued.Load(), 0), rt.fair.maxQueue
+		sg.Queued, sg.MaxQueue = max(rt.fair.queued.Load(), 0), rt.fair.maxQueue.Load()
 		for i := range rt.fair.shed {
 			sg.Shed += rt.fair.shed[i].Load()
 		}

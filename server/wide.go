@@ -254,8 +254,14 @@ func sameHoldings(a, b []*holding) bool {
 }
 
 // setLive publishes the serving holdings; held is the first of them.
+// Admission and the fair share's turns are sized for them: a generator
+// serving one of its sixteen workers queues and turns one worker's share.
 func (rt *genRuntime) setLive(hs []*holding) {
 	rt.live.Store(&hs)
+	if k := max(len(hs), 1); rt.fair != nil {
+		l := rt.cfg.Layout
+		rt.fair.setSize(l.Rate()*float64(k), l.PerUnit()*uint64(k), rt.maxQueue(k))
+	}
 	if len(hs) > 0 {
 		rt.held.Store(hs[0])
 	} else {
