@@ -251,11 +251,13 @@ type Run struct {
 	First, Count uint64
 }
 
-// NextN returns n distinct IDs (1 ≤ n ≤ MaxNextN), not necessarily in
-// order: from the buffer while it holds them, the rest fetched directly
-// (with failover, each attempt within its share of ctx's deadline; see
-// WithCallTimeout) when they are more than a batch. Errors as for Next,
-// and ErrInvalidCount for n out of bounds.
+// NextN returns n distinct IDs (1 ≤ n ≤ MaxNextN), increasing: from the
+// buffer while it holds them, the rest fetched directly (with failover,
+// each attempt within its share of ctx's deadline; see WithCallTimeout)
+// when they are more than a batch, sorted when they came from two nodes.
+// Across calls they increase while one node serves them; after a
+// failover the next call's IDs may lie below the last call's. Errors as
+// for Next, and ErrInvalidCount for n out of bounds.
 func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 	if n < 1 || n > MaxNextN {
 		return nil, fmt.Errorf("%w: n %d outside [1, %d]", ErrInvalidCount, n, MaxNextN)
@@ -280,6 +282,9 @@ func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 		if err := c.waitBatch(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if !slices.IsSorted(out) { // the buffer's and a fetch's, after a failover
+		slices.Sort(out)
 	}
 	return out, nil
 }

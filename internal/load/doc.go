@@ -66,6 +66,7 @@
 //     10 s run receives more IDs than are kept; the report says how many
 //     were checked. (Not in ranges mode, whose memory is 16 bytes per
 //     interval: about one per RPC when many callers interleave.)
-//   - --pin pins this process's threads and restores them when Main
-//     returns; the pinned node stays pinned.
+//   - --pin pins this process's threads and the node's, and restores both
+//     when Main returns (threads the node starts during the run inherit
+//     the pin and keep it).
 package load

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -255,6 +257,36 @@ func TestPin(t *testing.T) {
 	}
 	if after != before {
 		t.Fatalf("affinity %v after the run, was %v", after, before)
+	}
+}
+
+// TestPinRestoresTheNode: the node --pin put on one CPU gets its CPUs
+// back when the run ends. Before, it stayed pinned, and every later
+// unpinned measurement of it ran on one CPU.
+func TestPinRestoresTheNode(t *testing.T) {
+	var before unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &before); err != nil {
+		t.Fatal(err)
+	}
+	if before.Count() < 2 {
+		t.Fatalf("this test needs 2 CPUs to pin anything; the machine gives %d", before.Count())
+	}
+	node := exec.Command("sleep", "60") // stands for the node's process
+	if err := node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Process.Kill(); node.Wait() })
+	addr := startInProcessNoop(t)
+	rep := bench(t, exitOK, "--target", addr, "--pid", strconv.Itoa(node.Process.Pid), "--pin")
+	if !strings.HasPrefix(rep.Pin, "pinned: server on CPU") || strings.Contains(rep.Pin, "not pinned") {
+		t.Fatalf("pin note %q", rep.Pin)
+	}
+	var after unix.CPUSet
+	if err := unix.SchedGetaffinity(node.Process.Pid, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Fatalf("the node's affinity %v after the run, was %v", after, before)
 	}
 }
 

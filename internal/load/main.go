@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io"
 	"net"
 	"os"
@@ -360,7 +361,15 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 				pinErrs = append(pinErrs, setAffinity(noop.pid(), &plan.server))
 			}
 			if nodePID != 0 {
-				pinErrs = append(pinErrs, setAffinity(nodePID, &plan.server))
+				// The node outlives the run: it gets its CPUs back, or
+				// every later measurement of it runs on one CPU.
+				var nodeOrig unix.CPUSet
+				if err := unix.SchedGetaffinity(nodePID, &nodeOrig); err != nil {
+					pinErrs = append(pinErrs, fmt.Errorf("node %d: %w", nodePID, err))
+				} else {
+					pinErrs = append(pinErrs, setAffinity(nodePID, &plan.server))
+					defer setAffinity(nodePID, &nodeOrig)
+				}
 			} else if f.target != "noop" {
 				rep.Pin += " (node not pinned: its PID is unknown)"
 			}
