@@ -356,6 +356,20 @@ func (c *Config) MaxQueueFor(g GeneratorConfig, workers int) int64 {
 	return max(int64(g.Layout.Rate()*float64(max(workers, 1))*c.MaxQueue.Seconds()), int64(c.MaxBatchFor(g)))
 }
 
+// RestoreGuard is how far above the clock a take of a worker on a shared
+// coordinator starts, at least (docs/design.md, Restores): above anything
+// a holder the coordinator has forgotten could have acknowledged — its
+// clock plus the reservation window plus max-lead — on a clock up to
+// twice the larger of --max-peer-skew and --max-clock-offset ahead of
+// this one. Zero on the node's own embedded coordinator, which nothing
+// restores underneath it.
+func (c *Config) RestoreGuard(g GeneratorConfig) time.Duration {
+	if c.PrivateCoordinator {
+		return 0
+	}
+	return c.Timing.ReservationWindow + g.MaxLead + 2*max(c.MaxPeerSkew, c.MaxClockOffset)
+}
+
 // maxWorkers bounds --workers and --max-workers.
 const maxWorkers = 256
 

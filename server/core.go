@@ -302,7 +302,7 @@ func (c *Core) newHolder(rt *genRuntime) *holder {
 	return &holder{rt: rt, coord: c.coord, clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo, crashed: &c.crashed,
 		cfg: holderConfig{Datacenter: c.cfg.Datacenter, ReservationWindow: c.cfg.Timing.ReservationWindow,
 			RefreshInterval: c.cfg.Timing.RefreshInterval, CoordinatorTimeout: c.cfg.Timing.Timeout,
-			MaxClockOffset: c.cfg.MaxClockOffset}}
+			MaxClockOffset: c.cfg.MaxClockOffset, RestoreGuard: c.cfg.RestoreGuard(rt.cfg)}}
 }
 
 // newMember adds a holder to wide generator rt, with a context of its

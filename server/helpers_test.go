@@ -53,14 +53,26 @@ func (l *logBuf) String() string {
 
 // nodeConfig is a node configuration for the tests: the defaults with
 // loopback port-0 listeners, then each option in order, then Finish.
+//
+// Each test starts an etcd of its own, which nothing restores underneath
+// its nodes: they run as on the embedded default (PrivateCoordinator),
+// without the restore guard's wait at every take. The tests of the guard
+// (TestRestoreGuard*) turn it off with sharedCoordinator, as does every
+// test whose subject is a take on a shared coordinator.
 func nodeConfig(opts ...func(*server.Config)) (server.Config, error) {
 	cfg := server.DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.PrivateCoordinator = true
 	for _, o := range opts {
 		o(&cfg)
 	}
 	return cfg, cfg.Finish(wallNow())
 }
+
+// sharedCoordinator runs the node as on a coordinator other nodes share
+// (and a restore could go back underneath): every take waits the restore
+// guard.
+func sharedCoordinator(c *server.Config) { c.PrivateCoordinator = false }
 
 // generators sets the node's generators from name=layout specs (a preset
 // or a canonical layout string); the first is the default.

@@ -59,6 +59,9 @@ type holderConfig struct {
 	RefreshInterval    time.Duration
 	CoordinatorTimeout time.Duration
 	MaxClockOffset     time.Duration
+	// RestoreGuard: a take starts at least this far above the clock
+	// (Config.RestoreGuard; docs/design.md, Restores).
+	RestoreGuard time.Duration
 }
 
 // holderMetrics are the coordinator metrics the holders feed; the node
@@ -102,6 +105,8 @@ type holding struct {
 	reserved atomic.Int64
 	released atomic.Bool // Release lowered the reservation to the highest time produced
 	started  time.Time
+	// guarded: the floor is the restore guard's, above the coordinator's.
+	guarded bool
 	// wake asks the Reserver's loop for a write now.
 	wake chan struct{}
 
@@ -262,6 +267,18 @@ func (hd *holder) acquire(ctx context.Context) (*holding, error) {
 		return fail(err, max(lease.Floor(), rt.local.AckedFor(lease.Slot())))
 	}
 	floor := lease.Floor()
+	// The restore guard (docs/design.md, Restores): the coordinator may
+	// have been restored from a snapshot that misses what a holder still
+	// cut off from it acknowledged. No take can tell; every take on a
+	// shared coordinator starts above anything such a holder could issue:
+	// its clock, up to the skew bound ahead of this one, plus the window
+	// and max-lead. Read after the take: the later, the safer.
+	guard := int64(-1)
+	if hd.cfg.RestoreGuard > 0 {
+		now, _ := hd.clock.Now()
+		guard = l.Units(now.Add(hd.cfg.RestoreGuard))
+		floor = max(floor, guard)
+	}
 	g, err := generator.New(generator.Config{
 		Layout:     l,
 		Worker:     lease.WorkerID(),
@@ -274,12 +291,12 @@ func (hd *holder) acquire(ctx context.Context) (*holding, error) {
 		MaxForwardStep: hd.cfg.MaxClockOffset,
 	})
 	if err != nil {
-		return fail(err, floor)
+		return fail(err, lease.Floor())
 	}
-	h := &holding{gen: g, lease: lease, started: wall, wake: make(chan struct{}, 1)}
+	h := &holding{gen: g, lease: lease, started: wall, wake: make(chan struct{}, 1), guarded: guard >= floor && guard > lease.Floor()}
 	h.reserved.Store(-1)
 	hd.log.Info("holder interval opened", "event", "holder_open", "generator", rt.cfg.Name,
-		"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", floor,
+		"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", floor, "coordinator_floor", lease.Floor(),
 		"incarnation", lease.Incarnation(), "node", hd.node.Name, "instance", hd.node.InstanceID)
 	return h, nil
 }
@@ -297,7 +314,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 		hd.cur.Store(nil)
 		rt.holdSlot(lease.Slot(), false)
 		hd.log.Info("holder interval closed", "event", "holder_close", "generator", rt.cfg.Name,
-			"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", lease.Floor(),
+			"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", g.Floor(),
 			"reserved", h.reserved.Load(), "highest", g.Highest(), "released", h.released.Load(), "node", hd.node.Name)
 	}()
 
@@ -308,17 +325,21 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 	rt.state.Clear(clockguard.SourceInstance)
 
 	// A floor far ahead of the clock (a restart after this node reserved
-	// ahead, or a bump): wait until it lies within max-lead, reading the
-	// clock again at least every 500 ms.
+	// ahead, a bump, the restore guard): wait until it lies within
+	// max-lead, reading the clock again at least every 500 ms.
+	what := "this worker's last reservation"
+	if h.guarded {
+		what = fmt.Sprintf("the restore guard (a take starts above what a holder the coordinator may have forgotten could have issued: now + %v)", hd.cfg.RestoreGuard)
+	}
 	for {
 		wall, _ := hd.clock.Now()
-		ahead := lease.Floor() + 1 - l.Units(wall) - leadUnits
+		ahead := g.Floor() + 1 - l.Units(wall) - leadUnits
 		if ahead <= 0 {
 			break
 		}
 		wait := time.Duration(ahead) * l.Unit
-		hd.ls.Hold(clockguard.SourceLease, fmt.Sprintf("waiting %v for the clock to reach this worker's last reservation (max-lead %v)",
-			wait.Round(time.Millisecond), rt.cfg.MaxLead),
+		hd.ls.Hold(clockguard.SourceLease, fmt.Sprintf("waiting %v for the clock to reach %s (max-lead %v)",
+			wait.Round(time.Millisecond), what, rt.cfg.MaxLead),
 			clockguard.Detail{Code: clockguard.CodeStarting, Limit: rt.cfg.MaxLead.String(), Measured: wait.Round(time.Millisecond).String(), RetryAt: wall.Add(wait)})
 		t := time.NewTimer(min(wait, 500*time.Millisecond))
 		select {
