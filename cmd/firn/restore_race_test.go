@@ -28,7 +28,8 @@ import (
 // last acknowledged reservation ("partition": every connection through its
 // proxy hangs, none is refused) or is stopped (SIGSTOP) across the restore
 // and resumed once node 2 served a few seconds and node 1's reservation
-// ran out ("sigstop").
+// ran out ("sigstop"), or resumed right after the restore, while its
+// reservation still stands ("sigstop-early").
 //
 // Both nodes' IDs are kept and checked: no ID twice, and on a worker both
 // served on, their time ranges do not meet (where they do, only the
@@ -50,14 +51,10 @@ func TestRestoreFreshNodeFirst(t *testing.T) {
 		{"zookeeper", startRaceZooKeeper},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			for _, stop := range []bool{false, true} {
-				name := "partition"
-				if stop {
-					name = "sigstop"
-				}
-				t.Run(name, func(t *testing.T) {
+			for _, mode := range []raceMode{racePartition, raceStop, raceStopEarly} {
+				t.Run(mode.String(), func(t *testing.T) {
 					began := time.Now()
-					runFreshNodeFirst(t, c.start(t), stop)
+					runFreshNodeFirst(t, c.start(t), mode)
 					t.Logf("took %v", time.Since(began).Round(time.Millisecond))
 				})
 			}
@@ -152,7 +149,19 @@ const (
 	raceN2Ready    = 30 * time.Second // after the restored coordinator is up
 )
 
-func runFreshNodeFirst(t *testing.T, c raceCoord, stop bool) {
+// raceMode is how node 1 is kept from noticing the restore.
+type raceMode int
+
+const (
+	racePartition raceMode = iota // its connections hang
+	raceStop                      // SIGSTOP, resumed after its reservation ran out
+	raceStopEarly                 // SIGSTOP, resumed right after the restore
+)
+
+func (m raceMode) String() string { return [...]string{"partition", "sigstop", "sigstop-early"}[m] }
+
+func runFreshNodeFirst(t *testing.T, c raceCoord, mode raceMode) {
+	stop := mode != racePartition
 	sf, err := generator.ParseLayout(restoreLayout)
 	if err != nil {
 		t.Fatal(err)
@@ -195,6 +204,25 @@ func runFreshNodeFirst(t *testing.T, c raceCoord, stop bool) {
 		t.Fatalf("node 2 exited while the coordinator was down (%v): %s", n2.cmd.ProcessState, lastLine(n2.stderr.String()))
 	}
 
+	var resumedAt time.Time
+	resume := func() {
+		l1.mark()
+		resumedAt = time.Now()
+		if err := syscall.Kill(n1.cmd.Process.Pid, syscall.SIGCONT); err != nil {
+			t.Fatalf("SIGCONT node 1: %v", err)
+		}
+		t.Logf("node 1 resumed %v after the fault", resumedAt.Sub(faultAt).Round(time.Millisecond))
+	}
+	if mode == raceStopEarly {
+		// Node 2 is already waiting for the coordinator: give it a moment
+		// to take the worker, then wake node 1 inside its reservation.
+		sleepUntil(restoredAt.Add(300 * time.Millisecond))
+		if !time.Now().Before(resEnd) {
+			t.Fatalf("the race was not exercised: the restore ended after node 1's reservation (fault+%v)", resEnd.Sub(faultAt).Round(time.Millisecond))
+		}
+		resume()
+	}
+
 	// Node 2 must serve: otherwise nothing below would be tested.
 	n2ready := false
 	t.Cleanup(func() {
@@ -211,22 +239,19 @@ func runFreshNodeFirst(t *testing.T, c raceCoord, stop bool) {
 	l2 := startLoad(t, n2)
 	servesFrom := time.Now()
 
-	var resumedAt time.Time
-	if stop {
+	switch mode {
+	case raceStop:
 		// Resumed once node 2 served a while and node 1's reservation
 		// (as it stood at the fault) has run out.
 		sleepUntil(latest(servesFrom.Add(raceN2Serves), resEnd.Add(time.Second)))
 		if l2.count() == 0 {
 			t.Fatalf("node 2 returned no IDs in %v after it was ready (%d failed calls)", raceN2Serves, l2.failures())
 		}
-		l1.mark()
-		resumedAt = time.Now()
-		if err := syscall.Kill(n1.cmd.Process.Pid, syscall.SIGCONT); err != nil {
-			t.Fatalf("SIGCONT node 1: %v", err)
-		}
-		t.Logf("node 1 resumed %v after the fault", resumedAt.Sub(faultAt).Round(time.Millisecond))
+		resume()
 		sleepUntil(latest(resumedAt.Add(raceAfterCont), faultAt.Add(raceAfterFault)))
-	} else {
+	case raceStopEarly:
+		sleepUntil(latest(servesFrom.Add(raceN2Serves), resumedAt.Add(raceAfterCont), faultAt.Add(raceAfterFault)))
+	default:
 		sleepUntil(latest(servesFrom.Add(raceN2Serves), faultAt.Add(raceAfterFault)))
 	}
 	var afterResume int
@@ -532,11 +557,14 @@ func keys[V any](m map[uint64]V) []uint64 {
 	return k
 }
 
-func latest(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+func latest(ts ...time.Time) time.Time {
+	var l time.Time
+	for _, t := range ts {
+		if t.After(l) {
+			l = t
+		}
 	}
-	return b
+	return l
 }
 
 func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
