@@ -52,10 +52,13 @@ func (l *logBuf) String() string {
 }
 
 // nodeConfig is a node configuration for the tests: the defaults with
-// loopback port-0 listeners, then each option in order, then Finish.
+// loopback port-0 listeners and --unchecked-clock-ok (most tests run one
+// or two nodes without NTP and are not about the clock check; those that
+// are pass checkedClock), then each option in order, then Finish.
 func nodeConfig(opts ...func(*server.Config)) (server.Config, error) {
 	cfg := server.DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.UncheckedClockOK = true
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -77,6 +80,10 @@ func generators(specs ...string) func(*server.Config) {
 		}
 	}
 }
+
+// checkedClock takes --unchecked-clock-ok away again: the node refuses to
+// serve while nothing checks its clock, as `firn serve` does by default.
+func checkedClock(c *server.Config) { c.UncheckedClockOK = false }
 
 // faultInjection turns fault injection on, its listener on a free
 // loopback port.
