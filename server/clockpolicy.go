@@ -52,8 +52,10 @@ type clockPolicy struct {
 	peerMost    int // the most live nodes any reading saw, this one included
 
 	// unchecked: at the last judgement nothing checked the clock (no NTP
-	// answering, fewer than peerCheckNodes live nodes).
+	// answering, fewer than peerCheckNodes live nodes). judgeMu orders the
+	// judgements of the peer loop and the NTP checker.
 	unchecked atomic.Bool
+	judgeMu   sync.Mutex
 
 	// kick wakes the probe loop when a rollback hold begins, so that it
 	// checks for recovery every probeFast instead of every probeSlow.
@@ -735,6 +737,8 @@ func (p *clockPolicy) ntpChecks() bool {
 // first peer reading: the peers' start reason holds the generators until
 // then.
 func (p *clockPolicy) judgeClock() {
+	p.judgeMu.Lock()
+	defer p.judgeMu.Unlock()
 	p.peerMu.Lock()
 	checked, count := p.peerChecked, p.peerCount
 	p.peerMu.Unlock()
