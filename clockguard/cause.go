@@ -26,6 +26,7 @@ const (
 	CodeOperatorHold           Code = "OPERATOR_HOLD"           // held until an operator resumes it (--rollback-recovery manual)
 	CodeDraining               Code = "DRAINING"                // shutting down
 	CodeStarting               Code = "STARTING"                // start checks not yet passed
+	CodeClockUnchecked         Code = "CLOCK_UNCHECKED"         // no clock check: no NTP answering and fewer than three live nodes
 )
 
 // Codes lists every code a serving state reports, in the API's order.
@@ -33,6 +34,7 @@ var Codes = []Code{
 	CodeClockRollback, CodeClockStep, CodeClockRange, CodeNTPOffset, CodeNTPUnreachable,
 	CodePeerSkew, CodeCoordinatorUnavailable, CodeLeaseLost, CodeReservationExhausted,
 	CodeRestoreDetected, CodeInstanceConflict, CodeOperatorHold, CodeDraining, CodeStarting,
+	CodeClockUnchecked,
 }
 
 // defaultCode is the code of a reason set without one: what the source
@@ -59,6 +61,8 @@ func defaultCode(s Source) Code {
 		return CodeRestoreDetected
 	case SourceManual:
 		return CodeOperatorHold
+	case SourceClockUnchecked:
+		return CodeClockUnchecked
 	}
 	return CodeStarting
 }

@@ -30,6 +30,10 @@ const (
 	SourceInstance      Source = "instance"       // data dir copied/moved, name held by another instance
 	SourceCoordinator   Source = "coordinator"    // coordinator state recreated or rolled back
 	SourceManual        Source = "manual"         // held by an operator (e.g. --rollback-recovery manual)
+	// SourceClockUnchecked: nothing checks the clock (no NTP answering,
+	// fewer than three live nodes for the peer check) and the node was not
+	// told to serve on it anyway (--unchecked-clock-ok).
+	SourceClockUnchecked Source = "clock-unchecked"
 )
 
 // State is a generator's serving state.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sort"
 	"strings"
 	"time"
 )
@@ -44,6 +46,10 @@ var (
 	// coordinator; no node acquires for that generator until `firn
 	// coordinator bump` clears it. The text is the serving-state reason.
 	ErrRestored = errors.New("coordinator state restored from an older snapshot")
+	// ErrAhead: a bump found reservations beyond its clock plus what
+	// nodes reserve ahead (BumpSpec.MaxAhead), written by a clock ahead of
+	// the caller's, and was not told to include them: nothing was written.
+	ErrAhead = errors.New("coordinator: reservations ahead of the bump's clock")
 )
 
 // TakeBackAge is how old the heartbeat of a live owner record carrying the
@@ -224,6 +230,19 @@ type BumpSpec struct {
 	// MaxTime is the layout's last time value: a floor beyond it is
 	// refused before anything is written.
 	MaxTime int64
+	// MaxAhead, when positive, is how far past Now (in units) a
+	// reservation may stand: what a node keeps reserved ahead of its clock
+	// (the reservation window, and max-lead) plus the clock skew allowed
+	// between the caller and the nodes. A reservation beyond Now+MaxAhead
+	// was written by a clock ahead of the caller's, and the generator
+	// floor, max(Now, every reservation) + By, would carry that lead to
+	// every worker of the generator. Unless IncludeAhead, Bump then refuses
+	// with an *AheadError naming each such worker and its live holder,
+	// before anything is written (CheckAhead). A reservation at or below
+	// the generator floor is never ahead: an earlier bump raised it, and
+	// the nodes wait for that floor already. 0: no check.
+	MaxAhead     int64
+	IncludeAhead bool
 }
 
 // Validate checks a BumpSpec; errors match ErrInvalidSpec and name the
@@ -238,9 +257,85 @@ func (b BumpSpec) Validate() error {
 		return fmt.Errorf("%w: bump at time %d: must be >= 0", ErrInvalidSpec, b.Now)
 	case b.MaxTime <= 0:
 		return fmt.Errorf("%w: BumpSpec.MaxTime %d must be positive (the layout's last time value)", ErrInvalidSpec, b.MaxTime)
+	case b.MaxAhead < 0:
+		return fmt.Errorf("%w: BumpSpec.MaxAhead %d must be >= 0", ErrInvalidSpec, b.MaxAhead)
 	}
 	return nil
 }
+
+// AheadLimit is the largest reservation the bump takes without being told
+// to (IncludeAhead), given the generator floor (-1: none), and whether
+// there is one (MaxAhead > 0): Now + MaxAhead, or the floor when higher.
+func (b BumpSpec) AheadLimit(floor int64) (int64, bool) {
+	if b.MaxAhead <= 0 {
+		return 0, false
+	}
+	if b.MaxAhead > math.MaxInt64-b.Now {
+		return math.MaxInt64, true
+	}
+	return max(b.Now+b.MaxAhead, floor), true
+}
+
+// CheckAhead refuses the bump, with an *AheadError, when a reservation of
+// slots stands beyond AheadLimit(floor) and the bump was not told to
+// include it. slots are the generator's reservations as the backend read
+// them for the floor, each with its live owner's heartbeat when it has one
+// (Live); floor is the generator floor read with them (-1: none). Backends
+// call it before they write anything, on the same reading as BumpFloor.
+func (b BumpSpec) CheckAhead(slots []Holder, floor int64) error {
+	limit, ok := b.AheadLimit(floor)
+	if !ok || b.IncludeAhead {
+		return nil
+	}
+	var ahead []Holder
+	for _, h := range slots {
+		if h.Reserved > limit {
+			ahead = append(ahead, h)
+		}
+	}
+	if len(ahead) == 0 {
+		return nil
+	}
+	sort.Slice(ahead, func(i, j int) bool {
+		a, c := ahead[i].Slot, ahead[j].Slot
+		return a.Datacenter < c.Datacenter || (a.Datacenter == c.Datacenter && a.Worker < c.Worker)
+	})
+	return &AheadError{Generator: b.Generator, Now: b.Now, MaxAhead: b.MaxAhead, Limit: limit, Floor: floor, Ahead: ahead}
+}
+
+// AheadError is a bump refused because reservations stand beyond its
+// clock plus what nodes reserve ahead (BumpSpec.CheckAhead): a node whose
+// clock is ahead wrote them, and the floor would make every node of the
+// generator wait that lead out. Nothing was written. It matches ErrAhead.
+type AheadError struct {
+	Generator string
+	Now       int64 // the bump's clock, in units
+	MaxAhead  int64 // BumpSpec.MaxAhead
+	Limit     int64 // the largest reservation taken without IncludeAhead
+	Floor     int64 // the generator floor (-1: none); Limit when higher than Now + MaxAhead
+	// Ahead are the slots reserved past Limit, with their live owner's
+	// heartbeat (Live false: no live owner).
+	Ahead []Holder
+}
+
+func (e *AheadError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "coordinator: generator %q: %d reservation(s) beyond the bump's clock %d plus what nodes reserve ahead", e.Generator, len(e.Ahead), e.Now)
+	if e.Floor >= 0 {
+		fmt.Fprintf(&b, " and the generator floor %d", e.Floor)
+	}
+	fmt.Fprintf(&b, " (limit %d), written by a clock ahead of this one: ", e.Limit)
+	for i, h := range e.Ahead {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s reserved %d (%d ahead), %s", h.Slot, h.Reserved, h.Reserved-e.Now, h.HolderName())
+	}
+	b.WriteString("; nothing was written: wait until the clock is within the limit of them, or include them (the generator floor then follows them)")
+	return b.String()
+}
+
+func (e *AheadError) Is(target error) bool { return target == ErrAhead }
 
 // BumpFloor is the floor a bump of b sets over the largest of its clock and
 // every reservation (top), refused with ErrInvalidSpec, naming the
@@ -387,6 +482,15 @@ type Holder struct {
 	Reserved  int64     // reserved[w]; -1 if never reserved
 }
 
+// HolderName says who holds the slot, for messages: `held by node "n2"
+// (10.0.0.2:7300)`, or that no live node does.
+func (h Holder) HolderName() string {
+	if !h.Live {
+		return "no live holder (its owner record is gone)"
+	}
+	return fmt.Sprintf("held by node %q (%s)", h.Heartbeat.Node.Name, h.Heartbeat.Node.Address)
+}
+
 // PeerBeat is a live holder's heartbeat together with the local clock
 // reading at which it was received, for the peer clock check.
 type PeerBeat struct {
@@ -474,7 +578,11 @@ type Admin interface {
 	// restored snapshot was taken, and so absent from it, also starts
 	// above anything it may have issued. A floor past b.MaxTime, and a
 	// By below the gap of a standing restore marker, are refused
-	// (ErrInvalidSpec) before anything is written. Last it deletes the
+	// (ErrInvalidSpec) before anything is written; so is, with
+	// b.MaxAhead and without b.IncludeAhead, a reservation beyond
+	// b.Now + b.MaxAhead (*AheadError, naming each such worker and its
+	// live holder: b.CheckAhead on the reading the floor is computed
+	// from). Last it deletes the
 	// marker it read, guarded by the revision or version read: a marker
 	// re-written meanwhile stands, and Bump then returns an error matching
 	// ErrRestored with the result. Call it once per generator.

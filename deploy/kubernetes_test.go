@@ -445,8 +445,9 @@ func argValue(args []string, flagName string) string {
 
 // TestKubernetesConfigRunsOnRealNode runs `firn serve --config` with the
 // ConfigMap's file, overriding only what cannot work here (the coordinator
-// becomes a real local etcd, the addresses loopback, no NTP), and checks
-// the node serves and answers the probes the StatefulSet uses.
+// becomes a real local etcd, the addresses loopback, no NTP, and so, one
+// node, --unchecked-clock-ok), and checks the node serves and answers the
+// probes the StatefulSet uses.
 func TestKubernetesConfigRunsOnRealNode(t *testing.T) {
 	b := loadBase(t)
 	c := firnContainer(t, b.sts)
@@ -455,7 +456,7 @@ func TestKubernetesConfigRunsOnRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	coord := startNode(t, true) // its embedded etcd is the coordinator
-	n := startNode(t, false, "--config", cfgFile, "--etcd", coord.clientAddr, "--ntp=", "--node-name", "firn-0")
+	n := startNode(t, false, "--config", cfgFile, "--etcd", coord.clientAddr, "--ntp=", "--unchecked-clock-ok", "--node-name", "firn-0")
 	n.waitReady(t, 200, 30*time.Second)
 	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
 		if code, body, err := httpGet("http://" + n.httpAddr + p.HTTPGet.Path); err != nil || code != 200 {

@@ -51,6 +51,12 @@ type clockPolicy struct {
 	peerOver    int // consecutive checks beyond --max-peer-skew
 	peerMost    int // the most live nodes any reading saw, this one included
 
+	// unchecked: at the last judgement nothing checked the clock (no NTP
+	// answering, fewer than peerCheckNodes live nodes). judgeMu orders the
+	// judgements of the peer loop and the NTP checker.
+	unchecked atomic.Bool
+	judgeMu   sync.Mutex
+
 	// kick wakes the probe loop when a rollback hold begins, so that it
 	// checks for recovery every probeFast instead of every probeSlow.
 	kick chan struct{}
@@ -63,6 +69,28 @@ type policyConfig struct {
 	NTP              bool // --ntp is set
 	NTPRequired      bool
 	RollbackRecovery string // "auto" or "manual"
+	// RefuseUnchecked holds every generator out (CLOCK_UNCHECKED) while
+	// nothing checks the clock; set unless --unchecked-clock-ok or the
+	// node's own embedded coordinator. UncheckedWhy says why a node that
+	// does not refuse serves on an unchecked clock (status page, Info).
+	RefuseUnchecked bool
+	UncheckedWhy    string
+}
+
+// peerCheckNodes is how many live nodes, this one included, the peer
+// check needs to tell an outlier: with two, neither knows which is off.
+const peerCheckNodes = 3
+
+// uncheckedWhy is why a node with cfg serves on an unchecked clock, ""
+// when it does not (policyConfig.UncheckedWhy).
+func uncheckedWhy(cfg Config) string {
+	switch {
+	case cfg.PrivateCoordinator:
+		return "accepted on this node's own embedded coordinator"
+	case cfg.UncheckedClockOK:
+		return "accepted by --unchecked-clock-ok"
+	}
+	return ""
 }
 
 // policyMetrics are the policy's own metrics; the node registers them.
@@ -71,6 +99,7 @@ type policyMetrics struct {
 	lastStep    prometheus.Gauge
 	ntpFailures prometheus.Counter
 	peerSkew    prometheus.Gauge
+	unchecked   prometheus.Gauge
 }
 
 func newPolicyMetrics() policyMetrics {
@@ -83,6 +112,8 @@ func newPolicyMetrics() policyMetrics {
 			Help: "NTP checks that failed (unreachable, too few answers, or offset beyond the limit)."}),
 		peerSkew: prometheus.NewGauge(prometheus.GaugeOpts{Name: "firn_peer_clock_skew_seconds",
 			Help: "This node's clock minus the median of its live peers' clocks."}),
+		unchecked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "firn_clock_unchecked",
+			Help: "1 while nothing checks this node's clock: no NTP answering (none configured, or --ntp-required=false and unreachable) and fewer than 3 live nodes in the peer check. The node then does not serve (cause CLOCK_UNCHECKED) unless --unchecked-clock-ok or on its own embedded coordinator."}),
 	}
 	for _, d := range []string{"backward", "forward"} {
 		m.steps.WithLabelValues(d)
@@ -91,7 +122,7 @@ func newPolicyMetrics() policyMetrics {
 }
 
 func (m policyMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.steps, m.lastStep, m.ntpFailures, m.peerSkew}
+	return []prometheus.Collector{m.steps, m.lastStep, m.ntpFailures, m.peerSkew, m.unchecked}
 }
 
 func newClockPolicy(cfg policyConfig, clock clockguard.Clock, log *slog.Logger, gens []*genRuntime) *clockPolicy {
@@ -480,6 +511,9 @@ func (p *clockPolicy) onNTP(res clockguard.NTPResult, err error) {
 	default:
 		reason = fmt.Sprintf("NTP check failed: %d of %d usable answers", res.Valid, res.Need)
 	}
+	// Whether the clock is checked at all, judged before NTP's own reason
+	// is cleared: the generator must not serve for a moment in between.
+	p.judgeClock()
 	for _, rt := range p.gens {
 		if reason == "" {
 			p.clearDoubt(rt, clockguard.SourceNTP)
@@ -598,6 +632,10 @@ func (p *clockPolicy) onPeers(self string, beats []coordinator.PeerBeat, first b
 		}
 	}
 	p.peerGateReading(latest)
+	// Judged before the peers' reason is cleared (the first reading
+	// clears the start's), so that an unchecked node never serves for a
+	// moment in between.
+	p.judgeClock()
 	for _, rt := range p.gens {
 		if reason == "" {
 			p.clearDoubt(rt, clockguard.SourcePeers)
@@ -668,4 +706,120 @@ func median(d []time.Duration) time.Duration {
 		return (d[len(d)/2-1] + d[len(d)/2]) / 2
 	}
 	return d[len(d)/2]
+}
+
+// --- the unchecked clock ------------------------------------------------------
+
+// ntpChecks reports whether NTP checks the clock now: it is configured,
+// and either required (unreachable is then its own reason, held by onNTP)
+// or its last check got usable answers. Before the first verdict NTP
+// holds the generators itself.
+func (p *clockPolicy) ntpChecks() bool {
+	if !p.cfg.NTP {
+		return false
+	}
+	if p.cfg.NTPRequired {
+		return true
+	}
+	p.ntpMu.Lock()
+	defer p.ntpMu.Unlock()
+	return !p.ntpHave || p.ntpErr == nil || errors.Is(p.ntpErr, clockguard.ErrOffsetTooLarge)
+}
+
+// judgeClock decides, after each peer reading and NTP verdict, whether
+// anything checks the clock: NTP answering, or at least peerCheckNodes live
+// nodes (this one included) for the peer check. When nothing does, a
+// clock that is off would stamp IDs with its time, reserve its worker that
+// far ahead, and pass that lead on to the next coordinator bump's floor:
+// unless told otherwise (--unchecked-clock-ok, or the node's own embedded
+// coordinator) every generator is held out, CLOCK_UNCHECKED, and its
+// reservations with it (holder.clockInDoubt). Nothing is judged before the
+// first peer reading: the peers' start reason holds the generators until
+// then.
+func (p *clockPolicy) judgeClock() {
+	p.judgeMu.Lock()
+	defer p.judgeMu.Unlock()
+	p.peerMu.Lock()
+	checked, count := p.peerChecked, p.peerCount
+	p.peerMu.Unlock()
+	if !checked {
+		return
+	}
+	unchecked := count < peerCheckNodes && !p.ntpChecks()
+	if unchecked {
+		p.m.unchecked.Set(1)
+	} else {
+		p.m.unchecked.Set(0)
+	}
+	if was := p.unchecked.Swap(unchecked); was != unchecked {
+		switch {
+		case !unchecked:
+			p.log.Info("clock checked again", "check", p.checkText(false, count))
+		case p.cfg.RefuseUnchecked:
+			p.log.Warn("CLOCK UNCHECKED: not serving: "+p.uncheckedCause(count), "live_nodes", count)
+		default:
+			p.log.Warn("CLOCK UNCHECKED: serving on it, "+p.cfg.UncheckedWhy+": "+p.uncheckedCause(count), "live_nodes", count)
+		}
+	}
+	if !p.cfg.RefuseUnchecked {
+		return
+	}
+	reason := "clock unchecked: " + p.uncheckedCause(count) +
+		": configure --ntp, run three nodes, or serve on an unchecked clock with --unchecked-clock-ok"
+	d := clockguard.Detail{Code: clockguard.CodeClockUnchecked, Limit: nodes(peerCheckNodes), Measured: nodes(count)}
+	for _, rt := range p.gens {
+		if unchecked {
+			rt.state.Hold(clockguard.SourceClockUnchecked, reason, d)
+		} else {
+			p.clearDoubt(rt, clockguard.SourceClockUnchecked)
+		}
+	}
+}
+
+// uncheckedCause says why nothing checks the clock, given the live nodes
+// counted.
+func (p *clockPolicy) uncheckedCause(count int) string {
+	ntp := "no NTP configured"
+	if p.cfg.NTP {
+		ntp = "NTP unreachable (--ntp-required=false)"
+	}
+	return fmt.Sprintf("%s, and %s in the peer check (it needs %d)", ntp, nodes(count), peerCheckNodes)
+}
+
+// nodes is "1 live node", "2 live nodes".
+func nodes(n int) string {
+	if n == 1 {
+		return "1 live node"
+	}
+	return fmt.Sprintf("%d live nodes", n)
+}
+
+// clockCheck says how the clock is checked now, for the status page and
+// Info: unchecked is true when nothing checks it.
+func (p *clockPolicy) clockCheck() (unchecked bool, text string) {
+	p.peerMu.Lock()
+	checked, count := p.peerChecked, p.peerCount
+	p.peerMu.Unlock()
+	if !checked {
+		if p.ntpChecks() {
+			return false, "NTP; peers not checked yet"
+		}
+		return false, "not checked yet"
+	}
+	unchecked = p.unchecked.Load()
+	return unchecked, p.checkText(unchecked, count)
+}
+
+func (p *clockPolicy) checkText(unchecked bool, count int) string {
+	switch {
+	case unchecked && p.cfg.RefuseUnchecked:
+		return "unchecked: not serving (" + p.uncheckedCause(count) + "; --unchecked-clock-ok would serve on it)"
+	case unchecked:
+		return "unchecked, " + p.cfg.UncheckedWhy + " (" + p.uncheckedCause(count) + ")"
+	case count >= peerCheckNodes && p.ntpChecks():
+		return fmt.Sprintf("NTP and peers (%s)", nodes(count))
+	case count >= peerCheckNodes:
+		return fmt.Sprintf("peers (%s)", nodes(count))
+	}
+	return "NTP"
 }

@@ -280,3 +280,86 @@ func TestPolicyOncePeeredWaits(t *testing.T) {
 		t.Fatal("reservations not held")
 	}
 }
+
+// Nothing checks the clock — no NTP, fewer than three live nodes — and the
+// node was not told to serve on it: every generator is held out, CLOCK_UNCHECKED,
+// judged again at every peer reading (3 → 2 → 3) and NTP verdict.
+func TestPolicyUncheckedClock(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{RefuseUnchecked: true})
+	r.p.waitFirstPeers()
+	r.p.onPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
+	r.wantServing(false, "no NTP, two live nodes")
+	sn := r.rt.state.Snapshot()
+	if ref := sn.Refusal(); ref.Code != clockguard.CodeClockUnchecked || ref.Limit != "3 live nodes" || ref.Measured != "2 live nodes" {
+		t.Fatalf("refusal %+v: want CLOCK_UNCHECKED, limit 3 live nodes, measured 2 live nodes", ref)
+	}
+	for _, want := range []string{"no NTP configured", "2 live nodes", "--ntp", "three nodes", "--unchecked-clock-ok"} {
+		if !strings.Contains(r.reason(), want) {
+			t.Fatalf("reason %q does not name %q", r.reason(), want)
+		}
+	}
+	if u, text := r.p.clockCheck(); !u || !strings.Contains(text, "unchecked: not serving") {
+		t.Fatalf("clock check %v %q", u, text)
+	}
+	three := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
+	r.p.onPeers("self", three, false)
+	r.wantServing(true, "three live nodes")
+	if u, text := r.p.clockCheck(); u || text != "peers (3 live nodes)" {
+		t.Fatalf("clock check %v %q", u, text)
+	}
+	r.p.onPeers("self", three[:1], false)
+	r.wantServing(false, "down to two")
+	r.p.onPeers("self", three, false)
+	r.wantServing(true, "three again")
+
+	// Serving never flickers on the way in: the unchecked hold is set
+	// before the start's peers reason is cleared.
+	r2 := newPolicyRig(t, policyConfig{RefuseUnchecked: true})
+	r2.p.waitFirstPeers()
+	served := false
+	r2.rt.state.Subscribe(func(tr clockguard.Transition) {
+		if tr.To == clockguard.StateServing {
+			served = true
+		}
+	})
+	r2.p.onPeers("self", nil, true)
+	r2.wantServing(false, "alone")
+	if served {
+		t.Fatal("the generator served for a moment between the start's peers reason and the unchecked one")
+	}
+}
+
+// NTP checks the clock while it answers; NTP that is not required and
+// unreachable is no check.
+func TestPolicyUncheckedClockNTP(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{NTP: true, RefuseUnchecked: true})
+	r.p.onPeers("self", nil, true)
+	r.wantServing(true, "NTP configured, no verdict yet")
+	r.p.onNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
+	r.wantServing(false, "NTP not required and unreachable, alone")
+	if !strings.Contains(r.reason(), "NTP unreachable (--ntp-required=false)") {
+		t.Fatalf("reason %q", r.reason())
+	}
+	r.ntpOK()
+	r.wantServing(true, "NTP answers")
+	if _, text := r.p.clockCheck(); text != "NTP" {
+		t.Fatalf("clock check %q", text)
+	}
+	// Required NTP that is unreachable says so itself.
+	req := newPolicyRig(t, policyConfig{NTP: true, NTPRequired: true, RefuseUnchecked: true})
+	req.p.onPeers("self", nil, true)
+	req.p.onNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
+	if ref := req.rt.state.Snapshot().Refusal(); ref.Code != clockguard.CodeNTPUnreachable || len(req.rt.state.Snapshot().Causes) != 1 {
+		t.Fatalf("required NTP unreachable: %+v, causes %+v", ref, req.rt.state.Snapshot().Causes)
+	}
+}
+
+// Told to accept it, the node serves on the unchecked clock and says so.
+func TestPolicyUncheckedClockAccepted(t *testing.T) {
+	r := newPolicyRig(t, policyConfig{UncheckedWhy: "accepted by --unchecked-clock-ok"})
+	r.p.onPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
+	r.wantServing(true, "with --unchecked-clock-ok")
+	if u, text := r.p.clockCheck(); !u || !strings.HasPrefix(text, "unchecked, accepted by --unchecked-clock-ok") {
+		t.Fatalf("clock check %v %q", u, text)
+	}
+}

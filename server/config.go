@@ -108,6 +108,13 @@ type Config struct {
 	// a fresh take needs no margin for a lost history (docs/design.md,
 	// Restores) and an unchecked clock is the node's own business.
 	PrivateCoordinator bool
+	// UncheckedClockOK lets the node serve while nothing checks its clock:
+	// no NTP answering (none configured, or NTPRequired false and NTP
+	// unreachable) and fewer than three live nodes in the peer check, this
+	// one included. Without it such a node does not serve
+	// (CLOCK_UNCHECKED), re-judged at every peer reading and NTP verdict;
+	// a PrivateCoordinator node is exempt (docs/design.md, Clock policy).
+	UncheckedClockOK bool
 	// RingSize is the ring buffer's slot count (power of two).
 	RingSize int
 	// Fault injection (chaos tests, game days): a listener on FaultAddr

@@ -197,6 +197,8 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock c
 		NTP:              len(cfg.NTP) > 0,
 		NTPRequired:      cfg.NTPRequired,
 		RollbackRecovery: cfg.RollbackRecovery,
+		RefuseUnchecked:  uncheckedWhy(cfg) == "",
+		UncheckedWhy:     uncheckedWhy(cfg),
 	}, clock, log, c.gens)
 	c.hm = newHolderMetrics(c.gens)
 	for _, rt := range c.gens {

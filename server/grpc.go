@@ -104,6 +104,7 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 		Cluster:         n.cfg.Cluster,
 		Coordinator:     n.coordName,
 	}
+	resp.ClockUnchecked, resp.ClockCheck = n.policy.clockCheck()
 	wall, _ := n.clock.Now()
 	ntpOffset, ntpOK := n.policy.lastNTPOffset()
 	for _, rt := range n.gens {

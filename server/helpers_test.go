@@ -58,11 +58,14 @@ func (l *logBuf) String() string {
 // its nodes: they run as on the embedded default (PrivateCoordinator),
 // without the restore guard's wait at every take. The tests of the guard
 // (TestRestoreGuard*) turn it off with sharedCoordinator, as does every
-// test whose subject is a take on a shared coordinator.
+// test whose subject is a take on a shared coordinator. Most tests run one
+// or two nodes without NTP and are not about the clock check either:
+// --unchecked-clock-ok; those that are pass checkedClock.
 func nodeConfig(opts ...func(*server.Config)) (server.Config, error) {
 	cfg := server.DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.PrivateCoordinator = true
+	cfg.UncheckedClockOK = true
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -89,6 +92,11 @@ func generators(specs ...string) func(*server.Config) {
 		}
 	}
 }
+
+// checkedClock runs the node as `firn serve` does on a shared coordinator
+// by default: without --unchecked-clock-ok, it refuses to serve while
+// nothing checks its clock (and every take waits the restore guard).
+func checkedClock(c *server.Config) { c.UncheckedClockOK, c.PrivateCoordinator = false, false }
 
 // faultInjection turns fault injection on, its listener on a free
 // loopback port.

@@ -468,9 +468,9 @@ func (hd *holder) holdReserved(h *holding, wanted int64) int64 {
 }
 
 // clockInDoubt reports whether NTP or the peer check holds the generator
-// out: the clock is off, or not yet checked.
+// out, or nothing checks the clock: the clock is off, or not checked.
 func (hd *holder) clockInDoubt() bool {
-	for _, src := range []clockguard.Source{clockguard.SourceNTP, clockguard.SourcePeers} {
+	for _, src := range []clockguard.Source{clockguard.SourceNTP, clockguard.SourcePeers, clockguard.SourceClockUnchecked} {
 		if _, held := hd.rt.state.Holds(src); held {
 			return true
 		}
@@ -613,6 +613,13 @@ func (hd *holder) expired(h *holding, r int64) {
 	closed := h.closed
 	h.expMu.Unlock()
 	if closed {
+		return
+	}
+	if hd.clockInDoubt() {
+		// The reservation is held below the clock on purpose and the
+		// clock's reason holds the generator out; clearing it re-arms this
+		// timer (clearDoubt → stepped). Said here, the reason would come
+		// and go with every acknowledged write.
 		return
 	}
 	until := rt.cfg.Layout.UnitStart(r + 1)

@@ -31,6 +31,7 @@ small{color:#555}
 {{if .NoNTP}}<p class="warn">No NTP configured (--ntp): clock drift is unchecked.</p>{{else}}<p>NTP: {{.NTP}}</p>{{end}}
 {{if .EmbeddedURL}}<p>Embedded etcd: {{.EmbeddedURL}} (a second local node joins with <code>--etcd {{.EmbeddedURL}}</code>; two embedded coordinators are two separate ID spaces)</p>{{end}}
 <p>Peers: {{.Peers}}</p>
+<p id="clock-check"{{if .Unchecked}} class="warn"{{end}}>Clock check: {{.ClockCheck}}</p>
 {{range .Gens}}
 <h2>Generator {{.Name}}{{if .IsDefault}} (default){{end}}: {{if .Serving}}<span class="serving" id="state-{{.Name}}">SERVING</span>{{else}}<span class="down" id="state-{{.Name}}">NOT SERVING</span>{{end}}</h2>
 {{if not .Serving}}<p class="down" id="reason-{{.Name}}">Why: {{.Reason}}</p>{{end}}
@@ -75,11 +76,11 @@ type statusEvent struct {
 func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	wall, mono := n.clock.Now()
 	data := struct {
-		Node, Cluster, Coordinator, Version, Instance, EmbeddedURL, NTP, Peers string
-		Now                                                                    time.Time
-		Fault, NoNTP, AllServing                                               bool
-		FaultOffset                                                            time.Duration
-		Gens                                                                   []statusGen
+		Node, Cluster, Coordinator, Version, Instance, EmbeddedURL, NTP, Peers, ClockCheck string
+		Now                                                                                time.Time
+		Fault, NoNTP, AllServing, Unchecked                                                bool
+		FaultOffset                                                                        time.Duration
+		Gens                                                                               []statusGen
 	}{Node: n.nodeInfo.Name, Cluster: n.cfg.Cluster, Coordinator: n.coordName, Version: n.cfg.Version,
 		Instance: n.nodeInfo.InstanceID, EmbeddedURL: n.embeddedURL, Now: wall,
 		Fault: n.cfg.EnableFaultInjection, NoNTP: len(n.cfg.NTP) == 0, AllServing: true}
@@ -101,6 +102,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	} else {
 		data.Peers = "not checked yet"
 	}
+	data.Unchecked, data.ClockCheck = n.policy.clockCheck()
 	for _, rt := range n.gens {
 		st := rt.status(wall)
 		if !st.Serving {

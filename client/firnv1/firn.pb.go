@@ -100,6 +100,16 @@ const (
 	// the queue will have drained; metadata limit is the queue bound and
 	// measured the IDs queued.
 	ErrorReason_OVERLOADED ErrorReason = 17
+	// Nothing checks the clock: no NTP server answers (none is configured,
+	// or --ntp-required=false and NTP is unreachable) and fewer than three
+	// live nodes take part in the peer check, this one included. A clock
+	// that is off would stamp IDs with the wrong time, hold its worker ID
+	// for as long, and carry that time into the next coordinator bump. The
+	// node serves again once NTP answers or a third node is live; configure
+	// --ntp, run three nodes, or accept the risk with --unchecked-clock-ok.
+	// metadata limit is the live nodes the peer check needs, measured those
+	// it counted.
+	ErrorReason_CLOCK_UNCHECKED ErrorReason = 18
 )
 
 // Enum value maps for ErrorReason.
@@ -123,6 +133,7 @@ var (
 		15: "NOT_FOUND",
 		16: "BAD_REQUEST",
 		17: "OVERLOADED",
+		18: "CLOCK_UNCHECKED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -143,6 +154,7 @@ var (
 		"NOT_FOUND":                15,
 		"BAD_REQUEST":              16,
 		"OVERLOADED":               17,
+		"CLOCK_UNCHECKED":          18,
 	}
 )
 
@@ -678,8 +690,18 @@ type InfoResponse struct {
 	Cluster         string           `protobuf:"bytes,5,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	Coordinator     string           `protobuf:"bytes,6,opt,name=coordinator,proto3" json:"coordinator,omitempty"`
 	Generators      []*GeneratorInfo `protobuf:"bytes,7,rep,name=generators,proto3" json:"generators,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Nothing checks this node's clock now: no NTP answering (none
+	// configured, or --ntp-required=false and unreachable) and fewer than
+	// three live nodes in the peer check, this one included. The node then
+	// refuses to serve (CLOCK_UNCHECKED) unless --unchecked-clock-ok is set
+	// or it runs on its own embedded coordinator.
+	ClockUnchecked bool `protobuf:"varint,8,opt,name=clock_unchecked,json=clockUnchecked,proto3" json:"clock_unchecked,omitempty"`
+	// How the clock is checked, for people: "NTP", "peers (3 live nodes)",
+	// "NTP and peers (3 live nodes)", "unchecked, accepted by
+	// --unchecked-clock-ok", "unchecked: not serving (...)", ...
+	ClockCheck    string `protobuf:"bytes,9,opt,name=clock_check,json=clockCheck,proto3" json:"clock_check,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InfoResponse) Reset() {
@@ -759,6 +781,20 @@ func (x *InfoResponse) GetGenerators() []*GeneratorInfo {
 		return x.Generators
 	}
 	return nil
+}
+
+func (x *InfoResponse) GetClockUnchecked() bool {
+	if x != nil {
+		return x.ClockUnchecked
+	}
+	return false
+}
+
+func (x *InfoResponse) GetClockCheck() string {
+	if x != nil {
+		return x.ClockCheck
+	}
+	return ""
 }
 
 type GeneratorInfo struct {
@@ -1016,7 +1052,7 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"datacenter\x12\x16\n" +
 	"\x06worker\x18\x03 \x01(\rR\x06worker\x12\x1a\n" +
 	"\bsequence\x18\x04 \x01(\rR\bsequence\"\r\n" +
-	"\vInfoRequest\"\x86\x02\n" +
+	"\vInfoRequest\"\xd0\x02\n" +
 	"\fInfoResponse\x12\x1b\n" +
 	"\tnode_name\x18\x01 \x01(\tR\bnodeName\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -1027,7 +1063,10 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\vcoordinator\x18\x06 \x01(\tR\vcoordinator\x126\n" +
 	"\n" +
 	"generators\x18\a \x03(\v2\x16.firn.v1.GeneratorInfoR\n" +
-	"generators\"\x83\x06\n" +
+	"generators\x12'\n" +
+	"\x0fclock_unchecked\x18\b \x01(\bR\x0eclockUnchecked\x12\x1f\n" +
+	"\vclock_check\x18\t \x01(\tR\n" +
+	"clockCheck\"\x83\x06\n" +
 	"\rGeneratorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\tR\x06layout\x12\x1d\n" +
@@ -1057,7 +1096,7 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\x10datacenter_fixed\x18\x12 \x01(\bR\x0fdatacenterFixed\x12\x18\n" +
 	"\aworkers\x18\x13 \x03(\rR\aworkers\x12%\n" +
 	"\x0eworkers_wanted\x18\x14 \x01(\rR\rworkersWanted\x12\x1b\n" +
-	"\tmax_range\x18\x15 \x01(\x04R\bmaxRange*\xe8\x02\n" +
+	"\tmax_range\x18\x15 \x01(\x04R\bmaxRange*\xfd\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eCLOCK_ROLLBACK\x10\x01\x12\x0e\n" +
@@ -1081,7 +1120,8 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\tNOT_FOUND\x10\x0f\x12\x0f\n" +
 	"\vBAD_REQUEST\x10\x10\x12\x0e\n" +
 	"\n" +
-	"OVERLOADED\x10\x112\xb8\x02\n" +
+	"OVERLOADED\x10\x11\x12\x13\n" +
+	"\x0fCLOCK_UNCHECKED\x10\x122\xb8\x02\n" +
 	"\tIDService\x129\n" +
 	"\x06NextID\x12\x16.firn.v1.NextIDRequest\x1a\x17.firn.v1.NextIDResponse\x12<\n" +
 	"\aNextIDs\x12\x17.firn.v1.NextIDsRequest\x1a\x18.firn.v1.NextIDsResponse\x12B\n" +

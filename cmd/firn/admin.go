@@ -15,6 +15,7 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/server"
 )
 
 // adminFlags are the flags of an admin command that reaches the
@@ -232,7 +233,9 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	var c adminFlags
 	c.register(fs, "", "the generator to bump, as NAME (default: every generator of the cluster); its layout, which gives the time unit and the layout's end, is read from its pin; NAME=LAYOUT is refused when LAYOUT differs from the pin and is needed only for a generator the coordinator has no pin for")
 	by := fs.Duration("by", 0, "after restoring the coordinator from a snapshot: raise every reservation of the generator, and the floor of every worker first used later, by this much (at least the time between the snapshot and the last write before the restore, plus the reservation window; at least the gap a restore marker recorded)")
-	maxLead := fs.Duration("max-lead", 0, "the nodes' --max-lead, to say when they serve again (0: max(1s, 2 units) per generator)")
+	maxLead := fs.Duration("max-lead", 0, "the nodes' --max-lead, to say when they serve again and how far ahead a busy node reserves (0: max(1s, 2 units) per generator)")
+	maxSkew := fs.Duration("max-skew", server.DefaultConfig().MaxPeerSkew, "how far the nodes' clocks may stand ahead of this one (the default is the nodes' default --max-peer-skew): a reservation beyond this clock plus the reservation window, max-lead and this was written by a clock ahead, and the bump refuses, naming the worker and its node, unless --include-ahead")
+	includeAhead := fs.Bool("include-ahead", false, "bump also over reservations ahead of this clock (see --max-skew): the generator floor then follows them, and every node of the generator waits for it")
 	if err := c.parse(args[1:], os.Getenv); err != nil {
 		if isHelp(err) {
 			return exitOK
@@ -244,6 +247,9 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	if *by <= 0 {
 		return fail(stderr, exitUsage, "coordinator bump: --by %v must be positive", *by)
+	}
+	if *maxSkew < 0 {
+		return fail(stderr, exitUsage, "coordinator bump: --max-skew %v must not be negative", *maxSkew)
 	}
 	name, given := splitGenerator(c.generator)
 	if name == "" && given != "" {
@@ -281,12 +287,67 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 		targets = append(targets, bumpTarget{name: n, layout: l, state: states[n]})
 	}
 	wall, _ := clockguard.NewSystem().Now()
+	window := c.coord.timing().ReservationWindow
+	leadOf := func(l generator.Layout) time.Duration {
+		if *maxLead > 0 {
+			return *maxLead
+		}
+		return generator.DefaultMaxLead(l)
+	}
+	specOf := func(tg bumpTarget) coordinator.BumpSpec {
+		l := tg.layout
+		ahead := window + leadOf(l) + *maxSkew
+		return coordinator.BumpSpec{Generator: tg.name, By: int64((*by + l.Unit - 1) / l.Unit), Now: max(0, l.Units(wall)),
+			MaxTime: l.MaxTime(), MaxAhead: int64((ahead+l.Unit-1)/l.Unit) + 1, IncludeAhead: *includeAhead}
+	}
+	aheadRefusal := func(tg bumpTarget, ae *coordinator.AheadError) {
+		fmt.Fprintln(stderr, aheadMessage(tg.name, tg.layout, ae, wall, window, leadOf(tg.layout), *maxSkew))
+	}
+	// Reservations ahead of this clock are looked for in every generator
+	// before any is bumped, so that a refusal leaves all of them as they
+	// were; each backend's Bump checks again on the reading it bumps from.
+	refused := 0
+	for _, tg := range targets {
+		holders, err := coord.Workers(ctx, tg.name)
+		if err != nil {
+			return fail(stderr, exitFailure, "coordinator bump: generator %s: %v; nothing was bumped", tg.name, err)
+		}
+		check := specOf(tg)
+		check.IncludeAhead = false
+		floor := int64(-1)
+		if tg.state != nil {
+			floor = tg.state.Floor
+		}
+		var ae *coordinator.AheadError
+		if !errors.As(check.CheckAhead(holders, floor), &ae) {
+			continue
+		}
+		if !*includeAhead {
+			aheadRefusal(tg, ae)
+			refused++
+			continue
+		}
+		for _, h := range ae.Ahead {
+			fmt.Fprintf(stdout, "generator %s: including dc=%d worker=%d reserved until %s, %v ahead of this clock, %s (--include-ahead): the floor follows it\n",
+				tg.name, h.Slot.Datacenter, h.Slot.Worker, tg.layout.UnitStart(h.Reserved+1).UTC().Format(time.RFC3339Nano),
+				tg.layout.UnitStart(h.Reserved+1).Sub(wall).Round(time.Second), h.HolderName())
+		}
+	}
+	if refused > 0 {
+		return exitFailure
+	}
 	failed := 0
 	for _, tg := range targets {
 		l := tg.layout
-		units := int64((*by + l.Unit - 1) / l.Unit)
-		spec := coordinator.BumpSpec{Generator: tg.name, By: units, Now: max(0, l.Units(wall)), MaxTime: l.MaxTime()}
+		spec := specOf(tg)
+		units := spec.By
 		res, err := coord.Bump(ctx, spec)
+		var ae *coordinator.AheadError
+		if errors.As(err, &ae) {
+			failed++
+			aheadRefusal(tg, ae)
+			continue
+		}
 		if err != nil {
 			failed++
 			msg := err.Error()
@@ -296,10 +357,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "firn: coordinator bump: generator %s: %s\n", tg.name, strings.ReplaceAll(msg, "\n", " "))
 			continue
 		}
-		lead := *maxLead
-		if lead <= 0 {
-			lead = generator.DefaultMaxLead(l)
-		}
+		lead := leadOf(l)
 		serveAt := l.UnitStart(res.Floor).Add(-lead)
 		wait := max(0, serveAt.Sub(wall)).Round(time.Second)
 		fmt.Fprintf(stdout, "generator %s: raised every reservation by %v (%d units of %v) and the floor to %d (%s); nodes serve again from about %s, in %v (D plus the reservation window, less max-lead %v)\n",
@@ -315,4 +373,29 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// aheadMessage is a bump's refusal over reservations ahead of its clock:
+// each worker, its node, its reservation's time and the limit, and how to
+// proceed.
+func aheadMessage(name string, l generator.Layout, ae *coordinator.AheadError, wall time.Time, window, lead, skew time.Duration) string {
+	ts := func(u int64) string { return l.UnitStart(u + 1).UTC().Format(time.RFC3339Nano) }
+	var b strings.Builder
+	limit := fmt.Sprintf("this clock %s + the reservation window %v + max-lead %v + --max-skew %v",
+		wall.UTC().Format(time.RFC3339Nano), window, lead, skew)
+	if ae.Floor >= ae.Limit {
+		limit = "the generator floor an earlier bump set"
+	}
+	fmt.Fprintf(&b, "firn: coordinator bump: generator %s: refused, nothing was written: %d worker(s) reserved beyond this clock plus what a node reserves ahead of its own (limit %s: %s); a clock ahead of this one wrote them:\n",
+		name, len(ae.Ahead), ts(ae.Limit), limit)
+	top := ae.Limit
+	for _, h := range ae.Ahead {
+		top = max(top, h.Reserved)
+		fmt.Fprintf(&b, "  dc=%d worker=%d reserved until %s, %v ahead of this clock, %s\n", h.Slot.Datacenter, h.Slot.Worker,
+			ts(h.Reserved), l.UnitStart(h.Reserved+1).Sub(wall).Round(time.Second), h.HolderName())
+	}
+	within := l.UnitStart(top - ae.MaxAhead) // when this clock plus the allowance reaches them
+	fmt.Fprintf(&b, "A bump now sets the generator floor above them, and every node of generator %s would wait until then to serve. Check the clock of the node named (firn info --addr on it; chronyc tracking on its host). To proceed: wait until %s (in %v), when they lie within the limit, and bump again; or bump now with --include-ahead.",
+		name, within.UTC().Format(time.RFC3339), max(0, within.Sub(wall)).Round(time.Second))
+	return b.String()
 }

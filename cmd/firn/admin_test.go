@@ -253,3 +253,60 @@ func TestAdminReadsServeConfig(t *testing.T) {
 		t.Fatalf("firn workers on FIRN_CLUSTER=other: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestBumpRefusesReservationsAhead: a reservation beyond the bump's clock
+// plus the reservation window, max-lead and --max-skew — a node whose
+// clock runs an hour ahead wrote it — makes the bump refuse before
+// anything is written, in every generator, naming the worker, its node,
+// the reservation's time and the limit, and how to proceed; with no live
+// holder it says so; --include-ahead bumps as before, the floor following
+// the reservation ahead.
+func TestBumpRefusesReservationsAhead(t *testing.T) {
+	a := newAdminEtcd(t)
+	hour := int64(time.Hour / time.Millisecond)
+	slot, r := a.holder("ids", "snowflake", hour)
+	oslot, or := a.holder("orders", "snowflake", 3000)
+	sf, _ := generator.Preset("snowflake")
+
+	out, errOut, code := cli(t, nil, "coordinator", "bump", "--by", "3s", "--etcd", a.ep)
+	until := sf.UnitStart(r + 1).UTC().Format(time.RFC3339Nano)
+	for _, want := range []string{"generator ids: refused, nothing was written", "dc=0 worker=0", "reserved until " + until,
+		`held by node "holder-ids" (127.0.0.1:7300)`, "limit ", "the reservation window 5s + max-lead 1s + --max-skew 1s",
+		"wait until", "--include-ahead"} {
+		if code != exitFailure || !strings.Contains(errOut, want) {
+			t.Fatalf("bump over a reservation an hour ahead: exit %d, stdout %q, stderr %q; want exit 1 naming %q", code, out, errOut, want)
+		}
+	}
+	if strings.Contains(errOut, "generator orders") {
+		t.Fatalf("the generator within the limit is named as ahead: %s", errOut)
+	}
+	for name, sr := range map[string]struct {
+		slot coordinator.Slot
+		r    int64
+	}{"ids": {slot, r}, "orders": {oslot, or}} {
+		if got, f := a.reserved(name, sr.slot), a.floor(name); got != sr.r || f != -1 {
+			t.Fatalf("%s after the refused bump: reservation %d (want %d), floor %d (want none)", name, got, sr.r, f)
+		}
+	}
+	// A wider --max-skew takes it.
+	if _, errOut, code := cli(t, nil, "coordinator", "bump", "--by", "1ms", "--etcd", a.ep, "--generator", "orders", "--max-skew", "2h"); code != 0 {
+		t.Fatalf("bump of orders: exit %d %s", code, errOut)
+	}
+
+	// With no live holder, the refusal says so.
+	if err := a.coord.ForceRelease(ctx10(t), "ids", slot); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = cli(t, nil, "coordinator", "bump", "--by", "3s", "--etcd", a.ep, "--generator", "ids")
+	if code != exitFailure || !strings.Contains(errOut, "dc=0 worker=0") || !strings.Contains(errOut, "no live holder") {
+		t.Fatalf("bump over a reservation ahead with no holder: exit %d, stderr %q", code, errOut)
+	}
+
+	out, errOut, code = cli(t, nil, "coordinator", "bump", "--by", "3s", "--etcd", a.ep, "--generator", "ids", "--include-ahead")
+	if code != 0 || !strings.Contains(out, "including dc=0 worker=0") {
+		t.Fatalf("bump --include-ahead: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if got, f := a.reserved("ids", slot), a.floor("ids"); got != r+3000 || f != r+3000 {
+		t.Fatalf("after bump --include-ahead: reservation %d, floor %d; want both %d + 3000", got, f, r)
+	}
+}

@@ -239,6 +239,9 @@ func cmdInfo(args []string, stdout, stderr io.Writer) int {
 	if u := resp.GetEmbeddedEtcdUrl(); u != "" {
 		fmt.Fprintf(stdout, "embedded etcd: %s\n", u)
 	}
+	if c := resp.GetClockCheck(); c != "" {
+		fmt.Fprintf(stdout, "clock check: %s\n", c)
+	}
 	for _, g := range resp.GetGenerators() {
 		state := "SERVING"
 		if !g.GetServing() {

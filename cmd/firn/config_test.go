@@ -250,6 +250,39 @@ func TestServeConfigToNode(t *testing.T) {
 	if cfg, err = sc.finish(time.Now()); err != nil || cfg.NTPRequired {
 		t.Fatalf("--ntp-required=false: required %v, %v", cfg.NTPRequired, err)
 	}
+	if cfg.UncheckedClockOK {
+		t.Fatal("--unchecked-clock-ok is set by default")
+	}
+}
+
+// --unchecked-clock-ok comes from the flag, FIRN_UNCHECKED_CLOCK_OK or the
+// --config file's unchecked-clock-ok key, as every serve flag does.
+func TestUncheckedClockOKLayers(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "firn.yaml")
+	if err := os.WriteFile(conf, []byte("unchecked-clock-ok: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{"default", nil, nil, false},
+		{"flag", []string{"--unchecked-clock-ok"}, nil, true},
+		{"environment", nil, map[string]string{"FIRN_UNCHECKED_CLOCK_OK": "true"}, true},
+		{"file", []string{"--config", conf}, nil, true},
+		{"flag beats file", []string{"--config", conf, "--unchecked-clock-ok=false"}, nil, false},
+	} {
+		sc, err := parseServe(t, append([]string{"--data-dir", t.TempDir(), "--etcd", "127.0.0.1:2379"}, c.args...), c.env)
+		if err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		cfg, err := sc.finish(time.Now())
+		if err != nil || cfg.UncheckedClockOK != c.want {
+			t.Fatalf("%s: UncheckedClockOK %v (%v), want %v", c.what, cfg.UncheckedClockOK, err, c.want)
+		}
+	}
 }
 
 // The admin commands read the coordinator flags as serve does: flag >

@@ -45,8 +45,11 @@ func TestServeEmbeddedDefault(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("firn info: exit %d: %s", code, errOut)
 	}
+	// No NTP, one node, no --unchecked-clock-ok: the node's own embedded
+	// coordinator serves on the unchecked clock, and says so.
 	for _, want := range []string{"generator default (default): SERVING", "embedded etcd: http://" + a.eclient,
-		"layout time=41,dc=5,worker=5,seq=12", "max batch 100000"} {
+		"layout time=41,dc=5,worker=5,seq=12", "max batch 100000",
+		"clock check: unchecked, accepted on this node's own embedded coordinator"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("firn info lacks %q:\n%s", want, out)
 		}
@@ -370,7 +373,9 @@ func TestBumpAfterRestore(t *testing.T) {
 	srv := etcdtest.StartEmbedded(t)
 	ep := srv.Endpoints[0]
 	a := freeAddrs(t)
-	p := serve(t, t.TempDir(), a, nil, "--etcd", ep)
+	// One node on an external etcd without NTP: --unchecked-clock-ok (the
+	// test is about the bump's floor, not the clock check).
+	p := serve(t, t.TempDir(), a, nil, "--etcd", ep, "--unchecked-clock-ok")
 	p.waitReady(30 * time.Second)
 	ids(t, a.grpc, 100)
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -405,7 +410,7 @@ func TestBumpAfterRestore(t *testing.T) {
 	}
 
 	b := freeAddrs(t)
-	q := serve(t, t.TempDir(), b, nil, "--etcd", ep)
+	q := serve(t, t.TempDir(), b, nil, "--etcd", ep, "--unchecked-clock-ok")
 	q.waitReady(30 * time.Second)
 	first := ids(t, b.grpc, 1)[0]
 	sf, _ := generator.Preset("snowflake")
@@ -416,6 +421,46 @@ func TestBumpAfterRestore(t *testing.T) {
 	if parts.Worker != 0 || !parts.Time.After(bumped.Add(by)) {
 		t.Fatalf("after the bump the worker %d holder's first ID has time %v; want worker 0 above the bump at %v + %v",
 			parts.Worker, parts.Time, bumped, by)
+	}
+	if code := q.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+}
+
+// On an external coordinator, with no NTP and one node, `firn serve`
+// does not serve unless told to: /readyz and `firn info` (exit 3) name
+// CLOCK_UNCHECKED and what to do; FIRN_UNCHECKED_CLOCK_OK=true serves.
+func TestServeUncheckedClockRefused(t *testing.T) {
+	srv := etcdtest.StartEmbedded(t)
+	ep := srv.Endpoints[0]
+	a := freeAddrs(t)
+	p := serve(t, t.TempDir(), a, nil, "--etcd", ep)
+	var out, errOut string
+	code := 0
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		out, errOut, code = cli(t, nil, "info", "--addr", a.grpc)
+		if strings.Contains(out, "CLOCK_UNCHECKED") {
+			break
+		}
+	}
+	for _, want := range []string{"NOT SERVING (CLOCK_UNCHECKED)", "no NTP configured", "--unchecked-clock-ok",
+		"clock check: unchecked: not serving"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("firn info: exit %d, stderr %q, stdout lacks %q:\n%s", code, errOut, want, out)
+		}
+	}
+	if _, errOut, code := cli(t, nil, "next", "--addr", a.grpc); code != exitNotReady || !strings.Contains(errOut, "CLOCK_UNCHECKED") {
+		t.Fatalf("firn next: exit %d, stderr %q; want %d naming CLOCK_UNCHECKED", code, errOut, exitNotReady)
+	}
+	if code := p.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+
+	q := serve(t, t.TempDir(), freeAddrs(t), []string{"FIRN_UNCHECKED_CLOCK_OK=true"}, "--etcd", ep)
+	q.waitReady(30 * time.Second)
+	out, errOut, code = cli(t, nil, "info", "--addr", q.a.grpc)
+	if code != 0 || !strings.Contains(out, "clock check: unchecked, accepted by --unchecked-clock-ok") {
+		t.Fatalf("firn info with FIRN_UNCHECKED_CLOCK_OK=true: exit %d %s\n%s", code, errOut, out)
 	}
 	if code := q.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM", code)

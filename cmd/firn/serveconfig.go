@@ -107,6 +107,7 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.Var(boolSetFlag{&c.NTPRequired, &sc.ntpRequiredSet}, "ntp-required", "unreachable NTP blocks serving (default true when --ntp is set)")
 	fs.DurationVar(&c.NTPInterval, "ntp-interval", c.NTPInterval, "how often NTP is checked")
 	fs.DurationVar(&c.MaxPeerSkew, "max-peer-skew", c.MaxPeerSkew, "clock skew from the peer median beyond which an outlier stops serving")
+	fs.BoolVar(&c.UncheckedClockOK, "unchecked-clock-ok", c.UncheckedClockOK, "serve while nothing checks the clock (no NTP answering and fewer than 3 live nodes for the peer check); without it such a node does not serve (CLOCK_UNCHECKED). The embedded coordinator needs no such flag")
 	fs.StringVar(&c.RollbackRecovery, "rollback-recovery", c.RollbackRecovery, "after a clock rollback beyond max-lead: auto or manual (POST /admin/resume)")
 	fs.IntVar(&c.RingSize, "ring-size", c.RingSize, "ring buffer slots per generator (power of two)")
 	fs.StringVar(&sc.tlsCert, "tls-cert", sc.tlsCert, "TLS certificate for gRPC and HTTP")

@@ -221,6 +221,86 @@ func BumpPastMaxTimeWritesNothing(t *testing.T, b Backend) {
 	}
 }
 
+// BumpRefusesReservationsAhead: a bump that finds reservations beyond its
+// clock plus MaxAhead — written by a clock ahead of its own — refuses before
+// anything is written, naming each such worker and its live holder (or
+// that it has none); told to include them, it bumps as before, the floor
+// following them.
+func BumpRefusesReservationsAhead(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c := cl.Connect(t, sysClock)
+	spec := Spec("ahead", 4)
+	fine, fast, gone := Node("fine"), Node("fast"), Node("gone")
+	lf := mustAcquire(t, c, spec, fine)
+	mustReserve(t, lf, 1005, fine) // within now 1000 + MaxAhead 10
+	la := mustAcquire(t, c, spec, fast)
+	mustReserve(t, la, 4600, fast) // an hour of units ahead, say
+	lg := mustAcquire(t, c, spec, gone)
+	mustReserve(t, lg, 2000, gone)
+	if err := lg.Release(ctxT(t, 10*time.Second), 2000); err != nil {
+		t.Fatal(err)
+	}
+	ev := evidence("ahead", lf.Slot(), 1003, 900, fine)
+	if err := c.MarkRestored(ctxT(t, 10*time.Second), ev); err != nil {
+		t.Fatal(err)
+	}
+	spec0 := coordinator.BumpSpec{Generator: "ahead", By: 50, Now: 1000, MaxTime: bigFloor, MaxAhead: 10}
+	r, err := c.Bump(ctxT(t, 10*time.Second), spec0)
+	var ae *coordinator.AheadError
+	if !errors.As(err, &ae) || !errors.Is(err, coordinator.ErrAhead) {
+		t.Fatalf("bump over reservations ahead: %+v, %v; want an *AheadError matching ErrAhead", r, err)
+	}
+	if ae.Generator != "ahead" || ae.Now != 1000 || ae.Limit != 1010 || len(ae.Ahead) != 2 {
+		t.Fatalf("AheadError %+v: want generator ahead, now 1000, limit 1010, two workers", ae)
+	}
+	byName := map[coordinator.Slot]coordinator.Holder{}
+	for _, h := range ae.Ahead {
+		byName[h.Slot] = h
+	}
+	if h := byName[la.Slot()]; h.Reserved != 4600 || !h.Live || h.Heartbeat.Node.Name != "fast" {
+		t.Fatalf("the fast worker: %+v, want reserved 4600, live, held by node fast", h)
+	}
+	if h := byName[lg.Slot()]; h.Reserved != 2000 || h.Live {
+		t.Fatalf("the released worker: %+v, want reserved 2000, no live holder", h)
+	}
+	for _, want := range []string{la.Slot().String(), `"fast"`, "4600", lg.Slot().String(), "no live holder", "1010"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("%q does not name %q", err.Error(), want)
+		}
+	}
+	// Nothing was written: reservations, floor and marker as they were.
+	for slot, want := range map[coordinator.Slot]int64{lf.Slot(): 1005, la.Slot(): 4600, lg.Slot(): 2000} {
+		if got := cl.Reserved(t, "ahead", slot); got != want {
+			t.Fatalf("%s reserved %d after the refused bump, want %d", slot, got, want)
+		}
+	}
+	if got, st := marker(t, c, "ahead"); got == nil || *got != ev || st.Floor != -1 {
+		t.Fatalf("after the refused bump: marker %+v, floor %d; want the marker kept and no floor", got, st.Floor)
+	}
+	// A limit above every reservation passes; so does IncludeAhead, and the
+	// floor then follows the reservation ahead.
+	wide := spec0
+	wide.MaxAhead = 3600
+	wide.By = 1
+	if _, err := c.Bump(ctxT(t, 10*time.Second), wide); err != nil {
+		t.Fatalf("bump with every reservation within MaxAhead: %v", err)
+	}
+	incl := spec0
+	incl.IncludeAhead = true
+	r, err = c.Bump(ctxT(t, 10*time.Second), incl)
+	if err != nil || r.Floor != 4601+50 {
+		t.Fatalf("bump with IncludeAhead: %+v, %v; want floor 4651 (the reservation ahead, bumped by 1, + 50)", r, err)
+	}
+	if got := cl.Reserved(t, "ahead", la.Slot()); got != 4651 {
+		t.Fatalf("the fast worker reserved %d after both bumps, want 4651", got)
+	}
+	// Reservations at or below the generator floor are an earlier bump's
+	// doing, not a clock's: the next bump takes them without being told.
+	if r, err := c.Bump(ctxT(t, 10*time.Second), spec0); err != nil || r.Floor != 4651+50 {
+		t.Fatalf("bump over reservations at or below the floor: %+v, %v; want floor 4701", r, err)
+	}
+}
+
 // GeneratorsListed: Generators lists every generator of the cluster with
 // its pin, floor and marker, sorted by name, and nothing of another
 // cluster.

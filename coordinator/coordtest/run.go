@@ -46,6 +46,7 @@ func Cases() []Case {
 		{"RestoreMarkerKeepsLargerGap", RestoreMarkerKeepsLargerGap},
 		{"BumpClearsRestoreMarker", BumpClearsRestoreMarker},
 		{"BumpPastMaxTimeWritesNothing", BumpPastMaxTimeWritesNothing},
+		{"BumpRefusesReservationsAhead", BumpRefusesReservationsAhead},
 		{"GeneratorsListed", GeneratorsListed},
 		{"Peers", Peers},
 		{"FrozenHolderPastTTL", FrozenHolderPastTTL},

@@ -94,10 +94,11 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 	return fmt.Errorf("%w: etcd force release of %s: owner kept changing", coordinator.ErrUnavailable, slot)
 }
 
-// Bump implements coordinator.Admin. It reads the reservations, the
-// generator floor and the restore marker in one consistent read, refuses
-// (before writing anything) a By below a standing marker's gap and a floor
-// past b.MaxTime, then raises the generator floor (read, compared as a
+// Bump implements coordinator.Admin. It reads the reservations, their
+// owners, the generator floor and the restore marker in one consistent
+// read, refuses (before writing anything) reservations beyond b.MaxAhead
+// (b.CheckAhead), a By below a standing marker's gap and a floor past
+// b.MaxTime, then raises the generator floor (read, compared as a
 // number, written guarded on its mod revision; acquisitions compare its
 // mod revision), then every reservation, each guarded by its mod revision,
 // and last deletes the marker guarded by the mod revision it read.
@@ -111,6 +112,7 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 		clientv3.OpGet(k.reservations(), clientv3.WithPrefix()),
 		clientv3.OpGet(k.floor()),
 		clientv3.OpGet(k.restored()),
+		clientv3.OpGet(k.owners(), clientv3.WithPrefix()),
 	).Commit()
 	cancel()
 	if err != nil {
@@ -118,14 +120,27 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 	}
 	res := g.Responses[0].GetResponseRange().Kvs
 	top := int64(-1)
+	// The reservations with their live owners, read in the same revision,
+	// for the check of reservations ahead of the bump's clock.
+	var slots []coordinator.Holder
+	owners := map[string]coordinator.Heartbeat{}
+	for _, kv := range g.Responses[3].GetResponseRange().Kvs {
+		owners[strings.TrimPrefix(string(kv.Key), k.owners())] = coordinator.DecodeOwner(kv.Value).Heartbeat()
+	}
 	for _, kv := range res {
 		v, err := parseKey(string(kv.Key), kv.Value)
 		if err != nil {
 			return coordinator.BumpResult{}, err
 		}
 		top = max(top, v)
+		name := strings.TrimPrefix(string(kv.Key), k.reservations())
+		if slot, ok := parseSlot(name); ok {
+			hb, live := owners[name]
+			slots = append(slots, coordinator.Holder{Slot: slot, Live: live, Heartbeat: hb, Reserved: v})
+		}
 	}
-	if _, err := readStored(k.floor(), g.Responses[1].GetResponseRange().Kvs); err != nil {
+	storedFloor, err := readStored(k.floor(), g.Responses[1].GetResponseRange().Kvs)
+	if err != nil {
 		return coordinator.BumpResult{}, err
 	}
 	var marker *coordinator.RestoreEvidence
@@ -136,6 +151,9 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 			return coordinator.BumpResult{}, err
 		}
 		marker, markerRev = &ev, kvs[0].ModRevision
+	}
+	if err := b.CheckAhead(slots, storedFloor.value); err != nil {
+		return coordinator.BumpResult{}, err
 	}
 	want, err := b.BumpFloor(top, marker)
 	if err != nil {

@@ -638,22 +638,26 @@ func (c *Client) ForceRelease(ctx context.Context, generator string, slot coordi
 }
 
 // Bump implements coordinator.Admin in one atomic step: a By below a
-// standing marker's gap and a floor past b.MaxTime are refused before
-// anything is written; then the generator floor is raised (never lowered),
-// every reservation raised by b.By, and the marker cleared.
+// standing marker's gap, a floor past b.MaxTime and reservations beyond
+// b.Now + b.MaxAhead (b.CheckAhead) are refused before anything is
+// written; then the generator floor is raised (never lowered), every
+// reservation raised by b.By, and the marker cleared.
 func (c *Client) Bump(ctx context.Context, b coordinator.BumpSpec) (coordinator.BumpResult, error) {
 	if err := b.Validate(); err != nil {
 		return coordinator.BumpResult{}, err
 	}
 	var out coordinator.BumpResult
 	err := c.call(ctx, OpAdmin, "bump", func(time.Time) error {
-		top := int64(-1)
+		top, floor := int64(-1), int64(-1)
 		var marker *coordinator.RestoreEvidence
 		if g := c.s.st.gen(b.Generator, false); g != nil {
 			for _, r := range g.reserved {
 				top = max(top, r)
 			}
-			marker = g.marker
+			marker, floor = g.marker, g.floor
+		}
+		if err := b.CheckAhead(c.s.st.holders(b.Generator), floor); err != nil {
+			return err
 		}
 		want, err := b.BumpFloor(top, marker)
 		if err != nil {

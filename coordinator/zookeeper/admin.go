@@ -141,7 +141,8 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 
 // Bump implements coordinator.Admin: it reads the restore marker,
 // the reservations and the generator floor, refuses (before writing
-// anything) a By below a standing marker's gap and a floor past b.MaxTime,
+// anything) reservations beyond b.MaxAhead (b.CheckAhead, naming their
+// owners), a By below a standing marker's gap and a floor past b.MaxTime,
 // then raises the generator floor node (acquiring multis check its
 // version), then every reservation node by b.By, each with a
 // version-checked write (a holder's next Reserve then re-reads and adopts
@@ -163,6 +164,7 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 		return coordinator.BumpResult{}, unavailable("list reservations", err)
 	}
 	top := int64(-1)
+	var slots []coordinator.Holder // for the check of reservations ahead
 	for _, name := range names {
 		path := p.reservations() + "/" + name
 		d, _, err := c.get(ctx, path)
@@ -177,13 +179,36 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 			return coordinator.BumpResult{}, err
 		}
 		top = max(top, v)
+		if slot, ok := parseSlot(name); ok {
+			slots = append(slots, coordinator.Holder{Slot: slot, Reserved: v})
+		}
 	}
+	floor := int64(-1)
 	if d, _, err := c.get(ctx, p.floor()); err == nil {
-		if _, err := parsePath(p.floor(), d); err != nil {
+		if floor, err = parsePath(p.floor(), d); err != nil {
 			return coordinator.BumpResult{}, err
 		}
 	} else if !errors.Is(err, zk.ErrNoNode) {
 		return coordinator.BumpResult{}, unavailable("read generator floor", err)
+	}
+	if lim, ok := b.AheadLimit(floor); ok && !b.IncludeAhead && top > lim {
+		// Name the live holder of each reservation ahead (read after the
+		// reservations: a holder that left meanwhile shows as none).
+		for i := range slots {
+			if slots[i].Reserved <= lim {
+				continue
+			}
+			d, _, err := c.get(ctx, p.owner(slots[i].Slot))
+			switch {
+			case err == nil:
+				slots[i].Live, slots[i].Heartbeat = true, decodeOwner(d).Heartbeat()
+			case !errors.Is(err, zk.ErrNoNode):
+				return coordinator.BumpResult{}, unavailable("read owner", err)
+			}
+		}
+	}
+	if err := b.CheckAhead(slots, floor); err != nil {
+		return coordinator.BumpResult{}, err
 	}
 	want, err := b.BumpFloor(top, marker)
 	if err != nil {
@@ -192,12 +217,12 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 	if err := c.ensureGenerator(ctx, p); err != nil {
 		return coordinator.BumpResult{}, err
 	}
-	floor, err := c.raiseFloor(ctx, p.floor(), want)
+	raised, err := c.raiseFloor(ctx, p.floor(), want)
 	if err != nil {
 		return coordinator.BumpResult{}, err
 	}
-	c.log.Warn("generator floor raised", "generator", b.Generator, "floor", floor)
-	out := coordinator.BumpResult{Floor: floor}
+	c.log.Warn("generator floor raised", "generator", b.Generator, "floor", raised)
+	out := coordinator.BumpResult{Floor: raised}
 	for _, name := range names {
 		if err := c.bumpOne(ctx, p.reservations()+"/"+name, b.By); err != nil {
 			return out, err

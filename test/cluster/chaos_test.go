@@ -99,6 +99,10 @@ func (e *env) newNodeOn(name string, endpoints []string, extra ...string) *Node 
 		px = append(px, p)
 		addrs = append(addrs, p.Addr())
 	}
+	// Most scenarios run one or two nodes without NTP, and none is about
+	// the unchecked-clock refusal (server/unchecked_test.go is): every node
+	// serves on an unchecked clock, as before the refusal existed.
+	extra = append([]string{"--unchecked-clock-ok"}, extra...)
 	n := NewNode(e.t, name, NodeOptions{Cluster: e.cluster, Coord: []string{e.b.flag, strings.Join(addrs, ",")}, Extra: extra})
 	e.proxies[n] = px
 	e.nodes = append(e.nodes, n)

@@ -2,9 +2,11 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/firnid/firn/coordinator"
@@ -257,7 +259,22 @@ func (w *world) bump(by time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	units := int64(by / w.layout.Unit)
-	res, err := admin.Bump(ctx, coordinator.BumpSpec{Generator: generatorName, By: units, Now: w.layout.Units(wall), MaxTime: w.layout.MaxTime()})
+	// As `firn coordinator bump` does by default: reservations beyond the
+	// clock plus the window, max-lead and a second of skew are refused,
+	// naming their workers; the operator reads it and bumps over them.
+	ahead := 5*time.Second + generator.DefaultMaxLead(w.layout) + time.Second
+	spec := coordinator.BumpSpec{Generator: generatorName, By: units, Now: w.layout.Units(wall), MaxTime: w.layout.MaxTime(),
+		MaxAhead: int64(ahead/w.layout.Unit) + 1}
+	res, err := admin.Bump(ctx, spec)
+	var ae *coordinator.AheadError
+	if errors.As(err, &ae) {
+		w.note("bump by %v refused: %v", by, err)
+		if len(ae.Ahead) == 0 || !strings.Contains(err.Error(), ae.Ahead[0].Slot.String()) {
+			w.violate("a bump refused over reservations ahead names none: %v", err)
+		}
+		spec.IncludeAhead = true
+		res, err = admin.Bump(ctx, spec)
+	}
 	if err != nil {
 		w.note("bump by %v: %v", by, err)
 		return
