@@ -221,19 +221,20 @@ func TestWideLeaseLossLeavesOthersServing(t *testing.T) {
 	}
 }
 
-// A wide generator held out (NTP says the clock is off) for longer than
-// its reservation window: every member's reservation lapses and each
-// leaves the source. When NTP agrees again the members come back one by
-// one. Each must come back serving: before, a member that rejoined after
-// the generator was let go kept the hold it got when the generator was
-// held, and while Info said SERVING with both workers, every bulk call
-// reaching that member was refused "not serving" with a cause the state
-// did not hold.
+// A wide generator held out (NTP says the clock is off) while its
+// coordinator is frozen for longer than the reservation window: every
+// member's reservation runs out and each leaves the source. NTP agrees
+// again, then the coordinator comes back, and the members come back one
+// by one. Each must come back serving: before, a member that rejoined
+// after the generator was let go kept the hold it got when the generator
+// was held, and while Info said SERVING with both workers, every bulk
+// call reaching that member was refused "not serving" with a cause the
+// state did not hold.
 func TestWideMembersRejoinServing(t *testing.T) {
-	e := etcdtest.StartEmbedded(t)
+	procs := etcdtest.StartCluster(t, 1)
 	ntp := ntptest.NewServer(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), workers(2), ntpServers(time.Second, ntp.Addr()), func(c *server.Config) {
-		c.Timing.Timeout, c.Timing.ReservationWindow = 500*time.Millisecond, 2500*time.Millisecond
+	n := startNode(t, procs.Endpoints(), t.TempDir(), workers(2), ntpServers(time.Second, ntp.Addr()), func(c *server.Config) {
+		c.Timing.LeaseTTL, c.Timing.Timeout, c.Timing.ReservationWindow = 10*time.Second, 500*time.Millisecond, 2500*time.Millisecond
 	})
 	waitServing(t, n.ids, "default", 10*time.Second)
 	deadline := time.Now().Add(10 * time.Second)
@@ -250,21 +251,36 @@ func TestWideMembersRejoinServing(t *testing.T) {
 	waitNotServing(t, n.ids, "default", 5*time.Second)
 	_, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 20_000})
 	wantInfo(t, "NextIDs(20000) during the NTP hold", err, "NTP_OFFSET", nil)
-	// Longer than the window: the reservations, held below the doubt,
-	// run out and both members leave the source.
-	time.Sleep(5 * time.Second)
-	if info := n.genInfo(t, "default"); info.GetServing() {
-		t.Fatalf("serving during the NTP hold: %v", info)
-	}
 
+	// The coordinator frozen past the window (not the lease TTL): the
+	// reservations run out and both members leave the source.
+	procs.Members[0].Freeze(t)
+	thawed := false
+	defer func() {
+		if !thawed {
+			procs.Members[0].Thaw(t)
+		}
+	}()
+	deadline = time.Now().Add(8 * time.Second)
+	for len(n.genInfo(t, "default").GetWorkers()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("workers %v still in the source 8 s into the freeze", n.genInfo(t, "default").GetWorkers())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// NTP agrees again while the members are out, then the coordinator
+	// comes back: the members rejoin, one by one, the generator serving.
 	ntp.SetOffset(0)
-	waitServing(t, n.ids, "default", 10*time.Second)
+	time.Sleep(1500 * time.Millisecond)
+	procs.Members[0].Thaw(t)
+	thawed = true
+	waitServing(t, n.ids, "default", 15*time.Second)
 	deadline = time.Now().Add(10 * time.Second)
 	for len(n.genInfo(t, "default").GetWorkers()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if ws := n.genInfo(t, "default").GetWorkers(); len(ws) != 2 {
-		t.Fatalf("workers %v after NTP agreed again, want 2", ws)
+		t.Fatalf("workers %v after the coordinator came back, want 2", ws)
 	}
 	refused := 0
 	var first error
