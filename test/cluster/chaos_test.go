@@ -543,7 +543,8 @@ var faultScenarios = []scenario{
 			}
 			return false
 		}
-		d, ok := waitFor(8*time.Second, func() bool {
+		// The holder's new take waits the restore guard.
+		d, ok := waitFor(guardWait+4*time.Second, func() bool {
 			if code, body := wide.Ready(); code != 200 {
 				e.t.Errorf("the wide node stopped serving after one of four leases was released: %d %s", code, body)
 			}
