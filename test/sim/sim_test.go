@@ -140,6 +140,9 @@ var regressions = []struct {
 	{696, "a replacement started an hour ahead while no node held a worker (after a restore), reserved an hour ahead, and the next bump's floor followed it"},
 	{1147, "a bump over a reservation an hour ahead: the floor waits for the clock"},
 	{1537, "a restore marker on a worker the snapshot showed at 0 asked for a bump of fifteen years"},
+	{3, "a wide node refused every call STARTING \"not serving\" for minutes while its state served: a member rejoined still held after an NTP hold; also NextRange(max_range) refused RESOURCE_EXHAUSTED on an idle node, and a fresh node's take right after a restore overlapping the old holder's interval"},
+	{17, "a wide node of a layout whose sequence lies above the node fields handed one caller each worker's whole block of a unit in turn: its IDs went down"},
+	{438, "NextRange on a single-worker node spun in AwaitBulk (Wide.peek saw its member ahead and said ready; produce could issue nothing), stopping virtual time"},
 }
 
 // TestSimRegressions replays the seeds that found bugs.
