@@ -217,9 +217,9 @@ func (w *world) received(who string, pieces []piece, restored bool) {
 		k := w.shape.key(p)
 		r := keyRun{first: k - (pc.n - 1), last: k, who: who}
 		if prev, dup := w.insertRun(slot, r); dup {
-			w.violations = append(w.violations, fmt.Sprintf("%9v  IDs %d..%d issued twice: to %s and to %s (%d IDs of %s from %d)",
+			w.violations = append(w.violations, fmt.Sprintf("%9v  IDs %d..%d of %s issued twice: to %s and again to %s",
 				w.since(), w.shape.idOf(slot, max(r.first, prev.first)), w.shape.idOf(slot, min(r.last, prev.last)),
-				prev.who, who, pc.n, slot, pc.first))
+				slot, prev.who, who))
 			continue
 		}
 		if restored {

@@ -113,18 +113,22 @@ var violationKinds = []struct{ kind, phrase string }{
 	{"bump", "the bump left"},
 }
 
+// kindOf is the kind of a violation, by its text.
+func kindOf(v string) string {
+	for _, k := range violationKinds {
+		if strings.Contains(v, k.phrase) {
+			return k.kind
+		}
+	}
+	return "other"
+}
+
 // KindCounts counts the violations by kind, kinds in the order of their
 // first violation.
 func (r *Result) KindCounts() (kinds []string, counts map[string]int) {
 	counts = map[string]int{}
 	for _, v := range r.Violations {
-		kind := "other"
-		for _, k := range violationKinds {
-			if strings.Contains(v, k.phrase) {
-				kind = k.kind
-				break
-			}
-		}
+		kind := kindOf(v)
 		if counts[kind] == 0 {
 			kinds = append(kinds, kind)
 		}
@@ -147,12 +151,20 @@ func (r *Result) Kinds() string {
 func (r *Result) Report() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %d violation(s):\n", r.Seed, len(r.Violations))
+	shown := map[string]bool{}
 	for i, v := range r.Violations {
 		if i == 10 {
-			fmt.Fprintf(&b, "  … and %d more\n", len(r.Violations)-i)
+			fmt.Fprintf(&b, "  … and %d more; the first of each other kind:\n", len(r.Violations)-i)
 			break
 		}
+		shown[kindOf(v)] = true
 		fmt.Fprintf(&b, "  %s\n", v)
+	}
+	for _, v := range r.Violations[min(10, len(r.Violations)):] {
+		if k := kindOf(v); !shown[k] {
+			shown[k] = true
+			fmt.Fprintf(&b, "  %s\n", v)
+		}
 	}
 	fmt.Fprintf(&b, "  kinds: %s\n", r.Kinds())
 	b.WriteString("trace:\n")
