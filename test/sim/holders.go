@@ -57,7 +57,7 @@ func (w *world) holderEvent(node, event string, slot coordinator.Slot, floor, re
 			return // issued nothing: no span to overlap
 		}
 		for _, o := range w.closed[slot] {
-			if o.floor < iv.highest && iv.floor < o.highest && !w.restoreExposedLocked(o, iv) {
+			if o.floor < iv.highest && iv.floor < o.highest {
 				w.violations = append(w.violations, fmt.Sprintf("%9v  holder intervals of %s overlap: %s (%d, %d] from %s to %s and %s (%d, %d] from %s to %s",
 					w.since(), slot, o.node, o.floor, o.highest, o.openAt, o.closeAt, node, iv.floor, iv.highest, iv.openAt, iv.closeAt))
 				break
@@ -66,21 +66,6 @@ func (w *world) holderEvent(node, event string, slot coordinator.Slot, floor, re
 		c := *iv
 		w.closed[slot] = append(w.closed[slot], &c)
 	}
-}
-
-// restoreExposedLocked reports whether two intervals of one worker may
-// overlap by the restore procedure's documented exposure: the coordinator
-// restored while nodes reach it, and a node takes a worker the restore
-// made look free before its holder noticed (README, Coordination,
-// Restores). The IDs themselves are still checked for uniqueness.
-func (w *world) restoreExposedLocked(a, b *interval) bool {
-	later := max(a.openAt, b.openAt)
-	for _, at := range w.restoreTimes {
-		if later >= at && later < at+5*time.Second {
-			return true
-		}
-	}
-	return false
 }
 
 // checkHolder checks an ID's time against the interval of the holder that

@@ -33,12 +33,6 @@ func (w *world) plan() *schedule {
 		// Two worker bits: with four nodes, workers run out.
 		w.spec = "time=41,dc=0,worker=2,seq=12,unit=1ms,epoch=2026-01-01T00:00:00Z"
 	}
-	var err error
-	if l, ok := generator.Preset(w.spec); ok {
-		w.layout = l
-	} else if w.layout, err = generator.ParseLayout(w.spec); err != nil {
-		panic(err)
-	}
 	w.ntp = r.Intn(2) == 0
 	// A third of the snowflake seeds run wide nodes (2 or 3 workers per
 	// generator). Drawn from a source of their own, so that every seed's
@@ -47,6 +41,31 @@ func (w *world) plan() *schedule {
 	if wr := rand.New(rand.NewSource(w.o.Seed*7919 + 17)); w.spec == "snowflake" && wr.Intn(3) == 0 {
 		w.workers = 2 + wr.Intn(2)
 	}
+	// A fifth of the snowflake seeds run a layout whose sequence lies
+	// above the node fields instead, with 1, 2 or 3 workers per node: one
+	// worker's IDs in one unit are not consecutive, a range's runs hold
+	// one ID each, and a wide node's per-node order interleaves its
+	// workers' IDs one by one (docs/design.md, Wide generators; Ranges).
+	// It is sonyflake's (10 ms units, 8 sequence bits, the node fields at
+	// the bottom) with 2 datacenter and 6 worker bits for sonyflake's 16
+	// machine bits: each acquisition plans over every slot, and 65,536 of
+	// them cost the simulator more than the rest of the seed. From a
+	// source of its own too.
+	if lr := rand.New(rand.NewSource(w.o.Seed*15485863 + 29)); w.spec == "snowflake" && lr.Intn(5) == 0 {
+		w.spec = "time=39,dc=2,worker=6,seq=8,unit=10ms,epoch=2014-09-01T00:00:00Z,order=time-seq-dc-worker"
+		w.workers = 1 + lr.Intn(3)
+	}
+	var err error
+	if l, ok := generator.Preset(w.spec); ok {
+		w.layout = l
+	} else if w.layout, err = generator.ParseLayout(w.spec); err != nil {
+		panic(err)
+	}
+	w.shape = newIDShape(w.layout)
+	// What the schedule adds beside the faults drawn from r (the fresh
+	// node at a restore) is drawn from a source of its own, so that every
+	// seed's faults stay what they were.
+	w.xr = rand.New(rand.NewSource(w.o.Seed*7907 + 3))
 	for i := range nodes {
 		w.nodes = append(w.nodes, w.newNode(i))
 	}
@@ -136,14 +155,31 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 		gap := time.Duration(2+r.Intn(20)) * time.Second
 		var snap *memory.Snapshot
 		add(at, "snapshot of the coordinator", func(w *world) { snap = w.store.Snapshot() })
-		add(at+gap, fmt.Sprintf("coordinator restored to the snapshot of %v ago", gap), func(w *world) {
+		// A fresh node (an empty data dir) reaches the restored
+		// coordinator right after the restore, before any holder noticed
+		// it: a worker taken since the snapshot looks free to it. Its
+		// take must start above anything the worker's holder may have
+		// issued (docs/design.md, Restarts, shutdown, restores).
+		fresh := w.freshNode()
+		add(at+gap, fmt.Sprintf("coordinator restored to the snapshot of %v ago; %s starts with an empty data dir", gap, fresh.name), func(w *world) {
 			w.store.Restore(snap)
 			w.mu.Lock()
 			w.restores++
 			w.restoredAt = time.Now()
-			w.restoreTimes = append(w.restoreTimes, w.since())
 			w.mu.Unlock()
+			w.nodes = append(w.nodes, fresh)
+			if err := fresh.startNode(false); err != nil {
+				w.violate("%s: start: %v", fresh.name, err)
+			}
 		})
+		// It stays (to the settle, where every node must serve) now and
+		// then when the layout has workers to spare, else it ends later,
+		// killed or stopped.
+		if w.layout.WorkerLimit()*w.layout.DatacenterLimit() < 64 || w.xr.Intn(5) != 0 {
+			end := gap + time.Duration(5+w.xr.Intn(40))*time.Second
+			kill := w.xr.Intn(2) == 0
+			add(at+end, fmt.Sprintf("%s stopped (killed: %v)", fresh.name, kill), func(*world) { fresh.stopNode(!kill) })
+		}
 		by := gap + 6*time.Second
 		add(at+gap+time.Duration(r.Intn(3000))*time.Millisecond, fmt.Sprintf("operator bumps by %v", by), func(w *world) { w.bump(by) })
 		dur = gap + 10*time.Second

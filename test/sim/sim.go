@@ -3,18 +3,31 @@
 // coordinator, with fake NTP sources and injected clocks, through a fault
 // schedule drawn from a seed, and checks firn's promises while it runs:
 //
-//   - every ID any caller received is unique;
+//   - every ID any caller received is unique, whether it came from NextIDs
+//     or as a run of NextRange (ids.go);
 //   - every ID lies at or below its worker's reservation in the
 //     coordinator when it is received (a holder never issues past what it
 //     reserved);
 //   - every ID lies above its holder's floor and at or below what that
 //     holder acknowledged, and one worker's holder intervals never
-//     overlap, whichever node held them (holders.go);
-//   - IDs increase per caller on one node;
+//     overlap, whichever node held them, a fresh node taking a worker
+//     right after a coordinator restore included (holders.go);
+//   - IDs increase per caller on one node, across NextIDs and NextRange,
+//     in every layout the seeds run (the sequence below the node fields,
+//     or above them as in sonyflake) and on wide nodes;
 //   - a call is answered or refused at once: no call runs to its deadline
-//     on a node that is not frozen, and a refusal names its cause;
+//     on a node that is not frozen;
+//   - a refusal names its cause, and the cause is one the generator's
+//     serving state held during the call: its code and its reason; a
+//     generator whose state served through the whole call refuses nothing
+//     as not serving (states.go);
+//   - every size Info advertises is served: NextIDs up to max_batch and
+//     NextRange up to max_range are refused as overloaded only while other
+//     calls are queued;
 //   - once every fault has ended, every node serves again within the
 //     documented bound;
+//   - no wait spins: a loop that polls the clock without blocking, which
+//     would stop virtual time, is found, ended and reported (stall.go);
 //   - no goroutine outlives its node: a synctest bubble ends only when
 //     every goroutine in it has, and reports those still blocked.
 //
@@ -28,6 +41,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"math/rand"
@@ -57,6 +71,9 @@ type Options struct {
 	Dir string
 	// Log, when set, receives the nodes' logs.
 	Log io.Writer
+	// Stall, when set, ends and reports a busy loop that stops virtual
+	// time; its Watch runs beside the run, outside the bubble (stall.go).
+	Stall *Stall
 }
 
 // Result is what a run found.
@@ -72,17 +89,84 @@ type Result struct {
 // Failed reports whether a promise was broken.
 func (r *Result) Failed() bool { return len(r.Violations) > 0 }
 
+// violationKinds name the kinds of violations, by a phrase of their
+// text, for the summary of a failed seed.
+var violationKinds = []struct{ kind, phrase string }{
+	{"duplicate", "issued twice"},
+	{"no-recovery", "after every fault ended"},
+	{"busy-loop", "busy loop"},
+	{"holder-overlap", "holder intervals of"},
+	{"holder-bounds", "holder's floor"},
+	{"holder-bounds", "acknowledged"},
+	{"holder-bounds", "never held"},
+	{"above-reservation", "above its worker's reservation"},
+	{"order", "not increasing per caller"},
+	{"range-count", "returned"},
+	{"refused-while-serving", "served throughout the call"},
+	{"cause-not-held", "did not hold during the call"},
+	{"refused-idle", "refused on an idle node"},
+	{"refused-bad-request", "refused as a bad request"},
+	{"deadline", "ran to its deadline"},
+	{"clock-wait", "wait on the clock beyond"},
+	{"slow", "answered after"},
+	{"slow", "refused only after"},
+	{"bump", "the bump left"},
+}
+
+// kindOf is the kind of a violation, by its text.
+func kindOf(v string) string {
+	for _, k := range violationKinds {
+		if strings.Contains(v, k.phrase) {
+			return k.kind
+		}
+	}
+	return "other"
+}
+
+// KindCounts counts the violations by kind, kinds in the order of their
+// first violation.
+func (r *Result) KindCounts() (kinds []string, counts map[string]int) {
+	counts = map[string]int{}
+	for _, v := range r.Violations {
+		kind := kindOf(v)
+		if counts[kind] == 0 {
+			kinds = append(kinds, kind)
+		}
+		counts[kind]++
+	}
+	return kinds, counts
+}
+
+// Kinds counts the violations by kind: "order ×3, refused-idle ×120".
+func (r *Result) Kinds() string {
+	kinds, counts := r.KindCounts()
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		out[i] = fmt.Sprintf("%s ×%d", k, counts[k])
+	}
+	return strings.Join(out, ", ")
+}
+
 // Report is the failure's text: the violations, then the trace.
 func (r *Result) Report() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d: %d violation(s):\n", r.Seed, len(r.Violations))
+	shown := map[string]bool{}
 	for i, v := range r.Violations {
 		if i == 10 {
-			fmt.Fprintf(&b, "  … and %d more\n", len(r.Violations)-i)
+			fmt.Fprintf(&b, "  … and %d more; the first of each other kind:\n", len(r.Violations)-i)
 			break
 		}
+		shown[kindOf(v)] = true
 		fmt.Fprintf(&b, "  %s\n", v)
 	}
+	for _, v := range r.Violations[min(10, len(r.Violations)):] {
+		if k := kindOf(v); !shown[k] {
+			shown[k] = true
+			fmt.Fprintf(&b, "  %s\n", v)
+		}
+	}
+	fmt.Fprintf(&b, "  kinds: %s\n", r.Kinds())
 	b.WriteString("trace:\n")
 	for _, e := range r.Trace {
 		fmt.Fprintf(&b, "  %s\n", e)
@@ -101,7 +185,22 @@ const (
 	// node that is not frozen: one reservation write (two coordinator
 	// timeouts) plus slack. No call may run to its deadline.
 	answerBound = 2*time.Second + 200*time.Millisecond
+	// bulkFrom: a call for more IDs than this (the sizes up to max_batch
+	// and max_range) takes, beside the above, the time to produce them.
+	bulkFrom = 4096
 )
+
+// production is what a call of count IDs adds to its deadline and its
+// bound beyond bulkFrom: twice the time one worker takes to make them, as
+// the node may have to wait for the clock for all of them (its lead used
+// up by the call before) while the ring's filler and the other callers
+// take their share, and fewer workers than the node wants may serve.
+func (w *world) production(count uint64) time.Duration {
+	if count <= bulkFrom {
+		return 0
+	}
+	return 2 * time.Duration(float64(count)/w.layout.Rate()*float64(time.Second))
+}
 
 // world is one run.
 type world struct {
@@ -110,30 +209,32 @@ type world struct {
 	store  *memory.Store
 	base   clockguard.Clock
 	layout generator.Layout
+	shape  idShape // the layout's fields, as the ID checks cut IDs
 	spec   string
-	ntp    bool // nodes run with an NTP source
+	ntp    bool       // nodes run with an NTP source
+	xr     *rand.Rand // the schedule's draws beside its faults
 	// workers is each node's --workers (wide generators).
 	workers int
 	dir     string
 	log     *slog.Logger
 
-	mu           sync.Mutex
-	start        time.Time
-	nodes        []*node
-	issued       map[coordinator.Slot][]idRun     // every ID received, as runs per worker
-	restores     int                              // bumps the epoch of the reservation check
-	restoredAt   time.Time                        // the last restore: holders run above the store's values until they notice
-	bumpedTo     time.Time                        // nodes may wait until about here for a bump's floor
-	holders      map[holderKey]*interval          // each node's latest holder interval per worker
-	closed       map[coordinator.Slot][]*interval // every closed interval, per worker
-	restoreTimes []time.Duration                  // when each restore happened (virtual time since start)
-	unconfirmed  time.Duration                    // the largest clock lead a node started with and could not check
-	ntpOffset    time.Duration
-	ntpSilent    bool
-	violations   []string
-	trace        []string
-	ids, calls   int
-	refused      int
+	mu          sync.Mutex
+	start       time.Time
+	nodes       []*node                          // the nodes, the fresh ones that joined included
+	fresh       int                              // fresh nodes made
+	issued      map[coordinator.Slot][]keyRun    // every ID received, as runs per worker (ids.go)
+	restores    int                              // bumps the epoch of the reservation check
+	restoredAt  time.Time                        // the last restore: holders run above the store's values until they notice
+	bumpedTo    time.Time                        // nodes may wait until about here for a bump's floor
+	holders     map[holderKey]*interval          // each node's latest holder interval per worker
+	closed      map[coordinator.Slot][]*interval // every closed interval, per worker
+	unconfirmed time.Duration                    // the largest clock lead a node started with and could not check
+	ntpOffset   time.Duration
+	ntpSilent   bool
+	violations  []string
+	trace       []string
+	ids, calls  int
+	refused     int
 }
 
 // Run runs one seed. Call it inside a testing/synctest bubble.
@@ -141,9 +242,9 @@ func Run(o Options) (*Result, error) {
 	if o.Virtual == 0 {
 		o.Virtual = 10 * time.Minute
 	}
-	w := &world{o: o, rng: rand.New(rand.NewSource(o.Seed)), issued: map[coordinator.Slot][]idRun{}, start: time.Now(),
+	w := &world{o: o, rng: rand.New(rand.NewSource(o.Seed)), issued: map[coordinator.Slot][]keyRun{}, start: time.Now(),
 		holders: map[holderKey]*interval{}, closed: map[coordinator.Slot][]*interval{}}
-	w.base = clockguard.NewOffset(clockguard.NewSystem(), era)
+	w.base = newSimClock(era, o.Stall)
 	w.log = slog.New(slog.DiscardHandler)
 	if o.Log != nil {
 		w.log = slog.New(slog.NewTextHandler(o.Log, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -178,6 +279,9 @@ func Run(o Options) (*Result, error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if msg := o.Stall.report(w.start); msg != "" {
+		w.violations = append([]string{msg}, w.violations...)
+	}
 	return &Result{Seed: o.Seed, Violations: w.violations, Trace: w.trace, IDs: w.ids, Calls: w.calls, Refused: w.refused}, nil
 }
 
@@ -217,11 +321,23 @@ type node struct {
 	life    int  // incremented at every start: callers belong to one life
 	stop    chan struct{}
 	callers sync.WaitGroup
+	// inflight is the calls of its callers in progress, starts how many
+	// began: a call during which no other was in flight found the node
+	// idle.
+	inflight int
+	starts   uint64
 }
 
 func (w *world) newNode(i int) *node {
 	return &node{w: w, name: fmt.Sprintf("n%d", i), dir: fmt.Sprintf("%s/n%d-0", w.dir, i),
 		clock: clockguard.NewOffset(w.base, 0)}
+}
+
+// freshNode is a node that joins during the run, on an empty data dir.
+func (w *world) freshNode() *node {
+	w.fresh++
+	name := fmt.Sprintf("f%d", w.fresh)
+	return &node{w: w, name: name, dir: fmt.Sprintf("%s/%s-0", w.dir, name), clock: clockguard.NewOffset(w.base, 0)}
 }
 
 // startNode starts the node's core on its data dir (a fresh one when
@@ -292,6 +408,11 @@ func (n *node) startNode(wipe bool) error {
 		n.client.Close()
 		return err
 	}
+	hist := &stateLog{}
+	if err := hist.watch(core); err != nil {
+		n.client.Close()
+		return err
+	}
 	if err := core.Start(); err != nil {
 		return err
 	}
@@ -299,7 +420,7 @@ func (n *node) startNode(wipe bool) error {
 	n.stop = make(chan struct{})
 	for c := range 2 {
 		n.callers.Add(1)
-		go n.caller(fmt.Sprintf("%s/%d/c%d", n.name, n.life, c), core, n.stop, n.life)
+		go n.caller(fmt.Sprintf("%s/%d/c%d", n.name, n.life, c), core, hist, n.stop, n.life)
 	}
 	return nil
 }
@@ -329,13 +450,35 @@ func (n *node) stopNode(graceful bool) {
 	client.Close()
 }
 
-// caller asks its node for IDs until stop, checking every answer.
-func (n *node) caller(id string, core *server.Core, stop <-chan struct{}, life int) {
+// caller asks its node for IDs until stop, checking every answer. Most
+// calls ask NextIDs for 1 to 1000 IDs (4096 in a burst); some ask for the
+// sizes Info advertises — NextIDs of any count up to max_batch and exactly
+// max_batch, NextRange of exactly max_range and of sizes between the
+// admission queue's bound and max_range — and some ask NextRange for the
+// ordinary counts: one caller's IDs increase across both.
+func (n *node) caller(id string, core *server.Core, hist *stateLog, stop <-chan struct{}, life int) {
 	defer n.callers.Done()
 	w := n.w
 	var last uint64
 	rng := rand.New(rand.NewSource(w.o.Seed ^ int64(len(id))*7919 ^ int64(life)))
-	buf := make([]uint64, 4096) // reused: received keeps runs, not the slice
+	// The shape of the call (which API, which of the sizes Info
+	// advertises) from a source of its own, so that the counts and
+	// pauses drawn from rng stay what they were.
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	xr := rand.New(rand.NewSource(w.o.Seed*104729 ^ int64(h.Sum64()>>1)))
+	st, err := core.Status(generatorName)
+	if err != nil {
+		w.violate("%s: Status: %v", id, err)
+		return
+	}
+	maxBatch, maxRange := st.MaxBatch, st.MaxRange
+	// The admission queue's bound (--max-queue of the widest output, at
+	// least one max batch: Config.MaxQueueFor).
+	queueBound := uint64(max(int64(w.layout.Rate()*float64(w.workers)*server.DefaultConfig().MaxQueue.Seconds()), int64(maxBatch)))
+	var buf []uint64   // reused: received keeps pieces, not the slice
+	var pieces []piece // reused
+	var cut piecer
 	for {
 		n.mu.Lock()
 		paused, burst, frozen := n.paused, n.burst, n.frozen
@@ -352,20 +495,69 @@ func (n *node) caller(id string, core *server.Core, stop <-chan struct{}, life i
 		if paused || frozen {
 			continue
 		}
-		count := []int{1, 1, 10, 100, 1000}[rng.Intn(5)]
+		count := uint64([]int{1, 1, 10, 100, 1000}[rng.Intn(5)])
 		if burst {
 			count = 4096
+		}
+		// One call in 200 asks for a size Info advertises, one in 13 for
+		// the ordinary counts as a range.
+		ranged := false
+		switch k := xr.Intn(800); {
+		case k == 0:
+			count = uint64(maxBatch)
+		case k == 1:
+			count = 1 + uint64(xr.Intn(maxBatch))
+		case k == 2:
+			count, ranged = maxRange, true
+		case k == 3:
+			count, ranged = maxRange, true
+			if queueBound+1 < maxRange {
+				count = queueBound + 1 + uint64(xr.Int63n(int64(maxRange-queueBound-1)))
+			}
+		case k < 64:
+			ranged = true
+		}
+		what := fmt.Sprintf("NextIDs(%d)", count)
+		if ranged {
+			what = fmt.Sprintf("NextRange(%d)", count)
 		}
 		w.mu.Lock()
 		epoch := w.restores
 		w.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
-		dst := buf[:count]
+		// The states of the call: from mark on, what its transitions
+		// record; pre, the state it starts in.
+		mark := hist.mark()
+		pre, err := core.StateSnapshot(generatorName)
+		if err != nil {
+			w.violate("%s: StateSnapshot: %v", id, err)
+			return
+		}
+		n.mu.Lock()
+		others, starts := n.inflight, n.starts
+		n.inflight++
+		n.starts++
+		n.mu.Unlock()
+		bound := answerBound + w.production(count)
+		ctx, cancel := context.WithTimeout(context.Background(), callDeadline+w.production(count))
 		began := time.Now()
-		err := core.NextIDs(ctx, generatorName, dst)
+		var runs []generator.Run
+		var dst []uint64
+		if ranged {
+			runs, err = core.NextRange(ctx, generatorName, count)
+		} else {
+			if uint64(cap(buf)) < count {
+				buf = make([]uint64, count)
+			}
+			dst = buf[:count]
+			err = core.NextIDs(ctx, generatorName, dst)
+		}
 		took := time.Since(began)
 		cancel()
 		n.mu.Lock()
+		n.inflight--
+		// Idle: no other call of this node's callers was in flight at any
+		// moment of this one, so nothing else was queued.
+		idle := others == 0 && n.starts == starts+1
 		frozenNow, upNow := n.frozen, n.up
 		n.mu.Unlock()
 		w.mu.Lock()
@@ -376,118 +568,136 @@ func (n *node) caller(id string, core *server.Core, stop <-chan struct{}, life i
 		restored := w.restores != epoch || (!w.restoredAt.IsZero() && time.Since(w.restoredAt) < 5*time.Second)
 		w.mu.Unlock()
 		if err != nil {
-			n.checkRefusal(id, err, took, frozenNow || frozen, upNow)
+			n.checkRefusal(refusal{who: id, what: what, err: err, took: took, frozen: frozenNow || frozen, up: upNow,
+				bound: bound, idle: idle, core: core, hist: hist, pre: entryOf(pre), mark: mark})
 			continue
 		}
-		if took > answerBound && !frozenNow {
-			w.violate("%s: NextIDs(%d) answered after %v (bound %v)", id, count, took, answerBound)
+		if took > bound && !frozenNow {
+			w.violate("%s: %s answered after %v (bound %v)", id, what, took, bound)
 		}
-		for _, x := range dst {
-			if x <= last {
-				w.violate("%s: ID %d after %d (not increasing per caller)", id, x, last)
+		pieces = pieces[:0]
+		if ranged {
+			got := uint64(0)
+			bad := false
+			for _, r := range runs {
+				if (r.Count == 0 || r.First <= last) && !bad {
+					bad = true
+					w.violate("%s: %s: run of %d from %d after ID %d (not increasing per caller)", id, what, r.Count, r.First, last)
+				}
+				if r.Count > 0 {
+					last = r.First + r.Count - 1
+				}
+				got += r.Count
 			}
-			last = x
+			if got != count {
+				w.violate("%s: %s returned %d IDs", id, what, got)
+			}
+			pieces = w.shape.runPieces(&cut, pieces, runs)
+		} else {
+			for _, x := range dst {
+				if x <= last {
+					w.violate("%s: %s: ID %d after %d (not increasing per caller)", id, what, x, last)
+					break
+				}
+				last = x
+			}
+			last = max(last, dst[len(dst)-1])
+			pieces = w.shape.idPieces(&cut, pieces, dst)
 		}
-		w.received(id, dst, restored)
+		w.received(id, pieces, restored)
 	}
 }
 
-// checkRefusal checks a failed call: refused at once with its cause. A
-// node that says it serves answers within the bound: a refusal for the
-// clock or a reservation means it could not (docs/design.md, Liveness
-// rules), as does a call that runs to its deadline.
-func (n *node) checkRefusal(id string, err error, took time.Duration, frozen, up bool) {
+// refusal is one failed call, with what its check needs.
+type refusal struct {
+	who, what   string
+	err         error
+	took, bound time.Duration // how long it took, and may take
+	frozen, up  bool
+	// idle: no other call of the node's callers was in flight meanwhile.
+	idle bool
+	// The generator's states: pre, read just before the call, and those
+	// recorded in hist from mark on.
+	core *server.Core
+	hist *stateLog
+	pre  stateEntry
+	mark int
+}
+
+// checkRefusal checks a failed call: refused at once, with a cause the
+// generator's state held during the call. A node that says it serves
+// answers within the bound: a refusal for the clock or a reservation
+// means it could not (docs/design.md, Liveness rules), as does a call
+// that runs to its deadline; a generator whose state served through the
+// whole call refuses nothing as not serving; and a size Info advertises
+// (max_batch, max_range) is refused as overloaded only when other calls
+// are queued (docs/design.md, Overload).
+func (n *node) checkRefusal(r refusal) {
 	w := n.w
 	w.mu.Lock()
 	w.refused++
 	w.mu.Unlock()
-	if frozen || !up {
+	if r.frozen || !r.up {
 		return // a stopped process's calls say nothing
 	}
+	id, err := r.who, r.err
 	var ns *server.NotServingError
+	var ov *server.OverloadedError
+	var bad *server.RequestError
 	switch {
 	case errors.As(err, &ns):
 		if strings.TrimSpace(ns.Reason) == "" {
-			w.violate("%s: refused without a cause: %v", id, err)
+			w.violate("%s: %s refused without a cause: %v", id, r.what, err)
 		}
 		if !slices.Contains(clockguard.Codes, ns.Code) {
-			w.violate("%s: refused with code %q, not one of the API's reasons: %v", id, ns.Code, err)
+			w.violate("%s: %s refused with code %q, not one of the API's reasons: %v", id, r.what, ns.Code, err)
+		}
+		n.checkHeld(r, ns)
+	case errors.Is(err, generator.ErrHeld):
+		// The serving state's refusal, before the node named it: only
+		// while the state does not serve.
+		if states := r.hist.callStates(r.core, r.pre, r.mark, 1000); servedThroughout(states) {
+			w.violate("%s: %s refused %v while its generator's state served throughout the call", id, r.what, err)
 		}
 	case errors.Is(err, generator.ErrRollback), errors.Is(err, generator.ErrForwardStep),
-		errors.Is(err, generator.ErrClockRange), errors.Is(err, generator.ErrRetired), errors.Is(err, generator.ErrHeld):
+		errors.Is(err, generator.ErrClockRange), errors.Is(err, generator.ErrRetired):
 		// The generator names the cause itself, before the state does.
 	case errors.Is(err, generator.ErrAhead):
-		w.violate("%s: refused for a wait on the clock beyond the call's deadline while serving: %v", id, err)
+		w.violate("%s: %s refused after %v for a wait on the clock beyond the call's deadline while serving: %v", id, r.what, r.took, err)
 	case errors.Is(err, generator.ErrReservation), errors.Is(err, context.DeadlineExceeded):
-		w.violate("%s: a call ran to its deadline: %v", id, err)
+		w.violate("%s: %s: a call ran to its deadline (%v): %v", id, r.what, r.took, err)
+	case errors.As(err, &ov):
+		if r.idle {
+			w.violate("%s: %s refused on an idle node (no other call queued), a size Info advertises: %v", id, r.what, err)
+		}
+	case errors.As(err, &bad):
+		w.violate("%s: %s refused as a bad request, a size Info advertises: %v", id, r.what, err)
 	}
-	if took > answerBound {
-		w.violate("%s: refused only after %v: %v", id, took, err)
-	}
-}
-
-// received checks and records one call's IDs: unique, and within the
-// reservation the coordinator holds for their worker (unless a restore
-// happened during the call). IDs are kept as runs of consecutive values
-// (one time unit of one worker each), per worker, so that millions of IDs
-// cost thousands of entries.
-func (w *world) received(who string, ids []uint64, restored bool) {
-	seqMask := w.layout.MaxSequence()
-	node, _, _ := strings.Cut(who, "/")
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.ids += len(ids)
-	for i := 0; i < len(ids); {
-		j := i + 1
-		for j < len(ids) && ids[j] == ids[j-1]+1 && ids[j-1]&seqMask != seqMask {
-			j++
-		}
-		first, last := ids[i], ids[j-1]
-		i = j
-		p, err := w.layout.Decode(last)
-		if err != nil {
-			w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d does not decode: %v", w.since(), who, last, err))
-			continue
-		}
-		slot := coordinator.Slot{Datacenter: p.Datacenter, Worker: p.Worker}
-		if fp, err := w.layout.Decode(first); err == nil {
-			w.checkHolderLocked(node, who, slot, fp.Units, first)
-		}
-		w.checkHolderLocked(node, who, slot, p.Units, last)
-		if prev, dup := w.insertRun(slot, idRun{first, last, who}); dup {
-			w.violations = append(w.violations, fmt.Sprintf("%9v  IDs %d..%d issued twice: to %s and to %s (%d..%d)",
-				w.since(), first, last, prev.who, who, prev.first, prev.last))
-			continue
-		}
-		if restored {
-			continue
-		}
-		if t, r := w.layout.Units(p.Time), w.store.Reserved(generatorName, slot); t > r {
-			w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d has time %d above its worker's reservation %d (%s)", w.since(), who, last, t, r, slot))
-		}
+	if r.took > r.bound {
+		w.violate("%s: %s refused only after %v: %v", id, r.what, r.took, err)
 	}
 }
 
-// idRun is a run of consecutive IDs handed to one caller.
-type idRun struct {
-	first, last uint64
-	who         string
-}
-
-// insertRun records r among its worker's runs, kept sorted; it reports a
-// run r overlaps, if any (then r is not recorded).
-func (w *world) insertRun(slot coordinator.Slot, r idRun) (idRun, bool) {
-	runs := w.issued[slot]
-	i := sort.Search(len(runs), func(i int) bool { return runs[i].first > r.last })
-	// runs[:i] start at or below r.last: only runs[i-1] may reach r.
-	if i > 0 && runs[i-1].last >= r.first {
-		return runs[i-1], true
+// checkHeld requires a refusal "not serving" to name a cause the
+// generator's state held during the call: its code and its reason.
+func (n *node) checkHeld(r refusal, ns *server.NotServingError) {
+	w := n.w
+	states := r.hist.callStates(r.core, r.pre, r.mark, 1000)
+	if servedThroughout(states) {
+		w.violate("%s: %s refused %s %q while its generator's state served throughout the call (not serving needs a cause held)",
+			r.who, r.what, ns.Code, ns.Reason)
+		return
 	}
-	runs = append(runs, idRun{})
-	copy(runs[i+1:], runs[i:])
-	runs[i] = r
-	w.issued[slot] = runs
-	return idRun{}, false
+	if heldDuring(states, ns.Code, ns.Reason) {
+		return
+	}
+	// The deliveries of changes made just before the answer may still be
+	// on their way: wait longer, then judge.
+	states = r.hist.callStates(r.core, r.pre, r.mark, 100000)
+	if !heldDuring(states, ns.Code, ns.Reason) {
+		w.violate("%s: %s refused %s %q, a cause its generator's state did not hold during the call (its states: %s)",
+			r.who, r.what, ns.Code, ns.Reason, describeStates(states))
+	}
 }
 
 // --- NTP --------------------------------------------------------------------
