@@ -211,6 +211,13 @@ func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, e
 	if now := w.layout.Units(wall); now > w.cur {
 		w.moveTo(now)
 	}
+	if !w.served {
+		// Nothing issued at this unit yet: every member is asked again
+		// (one that waited for its reservation in an earlier call may have
+		// it now). Once one issued here, those before it never are: they
+		// would issue below it.
+		w.idx, w.waitRes = 0, false
+	}
 	empty := 0 // passes over a whole unit that issued nothing
 	skipTo := int64(-1)
 	for got < want {
@@ -428,8 +435,11 @@ func (w *Wide) AwaitBulk(ctx context.Context) error {
 }
 
 // peek reports, under the lock, whether the next ID needs a wait, and
-// for what: it asks the members for zero IDs at the unit produce would
-// start from, changing nothing.
+// for what: it asks the members for zero IDs where produce would, changing
+// nothing, and follows the cursor as produce moves it — to a member's own
+// later unit (it issued ahead by itself), to the first unit a late
+// member's floor allows, or to the next unit — so that it never reports
+// ready while produce would issue nothing (AwaitBulk would spin).
 func (w *Wide) peek(lead int64) (wait, error) {
 	if w.held.Load() {
 		return wait{}, ErrHeld
@@ -439,13 +449,20 @@ func (w *Wide) peek(lead int64) (wait, error) {
 	if now := w.layout.Units(wall); now > c.cur {
 		c = cursor{cur: now}
 	}
+	if !c.served {
+		c.idx = 0 // as produce starts
+	}
 	if len(w.members) == 0 {
 		return wait{kind: waitReservation, need: c.cur}, nil
 	}
 	res := false
-	for range 2 { // this unit, then the next
-		for i := c.idx; i < len(w.members); i++ {
-			_, _, st, mw, err := w.members[i].fillAt(c.cur, c.seq, 0, lead)
+	// Each pass is one unit; a member ahead or a floor ahead moves the
+	// cursor forward, so the passes end.
+	for pass := 0; pass < 2+len(w.members); pass++ {
+		skipTo := int64(-1)
+		moved := false
+		for i := c.idx; i < len(w.members) && !moved; i++ {
+			first, _, st, mw, err := w.members[i].fillAt(c.cur, c.seq, 0, lead)
 			switch {
 			case errors.Is(err, ErrRetired):
 				continue
@@ -453,8 +470,14 @@ func (w *Wide) peek(lead int64) (wait, error) {
 				return wait{}, err
 			}
 			switch st {
-			case atIssued, atAhead:
+			case atIssued:
 				return wait{}, nil
+			case atAhead:
+				c, moved = cursor{cur: int64(first)}, true
+			case atSkip:
+				if f := int64(first); skipTo < 0 || f < skipTo {
+					skipTo = f
+				}
 			case atWait:
 				if mw.kind == waitClock {
 					return mw, nil
@@ -462,13 +485,19 @@ func (w *Wide) peek(lead int64) (wait, error) {
 				res = true
 			}
 		}
-		c = cursor{cur: c.cur + 1}
+		switch {
+		case moved:
+		case skipTo > c.cur:
+			c = cursor{cur: skipTo}
+		default:
+			c = cursor{cur: c.cur + 1}
+		}
 	}
 	if res {
 		return wait{kind: waitReservation, need: c.cur}, nil
 	}
-	// Every member full or skipping for two units: their floors lie
-	// ahead; a unit's time, or a change of members, may change that.
+	// Every member full or skipping: their floors lie ahead; a unit's
+	// time, or a change of members, may change that.
 	return wait{kind: waitClock, d: w.layout.Unit}, nil
 }
 

@@ -415,3 +415,78 @@ func TestWideAwaitBulkAgreesWithTryBulk(t *testing.T) {
 		}
 	}
 }
+
+// A member that issued ahead of the Wide by itself (the ring's filler of a
+// one-worker generator takes from the generator directly) up to the lead
+// limit: AwaitBulk must wait for the clock, not return at once while
+// TryBulk issues nothing (a range call spun on it in the simulator).
+func TestWideAwaitBulkMemberAhead(t *testing.T) {
+	c := &manualClock{wall: tiny.Epoch.Add(5 * 365 * 24 * time.Hour)}
+	w := NewWide(tiny, c, tinyLead)
+	g, err := New(Config{Layout: tiny, Worker: 3, Clock: c, Floor: -1, Reserved: NoReservation, MaxLead: tinyLead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.SetMembers([]*Generator{g})
+	dst := make([]uint64, 64)
+	if n, err := w.TryBatch(dst[:1]); err != nil || n != 1 {
+		t.Fatalf("TryBatch: %d, %v", n, err)
+	}
+	for { // the member alone, to its lead limit
+		n, err := g.TryBatch(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err = w.AwaitBulk(ctx)
+	n, terr := w.TryBulk(dst)
+	if terr != nil {
+		t.Fatal(terr)
+	}
+	if err == nil && n == 0 {
+		t.Fatal("AwaitBulk returned, then TryBulk issued nothing (the clock did not move)")
+	}
+	if err == nil {
+		t.Fatalf("AwaitBulk returned at the lead limit with the clock still; TryBulk gave %d", n)
+	}
+}
+
+// Members that waited for their reservations at a unit, in a call that
+// issued at the unit before, are asked again by the next call once the
+// reservations came: before, the cursor kept "waited" and the next call
+// issued nothing while peek said it could (a range call spun on it).
+func TestWideAsksAgainAfterReservationWait(t *testing.T) {
+	c := &manualClock{wall: tiny.Epoch.Add(5 * 365 * 24 * time.Hour)}
+	w := NewWide(tiny, c, tinyLead)
+	now, _ := c.Now()
+	u := tiny.Units(now)
+	var gs []*Generator
+	for _, wk := range []uint64{1, 2} {
+		g, err := New(Config{Layout: tiny, Worker: wk, Clock: c, Floor: -1, Reserved: u, MaxLead: tinyLead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gs = append(gs, g)
+	}
+	w.SetMembers(gs)
+	dst := make([]uint64, 64)
+	if n, err := w.TryBatch(dst); err != nil || n != 8 {
+		t.Fatalf("TryBatch up to the reservations: %d, %v; want both workers' unit (8)", n, err)
+	}
+	for _, g := range gs {
+		g.SetReserved(NoReservation)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := w.AwaitBulk(ctx); err != nil {
+		t.Fatalf("AwaitBulk with the reservations raised: %v", err)
+	}
+	if n, err := w.TryBulk(dst); err != nil || n == 0 {
+		t.Fatalf("TryBulk with the reservations raised: %d, %v; want the next units", n, err)
+	}
+}

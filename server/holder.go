@@ -275,6 +275,12 @@ func (hd *holder) acquire(ctx context.Context) (*holding, error) {
 	// and max-lead. Read after the take: the later, the safer.
 	guard := int64(-1)
 	if hd.cfg.RestoreGuard > 0 {
+		// On a clock the node's checks vouch for: a clock an hour ahead,
+		// not yet confirmed, would place the guard an hour ahead and hold
+		// the worker for the hour. Read later, the guard is only higher.
+		if err := hd.awaitCheckedClock(ctx, lease); err != nil {
+			return fail(err, lease.Floor())
+		}
 		now, _ := hd.clock.Now()
 		guard = l.Units(now.Add(hd.cfg.RestoreGuard))
 		floor = max(floor, guard)
@@ -299,6 +305,29 @@ func (hd *holder) acquire(ctx context.Context) (*holding, error) {
 		"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", floor, "coordinator_floor", lease.Floor(),
 		"incarnation", lease.Incarnation(), "node", hd.node.Name, "instance", hd.node.InstanceID)
 	return h, nil
+}
+
+// awaitCheckedClock waits until nothing holds the clock in doubt — NTP,
+// the peers, an unchecked clock, a forward step not yet confirmed — so
+// that the restore guard is placed on a reading the node's checks vouch
+// for; it ends with ctx or the lease.
+func (hd *holder) awaitCheckedClock(ctx context.Context, lease coordinator.Lease) error {
+	for {
+		hd.policy.gateCheck()
+		if !hd.clockInDoubt() && !hd.policy.gateHeld() {
+			return nil
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-lease.Done():
+			t.Stop()
+			return fmt.Errorf("%w: lost while waiting for a checked clock to place the restore guard", coordinator.ErrLeaseLost)
+		case <-t.C:
+		}
+	}
 }
 
 // serve runs one holding until its lease is lost or ctx ends.
