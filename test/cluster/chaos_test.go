@@ -25,9 +25,12 @@ import (
 
 var long = flag.Bool("long", false, "run the longer chaos scenarios and soaks (or FIRN_LONG=1)")
 
-// chaosBudget bounds the whole chaos suite (34 scenario runs took 7 min
-// 38 s on a fresh clone).
-const chaosBudget = 9 * time.Minute
+// chaosBudget bounds the whole chaos suite. 34 scenario runs took 7 min
+// 38 s on a fresh clone before every take on a shared coordinator waited
+// the restore guard (docs/design.md, Restores: about 7 s with the
+// harness's flags, once per scenario and again at each restart in it);
+// 11 min 30 s after, on this machine, idle.
+const chaosBudget = 13 * time.Minute
 
 // Row is one line of the report.
 type Row struct {
