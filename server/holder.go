@@ -278,6 +278,8 @@ func (hd *holder) acquire(ctx context.Context) (*holding, error) {
 		// On a clock the node's checks vouch for: a clock an hour ahead,
 		// not yet confirmed, would place the guard an hour ahead and hold
 		// the worker for the hour. Read later, the guard is only higher.
+		// The worker is held meanwhile: its owner record is what makes
+		// this node one of the live nodes the peer check counts.
 		if err := hd.awaitCheckedClock(ctx, lease); err != nil {
 			return fail(err, lease.Floor())
 		}
@@ -310,12 +312,17 @@ func (hd *holder) acquire(ctx context.Context) (*holding, error) {
 // awaitCheckedClock waits until nothing holds the clock in doubt — NTP,
 // the peers, an unchecked clock, a forward step not yet confirmed — so
 // that the restore guard is placed on a reading the node's checks vouch
-// for; it ends with ctx or the lease.
+// for; it ends with ctx or the lease. While it waits, the lease's reason
+// says so with the detail of the doubt, so that a refusal names the
+// clock's cause, not "starting".
 func (hd *holder) awaitCheckedClock(ctx context.Context, lease coordinator.Lease) error {
 	for {
 		hd.policy.gateCheck()
 		if !hd.clockInDoubt() && !hd.policy.gateHeld() {
 			return nil
+		}
+		if d, ok := hd.doubt(); ok {
+			hd.ls.Hold(clockguard.SourceLease, "worker taken; waiting for the clock to be checked (NTP, the peers) to place the restore guard on it", d)
 		}
 		t := time.NewTimer(100 * time.Millisecond)
 		select {
@@ -328,6 +335,19 @@ func (hd *holder) awaitCheckedClock(ctx context.Context, lease coordinator.Lease
 		case <-t.C:
 		}
 	}
+}
+
+// doubt is the detail of what holds the clock in doubt; false when
+// nothing the state holds says (a forward step the gate has not reported
+// yet).
+func (hd *holder) doubt() (clockguard.Detail, bool) {
+	for _, c := range hd.rt.state.Snapshot().Causes {
+		switch c.Source {
+		case clockguard.SourceClockUnchecked, clockguard.SourceNTP, clockguard.SourcePeers, clockguard.SourceClockStep:
+			return c.Detail, true
+		}
+	}
+	return clockguard.Detail{}, false
 }
 
 // serve runs one holding until its lease is lost or ctx ends.

@@ -101,8 +101,8 @@ func TestUncheckedClockRefused(t *testing.T) {
 // With --unchecked-clock-ok the node serves on it, and says so.
 func TestUncheckedClockAccepted(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir())
-	waitServing(t, n.ids, "", 10*time.Second)
+	n := startNode(t, e.Endpoints, t.TempDir(), sharedCoordinator) // --unchecked-clock-ok is nodeConfig's
+	waitServing(t, n.ids, "", 20*time.Second)                      // after the restore guard
 	resp, err := n.ids.Info(ctx(t), &firnv1.InfoRequest{})
 	if err != nil {
 		t.Fatal(err)
