@@ -77,3 +77,20 @@ func TestCLIConventions(t *testing.T) {
 		t.Errorf("an empty --zookeeper-auth-file: exit %d %q", code, errOut)
 	}
 }
+
+// `firn serve` run in a clone writes its default data dir there: git must
+// ignore it, or a newcomer's first `git status` shows an etcd data dir to
+// commit.
+func TestDefaultDataDirIgnored(t *testing.T) {
+	dir := defaultServeConfig().dataDir
+	b, err := os.ReadFile(filepath.Join("..", "..", ".gitignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p := strings.TrimSpace(line); p == "/"+dir+"/" || p == "/"+dir || p == dir+"/" || p == dir {
+			return
+		}
+	}
+	t.Fatalf(".gitignore does not ignore the default data dir %q:\n%s", dir, b)
+}
