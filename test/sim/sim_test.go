@@ -143,6 +143,8 @@ var regressions = []struct {
 	{3, "a wide node refused every call STARTING \"not serving\" for minutes while its state served: a member rejoined still held after an NTP hold; also NextRange(max_range) refused RESOURCE_EXHAUSTED on an idle node, and a fresh node's take right after a restore overlapping the old holder's interval"},
 	{17, "a wide node of a layout whose sequence lies above the node fields handed one caller each worker's whole block of a unit in turn: its IDs went down"},
 	{438, "NextRange on a single-worker node spun in AwaitBulk (Wide.peek saw its member ahead and said ready; produce could issue nothing), stopping virtual time"},
+	{38, "NextRange on a wide node spun: the Wide's cursor remembered that its members waited for their reservations at a unit nothing was issued at, and produce never asked them again while peek said ready"},
+	{124, "a take during an unconfirmed forward step of an hour placed its restore guard on the stepped clock: the worker waited the hour after the clock was put right"},
 }
 
 // TestSimRegressions replays the seeds that found bugs.
