@@ -51,8 +51,12 @@ func TestRestoreFreshNodeFirst(t *testing.T) {
 		{"zookeeper", startRaceZooKeeper},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			for _, mode := range []raceMode{racePartition, raceStop, raceStopEarly} {
 				t.Run(mode.String(), func(t *testing.T) {
+					// Each run has its own coordinator and nodes, and
+					// waits far more than it computes.
+					t.Parallel()
 					began := time.Now()
 					runFreshNodeFirst(t, c.start(t), mode)
 					t.Logf("took %v", time.Since(began).Round(time.Millisecond))

@@ -119,7 +119,31 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 		}
 	}()
 
-	time.Sleep(500 * time.Millisecond)
+	// count is how many samples there are, and how many at the end of
+	// them are serial s. Handshakes slow down under load: the test waits
+	// for samples, not for a fixed time.
+	count := func(s int64) (all, trailing int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := len(serials) - 1; i >= 0 && serials[i] == s; i-- {
+			trailing++
+		}
+		return len(serials), trailing
+	}
+	waitSamples := func(s int64, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, tr := count(s); tr >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				mu.Lock()
+				defer mu.Unlock()
+				t.Fatalf("new-connection serials %v: want %d in a row of serial %d", serials, n, s)
+			}
+		}
+	}
+	waitSamples(2, 5) // load before the renewal
 	renewed, err := pki.RenewServer()
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +164,7 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // load on both sides of the renewal
+	waitSamples(renewed, 5) // and load after it
 	close(stop)
 	wg.Wait()
 	close(errs)

@@ -29,8 +29,9 @@ var long = flag.Bool("long", false, "run the longer chaos scenarios and soaks (o
 // 38 s on a fresh clone before every take on a shared coordinator waited
 // the restore guard (docs/design.md, Restores: about 7 s with the
 // harness's flags, once per scenario and again at each restart in it);
-// 11 min 30 s after, on this machine, idle.
-const chaosBudget = 13 * time.Minute
+// 11 min 30 s after, one after another; 7 min 46 s with the beside
+// scenarios four at a time, on this machine, idle.
+const chaosBudget = 10 * time.Minute
 
 // Row is one line of the report.
 type Row struct {
@@ -43,6 +44,7 @@ type Row struct {
 	Recover          string  `json:"time_to_recover,omitempty"`
 	Verdict          string  `json:"verdict"`
 	Seconds          float64 `json:"seconds"`
+	order            int     // the scenario's place in scenarios
 }
 
 var (
@@ -162,8 +164,17 @@ type scenario struct {
 	long bool
 	// zkOnly: a ZooKeeper-specific fault.
 	zkOnly bool
+	// beside: the scenario may run beside the other beside scenarios. It
+	// faults only its own nodes and their proxies (never a coordinator
+	// process), puts little load on them, and spends most of its time
+	// waiting (leases, restore guards, clock checks); run one after
+	// another they were half of the suite's time.
+	beside bool
 	run    func(e *env)
 }
+
+// besideParallel is how many beside scenarios run at once.
+const besideParallel = 4
 
 func TestChaos(t *testing.T) {
 	suiteStart := time.Now()
@@ -175,39 +186,65 @@ func TestChaos(t *testing.T) {
 	}
 	Binary(t)
 	sf, _ := generator.Preset("snowflake")
-	for i, sc := range scenarios {
-		for _, b := range backends {
-			if sc.zkOnly {
-				if b.name != "zookeeper" {
+	run := func(t *testing.T, i int, sc scenario, b backend) {
+		row := &Row{Scenario: sc.name, Backend: b.name, order: i}
+		e := &env{t: t, b: b, cluster: fmt.Sprintf("chaos-%d-%s-%d", i, b.name, time.Now().UnixNano()%1e6),
+			rec: &Recorder{}, proxies: map[*Node][]*Proxy{}, row: row, layout: sf, etcd: etcdProcs, zk: zk}
+		start := time.Now()
+		defer func() {
+			row.Seconds = time.Since(start).Seconds()
+			row.Verdict = "pass"
+			if t.Failed() {
+				row.Verdict = "FAIL"
+			}
+			t.Logf("scenario %s/%s: %.1fs", sc.name, b.name, row.Seconds)
+			reportMu.Lock()
+			report = append(report, *row)
+			reportMu.Unlock()
+		}()
+		sc.run(e)
+	}
+	// each calls f for every scenario and backend this run includes.
+	each := func(f func(i int, sc scenario, b backend)) {
+		for i, sc := range scenarios {
+			for _, b := range backends {
+				if sc.zkOnly {
+					if b.name != "zookeeper" {
+						continue
+					}
+				} else if !sc.both && b.name != "etcd" {
 					continue
 				}
-			} else if !sc.both && b.name != "etcd" {
-				continue
+				if sc.long && !*long && os.Getenv("FIRN_LONG") == "" {
+					continue
+				}
+				f(i, sc, b)
 			}
-			if sc.long && !*long && os.Getenv("FIRN_LONG") == "" {
-				continue
-			}
-			name := sc.name + "/" + b.name
-			t.Run(name, func(t *testing.T) {
-				row := &Row{Scenario: sc.name, Backend: b.name}
-				e := &env{t: t, b: b, cluster: fmt.Sprintf("chaos-%d-%s-%d", i, b.name, time.Now().UnixNano()%1e6),
-					rec: &Recorder{}, proxies: map[*Node][]*Proxy{}, row: row, layout: sf, etcd: etcdProcs, zk: zk}
-				start := time.Now()
-				defer func() {
-					row.Seconds = time.Since(start).Seconds()
-					row.Verdict = "pass"
-					if t.Failed() {
-						row.Verdict = "FAIL"
-					}
-					t.Logf("scenario %s: %.1fs", name, row.Seconds)
-					reportMu.Lock()
-					report = append(report, *row)
-					reportMu.Unlock()
-				}()
-				sc.run(e)
-			})
 		}
 	}
+	// The scenarios that fault a coordinator or load their nodes hard run
+	// alone, one after another; then the beside scenarios, a few at once.
+	each(func(i int, sc scenario, b backend) {
+		if !sc.beside {
+			t.Run(sc.name+"/"+b.name, func(t *testing.T) { run(t, i, sc, b) })
+		}
+	})
+	// (Not t.Parallel: -parallel defaults to the number of cores, and
+	// these wait far more than they compute.)
+	t.Run("beside", func(t *testing.T) {
+		sem := make(chan struct{}, besideParallel)
+		var wg sync.WaitGroup
+		each(func(i int, sc scenario, b backend) {
+			if sc.beside {
+				sem <- struct{}{}
+				wg.Go(func() {
+					defer func() { <-sem }()
+					t.Run(sc.name+"/"+b.name, func(t *testing.T) { run(t, i, sc, b) })
+				})
+			}
+		})
+		wg.Wait()
+	})
 	writeReport(t)
 	if el := time.Since(suiteStart); el > chaosBudget {
 		t.Errorf("the chaos suite took %v, over its budget of %v", el.Round(time.Second), chaosBudget)
@@ -217,6 +254,7 @@ func TestChaos(t *testing.T) {
 func writeReport(t *testing.T) {
 	reportMu.Lock()
 	defer reportMu.Unlock()
+	slices.SortStableFunc(report, func(a, b Row) int { return a.order - b.order })
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n| scenario | backend | IDs checked | calls failed (expected / unexpected) | time to fail closed | time to recover | verdict | seconds |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range report {
@@ -297,7 +335,7 @@ var faultScenarios = []scenario{
 		countFailures(e, e.rec.Failures(), none)
 		e.check(Bounds{Skew: 500 * time.Millisecond})
 	}},
-	{name: "clock steps back 2s fails closed and recovers", run: func(e *env) {
+	{name: "clock steps back 2s fails closed and recovers", beside: true, run: func(e *env) {
 		n1, n2, n3 := e.newNode("n1"), e.newNode("n2"), e.newNode("n3")
 		e.startAll(n1, n2, n3)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
@@ -358,7 +396,7 @@ var faultScenarios = []scenario{
 		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Node == "n1" })
 		e.check(Bounds{})
 	}},
-	{name: "SIGSTOP past the lease TTL", both: true, run: func(e *env) {
+	{name: "SIGSTOP past the lease TTL", beside: true, both: true, run: func(e *env) {
 		n1 := e.newNode("n1", e.ttlFlags()...)
 		n2 := e.newNode("n2", e.ttlFlags()...)
 		e.startAll(n1, n2)
@@ -377,7 +415,7 @@ var faultScenarios = []scenario{
 		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Node == "n1" })
 		e.check(Bounds{Skew: 6 * time.Second}) // IDs taken just before the freeze arrive after it
 	}},
-	{name: "partition 2s absorbed", both: true, run: func(e *env) {
+	{name: "partition 2s absorbed", beside: true, both: true, run: func(e *env) {
 		n1 := e.newNode("n1")
 		e.startAll(n1)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
@@ -390,7 +428,7 @@ var faultScenarios = []scenario{
 		countFailures(e, e.rec.Failures(), none)
 		e.check(Bounds{})
 	}},
-	{name: "partition beyond the TTL fails closed and recovers", both: true, run: func(e *env) {
+	{name: "partition beyond the TTL fails closed and recovers", beside: true, both: true, run: func(e *env) {
 		n1 := e.newNode("n1", e.ttlFlags()...)
 		e.startAll(n1)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
@@ -418,7 +456,7 @@ var faultScenarios = []scenario{
 		})
 		e.check(Bounds{})
 	}},
-	{name: "lost replies: written but not acknowledged", both: true, run: func(e *env) {
+	{name: "lost replies: written but not acknowledged", beside: true, both: true, run: func(e *env) {
 		n1 := e.newNode("n1")
 		e.startAll(n1)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
@@ -437,7 +475,7 @@ var faultScenarios = []scenario{
 		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Code == codes.Unavailable || f.Code == codes.DeadlineExceeded })
 		e.check(Bounds{})
 	}},
-	{name: "worker IDs exhausted: 2 worker bits, 5 nodes", run: func(e *env) {
+	{name: "worker IDs exhausted: 2 worker bits, 5 nodes", beside: true, run: func(e *env) {
 		layout := "x=time=41,dc=0,worker=2,seq=12,unit=1ms,epoch=2024-01-01T00:00:00Z"
 		l, _ := generator.ParseLayout(strings.TrimPrefix(layout, "x="))
 		e.layout = l
@@ -564,7 +602,7 @@ var faultScenarios = []scenario{
 		countFailures(e, e.rec.Failures(), none)
 		e.check(Bounds{})
 	}},
-	{name: "graceful shutdown under load", run: func(e *env) {
+	{name: "graceful shutdown under load", beside: true, run: func(e *env) {
 		n1, n2 := e.newNode("n1"), e.newNode("n2")
 		e.startAll(n1, n2)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})

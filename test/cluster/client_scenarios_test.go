@@ -21,7 +21,7 @@ import (
 // client — and what the Go client does for its caller when a node stops
 // serving (it fails over).
 var clientScenarios = []scenario{
-	{name: "bad input from a fuzzing client", run: func(e *env) {
+	{name: "bad input from a fuzzing client", beside: true, run: func(e *env) {
 		n := e.newNode("n1")
 		e.startAll(n)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2})

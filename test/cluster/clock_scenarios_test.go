@@ -16,7 +16,7 @@ import (
 // peers (README, Clock policy): what is absorbed, what stops a node and
 // how it comes back.
 var clockScenarios = []scenario{
-	{name: "NTP configured: 5ms 50ms absorbed, 500ms stops at the next check", run: func(e *env) {
+	{name: "NTP configured: 5ms 50ms absorbed, 500ms stops at the next check", beside: true, run: func(e *env) {
 		_, ntp := ntpTrio(e.t)
 		n := e.newNode("n1", "--ntp", ntp, "--ntp-interval", "1s")
 		e.startAll(n)
@@ -48,7 +48,7 @@ var clockScenarios = []scenario{
 		})
 		e.check(Bounds{Skew: 500 * time.Millisecond})
 	}},
-	{name: "NTP offset at start, during operation, unreachable", run: func(e *env) {
+	{name: "NTP offset at start, during operation, unreachable", beside: true, run: func(e *env) {
 		srvs, ntp := ntpTrio(e.t)
 		for _, s := range srvs {
 			s.SetOffset(400 * time.Millisecond)
@@ -105,7 +105,7 @@ var clockScenarios = []scenario{
 		}
 		e.row.Recover = r.Round(time.Millisecond).String()
 	}},
-	{name: "clock +5s at start among two peers never serves", run: func(e *env) {
+	{name: "clock +5s at start among two peers never serves", beside: true, run: func(e *env) {
 		n1, n2 := e.newNode("n1"), e.newNode("n2")
 		e.startAll(n1, n2)
 		n3 := e.newNode("n3")
@@ -134,7 +134,7 @@ var clockScenarios = []scenario{
 		countFailures(e, e.rec.Failures(), none)
 		e.check(Bounds{})
 	}},
-	{name: "clock +10s on a lone node, then back", run: func(e *env) {
+	{name: "clock +10s on a lone node, then back", beside: true, run: func(e *env) {
 		n := e.newNode("n1")
 		e.startAll(n)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
@@ -165,7 +165,7 @@ var clockScenarios = []scenario{
 		})
 		e.check(Bounds{Skew: 10 * time.Second})
 	}},
-	{name: "clock +10s on one node of three stops it", run: func(e *env) {
+	{name: "clock +10s on one node of three stops it", beside: true, run: func(e *env) {
 		n1, n2, n3 := e.newNode("n1"), e.newNode("n2"), e.newNode("n3")
 		e.startAll(n1, n2, n3)
 		load := StartLoad(e.rec, []*Node{n2, n3}, LoadOptions{Callers: 2})

@@ -63,7 +63,7 @@ var coordinatorScenarios = []scenario{
 		})
 		e.check(Bounds{})
 	}},
-	{name: "coordinator down when a node starts", both: true, run: func(e *env) {
+	{name: "coordinator down when a node starts", beside: true, both: true, run: func(e *env) {
 		n1 := e.newNode("n1")
 		e.partition(n1, Blackhole)
 		n1.Start()

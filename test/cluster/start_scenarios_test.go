@@ -12,7 +12,7 @@ import (
 // startScenarios: nodes starting — behind their own last reservation, and
 // many at once competing for worker IDs.
 var startScenarios = []scenario{
-	{name: "restart 10s behind its reservation", run: func(e *env) {
+	{name: "restart 10s behind its reservation", beside: true, run: func(e *env) {
 		n := e.newNode("n1")
 		e.startAll(n)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2})
@@ -36,7 +36,7 @@ var startScenarios = []scenario{
 		countFailures(e, e.rec.Failures(), func(f Failure) bool { return true })
 		e.check(Bounds{Skew: 10 * time.Second})
 	}},
-	{name: "ten nodes started at once get distinct worker IDs", run: func(e *env) {
+	{name: "ten nodes started at once get distinct worker IDs", beside: true, run: func(e *env) {
 		var ns []*Node
 		for i := 0; i < 10; i++ {
 			ns = append(ns, e.newNode(fmt.Sprintf("n%d", i)))
