@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/x509"
+	"net"
 	"net/http"
 	"sync"
 	"time"
@@ -15,10 +16,15 @@ import (
 type flowKeyCtx struct{}
 
 // withFlowKey marks an HTTP request's context with its client: the verified
-// client certificate's name under mTLS, else the connection's remote
-// address.
+// client certificate's name under mTLS, else the remote host — not its
+// port: an HTTP client opens connections at will, and would otherwise
+// escape --client-rate and fair share by opening another.
 func withFlowKey(ctx context.Context, r *http.Request) context.Context {
-	key := "addr:" + r.RemoteAddr
+	host := r.RemoteAddr
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	key := "host:" + host
 	if r.TLS != nil {
 		if name := certName(r.TLS.VerifiedChains); name != "" {
 			key = "cert:" + name
@@ -29,7 +35,8 @@ func withFlowKey(ctx context.Context, r *http.Request) context.Context {
 
 // flowKey names the client a request comes from, for fair share and
 // --client-rate: the verified client certificate's name under mTLS (every
-// connection of one identity is one client), else the connection.
+// connection of one identity is one client), else the gRPC connection or
+// the HTTP request's remote host (withFlowKey).
 func flowKey(ctx context.Context) string {
 	if k, ok := ctx.Value(flowKeyCtx{}).(string); ok {
 		return k

@@ -272,20 +272,27 @@ func (p *clockPolicy) probe(rt *genRuntime) bool {
 }
 
 // resume ends a manual-recovery hold (POST /admin/resume), refusing while
-// the clock is still behind the last ID by more than max-lead.
-func (p *clockPolicy) resume(rt *genRuntime) error {
+// the clock is still behind the last ID by more than max-lead, and reports
+// whether there was a hold to end.
+func (p *clockPolicy) resume(rt *genRuntime) (bool, error) {
 	wall, _ := p.clock.Now()
 	if lead, ok := rt.lead(wall); ok {
 		if lead > rt.cfg.MaxLead {
-			return fmt.Errorf("clock still %v behind the last ID (max-lead %v): not resumed", lead.Round(time.Millisecond), rt.cfg.MaxLead)
+			return false, fmt.Errorf("clock still %v behind the last ID (max-lead %v): not resumed", lead.Round(time.Millisecond), rt.cfg.MaxLead)
 		}
 	}
 	rt.mu.Lock()
+	held := rt.manualHold
 	rt.manualHold = false
 	rt.mu.Unlock()
+	for _, src := range []clockguard.Source{clockguard.SourceClockRollback, clockguard.SourceManual} {
+		if _, ok := rt.state.Holds(src); ok {
+			held = true
+		}
+	}
 	rt.state.Clear(clockguard.SourceClockRollback)
 	rt.state.Clear(clockguard.SourceManual)
-	return nil
+	return held, nil
 }
 
 // --- the forward-step gate ----------------------------------------------------

@@ -238,10 +238,13 @@ func TestPolicyRollbackAndRecovery(t *testing.T) {
 				return
 			}
 			r.wantServing(false, "manual: until resumed")
-			if err := r.p.resume(r.rt); err != nil {
-				t.Fatal(err)
+			if held, err := r.p.resume(r.rt); err != nil || !held {
+				t.Fatalf("resume: held %v, %v; want a hold ended", held, err)
 			}
 			r.wantServing(true, "after resume")
+			if held, err := r.p.resume(r.rt); err != nil || held {
+				t.Fatalf("resume again: held %v, %v; want nothing held", held, err)
+			}
 		})
 	}
 }

@@ -74,7 +74,7 @@ type Config struct {
 	// RESOURCE_EXHAUSTED. The bound is never below one MaxBatch.
 	MaxQueue time.Duration
 	// ClientRate limits each client (its certificate name under mTLS,
-	// else its connection) to so many IDs/s per generator, with bursts
+	// else its gRPC connection or HTTP remote host) to so many IDs/s per generator, with bursts
 	// of ClientBurst (0: one second of ClientRate); 0 means no limit.
 	ClientRate  float64
 	ClientBurst int
@@ -129,6 +129,11 @@ type Config struct {
 	// (an HTTP client may send none); a generator that cannot answer in
 	// time answers 503 or 504 naming the cause.
 	HTTPRequestTimeout time.Duration
+	// HTTPIdleTimeout closes a keep-alive HTTP connection idle this long.
+	// The HTTP listener also bounds reading a request (headers 5 s, the
+	// whole request httpReadTimeout) and writing an answer
+	// (HTTPRequestTimeout + httpWriteMargin).
+	HTTPIdleTimeout time.Duration
 	// AdminNames are the client certificate names (subject CN or a DNS
 	// SAN) allowed to call the admin endpoints (POST /admin/resume) over
 	// mTLS; ID callers are not admins by default. Without mTLS the admin
@@ -164,6 +169,7 @@ func DefaultConfig() Config {
 		FaultAddr:            "127.0.0.1:7302",
 		ShutdownTimeout:      20 * time.Second,
 		HTTPRequestTimeout:   5 * time.Second,
+		HTTPIdleTimeout:      30 * time.Second,
 		GRPCMaxConnectionAge: 5 * time.Minute,
 		Version:              "dev",
 	}
@@ -309,6 +315,8 @@ func (c *Config) Finish(now time.Time) error {
 		return configErr("grpc-max-connection-age", "%v must be 0 (no limit) or at least 1s", c.GRPCMaxConnectionAge)
 	case c.HTTPRequestTimeout <= 0:
 		return configErr("http-request-timeout", "%v must be positive", c.HTTPRequestTimeout)
+	case c.HTTPIdleTimeout <= 0:
+		return configErr("http-idle-timeout", "%v must be positive", c.HTTPIdleTimeout)
 	case c.FaultClockOffset != 0 && !c.EnableFaultInjection:
 		return configErr("fault-clock-offset", "needs --enable-fault-injection")
 	}

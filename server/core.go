@@ -225,7 +225,7 @@ func (c *Core) lookup(name string) (*genRuntime, error) {
 		for _, g := range c.gens {
 			names = append(names, g.cfg.Name)
 		}
-		return nil, &unknownGeneratorError{name: name, known: strings.Join(names, ",")}
+		return nil, &unknownGeneratorError{name: echo(name), known: strings.Join(names, ",")}
 	}
 	return rt, nil
 }
@@ -423,11 +423,12 @@ func (c *Core) stop() {
 	}
 }
 
-// Resume ends a manual-recovery hold (POST /admin/resume).
-func (c *Core) Resume(generatorName string) error {
+// Resume ends a manual-recovery hold (POST /admin/resume) and reports
+// whether the generator was held; a generator not held is left alone.
+func (c *Core) Resume(generatorName string) (bool, error) {
 	rt, err := c.lookup(generatorName)
 	if err != nil {
-		return err
+		return false, err
 	}
 	return c.policy.resume(rt)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -122,8 +123,31 @@ func (e *RequestError) Error() string { return ErrBadRequest.Error() + ": " + e.
 func (e *RequestError) Is(target error) bool { return target == ErrBadRequest }
 
 // badField is a RequestError; the message names the field and the bound.
+// The value, and every string among args, is cut to echoMax bytes (echo):
+// the caller's input comes back bounded.
 func badField(field, value, limit, format string, args ...any) error {
-	return &RequestError{Field: field, Value: value, Limit: limit, Msg: fmt.Sprintf(format, args...)}
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = echo(s)
+		}
+	}
+	return &RequestError{Field: echo(field), Value: echo(value), Limit: limit, Msg: fmt.Sprintf(format, args...)}
+}
+
+// echoMax is the most bytes of a caller's input an error repeats.
+const echoMax = 64
+
+// echo is s as an error may repeat it: at most echoMax bytes (cut on a
+// rune boundary), followed by how long it was when cut.
+func echo(s string) string {
+	if len(s) <= echoMax {
+		return s
+	}
+	cut := echoMax
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // code maps an error to its gRPC code: the one table of the node. HTTP

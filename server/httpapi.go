@@ -9,10 +9,13 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"net"
 	"net/http"
+	"net/url"
+	pathpkg "path"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,17 +66,138 @@ func (n *Node) requireClientCert(h http.HandlerFunc) http.HandlerFunc {
 
 func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/ids", n.requireClientCert(n.handleIDs))
-	mux.HandleFunc("GET /v1/decode/{id}", n.requireClientCert(n.handleDecode))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "ok")
+	routes := map[string]http.Handler{
+		"GET /v1/ids":         n.requireClientCert(n.handleIDs),
+		"GET /v1/decode/{id}": n.requireClientCert(n.handleDecode),
+		"GET /metrics":        promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}),
+		"GET /healthz": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			fmt.Fprintln(w, "ok")
+		}),
+		"GET /readyz":        http.HandlerFunc(n.handleReady),
+		"POST /admin/resume": http.HandlerFunc(n.handleResume),
+		"GET /{$}":           http.HandlerFunc(n.handleStatus),
+	}
+	for pattern, h := range routes {
+		mux.Handle(pattern, h)
+	}
+	return apiFallback(mux, routes)
+}
+
+// maxRequestURI is the longest request target the HTTP listener takes
+// (the API's are a few dozen bytes); a longer one is 414. Beyond the
+// server's MaxHeaderBytes (1 MiB) net/http itself answers 431, in plain
+// text, before any handler runs.
+const maxRequestURI = 8 << 10
+
+// apiFallback answers in the API's JSON error shape what the mux would
+// answer on its own: a path no route has (404), a method the path does
+// not take (405, with Allow), a path that is not clean (404 naming the
+// clean one, instead of the mux's redirect: a redirected POST or ID
+// request is not what the caller sent), and a request target longer than
+// maxRequestURI (414).
+func apiFallback(mux *http.ServeMux, routes map[string]http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.RequestURI) > maxRequestURI {
+			writeJSON(w, http.StatusRequestURITooLong, httpError{Error: httpErrorBody{Code: codeName(codes.InvalidArgument),
+				Message: fmt.Sprintf("request target of %d bytes: at most %d", len(r.RequestURI), maxRequestURI)}})
+			return
+		}
+		path := echo(r.URL.Path)
+		if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
+			writeJSON(w, http.StatusNotFound, httpError{Error: httpErrorBody{Code: codeName(codes.NotFound),
+				Message: fmt.Sprintf("no path %s: did you mean %s?", path, echo(clean))}})
+			return
+		}
+		if _, pattern := mux.Handler(r); routes[pattern] != nil {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		rec := &statusRecorder{header: http.Header{}}
+		mux.ServeHTTP(rec, r)
+		switch rec.status {
+		case http.StatusMethodNotAllowed:
+			allow := rec.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			writeJSON(w, rec.status, httpError{Error: httpErrorBody{Code: codeName(codes.Unimplemented),
+				Message: fmt.Sprintf("%s %s: this path takes %s", echo(r.Method), path, allow)}})
+		case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+			writeJSON(w, http.StatusNotFound, httpError{Error: httpErrorBody{Code: codeName(codes.NotFound),
+				Message: fmt.Sprintf("no path %s: did you mean %s?", path, echo(rec.header.Get("Location")))}})
+		default:
+			writeJSON(w, http.StatusNotFound, httpError{Error: httpErrorBody{Code: codeName(codes.NotFound),
+				Message: fmt.Sprintf("no path %s (the API: GET /v1/ids, GET /v1/decode/{id}, GET /readyz, GET /healthz, GET /metrics, POST /admin/resume, GET /)", path)}})
+		}
 	})
-	mux.HandleFunc("GET /readyz", n.handleReady)
-	mux.HandleFunc("POST /admin/resume", n.handleResume)
-	mux.HandleFunc("GET /{$}", n.handleStatus)
-	return mux
+}
+
+// cleanPath is p as the mux would redirect it: no "." or ".." elements,
+// no repeated slashes, a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	c := pathpkg.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c
+}
+
+// statusRecorder keeps what the mux answers on its own: the status and
+// the headers, not the plain-text body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header { return r.header }
+
+func (r *statusRecorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *statusRecorder) Write(p []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return len(p), nil
+}
+
+// queryParams are the parameters an endpoint takes, each with whether it
+// may be given empty (generator= is the default generator, as absent).
+type queryParams map[string]bool
+
+// strictQuery parses a query string strictly: a pair that does not decode
+// (a stray "%", a ";"), a parameter the endpoint does not take, a repeated
+// one or an empty value where none is allowed is refused as a bad request
+// naming it — never dropped, which would turn the request into another
+// (another generator, another count). An absent parameter is absent from
+// the map.
+func strictQuery(raw string, params queryParams) (map[string]string, error) {
+	vals, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, badField("query", raw, "", "the query %q does not parse: %v", raw, err)
+	}
+	known := slices.Sorted(maps.Keys(params))
+	out := make(map[string]string, len(vals))
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
+		v := vals[k]
+		emptyOK, ok := params[k]
+		switch {
+		case !ok:
+			return nil, badField(k, strings.Join(v, ","), strings.Join(known, ","), "unknown parameter %q: this endpoint takes %s", k, strings.Join(known, ", "))
+		case len(v) > 1:
+			return nil, badField(k, strings.Join(v, ","), "once", "parameter %q given %d times: give it once", k, len(v))
+		case v[0] == "" && !emptyOK:
+			return nil, badField(k, "", "not empty", "parameter %q is empty: give a value or leave it out", k)
+		}
+		out[k] = v[0]
+	}
+	return out, nil
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -100,15 +224,22 @@ func writeDenied(w http.ResponseWriter, msg string) {
 
 // handleIDs: GET /v1/ids?generator=&count= → {"ids":["…"]}, IDs as
 // decimal strings (JavaScript cannot hold 64-bit integers).
+//
+// HEAD answers what GET would before issuing (the same checks, the same
+// headers) and issues nothing.
 func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	rt, err := n.lookup(q.Get("generator"))
+	q, err := strictQuery(r.URL.RawQuery, queryParams{"generator": true, "count": false})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	rt, err := n.lookup(q["generator"])
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
 	count := int64(1)
-	if s := q.Get("count"); s != "" {
+	if s, ok := q["count"]; ok {
 		count, err = strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			writeErr(w, badField("count", s, fmt.Sprintf("[1, %d]", rt.maxBatch), "count %q is not an integer in [1, %d]", s, rt.maxBatch))
@@ -117,6 +248,11 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := checkCount(rt, count); err != nil {
 		writeErr(w, err)
+		return
+	}
+	if r.Method == http.MethodHead {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
 		return
 	}
 	// The server's own deadline: an HTTP client may have none.
@@ -155,7 +291,12 @@ type decodeJSON struct {
 }
 
 func (n *Node) handleDecode(w http.ResponseWriter, r *http.Request) {
-	rt, err := n.lookup(r.URL.Query().Get("generator"))
+	q, err := strictQuery(r.URL.RawQuery, queryParams{"generator": true})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	rt, err := n.lookup(q["generator"])
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -231,35 +372,116 @@ func (n *Node) adminAllowed(r *http.Request) (bool, string) {
 	return false, "admin endpoints need mTLS (--tls-client-ca with --admin-names), or an HTTP listener on loopback"
 }
 
-// handleResume ends a manual-recovery stop; only over mTLS, and only for a
-// client whose certificate the node verified.
+// handleResume ends a manual-recovery stop: every generator held, or the
+// one named by generator= in the query or the form body (not both).
+// Requests from web pages are refused (browserRefusal); a generator that
+// cannot resume does not stop the others, and the answer lists both.
 func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 	if ok, why := n.adminAllowed(r); !ok {
 		writeDenied(w, "POST /admin/resume: "+why)
 		return
 	}
-	gen := r.URL.Query().Get("generator")
+	if why := n.browserRefusal(r); why != "" {
+		writeDenied(w, "POST /admin/resume: "+why)
+		return
+	}
+	q, err := strictQuery(r.URL.RawQuery, queryParams{"generator": true})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4096))
+	if err != nil {
+		writeErr(w, badField("body", "", "4096 bytes", "the body: %v", err))
+		return
+	}
+	form, err := strictQuery(string(body), queryParams{"generator": true})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	gen, inQuery := q["generator"]
+	if g, ok := form["generator"]; ok {
+		if inQuery {
+			writeErr(w, badField("generator", g, "once", "generator given in both the query and the body: give it once"))
+			return
+		}
+		gen = g
+	}
 	var names []string
 	if gen == "" {
 		for _, rt := range n.gens {
 			names = append(names, rt.cfg.Name)
 		}
 	} else {
-		names = []string{gen}
-	}
-	for _, name := range names {
-		if err := n.Resume(name); err != nil {
-			if !errors.Is(err, ErrUnknownGenerator) {
-				err = fmt.Errorf("%w: %v", ErrBadRequest, err)
-			}
+		if _, err := n.lookup(gen); err != nil {
 			writeErr(w, err)
 			return
+		}
+		names = []string{gen}
+	}
+	resumed, notHeld := []string{}, []string{}
+	failed := map[string]string{}
+	for _, name := range names {
+		held, err := n.Resume(name)
+		switch {
+		case err != nil:
+			failed[name] = err.Error()
+		case held:
+			resumed = append(resumed, name)
+		default:
+			notHeld = append(notHeld, name)
 		}
 	}
 	client := "local caller " + r.RemoteAddr
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 		client = r.TLS.VerifiedChains[0][0].Subject.String()
 	}
-	n.log.Warn("manual recovery: resumed by operator", "generators", names, "client", client)
-	writeJSON(w, 200, map[string]any{"resumed": names})
+	if len(resumed) > 0 {
+		n.log.Warn("manual recovery: resumed by operator", "generators", resumed, "client", client)
+	}
+	if len(failed) == 0 {
+		writeJSON(w, 200, map[string]any{"resumed": resumed, "not_held": notHeld})
+		return
+	}
+	// Some could not resume (their clock is still behind their last ID):
+	// the others were tried all the same, and the answer says which did.
+	var why []string
+	for _, name := range slices.Sorted(maps.Keys(failed)) {
+		why = append(why, name+": "+failed[name])
+	}
+	n.log.Warn("manual recovery: resume refused", "generators", slices.Sorted(maps.Keys(failed)), "client", client)
+	writeErr(w, fmt.Errorf("%w: %s (resumed: %s; not held: %s)", ErrBadRequest, strings.Join(why, "; "),
+		listOrNone(resumed), listOrNone(notHeld)))
+}
+
+// listOrNone is names comma-separated, or "none".
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// browserRefusal says why r looks like a request a web page made, or "":
+// it carries an Origin header (browsers send one with every cross-site
+// POST, and a plain form POST needs no preflight), or, on the loopback
+// listener without mTLS, its Host is not a loopback address or localhost
+// (a page that rebound its own name to 127.0.0.1 sends its own name).
+// The CLI and curl send neither.
+func (n *Node) browserRefusal(r *http.Request) string {
+	if o := r.Header.Get("Origin"); o != "" {
+		return fmt.Sprintf("refused for a request from a web page (Origin %q): use curl or the CLI", echo(o))
+	}
+	if n.cfg.MutualTLS() {
+		return ""
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if host == "localhost" || LoopbackHost(host) {
+		return ""
+	}
+	return fmt.Sprintf("refused for Host %q: on a listener without mTLS, address the node by a loopback address or localhost", echo(r.Host))
 }

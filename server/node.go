@@ -203,7 +203,9 @@ func (n *Node) serveAPIs() {
 	// net/http's own errors (TLS handshakes refused, ...) go to the node's
 	// logger, not to the standard library's.
 	httpLog := slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)
-	n.httpSrv = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 5 * time.Second, TLSConfig: httpTLS(n.tlsConf), ErrorLog: httpLog}
+	n.httpSrv = &http.Server{Handler: n.httpHandler(), TLSConfig: httpTLS(n.tlsConf), ErrorLog: httpLog,
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: httpReadTimeout,
+		WriteTimeout: n.cfg.HTTPRequestTimeout + httpWriteMargin, IdleTimeout: n.cfg.HTTPIdleTimeout}
 	n.serve(func() {
 		if err := n.grpcSrv.Serve(n.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			n.log.Error("gRPC server stopped", "err", err)
@@ -229,6 +231,14 @@ func (n *Node) serveAPIs() {
 		})
 	}
 }
+
+// httpReadTimeout bounds reading a whole HTTP request (the API's bodies
+// are a few bytes); httpWriteMargin is what writing an answer may take
+// beyond HTTPRequestTimeout (the largest batch's JSON, the metrics page).
+const (
+	httpReadTimeout = 10 * time.Second
+	httpWriteMargin = 5 * time.Second
+)
 
 func (n *Node) serve(f func()) {
 	n.wg.Add(1)

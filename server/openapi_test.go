@@ -56,7 +56,9 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 	// A serving node; one that never serves (its NTP server is 2 s off);
 	// one with mTLS and fault injection, for the admin endpoint.
 	e := etcdtest.StartEmbedded(t)
-	serving := startNode(t, e.Endpoints, t.TempDir())
+	// --client-rate 1/s with bursts of 5 on the serving node: 3 IDs, then
+	// 5 at once is 429.
+	serving := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.ClientRate, c.ClientBurst = 1, 5 })
 	ntp := ntptest.NewServer(t)
 	ntp.SetOffset(2 * time.Second)
 	out := startNamedNode(t, "out", e.Endpoints, t.TempDir(), ntpServers(time.Second, ntp.Addr()))
@@ -81,6 +83,7 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 		{"GET /v1/ids 400", get(serving.httpc, a+"/v1/ids?count=0")},
 		{"GET /v1/ids 403", get(anon, mbase+"/v1/ids")},
 		{"GET /v1/ids 404", get(serving.httpc, a+"/v1/ids?generator=nope")},
+		{"GET /v1/ids 429", get(serving.httpc, a+"/v1/ids?count=5")}, // 3 of the 5 taken just before
 		{"GET /v1/ids 503", get(out.httpc, b+"/v1/ids")},
 		{"GET /v1/decode/{id} 200", get(serving.httpc, a+"/v1/decode/2127862948218011648")},
 		{"GET /v1/decode/{id} 400", get(serving.httpc, a+"/v1/decode/abc")},

@@ -97,7 +97,7 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&sc.workers, "workers", "1", "worker IDs each generator holds: a number (K × the layout's rate, in per-node order), or auto (leases more while the rate stays above 80% of what it holds, up to --max-workers; releases them after a minute that fits fewer)")
 	fs.IntVar(&c.MaxWorkers, "max-workers", c.MaxWorkers, "under --workers auto, the most workers a generator holds (0: 16)")
 	fs.IntVar(&c.MaxBatch, "max-batch", c.MaxBatch, "largest NextIDs count (also bounded by sequence × units in max-lead)")
-	fs.Float64Var(&c.ClientRate, "client-rate", c.ClientRate, "per generator, the most IDs/s one client (its certificate name under mTLS, else its connection) may take; beyond it a request is refused at once (RESOURCE_EXHAUSTED); 0: no limit")
+	fs.Float64Var(&c.ClientRate, "client-rate", c.ClientRate, "per generator, the most IDs/s one client (its certificate name under mTLS, else its gRPC connection or HTTP remote host) may take; beyond it a request is refused at once (RESOURCE_EXHAUSTED); 0: no limit")
 	fs.IntVar(&c.ClientBurst, "client-burst", c.ClientBurst, "the IDs a client may take at once under --client-rate (0: one second of the rate)")
 	fs.DurationVar(&c.MaxQueue, "max-queue", c.MaxQueue, "per generator, the most IDs asked for and not yet produced, as time at the layout's rate (at least one max batch); beyond it a request is refused at once (RESOURCE_EXHAUSTED)")
 	fs.DurationVar(&c.MaxLead, "max-lead", c.MaxLead, "how far IDs' time may run ahead of the clock (0: max(1s, 2 units) per generator)")
@@ -122,6 +122,7 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&sc.embeddedServeRemote, "embedded-serve-remote", sc.embeddedServeRemote, "allow non-loopback listeners on the embedded coordinator")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "longest graceful drain on SIGTERM")
 	fs.DurationVar(&c.HTTPRequestTimeout, "http-request-timeout", c.HTTPRequestTimeout, "the server's deadline for an HTTP ID request")
+	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", c.HTTPIdleTimeout, "close a keep-alive HTTP connection idle this long (reading a request is bounded at 10 s, writing an answer at --http-request-timeout + 5 s)")
 	fs.DurationVar(&c.GRPCMaxConnectionAge, "grpc-max-connection-age", c.GRPCMaxConnectionAge, "ask a client connection older than this to reconnect, so clients rebalance over nodes (0: never)")
 	fs.StringVar(&sc.logLevel, "log-level", sc.logLevel, "debug, info, warn or error")
 	return fs
