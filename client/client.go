@@ -75,6 +75,7 @@ type Client struct {
 		fetches     atomic.Uint64
 		fetchedIDs  atomic.Uint64
 		fetchErrors atomic.Uint64
+		callErrors  atomic.Uint64 // failed attempts of Info and Decode
 		failovers   atomic.Uint64
 		dropped     atomic.Uint64
 		ticks       atomic.Uint64
@@ -83,9 +84,12 @@ type Client struct {
 		rate        atomic.Uint64 // float64 bits
 	}
 
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// calls are the direct calls in flight (NextN and NextRange beyond
+	// the buffer, Info, Decode): Close waits for them (enter, leave).
+	calls     sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -103,6 +107,8 @@ type Stats struct {
 	// NextRange); FetchErrors counts failed attempts, Failovers the times
 	// a fetch moved to another endpoint.
 	Fetches, FetchedIDs, FetchErrors, Failovers uint64
+	// CallErrors counts the failed attempts of Info and Decode calls.
+	CallErrors uint64
 	// Dropped counts IDs dropped unserved: because they outlived MaxAge,
 	// or came back from a node behind IDs of its already handed out (see
 	// the package's Order invariant).
@@ -262,6 +268,10 @@ func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 	if n < 1 || n > MaxNextN {
 		return nil, fmt.Errorf("%w: n %d outside [1, %d]", ErrInvalidCount, n, MaxNextN)
 	}
+	if !c.enter() {
+		return nil, ErrClosed
+	}
+	defer c.leave()
 	out := make([]uint64, 0, n)
 	for len(out) < n {
 		need := int64(n - len(out))
@@ -283,6 +293,10 @@ func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 			return nil, err
 		}
 	}
+	if c.closing() {
+		c.stats.dropped.Add(uint64(len(out)))
+		return nil, ErrClosed
+	}
 	if !slices.IsSorted(out) { // the buffer's and a fetch's, after a failover
 		slices.Sort(out)
 	}
@@ -301,6 +315,10 @@ func (c *Client) NextRange(ctx context.Context, n uint64) ([]Run, error) {
 	if n < 1 || n > MaxNextRange {
 		return nil, fmt.Errorf("%w: n %d outside [1, %d]", ErrInvalidCount, n, MaxNextRange)
 	}
+	if !c.enter() {
+		return nil, ErrClosed
+	}
+	defer c.leave()
 	var out []Run
 	for got := uint64(0); got < n; {
 		need := int64(n - got)
@@ -322,9 +340,31 @@ func (c *Client) NextRange(ctx context.Context, n uint64) ([]Run, error) {
 			return nil, err
 		}
 	}
+	if c.closing() {
+		c.stats.dropped.Add(countOf(out))
+		return nil, ErrClosed
+	}
 	// Takes from the buffer and direct fetches interleave: sort them.
 	return sortRuns(out), nil
 }
+
+// enter registers a direct call, or reports false once Close has begun.
+func (c *Client) enter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.calls.Add(1)
+	return true
+}
+
+// leave ends a direct call entered.
+func (c *Client) leave() { c.calls.Done() }
+
+// closing reports whether Close has begun: a call still in flight then
+// returns ErrClosed, whatever it got.
+func (c *Client) closing() bool { return c.ctx.Err() != nil }
 
 // take claims up to need IDs of cur without a lock: the run it got, or
 // false when cur holds no fresh ID.
@@ -515,22 +555,36 @@ func (c *Client) kick() {
 
 // Info returns the Info of the first endpoint that answers.
 func (c *Client) Info(ctx context.Context) (*firnv1.InfoResponse, error) {
+	if !c.enter() {
+		return nil, ErrClosed
+	}
+	defer c.leave()
 	var resp *firnv1.InfoResponse
 	err := c.each(ctx, func(ctx context.Context, ep *endpoint) (err error) {
 		resp, err = ep.ids.Info(ctx, &firnv1.InfoRequest{})
 		return err
 	})
+	if err == nil && c.closing() {
+		return nil, ErrClosed
+	}
 	return resp, err
 }
 
 // Decode splits id into its fields under the client's generator, asking
 // the first endpoint that answers.
 func (c *Client) Decode(ctx context.Context, id uint64) (*firnv1.DecodeResponse, error) {
+	if !c.enter() {
+		return nil, ErrClosed
+	}
+	defer c.leave()
 	var resp *firnv1.DecodeResponse
 	err := c.each(ctx, func(ctx context.Context, ep *endpoint) (err error) {
 		resp, err = ep.ids.Decode(ctx, &firnv1.DecodeRequest{Generator: c.opts.generator, Id: id})
 		return err
 	})
+	if err == nil && c.closing() {
+		return nil, ErrClosed
+	}
 	return resp, err
 }
 
@@ -546,6 +600,7 @@ func (c *Client) Stats() Stats {
 		Fetches:     c.stats.fetches.Load(),
 		FetchedIDs:  c.stats.fetchedIDs.Load(),
 		FetchErrors: c.stats.fetchErrors.Load(),
+		CallErrors:  c.stats.callErrors.Load(),
 		Failovers:   c.stats.failovers.Load(),
 		Dropped:     c.stats.dropped.Load(),
 		Ticks:       c.stats.ticks.Load(),
@@ -563,9 +618,10 @@ func (c *Client) activeAddr() string {
 	return ""
 }
 
-// Close stops the refiller and the health watches and closes the
-// connections. IDs still buffered are dropped. Calls after Close return
-// ErrClosed. Close returns the connections' close errors, and nil on later
+// Close stops the refiller and the health watches, ends the direct calls
+// in flight (NextN, NextRange, Info, Decode) and waits for them, and
+// closes the connections. IDs still buffered, and those of a call in
+// flight, are dropped. Calls during and after Close return ErrClosed. Close returns the connections' close errors, and nil on later
 // calls.
 func (c *Client) Close() error {
 	first := false
@@ -583,6 +639,9 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		c.cancel()
 		c.wg.Wait()
+		// Direct calls in flight: their attempts end with the client's
+		// context, and each returns ErrClosed.
+		c.calls.Wait()
 		var errs []error
 		c.epMu.Lock()
 		eps := c.endpointList()

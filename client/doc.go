@@ -42,9 +42,17 @@
 //   - Failover: a fetch is a round of attempts, one per endpoint at most.
 //     An attempt that fails with UNAVAILABLE, on the connection, or by
 //     running out of its time moves the request to the next endpoint at
-//     once. A caller sees an error only when every endpoint failed in one
-//     round (ErrUnavailable wrapping the last error), when an endpoint
-//     refused the request itself (NOT_FOUND), or when its context ended.
+//     once. An endpoint that answers NOT_FOUND (it does not run the
+//     generator: a rollout adding one has not reached it) sends the
+//     request on too, and is put behind the others for 30 s. A caller sees
+//     an error only when every endpoint failed in one round
+//     (ErrUnavailable wrapping the last error; NOT_FOUND when none runs
+//     the generator), when an endpoint refused the request itself (a bad
+//     count), or when its context ended.
+//   - Close ends the direct calls in flight (NextN and NextRange beyond
+//     the buffer, Info, Decode) and waits for them; each returns
+//     ErrClosed, and marks no endpoint down. Every call during or after
+//     Close returns ErrClosed.
 //   - An attempt's time: at most CallTimeout (for all its RPCs: on an
 //     endpoint's first use a health check and Info, then NextRange or
 //     NextIDs). While another endpoint follows in the round, a caller's

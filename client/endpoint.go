@@ -252,6 +252,8 @@ type attempt struct {
 	refill bool
 	cutAt  time.Time
 	timer  *time.Timer
+	// stopClose unhooks a direct call's attempt from the client's close.
+	stopClose func() bool
 }
 
 // shareEnd is the latest cut-off that a caller with deadline d, seen at
@@ -274,6 +276,8 @@ func (c *Client) startAttempt(ctx context.Context, last, refill bool) *attempt {
 	a.ctx, a.cancel = context.WithCancelCause(ctx)
 	cancel := a.cancel
 	if !refill {
+		// A direct call's attempt also ends when the client closes.
+		a.stopClose = context.AfterFunc(c.ctx, func() { cancel(ErrClosed) })
 		a.timer = time.AfterFunc(a.cutAt.Sub(now), func() { cancel(errCut) })
 		return a
 	}
@@ -298,6 +302,9 @@ func (c *Client) endAttempt(a *attempt) (ran time.Duration, cut bool) {
 		c.mu.Unlock()
 	}
 	a.timer.Stop()
+	if a.stopClose != nil {
+		a.stopClose()
+	}
 	cut = context.Cause(a.ctx) == errCut
 	a.cancel(nil)
 	return time.Since(a.start), cut
@@ -361,6 +368,7 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 	_, mono := c.clock.Now()
 	eps := c.order(mono)
 	var last error
+	notFound := 0
 	for i, ep := range eps {
 		if i > 0 {
 			c.stats.failovers.Add(1)
@@ -376,11 +384,14 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 			c.stats.fetchedIDs.Add(countOf(runs))
 			return fetched{runs: runs, ep: ep, tick: tick}, nil
 		}
+		if c.closing() {
+			return fetched{}, ErrClosed
+		}
 		c.stats.fetchErrors.Add(1)
 		if ctx.Err() != nil {
 			// Cut short by the caller: it still counts against the
-			// endpoint (unless the client is closing).
-			if c.ctx.Err() == nil && countsAgainst(err, ran) {
+			// endpoint.
+			if countsAgainst(err, ran) {
 				c.markDown(ep, err, "no answer before the caller gave up")
 			}
 			return fetched{}, ctx.Err()
@@ -389,10 +400,18 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 			err = cutErr(ran, err)
 		}
 		last = &EndpointError{Endpoint: ep.addr, Err: err}
+		if status.Code(err) == codes.NotFound {
+			notFound++
+			c.markLacking(ep, err)
+			continue
+		}
 		if !failover(ctx, err) {
 			return fetched{}, last
 		}
 		c.markDown(ep, err, "failing over")
+	}
+	if notFound > 0 && notFound == len(eps) {
+		return fetched{}, last // no endpoint runs the generator
 	}
 	return fetched{}, c.roundFailed(len(eps), last)
 }
@@ -566,6 +585,7 @@ func (c *Client) each(ctx context.Context, call func(context.Context, *endpoint)
 	_, mono := c.clock.Now()
 	eps := c.order(mono)
 	var last error
+	notFound := 0
 	for i, ep := range eps {
 		a := c.startAttempt(ctx, i == len(eps)-1, false)
 		err := call(a.ctx, ep)
@@ -573,8 +593,12 @@ func (c *Client) each(ctx context.Context, call func(context.Context, *endpoint)
 		if err == nil {
 			return nil
 		}
+		if c.closing() {
+			return ErrClosed
+		}
+		c.stats.callErrors.Add(1)
 		if ctx.Err() != nil {
-			if c.ctx.Err() == nil && countsAgainst(err, ran) {
+			if countsAgainst(err, ran) {
 				c.markDown(ep, err, "no answer before the caller gave up")
 			}
 			return &EndpointError{Endpoint: ep.addr, Err: err}
@@ -583,15 +607,33 @@ func (c *Client) each(ctx context.Context, call func(context.Context, *endpoint)
 			err = cutErr(ran, err)
 		}
 		last = &EndpointError{Endpoint: ep.addr, Err: err}
+		if status.Code(err) == codes.NotFound {
+			notFound++
+			c.markLacking(ep, err)
+			continue
+		}
 		if !failover(ctx, err) {
 			return last
 		}
 		c.markDown(ep, err, "failing over")
 	}
-	if errors.Is(last, context.Canceled) && c.ctx.Err() != nil {
-		return ErrClosed
+	if notFound > 0 && notFound == len(eps) {
+		return last
 	}
 	return c.roundFailed(len(eps), last)
+}
+
+// lackingFor is how long an endpoint that answered NOT_FOUND (it does not
+// run the client's generator: a rollout adding one may not have reached
+// it) is put behind the others. It is still tried when they fail.
+const lackingFor = 30 * time.Second
+
+// markLacking puts ep, which does not run the generator, behind the
+// other endpoints for lackingFor.
+func (c *Client) markLacking(ep *endpoint, err error) {
+	_, mono := c.clock.Now()
+	ep.downUntil.Store(int64(mono + lackingFor))
+	c.log.Warn("endpoint does not run the generator; trying the others", "endpoint", ep.addr, "generator", c.opts.generator, "err", err)
 }
 
 // roundFailed is the error of a round in which no endpoint served; it asks
