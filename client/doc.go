@@ -54,7 +54,8 @@
 //     ErrClosed, and marks no endpoint down. Every call during or after
 //     Close returns ErrClosed.
 //   - An attempt's time: at most CallTimeout (for all its RPCs: on an
-//     endpoint's first use a health check and Info, then NextRange or
+//     endpoint's first use a health check (none once it answered
+//     UNIMPLEMENTED, or while its health watch speaks) and Info, then NextRange or
 //     NextIDs). While another endpoint follows in the round, a caller's
 //     deadline shortens it to half of the caller's remaining time (but
 //     not under 10ms), so an endpoint that hangs leaves the caller the

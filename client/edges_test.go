@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,5 +191,59 @@ func TestNotFoundTriesTheOthers(t *testing.T) {
 	}
 	if st := none.Stats(); st.CallErrors < 2 {
 		t.Fatalf("Stats.CallErrors %d after a Decode failed on two endpoints", st.CallErrors)
+	}
+}
+
+// countingHealth is a health service that answers UNIMPLEMENTED, as a
+// server without one does, and counts the calls.
+type countingHealth struct {
+	healthpb.UnimplementedHealthServer
+	checks, watches atomic.Int64
+}
+
+func (h *countingHealth) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	h.checks.Add(1)
+	return nil, status.Error(codes.Unimplemented, "no health here")
+}
+
+func (h *countingHealth) Watch(*healthpb.HealthCheckRequest, healthpb.Health_WatchServer) error {
+	h.watches.Add(1)
+	return status.Error(codes.Unimplemented, "no health here")
+}
+
+// TestNoHealthServiceAskedOnce: an endpoint whose health service answers
+// UNIMPLEMENTED is not asked again before every fetch.
+func TestNoHealthServiceAskedOnce(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := clienttest.NewService(1 << 40)
+	h := &countingHealth{}
+	srv := grpc.NewServer(clienttest.ServerOptions(nil)...)
+	firnv1.RegisterIDServiceServer(srv, ts)
+	healthpb.RegisterHealthServer(srv, h)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	c, err := New([]string{lis.Addr().String()}, WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := ctxFor(t, 10*time.Second)
+	for i := range 20 {
+		if _, err := c.NextN(ctx, 50_000); err != nil { // beyond the buffer: a fetch each
+			t.Fatalf("NextN %d: %v", i, err)
+		}
+	}
+	if n := h.checks.Load(); n > 1 {
+		t.Fatalf("%d health checks for 20 fetches from an endpoint without a health service; want at most 1", n)
 	}
 }

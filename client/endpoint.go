@@ -50,6 +50,7 @@ type endpoint struct {
 
 	status    atomic.Int32 // healthUnknown, healthServing, healthNotServing
 	heard     atomic.Bool  // the watch (or a Check) delivered a status
+	noHealth  atomic.Bool  // the endpoint has no health service (UNIMPLEMENTED): nothing to check
 	downUntil atomic.Int64 // mono nanoseconds
 	// maxBatch and maxRange are the endpoint's largest NextIDs and
 	// NextRange counts: 0 not asked yet (maxBatch), -1 unknown (no Info,
@@ -133,6 +134,7 @@ func (c *Client) watchHealth(ep *endpoint) {
 		}
 		if status.Code(err) == codes.Unimplemented {
 			c.log.Info("endpoint has no health service", "endpoint", ep.addr)
+			ep.noHealth.Store(true)
 			c.setHealth(ep, healthUnknown)
 			return
 		}
@@ -429,7 +431,7 @@ var errNotServing = status.Error(codes.Unavailable, "health check: NOT_SERVING")
 // endpoint's bound for that RPC and retries. It returns the tick at the
 // start of the RPC that succeeded.
 func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]Run, int64, error) {
-	if c.opts.health && !ep.heard.Load() {
+	if c.opts.health && !ep.heard.Load() && !ep.noHealth.Load() {
 		if err := c.check(ctx, ep); err != nil {
 			return nil, 0, err
 		}
@@ -529,8 +531,11 @@ func (c *Client) nextIDs(ctx context.Context, ep *endpoint, count int) ([]Run, e
 func (c *Client) check(ctx context.Context, ep *endpoint) error {
 	resp, err := ep.health.Check(ctx, &healthpb.HealthCheckRequest{Service: c.service()})
 	switch {
-	case status.Code(err) == codes.Unimplemented || status.Code(err) == codes.NotFound:
-		return nil // no health service, or it does not know the name
+	case status.Code(err) == codes.Unimplemented:
+		ep.noHealth.Store(true) // no health service: not asked again
+		return nil
+	case status.Code(err) == codes.NotFound:
+		return nil // it does not know the name (yet)
 	case err != nil:
 		return err
 	}
