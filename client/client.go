@@ -54,6 +54,7 @@ type Client struct {
 	eps      atomic.Pointer[[]*endpoint]
 	active   atomic.Pointer[endpoint]
 	resolveC chan struct{} // asks the resolver to run; nil without DNS names
+	resolved chan struct{} // closed once the DNS names were first resolved (at once without any)
 
 	mu      sync.Mutex
 	queue   []*batch      // fetched batches waiting behind cur
@@ -120,8 +121,10 @@ type Stats struct {
 }
 
 // New returns a client of the firn nodes at endpoints (gRPC targets such
-// as "127.0.0.1:7300"). It does not wait for a connection: the first
-// refill starts on the first Next. Errors: ErrInvalidOption (no endpoint, a
+// as "127.0.0.1:7300", or "dns:///name:port"). It does not wait for a
+// connection, nor for DNS: names are resolved in the background at once,
+// and a call that finds no endpoint yet waits for that resolution within
+// its deadline. The first refill starts on the first Next. Errors: ErrInvalidOption (no endpoint, a
 // duplicate or empty one, an option out of bounds, naming it), or the
 // error of grpc.NewClient.
 func New(endpoints []string, opts ...Option) (*Client, error) {
@@ -200,11 +203,17 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		}
 		conn.Close()
 	}
-	c.resolve(c.ctx)
+	// The fixed targets now; DNS names in the resolver, at once: New does
+	// not wait for DNS. A round that finds no endpoint while the first
+	// resolution runs waits for it (awaitResolved).
+	c.resolved = make(chan struct{})
+	c.resolve(c.ctx, false)
 	if names {
 		c.resolveC = make(chan struct{}, 1)
 		c.wg.Add(1)
 		go c.resolver()
+	} else {
+		close(c.resolved)
 	}
 	c.wg.Add(1)
 	go c.refill()

@@ -367,6 +367,7 @@ type fetched struct {
 // the error of an endpoint that refused the request (NOT_FOUND,
 // INVALID_ARGUMENT for a count of 1, ...), or ctx's error.
 func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, error) {
+	c.awaitResolved(ctx)
 	_, mono := c.clock.Now()
 	eps := c.order(mono)
 	var last error
@@ -587,6 +588,7 @@ func (c *Client) each(ctx context.Context, call func(context.Context, *endpoint)
 	if c.ctx.Err() != nil {
 		return ErrClosed
 	}
+	c.awaitResolved(ctx)
 	_, mono := c.clock.Now()
 	eps := c.order(mono)
 	var last error

@@ -54,7 +54,9 @@ func (c *Client) endpointList() []*endpoint { return *c.eps.Load() }
 // to now. A name that fails to resolve, or resolves to nothing, keeps the
 // endpoints it had (a DNS outage does not empty the client). Endpoints
 // that left are closed after the list no longer holds them.
-func (c *Client) resolve(ctx context.Context) {
+//
+// lookups false resolves no name (New: the fixed targets only).
+func (c *Client) resolve(ctx context.Context, lookups bool) {
 	c.epMu.Lock()
 	defer c.epMu.Unlock()
 	old := c.endpointList()
@@ -64,6 +66,9 @@ func (c *Client) resolve(ctx context.Context) {
 		if !t.isName() {
 			want = append(want, t.raw)
 			owner[t.raw] = t
+			continue
+		}
+		if !lookups {
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -147,6 +152,8 @@ func (c *Client) dialEndpoint(addr string, t target) (*endpoint, error) {
 // a failed round asks for it (askResolve).
 func (c *Client) resolver() {
 	defer c.wg.Done()
+	c.resolve(c.ctx, true)
+	close(c.resolved)
 	t := time.NewTimer(c.opts.resolveEvery)
 	defer t.Stop()
 	last := time.Now()
@@ -164,7 +171,7 @@ func (c *Client) resolver() {
 				}
 			}
 		}
-		c.resolve(c.ctx)
+		c.resolve(c.ctx, true)
 		last = time.Now()
 		if !t.Stop() {
 			select {
@@ -173,6 +180,19 @@ func (c *Client) resolver() {
 			}
 		}
 		t.Reset(c.opts.resolveEvery)
+	}
+}
+
+// awaitResolved waits, when the client has no endpoint yet, for the
+// first resolution of its DNS names (bounded by ctx, and by Close).
+func (c *Client) awaitResolved(ctx context.Context) {
+	if len(c.endpointList()) > 0 {
+		return
+	}
+	select {
+	case <-c.resolved:
+	case <-ctx.Done():
+	case <-c.ctx.Done():
 	}
 }
 

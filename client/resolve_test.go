@@ -84,9 +84,8 @@ func TestDNSNameEndpoints(t *testing.T) {
 	dns.set("127.0.0.1", "127.0.0.2", "127.0.0.3")
 	c := newClient(t, []string{"dns:///firn.test:" + port}, WithLookup(dns.lookup),
 		WithResolveInterval(100*time.Millisecond), WithCallTimeout(500*time.Millisecond))
-	if got := len(c.endpointList()); got != 3 {
-		t.Fatalf("%d endpoints from a name with 3 addresses", got)
-	}
+	// New does not wait for DNS: the resolver resolves the name at once.
+	waitFor(t, 5*time.Second, "3 endpoints from a name with 3 addresses", func() bool { return len(c.endpointList()) == 3 })
 	ctx := ctxFor(t, 30*time.Second)
 	var all []uint64
 	take := func(n int) {
@@ -182,5 +181,34 @@ func TestDNSTargetErrors(t *testing.T) {
 	}
 	if _, err := New([]string{"dns:///localhost:7300"}, WithLogger(quiet), WithResolveInterval(time.Millisecond)); !errors.Is(err, ErrInvalidOption) {
 		t.Errorf("ResolveInterval 1ms: %v, want ErrInvalidOption", err)
+	}
+}
+
+// New does not wait for DNS (a slow resolver costs it nothing); the first
+// call waits for the first resolution, within its deadline.
+func TestNewDoesNotWaitForDNS(t *testing.T) {
+	port, lis := sharedPort(t, 1)
+	s := clienttest.NewServerOn(lis[0], 1, nil)
+	t.Cleanup(s.Close)
+	dns := &names{}
+	dns.set("127.0.0.1")
+	slow := func(ctx context.Context, host string) ([]string, error) {
+		select {
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return dns.lookup(ctx, host)
+	}
+	start := time.Now()
+	c := newClient(t, []string{"dns:///firn.test:" + port}, WithLookup(slow))
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("New took %v with a resolver that answers in 2s", took)
+	}
+	if _, err := c.Next(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("the first Next, waiting for the name: %v", err)
+	}
+	if took := time.Since(start); took < 2*time.Second {
+		t.Fatalf("served after %v, before the name resolved", took)
 	}
 }
