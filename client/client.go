@@ -88,9 +88,10 @@ type Client struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	// calls are the direct calls in flight (NextN and NextRange beyond
-	// the buffer, Info, Decode): Close waits for them (enter, leave).
-	calls     sync.WaitGroup
+	// calls is read-held by the calls in flight (NextN, NextRange, Info,
+	// Decode: enter, leave); Close takes it to wait for them, after
+	// cancelling ctx, which ends their attempts.
+	calls     sync.RWMutex
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -357,19 +358,20 @@ func (c *Client) NextRange(ctx context.Context, n uint64) ([]Run, error) {
 	return sortRuns(out), nil
 }
 
-// enter registers a direct call, or reports false once Close has begun.
+// enter registers a call, or reports false once Close has begun. It
+// takes no lock the refiller uses: NextN served from the buffer stays
+// off the client's mutex.
 func (c *Client) enter() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	c.calls.RLock()
+	if c.closing() {
+		c.calls.RUnlock()
 		return false
 	}
-	c.calls.Add(1)
 	return true
 }
 
-// leave ends a direct call entered.
-func (c *Client) leave() { c.calls.Done() }
+// leave ends a call entered.
+func (c *Client) leave() { c.calls.RUnlock() }
 
 // closing reports whether Close has begun: a call still in flight then
 // returns ErrClosed, whatever it got.
@@ -650,7 +652,8 @@ func (c *Client) Close() error {
 		c.wg.Wait()
 		// Direct calls in flight: their attempts end with the client's
 		// context, and each returns ErrClosed.
-		c.calls.Wait()
+		c.calls.Lock()
+		c.calls.Unlock()
 		var errs []error
 		c.epMu.Lock()
 		eps := c.endpointList()

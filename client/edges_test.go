@@ -5,14 +5,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -122,24 +120,8 @@ func (l *lackingService) Decode(context.Context, *firnv1.DecodeRequest) (*firnv1
 
 func startLacking(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	l := &lackingService{testService: clienttest.NewService(1 << 50)}
-	srv := grpc.NewServer(clienttest.ServerOptions(nil)...)
-	firnv1.RegisterIDServiceServer(srv, l)
-	healthpb.RegisterHealthServer(srv, l.Health())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	return lis.Addr().String()
+	return serveIDs(t, l, l.Health())
 }
 
 // TestNotFoundTriesTheOthers: an endpoint that does not run the generator
@@ -214,25 +196,9 @@ func (h *countingHealth) Watch(*healthpb.HealthCheckRequest, healthpb.Health_Wat
 // TestNoHealthServiceAskedOnce: an endpoint whose health service answers
 // UNIMPLEMENTED is not asked again before every fetch.
 func TestNoHealthServiceAskedOnce(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := clienttest.NewService(1 << 40)
 	h := &countingHealth{}
-	srv := grpc.NewServer(clienttest.ServerOptions(nil)...)
-	firnv1.RegisterIDServiceServer(srv, ts)
-	healthpb.RegisterHealthServer(srv, h)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	c, err := New([]string{lis.Addr().String()}, WithLogger(quiet))
+	addr := serveIDs(t, clienttest.NewService(1<<40), h)
+	c, err := New([]string{addr}, WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}

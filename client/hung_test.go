@@ -3,13 +3,10 @@ package client
 import (
 	"context"
 	"errors"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/firnid/firn/client/clienttest"
@@ -45,24 +42,8 @@ func (h *hungService) NextRange(ctx context.Context, _ *firnv1.NextRangeRequest)
 // startHung serves a hungService on loopback until the test ends.
 func startHung(t *testing.T) (*hungService, string) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	h := &hungService{testService: clienttest.NewService(1 << 50)}
-	srv := grpc.NewServer(clienttest.ServerOptions(nil)...)
-	firnv1.RegisterIDServiceServer(srv, h)
-	healthpb.RegisterHealthServer(srv, h.Health()) // SERVING
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	return h, lis.Addr().String()
+	return h, serveIDs(t, h, h.Health()) // SERVING
 }
 
 // TestHungEndpointFailsOver: of two endpoints, the first (the one the

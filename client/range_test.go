@@ -6,14 +6,12 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -379,23 +377,9 @@ func (f *fixedRangeService) NextRange(context.Context, *firnv1.NextRangeRequest)
 // wrap past the largest ID (INTERNAL), which would otherwise hand an ID
 // out twice.
 func TestNextRangeBadAnswers(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	f := &fixedRangeService{testService: clienttest.NewService(1)}
-	srv := grpc.NewServer(clienttest.ServerOptions(nil)...)
-	firnv1.RegisterIDServiceServer(srv, f)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	c := newClient(t, []string{lis.Addr().String()}, WithoutHealthCheck())
+	addr := serveIDs(t, f, nil)
+	c := newClient(t, []string{addr}, WithoutHealthCheck())
 	ctx := ctxFor(t, 10*time.Second)
 
 	const n = 100 // above the batch size: a direct fetch asks the node for n

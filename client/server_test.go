@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/firnid/firn/client/clienttest"
 	firnv1 "github.com/firnid/firn/client/firnv1"
@@ -105,6 +106,31 @@ func startService(t testing.TB, base uint64, tlsConfig *tls.Config) (*testServic
 	srv := clienttest.NewServer(base, tlsConfig)
 	t.Cleanup(srv.Close)
 	return srv.Service, srv.Addr
+}
+
+// serveIDs serves ids (and health, when not nil) on a loopback port
+// until the test ends, and returns the address.
+func serveIDs(t testing.TB, ids firnv1.IDServiceServer, health healthpb.HealthServer) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(clienttest.ServerOptions(nil)...)
+	firnv1.RegisterIDServiceServer(srv, ids)
+	if health != nil {
+		healthpb.RegisterHealthServer(srv, health)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	return lis.Addr().String()
 }
 
 // child is a test server in its own process.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -94,32 +93,13 @@ func startRaceEtcd(t *testing.T) raceCoord {
 
 func startRaceZooKeeper(t *testing.T) raceCoord {
 	s := zktest.StartStandalone(t)
-	old := filepath.Join(t.TempDir(), "zk-data-copy")
-	copyDir := func(from, to string) {
-		t.Helper()
-		if out, err := exec.Command("cp", "-a", from, to).CombinedOutput(); err != nil {
-			t.Fatalf("cp -a %s %s: %v %s", from, to, err, out)
-		}
-	}
-	s.Kill()
-	copyDir(s.DataDir(), old)
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
+	put := zkDataCopy(t, s)
 	return raceCoord{
-		flag:   "--zookeeper",
-		addr:   s.Addr,
-		target: s.Addr,
-		kill:   s.Kill,
-		restore: func() {
-			if err := os.RemoveAll(s.DataDir()); err != nil {
-				t.Fatal(err)
-			}
-			copyDir(old, s.DataDir())
-			if err := s.Start(); err != nil {
-				t.Fatal(err)
-			}
-		},
+		flag:     "--zookeeper",
+		addr:     s.Addr,
+		target:   s.Addr,
+		kill:     s.Kill,
+		restore:  put, // the server is already killed
 		describe: func() string { return s.LogTail(30) },
 	}
 }

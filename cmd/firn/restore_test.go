@@ -80,6 +80,24 @@ func TestRestoreEtcdSnapshot(t *testing.T) {
 // dir replaced by the copy, and started again).
 func TestRestoreZooKeeperDataDir(t *testing.T) {
 	s := zktest.StartStandalone(t)
+	var put func()
+	runRestoreStory(t, restoreStory{
+		coord:    []string{"--zookeeper", s.Addr},
+		snapshot: func() { put = zkDataCopy(t, s) },
+		restore: func() {
+			s.Kill()
+			put()
+		},
+		describe: func() string { return s.LogTail(30) },
+	})
+}
+
+// zkDataCopy copies the data dir of the standalone server s, stopped for
+// the copy and started again, and returns what puts the copy back: it
+// replaces the data dir of the server (killed by then) with the copy and
+// starts it.
+func zkDataCopy(t *testing.T, s *zktest.Server) (put func()) {
+	t.Helper()
 	old := filepath.Join(t.TempDir(), "zk-data-copy")
 	copyDir := func(from, to string) {
 		t.Helper()
@@ -87,27 +105,20 @@ func TestRestoreZooKeeperDataDir(t *testing.T) {
 			t.Fatalf("cp -a %s %s: %v %s", from, to, err, out)
 		}
 	}
-	runRestoreStory(t, restoreStory{
-		coord: []string{"--zookeeper", s.Addr},
-		snapshot: func() {
-			s.Kill()
-			copyDir(s.DataDir(), old)
-			if err := s.Start(); err != nil {
-				t.Fatal(err)
-			}
-		},
-		restore: func() {
-			s.Kill()
-			if err := os.RemoveAll(s.DataDir()); err != nil {
-				t.Fatal(err)
-			}
-			copyDir(old, s.DataDir())
-			if err := s.Start(); err != nil {
-				t.Fatal(err)
-			}
-		},
-		describe: func() string { return s.LogTail(30) },
-	})
+	s.Kill()
+	copyDir(s.DataDir(), old)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := os.RemoveAll(s.DataDir()); err != nil {
+			t.Fatal(err)
+		}
+		copyDir(old, s.DataDir())
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func runRestoreStory(t *testing.T, st restoreStory) {
