@@ -45,6 +45,38 @@ func BenchmarkNext(b *testing.B) {
 	}
 }
 
+// BenchmarkTakeFloor is what a take cannot do without, measured beside
+// BenchmarkNext: one monotonic clock read (the freshness check) and one
+// atomic add on a counter every caller shares (the claim). Next's ratio
+// to it is the cost of the rest of the take path.
+//
+//	go test -run '^$' -bench 'Next$|TakeFloor' -benchmem ./client/
+func BenchmarkTakeFloor(b *testing.B) {
+	c := benchClient(b)
+	var claim batch
+	for _, parallel := range []bool{false, true} {
+		b.Run(map[bool]string{false: "serial", true: "parallel"}[parallel], func(b *testing.B) {
+			if !parallel {
+				var n int64
+				for range b.N {
+					if c.now() > 0 {
+						n += claim.pos.Add(1)
+					}
+				}
+				return
+			}
+			b.RunParallel(func(pb *testing.PB) {
+				var n int64
+				for pb.Next() {
+					if c.now() > 0 {
+						n += claim.pos.Add(1)
+					}
+				}
+			})
+		})
+	}
+}
+
 // BenchmarkNextRange measures NextRange of a few IDs from a preloaded
 // buffer of runs: one take, no RPC.
 func BenchmarkNextRange(b *testing.B) {

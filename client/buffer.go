@@ -18,7 +18,7 @@ type batch struct {
 	first  uint64 // the ID at index 0
 	n      int64  // how many IDs
 	half   int64  // the index whose taker wakes the refiller; -1: none
-	expire int64  // the last tick at which its IDs may be handed out
+	expire int64  // the last monotonic reading (ns) at which its IDs may be handed out
 	// ep is the endpoint that issued the run. born is how many refills
 	// had been delivered when its refill was launched, dseq its refill's
 	// own number in delivery order: a batch with born below another's

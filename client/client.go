@@ -26,22 +26,25 @@ const maxCallRecvMsgSize = 16 << 20
 // Client hands out IDs from a local prefetch buffer that one refill
 // goroutine keeps filled from the endpoints. It is safe for concurrent use.
 type Client struct {
-	// The take path reads cur and tick; each sits on its own cache line.
-	cur  atomic.Pointer[batch]
-	_    [cacheLine - 8]byte
-	tick atomic.Int64 // coarse time: monotonic reading / tickLen
-	_    [cacheLine - 8]byte
+	// The take path reads cur, on a cache line of its own, and the clock.
+	cur atomic.Pointer[batch]
+	_   [cacheLine - 8]byte
 
 	kickC chan struct{} // wakes the refiller; buffered 1
 
 	// overloads counts the requests nodes shed (OVERLOADED); the refiller
 	// halves its batch size after each.
 	overloads atomic.Uint64
+	// directAbove is the count above which NextN and NextRange fetch
+	// directly instead of from the buffer: the batch size the demand
+	// asks for, before shedding halves it (a node that sheds must not
+	// turn buffered takes into direct fetches).
+	directAbove atomic.Int64
 
 	opts     options
 	clock    Clock
+	sys      *systemClock // the clock when it is the machine's (read without an interface call)
 	tickLen  time.Duration
-	ageTicks int64
 	log      *slog.Logger
 	empty    *batch
 
@@ -171,12 +174,11 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		empty:    newEmptyBatch(),
 		attempts: map[*attempt]struct{}{},
 	}
-	c.ageTicks = int64(o.maxAge / c.tickLen)
+	c.sys, _ = o.clock.(*systemClock)
 	c.cur.Store(c.empty)
 	c.stats.batchSize.Store(int64(o.minBatch))
+	c.directAbove.Store(int64(o.minBatch))
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	_, mono := c.clock.Now()
-	c.tick.Store(int64(mono / c.tickLen))
 
 	creds := insecure.NewCredentials()
 	if o.tlsConfig != nil {
@@ -221,8 +223,9 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// Next returns one ID. While the buffer holds fresh IDs it takes no lock,
-// reads no clock and does not allocate (ctx is not even looked at); when
+// Next returns one ID. While the buffer holds fresh IDs it takes no lock
+// and does not allocate (ctx is not even looked at): it reads the
+// monotonic clock once, to hand out no ID older than MaxAge; when
 // the buffer is empty it waits for a refill, until ctx is done or a whole
 // failover round failed (ErrUnavailable, wrapping the last endpoint's
 // error). While it waits, ctx's deadline bounds the refill's attempts and
@@ -232,7 +235,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 // but not across a failover.
 func (c *Client) Next(ctx context.Context) (uint64, error) {
 	b := c.cur.Load()
-	if b.expire >= c.tick.Load() {
+	if c.now() <= b.expire {
 		i := b.pos.Add(1) - 1
 		if i < b.n {
 			if i == b.half {
@@ -250,7 +253,7 @@ func (c *Client) nextSlow(ctx context.Context) (uint64, error) {
 			return 0, err
 		}
 		b := c.cur.Load()
-		if b.expire >= c.tick.Load() {
+		if c.now() <= b.expire {
 			i := b.pos.Add(1) - 1
 			if i < b.n {
 				if i == b.half {
@@ -289,7 +292,7 @@ func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 			out = appendIDs(out, r)
 			continue
 		}
-		if need > c.stats.batchSize.Load() {
+		if need > c.directAbove.Load() {
 			runs, err := c.fetchDirect(ctx, need)
 			if err != nil {
 				return nil, err
@@ -337,7 +340,7 @@ func (c *Client) NextRange(ctx context.Context, n uint64) ([]Run, error) {
 			got += r.Count
 			continue
 		}
-		if need > c.stats.batchSize.Load() {
+		if need > c.directAbove.Load() {
 			runs, err := c.fetchDirect(ctx, need)
 			if err != nil {
 				return nil, err
@@ -381,7 +384,7 @@ func (c *Client) closing() bool { return c.ctx.Err() != nil }
 // false when cur holds no fresh ID.
 func (c *Client) take(need int64) (Run, bool) {
 	b := c.cur.Load()
-	if b.expire < c.tick.Load() {
+	if c.now() > b.expire {
 		return Run{}, false
 	}
 	end := b.pos.Add(need)
@@ -420,14 +423,20 @@ func (c *Client) waitBatch(ctx context.Context) error {
 	ch, gen := c.notify, c.failGen
 	c.waiters++
 	c.starved++
-	// With another endpoint to fail over to, a waiting caller's deadline
-	// bounds the refill's attempts (see shareEnd), and its giving up cuts
-	// them: an endpoint that leaves callers waiting counts against itself.
+	// With another endpoint to fail over to, the waiting callers'
+	// deadlines bound the refill's attempts: the share of the most
+	// patient one (see waitShareLocked). A caller that gives up cuts
+	// nothing: the refill goes on for the others, and the endpoint, which
+	// was never sent that caller's deadline, does not count it.
 	multi := len(c.endpointList()) > 1 || c.resolveC != nil
 	deadline, hasDeadline := ctx.Deadline()
 	if multi && hasDeadline {
 		c.waitDeadlines = append(c.waitDeadlines, deadline)
-		c.cutAttemptsLocked(shareEnd(time.Now(), deadline))
+	}
+	if now := time.Now(); multi {
+		if share, ok := c.waitShareLocked(now); ok {
+			c.cutAttemptsLocked(share)
+		}
 	}
 	c.mu.Unlock()
 	c.kick()
@@ -451,9 +460,6 @@ func (c *Client) waitBatch(ctx context.Context) error {
 			}
 		}
 	}
-	if multi && err != nil && !c.closed {
-		c.cutAttemptsLocked(time.Now())
-	}
 	switch {
 	case c.closed:
 		return ErrClosed
@@ -471,7 +477,7 @@ func (c *Client) waitBatch(ctx context.Context) error {
 // retiring an exhausted or stale cur and dropping stale queued batches. It
 // reports whether cur now holds fresh IDs. Call with mu held.
 func (c *Client) installLocked() bool {
-	t := c.tick.Load()
+	t := c.now()
 	b := c.cur.Load()
 	if b.expire >= t && b.pos.Load() < b.n {
 		return true
@@ -544,7 +550,7 @@ func (c *Client) retireLocked(b *batch) {
 
 // bufferedLocked counts the fresh IDs in cur and the queue.
 func (c *Client) bufferedLocked() int64 {
-	t := c.tick.Load()
+	t := c.now()
 	var n int64
 	if b := c.cur.Load(); b.expire >= t {
 		n += b.remaining()

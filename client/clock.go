@@ -31,3 +31,14 @@ func (s *systemClock) Now() (time.Time, time.Duration) {
 	mono := time.Since(s.origin)
 	return s.origin.Add(mono).Round(0), mono
 }
+
+// now is the monotonic reading, in nanoseconds, that batches expire by.
+// The machine's clock is read directly (time.Since on a monotonic origin
+// reads no wall clock); an injected Clock through its interface.
+func (c *Client) now() int64 {
+	if c.sys != nil {
+		return int64(time.Since(c.sys.origin))
+	}
+	_, mono := c.clock.Now()
+	return int64(mono)
+}

@@ -26,23 +26,28 @@
 //     the end, never by lowering it. A run costs the same whatever its
 //     length: the buffer never expands runs into IDs, and NextN expands
 //     only the IDs it returns.
-//   - Freshness: no ID is handed out later than MaxAge (plus one tick) after
-//     the start of the RPC that fetched it. Each run carries the tick at
-//     which it expires; Next compares it with a coarse tick that the refill
-//     goroutine advances from the clock (MaxAge/8 apart) while the buffer
-//     holds IDs. Next reads no clock.
+//   - Freshness: no ID is handed out later than MaxAge after the start of
+//     the RPC that fetched it. Each run carries the monotonic reading at
+//     which it expires (the reading taken just before its RPC was sent,
+//     plus MaxAge), and every take — Next, NextN, NextRange — reads the
+//     monotonic clock and compares: no goroutine has to run first, so the
+//     bound holds also when the process resumes from a freeze (SIGSTOP, a
+//     paused VM). A node serves IDs at most its --max-staleness old, so
+//     an ID's own time is at most MaxAge + max-staleness (+ the node's
+//     clock error) behind the moment a caller gets it.
 //   - Next takes no lock and allocates nothing while the buffer holds
-//     fresh IDs (two atomic loads and one atomic add); only an empty or
-//     stale buffer sends it to the slow path, which waits for a refill.
+//     fresh IDs (one atomic load, one monotonic clock read, one atomic
+//     add); only an empty or stale buffer sends it to the slow path,
+//     which waits for a refill.
 //   - Demand sizes the batches: the refiller measures the rate at which
 //     callers take IDs, asks for rate × BatchWindow IDs per refill (at least
 //     doubling while callers wait), keeps two refills buffered or in flight
 //     while they would be used before they go stale, and falls back to
 //     MinBatch when idle. An idle client with an empty buffer runs no timer.
 //   - Failover: a fetch is a round of attempts, one per endpoint at most.
-//     An attempt that fails with UNAVAILABLE, on the connection, or by
-//     running out of its time moves the request to the next endpoint at
-//     once. An endpoint that answers NOT_FOUND (it does not run the
+//     An attempt that fails with UNAVAILABLE, on the connection, with a
+//     shed (OVERLOADED), or by running out of its time moves the request
+//     to the next endpoint at once. An endpoint that answers NOT_FOUND (it does not run the
 //     generator: a rollout adding one has not reached it) sends the
 //     request on too, and is put behind the others for 30 s. A caller sees
 //     an error only when every endpoint failed in one round
@@ -53,29 +58,43 @@
 //     the buffer, Info, Decode) and waits for them; each returns
 //     ErrClosed, and marks no endpoint down. Every call during or after
 //     Close returns ErrClosed.
-//   - An attempt's time: at most CallTimeout (for all its RPCs: on an
-//     endpoint's first use a health check (none once it answered
-//     UNIMPLEMENTED, or while its health watch speaks) and Info, then NextRange or
-//     NextIDs). While another endpoint follows in the round, a caller's
-//     deadline shortens it to half of the caller's remaining time (but
-//     not under 10ms), so an endpoint that hangs leaves the caller the
-//     other half to fail over; the round's last endpoint may use all of
-//     it. The direct fetches of NextN and NextRange are the caller's own
-//     attempts. Next's refills are shared: every caller waiting for one
-//     applies its deadline's share to the refill's attempts in flight and
-//     to the ones started while it waits, and a caller that gives up
-//     (deadline or cancellation) cuts them once they have run 10ms.
-//     Nothing is cut at the round's last endpoint, so one impatient caller
-//     never fails a refill that others wait for.
-//   - What counts against an endpoint: UNAVAILABLE, a connection error,
-//     and no answer within the attempt's time, including an attempt cut
-//     short by its caller's context after it ran 10ms (a shorter wait says
-//     nothing about the endpoint). Such an endpoint is put down for a
-//     second: it is tried after the others, as are endpoints whose health
-//     says NOT_SERVING or whose connection is in transient failure. An
-//     endpoint whose health says SERVING but whose ID calls hang is thus
-//     left after the first caller's share of its deadline, and later
-//     calls go to the others.
+//   - An attempt's time: a deadline fixed when it starts and sent with its
+//     RPCs (on an endpoint's first use a health check (none once it
+//     answered UNIMPLEMENTED, or while its health watch speaks) and Info,
+//     then NextRange or NextIDs): CallTimeout, or, while another endpoint
+//     follows in the round, half of the caller's remaining time if that
+//     is sooner (but not under 10ms), so an endpoint that hangs leaves the
+//     caller the other half to fail over; the round's last endpoint may
+//     use all of it. The direct fetches of NextN and NextRange are the
+//     caller's own attempts. Next's refills are shared: a refill's
+//     deadline is the share of the most patient caller waiting for it
+//     (CallTimeout if one waits without a deadline), and a caller that
+//     starts waiting while the refill is in flight cuts it to that same
+//     share, to fail over in time; a caller that gives up cuts nothing.
+//     So one impatient caller never shortens or fails a refill that others
+//     wait for, and nothing is cut at the round's last endpoint.
+//   - What counts against an endpoint: UNAVAILABLE, a connection error, a
+//     shed, and no answer by the deadline it was sent — the bound a firn
+//     node promises, since it answers within a request's deadline or
+//     refuses at once. A caller that gives up before that deadline (its
+//     own deadline, or a cancellation), and a waiting caller's cut, say
+//     nothing against the endpoint: the request fails over (or ends), and
+//     the endpoint keeps its place. An endpoint that counts is put down for
+//     a second: it is tried after the others, as are endpoints whose
+//     health says NOT_SERVING or whose connection is in transient failure.
+//     An endpoint whose health says SERVING but whose ID calls hang thus
+//     misses the first deadline it is sent (a caller's share, or
+//     CallTimeout) and later calls go to the others.
+//   - Asked to wait: an endpoint whose refusal carries a RetryInfo (a
+//     shed, or a node that knows when it serves again) is not asked at
+//     all until that time has passed (at least 10ms, at most 5s), and then
+//     by one round at a time until it answers. A round that finds every
+//     endpoint asked to wait fails at once, asking none, with the refusal
+//     of the one free first and a RetryInfo of the time left; the refill
+//     waits as long. However many callers call meanwhile, a node that
+//     sheds is asked about once per RetryInfo it gives. A shed also halves
+//     the refill size; the count above which NextN and NextRange fetch
+//     directly stays the one the demand asks for.
 //   - Order: the runs of one endpoint are handed out in increasing order,
 //     so each caller's successive IDs from Next increase while one
 //     endpoint serves. Two refills in flight to one node may come back in
@@ -113,9 +132,15 @@
 //     large) halves the endpoint's bound like an INVALID_ARGUMENT; a shed
 //     (OVERLOADED) fails over and halves the refill size instead, leaving
 //     the endpoint's bound alone.
+//   - A node that is merely slow — a GC pause longer than the deadline it
+//     was sent — counts against itself like one that hangs: the client
+//     cannot tell them apart by the deadline.
 //   - An RPC slower than MaxAge delivers IDs that are already stale: they
 //     are dropped and the caller keeps waiting. MaxAge must exceed the
 //     round trip by a margin.
 //   - Next ignores ctx while the buffer holds IDs; ctx bounds only the wait
 //     for a refill.
+//   - The freshness check is a monotonic clock read on every take: about
+//     28ns on a VM's kvm-clock, most of Next's cost (see README,
+//     Performance).
 package client

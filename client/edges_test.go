@@ -213,3 +213,155 @@ func TestNoHealthServiceAskedOnce(t *testing.T) {
 		t.Fatalf("%d health checks for 20 fetches from an endpoint without a health service; want at most 1", n)
 	}
 }
+
+// TestImpatientCallerKeepsSlowEndpoint: of two endpoints, the first
+// answers in 40ms — slower than an impatient caller's share, well within
+// the deadline the patient caller allows. A caller that starts waiting
+// for the refill the patient one waits for, and gives up after 15ms,
+// neither cuts that refill nor puts the endpoint down: every ID comes
+// from the first endpoint, with no failover, round after round.
+func TestImpatientCallerKeepsSlowEndpoint(t *testing.T) {
+	slow, addrSlow := startService(t, 1<<40, nil)
+	slow.SetDelay(40 * time.Millisecond)
+	other, addrOther := startService(t, 2<<40, nil)
+	const maxAge = 200 * time.Millisecond
+	c := newClient(t, []string{addrSlow, addrOther}, WithMaxAge(maxAge))
+
+	var impatientFailed int
+	for round := range 5 {
+		patient := make(chan error, 1)
+		var id uint64
+		go func() {
+			var err error
+			id, err = c.Next(ctxFor(t, 5*time.Second))
+			patient <- err
+		}()
+		time.Sleep(5 * time.Millisecond) // the patient caller's refill is in flight
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Millisecond)
+		_, err := c.Next(ctx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			impatientFailed++
+		}
+		if err := <-patient; err != nil {
+			t.Fatalf("round %d: patient caller: %v", round, err)
+		}
+		if !slow.Owns(id) {
+			t.Fatalf("round %d: ID %d not from the slow endpoint: an impatient caller bounced the refill", round, id)
+		}
+		if until := c.endpointList()[0].downUntil.Load(); until != 0 {
+			t.Fatalf("round %d: the slow endpoint was marked down by a caller's own deadline", round)
+		}
+		time.Sleep(maxAge + 20*time.Millisecond) // the buffer goes stale: the next round refills
+	}
+	if impatientFailed == 0 {
+		t.Fatal("no impatient caller gave up: the test did not exercise it")
+	}
+	if st := c.Stats(); st.Failovers != 0 || other.Issued() != 0 {
+		t.Fatalf("stats %+v, other endpoint issued %d: want no failover", st, other.Issued())
+	}
+}
+
+// TestShedNodeAskedLess: a node that sheds every request with a RetryInfo
+// of 200ms is asked at most about once per 200ms, however many callers
+// call Next and NextN (beyond the batch, direct) meanwhile; they get
+// OVERLOADED with the time left at once. Once it serves again, so does
+// the client. The test logs the requests per second it sent.
+func TestShedNodeAskedLess(t *testing.T) {
+	ts, addr := startService(t, 1, nil)
+	const retry = 200 * time.Millisecond
+	ts.Shed(retry)
+	c := newClient(t, []string{addr})
+
+	const callers, run = 4, 1200 * time.Millisecond
+	var calls, overloaded atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(start) < run {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+				var err error
+				if i%2 == 0 {
+					_, err = c.NextN(ctx, 5000)
+				} else {
+					_, err = c.Next(ctx)
+				}
+				cancel()
+				calls.Add(1)
+				if Reason(err) == firnv1.ErrorReason_OVERLOADED {
+					overloaded.Add(1)
+					if d, ok := RetryAfter(err); !ok || d <= 0 || d > retry {
+						t.Errorf("RetryAfter(%v) = %v, %v; want at most %v", err, d, ok, retry)
+					}
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	sent := len(ts.RangeCounts())
+	t.Logf("%d calls in %v (%d OVERLOADED): %d requests to the shedding node, %.1f/s",
+		calls.Load(), elapsed.Round(time.Millisecond), overloaded.Load(), sent, float64(sent)/elapsed.Seconds())
+	if overloaded.Load() == 0 {
+		t.Fatal("no call saw OVERLOADED")
+	}
+	// One request per RetryInfo window (the first round after it asks,
+	// the others wait for its answer), and those sent before the node's
+	// first answer: one per caller and the refill.
+	if limit := int(elapsed/retry) + 1 + callers; sent > limit {
+		t.Fatalf("%d requests to a node that asked for %v between them over %v; want at most %d", sent, retry, elapsed, limit)
+	}
+	ts.Serve()
+	waitFor(t, 2*retry+time.Second, "the client to serve again", func() bool {
+		_, err := c.NextN(ctxFor(t, time.Second), 5000)
+		return err == nil
+	})
+}
+
+// TestFreshnessBound: no ID is handed out later than MaxAge after the
+// start of the RPC that fetched it — to the nanosecond, and also when the
+// clock jumps ahead with no refill goroutine run in between (a process
+// frozen by SIGSTOP or a paused VM, resumed: callers run first). The
+// clock is the test's; MaxAge is a minute, so the refiller's timer never
+// fires while the test runs.
+func TestFreshnessBound(t *testing.T) {
+	ts, addr := startService(t, 1, nil)
+	clk := newFakeClock()
+	const maxAge = time.Minute
+	c := newClient(t, []string{addr}, WithClock(clk), WithMaxAge(maxAge))
+	ctx := ctxFor(t, 10*time.Second)
+	first, err := c.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := uint64(lastCount(ts))
+	if batch < 3 {
+		t.Fatalf("first batch of %d", batch)
+	}
+	fromFirst := func(id uint64) bool { return id > first && id < first+batch }
+
+	clk.Advance(maxAge) // exactly MaxAge after the RPC's start: still fresh
+	if id, err := c.Next(ctx); err != nil || !fromFirst(id) {
+		t.Fatalf("Next at MaxAge: %d, %v; want an ID of the first batch", id, err)
+	}
+	clk.Advance(time.Nanosecond) // a frozen process resumes past MaxAge
+	id, err := c.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fromFirst(id) || id == first {
+		t.Fatalf("Next handed out %d of the batch fetched MaxAge+1ns ago", id)
+	}
+	clk.Advance(maxAge + time.Nanosecond)
+	runs, err := c.NextRange(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs[0].First <= id {
+		t.Fatalf("NextRange took %v from a batch fetched more than MaxAge ago (last ID %d)", runs, id)
+	}
+}

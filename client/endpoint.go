@@ -9,11 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 )
@@ -27,13 +29,12 @@ const (
 
 const (
 	// downFor is how long an endpoint that failed an attempt (UNAVAILABLE,
-	// a connection error, or no answer in the attempt's time; see
-	// countsAgainst) is tried only after the others.
+	// a connection error, or no answer by the deadline it was sent; see
+	// countsAgainst) is tried only after the others, when it gave no
+	// RetryInfo.
 	downFor = time.Second
 	// minAttempt is the least time an attempt at an endpoint gets before
-	// a caller's deadline may cut it to fail over, and the least it must
-	// have run for a caller's giving up to count against the endpoint: a
-	// shorter wait says nothing about the endpoint. It equals the
+	// a waiting caller's deadline may cut it to fail over. It equals the
 	// smallest CallTimeout.
 	minAttempt = minCallTimeout
 	// Health watches that break retry from watchRetryMin to watchRetryMax.
@@ -52,6 +53,13 @@ type endpoint struct {
 	heard     atomic.Bool  // the watch (or a Check) delivered a status
 	noHealth  atomic.Bool  // the endpoint has no health service (UNIMPLEMENTED): nothing to check
 	downUntil atomic.Int64 // mono nanoseconds
+	// retryUntil (mono nanoseconds) is when the endpoint said, with a
+	// RetryInfo, it would serve again: until then no round asks it, and
+	// after it one round at a time (probing) until it answers. refusal is
+	// that answer.
+	retryUntil atomic.Int64
+	probing    atomic.Bool
+	refusal    atomic.Pointer[status.Status]
 	// maxBatch and maxRange are the endpoint's largest NextIDs and
 	// NextRange counts: 0 not asked yet (maxBatch), -1 unknown (no Info,
 	// or an Info without the field), else from Info or lowered by
@@ -157,24 +165,109 @@ func (c *Client) setHealth(ep *endpoint, s int32) {
 	}
 }
 
-// order lists the endpoints for one round: the active one first, then the
-// others in turn; usable ones before the rest (health may be stale, so an
-// unusable endpoint is still tried last).
-func (c *Client) order(mono time.Duration) []*endpoint {
-	eps := c.endpointList()
-	n := len(eps)
-	first := max(slices.Index(eps, c.active.Load()), 0)
-	out := make([]*endpoint, 0, n)
+// A round is the endpoints one fetch or call tries, in order: the active
+// one first, then the others in turn; usable ones before the rest (health
+// may be stale, so an unusable endpoint is still tried last). An endpoint
+// that asked the client to wait (RetryInfo) is not listed until that time
+// has passed, and then by one round at a time (probes) until it answers:
+// however many callers there are, a node that sheds is asked once per
+// RetryInfo it gives.
+type round struct {
+	eps    []*endpoint
+	probes []*endpoint
+}
+
+// order lists a round's endpoints; held is the error to answer when every
+// endpoint asked the client to wait (nil otherwise). end must be called
+// when the round is over.
+func (c *Client) order(mono time.Duration) (r round, held error) {
+	all := c.endpointList()
+	n := len(all)
+	first := max(slices.Index(all, c.active.Load()), 0)
+	r.eps = make([]*endpoint, 0, n)
 	var later []*endpoint
+	var wait *endpoint
 	for i := range n {
-		ep := eps[(first+i)%n]
+		ep := all[(first+i)%n]
+		until := time.Duration(ep.retryUntil.Load())
+		switch {
+		case until > mono || (until != 0 && !ep.probing.CompareAndSwap(false, true)):
+			// Asked to wait, or another round is asking it now.
+			if wait == nil || until < time.Duration(wait.retryUntil.Load()) {
+				wait = ep
+			}
+			continue
+		case until != 0:
+			r.probes = append(r.probes, ep)
+		}
 		if ep.usable(mono) {
-			out = append(out, ep)
+			r.eps = append(r.eps, ep)
 		} else {
 			later = append(later, ep)
 		}
 	}
-	return append(out, later...)
+	r.eps = append(r.eps, later...)
+	if len(r.eps) == 0 && wait != nil {
+		return r, c.heldError(wait, n, mono)
+	}
+	return r, nil
+}
+
+// served records that ep answered in round r: whatever it asked the
+// client to wait for is over.
+func (r round) served(ep *endpoint) { ep.retryUntil.Store(0) }
+
+// end releases the round's probes.
+func (r round) end() {
+	for _, ep := range r.probes {
+		ep.probing.Store(false)
+	}
+}
+
+// heldError is the error of a round that asked no endpoint because each
+// of the n asked the client to wait (or is being asked by another round):
+// ep's refusal (the one free first), its RetryInfo the time still left
+// (at least 10ms).
+func (c *Client) heldError(ep *endpoint, n int, mono time.Duration) error {
+	left := max(time.Duration(ep.retryUntil.Load())-mono, 10*time.Millisecond)
+	err := status.Errorf(codes.Unavailable, "asked to wait")
+	if st := ep.refusal.Load(); st != nil {
+		p := st.Proto()
+		kept := p.Details[:0:0]
+		for _, d := range p.Details {
+			if !d.MessageIs(&errdetails.RetryInfo{}) {
+				kept = append(kept, d)
+			}
+		}
+		p.Details = kept
+		s := status.FromProto(p)
+		if with, werr := s.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(left)}); werr == nil {
+			s = with
+		}
+		err = s.Err()
+	}
+	return fmt.Errorf("%w (%d endpoints, each asked the client to wait; none asked, the first free in %v): %w",
+		ErrUnavailable, n, left.Round(time.Millisecond), &EndpointError{Endpoint: ep.addr, Err: err})
+}
+
+// heldUntil is, when every endpoint asked the client to wait, the
+// monotonic reading at which the first is free again.
+func (c *Client) heldUntil(mono time.Duration) (time.Duration, bool) {
+	eps := c.endpointList()
+	if len(eps) == 0 {
+		return 0, false
+	}
+	var first time.Duration
+	for i, ep := range eps {
+		until := time.Duration(ep.retryUntil.Load())
+		if until <= mono {
+			return 0, false // free, or asked by a round now
+		}
+		if i == 0 || until < first {
+			first = until
+		}
+	}
+	return first, true
 }
 
 // failover reports whether err from one endpoint sends the request to the
@@ -195,15 +288,22 @@ func failover(ctx context.Context, err error) bool {
 	return false
 }
 
-// countsAgainst reports whether an attempt that failed with err after
-// running for ran, cut short by the caller's context, counts against its
-// endpoint: UNAVAILABLE always, no answer if the attempt had minAttempt.
-func countsAgainst(err error, ran time.Duration) bool {
+// countsAgainst reports whether an attempt that failed with err counts
+// against its endpoint: UNAVAILABLE and a shed (OVERLOADED) always, no
+// answer only when the endpoint missed the deadline the attempt sent it
+// (missed). The deadline a request carries is the bound a node promises:
+// a firn node answers within it or refuses at once (it sheds a request it
+// could not serve in time). An attempt that ended earlier — a caller gave
+// up, or a waiting caller cut a shared refill short to fail over — says
+// nothing against the endpoint, which was never told that bound.
+func countsAgainst(err error, missed bool) bool {
 	switch status.Code(err) {
 	case codes.Unavailable:
 		return true
+	case codes.ResourceExhausted:
+		return Reason(err) == firnv1.ErrorReason_OVERLOADED
 	case codes.DeadlineExceeded, codes.Canceled:
-		return ran >= minAttempt
+		return missed
 	}
 	return false
 }
@@ -214,38 +314,51 @@ func (c *Client) shrinkBatch() {
 	c.kick()
 }
 
-// maxOverloadedDown bounds how long an overloaded endpoint is put behind
-// the others, whatever its RetryInfo says.
-const maxOverloadedDown = 5 * time.Second
+// maxRetryWait bounds how long an endpoint that asked the client to wait
+// (RetryInfo) is left alone, whatever it said.
+const maxRetryWait = 5 * time.Second
 
-// markDown puts ep behind the other endpoints for downFor, or, when it
-// shed the request (OVERLOADED), for as long as its RetryInfo says (at
-// most maxOverloadedDown), and halves the batch size the client asks for.
+// markDown puts ep behind the other endpoints for downFor. An endpoint
+// whose refusal carries a RetryInfo (a shed, or a node that knows when it
+// serves again) is instead not asked at all for as long as it said (at
+// least 10ms, at most maxRetryWait). A shed (OVERLOADED) also halves the
+// batch size the client asks for.
 func (c *Client) markDown(ep *endpoint, err error, why string) {
 	_, mono := c.clock.Now()
 	down := downFor
-	if Reason(err) == firnv1.ErrorReason_OVERLOADED {
-		if d, ok := RetryAfter(err); ok {
-			down = min(max(d, 10*time.Millisecond), maxOverloadedDown)
+	if d, ok := RetryAfter(err); ok {
+		down = min(max(d, 10*time.Millisecond), maxRetryWait)
+		if st, ok := status.FromError(err); ok {
+			ep.refusal.Store(st)
 		}
+		ep.retryUntil.Store(int64(mono + down))
+	}
+	if Reason(err) == firnv1.ErrorReason_OVERLOADED {
 		c.shrinkBatch()
 	}
 	ep.downUntil.Store(int64(mono + down))
-	c.log.Warn("endpoint failed", "endpoint", ep.addr, "code", status.Code(err).String(), "why", why, "err", err)
+	c.log.Warn("endpoint failed", "endpoint", ep.addr, "code", status.Code(err).String(), "why", why, "for", down, "err", err)
 }
 
 // errCut is the cause of an attempt's context when its time ran out.
 var errCut = errors.New("attempt cut off")
 
+// errMissed is the cause of an attempt's context when the deadline it
+// sent the endpoint passed.
+var errMissed = errors.New("no answer by the deadline sent")
+
 // An attempt is one try at one endpoint in a failover round. Its RPCs
 // (on the endpoint's first use a health check and Info, then NextRange or
-// NextIDs) run under one context that ends at the attempt's cut-off:
-// CallTimeout after its start, or earlier by a caller's deadline (see
-// shareEnd).
+// NextIDs) run under one context whose deadline, sent with each RPC, is
+// fixed at the start: CallTimeout after it, or earlier by a caller's
+// deadline (see shareEnd). A shared refill may be cut earlier still, by a
+// caller that starts waiting for it (cutAttemptsLocked).
 type attempt struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	stop   context.CancelFunc // releases the deadline context
 	start  time.Time
+	sent   time.Time // the deadline the RPCs carry
 	// last is set when no endpoint follows in the round: a caller's
 	// deadline never cuts it (there is nothing to fail over to).
 	last bool
@@ -253,7 +366,7 @@ type attempt struct {
 	// Client.attempts; cutAt and timer are then guarded by Client.mu.
 	refill bool
 	cutAt  time.Time
-	timer  *time.Timer
+	timer  *time.Timer // nil until a cut before sent
 	// stopClose unhooks a direct call's attempt from the client's close.
 	stopClose func() bool
 }
@@ -267,49 +380,81 @@ func shareEnd(now, d time.Time) time.Time {
 }
 
 // startAttempt starts an attempt under ctx; last and refill as in
-// attempt. Caller deadlines are in the machine's time (as context's are),
-// so attempts are timed with it, not with the injected Clock.
+// attempt. A shared refill's deadline takes the share of the most patient
+// caller waiting for it (waitShareLocked), not of the most impatient: one
+// caller in a hurry does not shorten what the others wait for. Caller
+// deadlines are in the machine's time (as context's are), so attempts are
+// timed with it, not with the injected Clock.
 func (c *Client) startAttempt(ctx context.Context, last, refill bool) *attempt {
 	now := time.Now()
-	a := &attempt{start: now, last: last, refill: refill, cutAt: now.Add(c.opts.callTimeout)}
+	a := &attempt{start: now, last: last, refill: refill}
+	end := now.Add(c.opts.callTimeout)
 	if d, ok := ctx.Deadline(); ok && !last {
-		a.cutAt = earliest(a.cutAt, shareEnd(now, d))
+		end = earliest(end, shareEnd(now, d))
 	}
-	a.ctx, a.cancel = context.WithCancelCause(ctx)
-	cancel := a.cancel
-	if !refill {
-		// A direct call's attempt also ends when the client closes.
-		a.stopClose = context.AfterFunc(c.ctx, func() { cancel(ErrClosed) })
-		a.timer = time.AfterFunc(a.cutAt.Sub(now), func() { cancel(errCut) })
-		return a
-	}
-	c.mu.Lock()
-	if !last {
-		for _, d := range c.waitDeadlines {
-			a.cutAt = earliest(a.cutAt, shareEnd(now, d))
+	if refill {
+		c.mu.Lock()
+		if share, ok := c.waitShareLocked(now); ok && !last {
+			end = earliest(end, share)
 		}
 	}
-	a.timer = time.AfterFunc(a.cutAt.Sub(now), func() { cancel(errCut) })
+	dctx, stop := context.WithDeadlineCause(ctx, end, errMissed)
+	a.ctx, a.cancel = context.WithCancelCause(dctx)
+	a.stop = stop
+	a.sent, _ = a.ctx.Deadline()
+	a.cutAt = a.sent
+	if !refill {
+		// A direct call's attempt also ends when the client closes.
+		cancel := a.cancel
+		a.stopClose = context.AfterFunc(c.ctx, func() { cancel(ErrClosed) })
+		return a
+	}
 	c.attempts[a] = struct{}{}
 	c.mu.Unlock()
 	return a
 }
 
-// endAttempt releases a and reports how long it ran and whether its
-// time ran out (its context was cut, not the caller's).
-func (c *Client) endAttempt(a *attempt) (ran time.Duration, cut bool) {
+// endAttempt releases a and reports how long it ran, whether the
+// endpoint missed the deadline it was sent, and whether the attempt was
+// cut short before that deadline (by a waiting caller, to fail over).
+func (c *Client) endAttempt(a *attempt) (ran time.Duration, missed, cut bool) {
 	if a.refill {
 		c.mu.Lock()
 		delete(c.attempts, a)
+		if a.timer != nil {
+			a.timer.Stop()
+		}
 		c.mu.Unlock()
 	}
-	a.timer.Stop()
 	if a.stopClose != nil {
 		a.stopClose()
 	}
-	cut = context.Cause(a.ctx) == errCut
+	cause := context.Cause(a.ctx)
+	cut = cause == errCut
+	// The deadline passed: the endpoint (whose own deadline, from the
+	// same timeout, ends no earlier) may answer DEADLINE_EXCEEDED before
+	// this context sees it.
+	missed = !cut && cause != ErrClosed && !time.Now().Before(a.sent)
 	a.cancel(nil)
-	return time.Since(a.start), cut
+	a.stop()
+	return time.Since(a.start), missed, cut
+}
+
+// waitShareLocked is the latest cut-off the callers waiting for a refill
+// allow an attempt started at now (see shareEnd): false when none waits
+// or one waits without a deadline (it waits as long as CallTimeout
+// allows). Call with mu held.
+func (c *Client) waitShareLocked(now time.Time) (time.Time, bool) {
+	if c.waiters == 0 || len(c.waitDeadlines) < c.waiters {
+		return time.Time{}, false
+	}
+	var end time.Time
+	for i, d := range c.waitDeadlines {
+		if s := shareEnd(now, d); i == 0 || s.After(end) {
+			end = s
+		}
+	}
+	return end, true
 }
 
 // cutAttemptsLocked moves the cut-off of every refill attempt in flight
@@ -321,8 +466,14 @@ func (c *Client) cutAttemptsLocked(t time.Time) {
 			continue
 		}
 		at := latest(t, a.start.Add(minAttempt))
-		if at.Before(a.cutAt) {
-			a.cutAt = at
+		if !at.Before(a.cutAt) {
+			continue
+		}
+		a.cutAt = at
+		if a.timer == nil {
+			cancel := a.cancel
+			a.timer = time.AfterFunc(time.Until(at), func() { cancel(errCut) })
+		} else {
 			a.timer.Reset(time.Until(at))
 		}
 	}
@@ -353,11 +504,11 @@ func cutErr(ran time.Duration, err error) error {
 const rangeRetry = time.Minute
 
 // fetched is a fetch's answer: runs that ep issued in the RPC that
-// started at tick.
+// started at the monotonic reading start.
 type fetched struct {
-	runs []Run
-	ep   *endpoint
-	tick int64
+	runs  []Run
+	ep    *endpoint
+	start time.Duration
 }
 
 // fetch gets count IDs (fewer if an endpoint's bound is lower) from the
@@ -368,8 +519,12 @@ type fetched struct {
 // INVALID_ARGUMENT for a count of 1, ...), or ctx's error.
 func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, error) {
 	c.awaitResolved(ctx)
-	_, mono := c.clock.Now()
-	eps := c.order(mono)
+	r, held := c.order(time.Duration(c.now()))
+	defer r.end()
+	if held != nil {
+		return fetched{}, held
+	}
+	eps := r.eps
 	var last error
 	notFound := 0
 	for i, ep := range eps {
@@ -377,46 +532,67 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 			c.stats.failovers.Add(1)
 		}
 		a := c.startAttempt(ctx, i == len(eps)-1, refill)
-		runs, tick, err := c.fetchFrom(a.ctx, ep, count)
-		ran, cut := c.endAttempt(a)
+		runs, start, err := c.fetchFrom(a.ctx, ep, count)
+		ran, missed, cut := c.endAttempt(a)
 		if err == nil {
+			r.served(ep)
 			if prev := c.active.Swap(ep); prev != ep && prev != nil {
 				c.log.Info("serving from endpoint", "endpoint", ep.addr, "was", prev.addr)
 			}
 			c.stats.fetches.Add(1)
 			c.stats.fetchedIDs.Add(countOf(runs))
-			return fetched{runs: runs, ep: ep, tick: tick}, nil
+			return fetched{runs: runs, ep: ep, start: start}, nil
 		}
 		if c.closing() {
 			return fetched{}, ErrClosed
 		}
 		c.stats.fetchErrors.Add(1)
-		if ctx.Err() != nil {
-			// Cut short by the caller: it still counts against the
-			// endpoint.
-			if countsAgainst(err, ran) {
-				c.markDown(ep, err, "no answer before the caller gave up")
+		var stop bool
+		if last, stop = c.failed(ctx, ep, err, ran, missed, cut, &notFound); stop {
+			if ctx.Err() != nil {
+				return fetched{}, ctx.Err()
 			}
-			return fetched{}, ctx.Err()
-		}
-		if cut {
-			err = cutErr(ran, err)
-		}
-		last = &EndpointError{Endpoint: ep.addr, Err: err}
-		if status.Code(err) == codes.NotFound {
-			notFound++
-			c.markLacking(ep, err)
-			continue
-		}
-		if !failover(ctx, err) {
 			return fetched{}, last
 		}
-		c.markDown(ep, err, "failing over")
 	}
 	if notFound > 0 && notFound == len(eps) {
 		return fetched{}, last // no endpoint runs the generator
 	}
 	return fetched{}, c.roundFailed(len(eps), last)
+}
+
+// failed handles an attempt at ep that failed with err (see endAttempt
+// for ran, missed and cut): it marks the endpoint down when the failure
+// counts against it (countsAgainst), or as lacking the generator
+// (NOT_FOUND), and returns the error to report and whether the round ends
+// here (the caller's context ended, or the error does not fail over).
+func (c *Client) failed(ctx context.Context, ep *endpoint, err error, ran time.Duration, missed, cut bool, notFound *int) (error, bool) {
+	if ctx.Err() != nil {
+		// The caller gave up: that counts against the endpoint only if
+		// it missed the deadline it was sent.
+		if countsAgainst(err, missed) {
+			c.markDown(ep, err, "no answer by the deadline sent")
+		}
+		return &EndpointError{Endpoint: ep.addr, Err: err}, true
+	}
+	if cut || missed {
+		err = cutErr(ran, err)
+	}
+	last := &EndpointError{Endpoint: ep.addr, Err: err}
+	if status.Code(err) == codes.NotFound {
+		*notFound++
+		c.markLacking(ep, err)
+		return last, false
+	}
+	if !failover(ctx, err) {
+		return last, true
+	}
+	if countsAgainst(err, missed) {
+		c.markDown(ep, err, "failing over")
+	} else {
+		c.log.Info("endpoint cut short for a waiting caller; trying the next", "endpoint", ep.addr, "after", ran.Round(time.Millisecond))
+	}
+	return last, false
 }
 
 // errNotServing is a health Check's NOT_SERVING, treated as UNAVAILABLE.
@@ -429,9 +605,9 @@ var errNotServing = status.Error(codes.Unavailable, "health check: NOT_SERVING")
 // (Info) and, if the health watch has not spoken yet, checks its health
 // once. An INVALID_ARGUMENT, or a RESOURCE_EXHAUSTED other than a node
 // shedding load (a message too large), for a count above 1 halves the
-// endpoint's bound for that RPC and retries. It returns the tick at the
-// start of the RPC that succeeded.
-func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]Run, int64, error) {
+// endpoint's bound for that RPC and retries. It returns the monotonic
+// reading taken just before the RPC that succeeded was sent.
+func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]Run, time.Duration, error) {
 	if c.opts.health && !ep.heard.Load() && !ep.noHealth.Load() {
 		if err := c.check(ctx, ep); err != nil {
 			return nil, 0, err
@@ -443,8 +619,7 @@ func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]Run,
 		}
 	}
 	for {
-		_, mono := c.clock.Now()
-		tick := int64(mono / c.tickLen)
+		mono := time.Duration(c.now())
 		useRange := int64(mono) >= ep.noRangeUntil.Load()
 		bound := &ep.maxRange
 		if !useRange {
@@ -469,7 +644,7 @@ func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]Run,
 			runs, err = c.nextIDs(ctx, ep, count)
 		}
 		if err == nil {
-			return runs, tick, nil
+			return runs, mono, nil
 		}
 		code := status.Code(err)
 		tooLarge := code == codes.InvalidArgument ||
@@ -589,40 +764,30 @@ func (c *Client) each(ctx context.Context, call func(context.Context, *endpoint)
 		return ErrClosed
 	}
 	c.awaitResolved(ctx)
-	_, mono := c.clock.Now()
-	eps := c.order(mono)
+	r, held := c.order(time.Duration(c.now()))
+	defer r.end()
+	if held != nil {
+		return held
+	}
+	eps := r.eps
 	var last error
 	notFound := 0
 	for i, ep := range eps {
 		a := c.startAttempt(ctx, i == len(eps)-1, false)
 		err := call(a.ctx, ep)
-		ran, cut := c.endAttempt(a)
+		ran, missed, cut := c.endAttempt(a)
 		if err == nil {
+			r.served(ep)
 			return nil
 		}
 		if c.closing() {
 			return ErrClosed
 		}
 		c.stats.callErrors.Add(1)
-		if ctx.Err() != nil {
-			if countsAgainst(err, ran) {
-				c.markDown(ep, err, "no answer before the caller gave up")
-			}
-			return &EndpointError{Endpoint: ep.addr, Err: err}
-		}
-		if cut {
-			err = cutErr(ran, err)
-		}
-		last = &EndpointError{Endpoint: ep.addr, Err: err}
-		if status.Code(err) == codes.NotFound {
-			notFound++
-			c.markLacking(ep, err)
-			continue
-		}
-		if !failover(ctx, err) {
+		var stop bool
+		if last, stop = c.failed(ctx, ep, err, ran, missed, cut, &notFound); stop {
 			return last
 		}
-		c.markDown(ep, err, "failing over")
 	}
 	if notFound > 0 && notFound == len(eps) {
 		return last

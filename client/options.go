@@ -15,8 +15,9 @@ import (
 
 // Defaults of the options.
 const (
-	// DefaultMaxAge is how long a fetched batch may be handed out; its
-	// IDs are dropped after that (plus at most one tick).
+	// DefaultMaxAge is how long a fetched batch may be handed out,
+	// counted from the start of the RPC that fetched it; its IDs are
+	// dropped after that.
 	DefaultMaxAge = 100 * time.Millisecond
 	// DefaultBatchWindow is how much of the caller's demand one batch
 	// covers: at 1 M IDs/s a batch holds 10,000 IDs.
@@ -116,15 +117,14 @@ func WithBatchBounds(minimum, maximum int) Option {
 
 // WithCallTimeout bounds one attempt at one endpoint: its RPCs (on the
 // endpoint's first use a health check and Info, then NextRange or
-// NextIDs). When it
-// runs out, the endpoint counts as failed (it is tried after the others
-// for a second) and the client fails over to the next endpoint. A
-// caller's deadline shortens an attempt that another endpoint follows to
-// half of the caller's remaining time (at least 10ms), so a caller keeps
-// time to fail over from an endpoint that hangs; the round's last
-// endpoint gets the rest of it. An attempt cut short by its caller's
-// context after 10ms counts against its endpoint too. Between 10ms and
-// 5m; default DefaultCallTimeout.
+// NextIDs), which carry the attempt's deadline. A caller's deadline
+// shortens an attempt that another endpoint follows to half of the
+// caller's remaining time (at least 10ms), so a caller keeps time to fail
+// over from an endpoint that hangs; the round's last endpoint gets the
+// rest of it. An endpoint that misses the deadline it was sent counts as
+// failed (it is tried after the others for a second) and the client fails
+// over to the next; a caller that gives up sooner does not count against
+// it. Between 10ms and 5m; default DefaultCallTimeout.
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
 
 // WithLogger sets the logger for failovers and health changes; the

@@ -287,7 +287,11 @@ func TestRangeErrors(t *testing.T) {
 
 	down(a)
 	down(b)
-	for _, n := range []uint64{1, 100_000} { // from the buffer's refill, and direct
+	// From the buffer's refill, which asks both nodes; then direct, which
+	// asks neither: both said when to come back (RetryInfo), and the
+	// error says how long is left of that.
+	for i, n := range []uint64{1, 100_000} {
+		asked := len(a.RangeCounts()) + len(b.RangeCounts())
 		_, err := c.NextRange(ctx, n)
 		if !errors.Is(err, ErrUnavailable) || status.Code(err) != codes.Unavailable {
 			t.Fatalf("NextRange(%d) with every node down: %v, want ErrUnavailable", n, err)
@@ -295,13 +299,19 @@ func TestRangeErrors(t *testing.T) {
 		if r := Reason(err); r != firnv1.ErrorReason_LEASE_LOST {
 			t.Fatalf("Reason(%v) = %v, want LEASE_LOST", err, r)
 		}
-		if d, ok := RetryAfter(err); !ok || d != 1500*time.Millisecond {
-			t.Fatalf("RetryAfter(%v) = %v, %v; want 1.5s", err, d, ok)
+		d, ok := RetryAfter(err)
+		sent := len(a.RangeCounts()) + len(b.RangeCounts()) - asked
+		switch {
+		case i == 0 && (!ok || d != 1500*time.Millisecond || sent != 2):
+			t.Fatalf("RetryAfter(%v) = %v, %v after %d requests; want 1.5s after asking both nodes", err, d, ok, sent)
+		case i == 1 && (!ok || d <= 0 || d >= 1500*time.Millisecond || sent != 0):
+			t.Fatalf("RetryAfter(%v) = %v, %v after %d requests; want the time left of 1.5s, asking no node", err, d, ok, sent)
 		}
 	}
 
 	a.Shed(time.Second)
 	b.Shed(time.Second)
+	forget(c)
 	_, err := c.NextRange(ctx, 100_000)
 	if Reason(err) != firnv1.ErrorReason_OVERLOADED || status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("every node shedding: %v (reason %v), want RESOURCE_EXHAUSTED OVERLOADED", err, Reason(err))
@@ -312,7 +322,7 @@ func TestRangeErrors(t *testing.T) {
 	a.Serve()
 	b.Serve()
 	a.SetMaxRange(0)
-	c.endpointList()[0].downUntil.Store(0)
+	forget(c)
 	c.active.Store(c.endpointList()[0])
 	issuedB := b.Issued()
 	_, err = c.NextRange(ctx, 100_000)
@@ -349,6 +359,7 @@ func TestShedKeepsBound(t *testing.T) {
 		t.Fatalf("NextRange while shedding: %v, want OVERLOADED", err)
 	}
 	ts.Serve()
+	forget(c) // the node said to wait 10ms
 	runs, err := c.NextRange(ctx, 1000)
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ func (c *Client) refill() {
 		ticking: true,
 	}
 	defer r.ticker.Stop()
-	_, r.lastMono = c.clock.Now()
+	r.lastMono = time.Duration(c.now())
 	for {
 		select {
 		case <-c.ctx.Done():
@@ -73,8 +73,7 @@ func (c *Client) refill() {
 			r.inFlightIDs -= res.count
 			c.deliver(r, res)
 		}
-		_, mono := c.clock.Now()
-		c.tick.Store(int64(mono / c.tickLen))
+		mono := time.Duration(c.now())
 		buffered, waiters := c.measure(r, mono)
 		c.launch(r, mono, buffered, waiters)
 
@@ -94,10 +93,10 @@ func (c *Client) refill() {
 // returns the fresh IDs buffered and the callers waiting.
 func (c *Client) measure(r *refiller, mono time.Duration) (buffered int64, waiters int) {
 	c.mu.Lock()
-	if b := c.cur.Load(); b.expire < c.tick.Load() && b != c.empty {
+	t := int64(mono)
+	if b := c.cur.Load(); b.expire < t && b != c.empty {
 		c.installLocked()
 	}
-	t := c.tick.Load()
 	kept := c.queue[:0]
 	for _, b := range c.queue {
 		if b.expire < t {
@@ -142,6 +141,7 @@ func (c *Client) measure(r *refiller, mono time.Duration) (buffered int64, waite
 		size = max(size, min(2*float64(r.batch), r.rate*c.opts.maxAge.Seconds()))
 	}
 	r.lastStarved = starved
+	c.directAbove.Store(int64(min(max(size, float64(c.opts.minBatch)), float64(c.opts.maxBatch))))
 	if ov := c.overloads.Load(); ov != r.lastOverloads {
 		// A node shed a request: ask for half as much.
 		r.lastOverloads = ov
@@ -181,7 +181,7 @@ func (c *Client) launch(r *refiller, mono time.Duration, buffered int64, waiters
 // deliver publishes a fetch result: each of its runs a batch in the
 // queue, or a failed round to the waiting callers.
 func (c *Client) deliver(r *refiller, res fetchResult) {
-	_, mono := c.clock.Now()
+	mono := time.Duration(c.now())
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -193,6 +193,11 @@ func (c *Client) deliver(r *refiller, res fetchResult) {
 		}
 		r.backoff = min(max(2*r.backoff, minBackoff), maxBackoff)
 		r.retryAt = mono + r.backoff
+		if until, ok := c.heldUntil(mono); ok {
+			// Every endpoint asked the client to wait (RetryInfo): no
+			// refill before the first is free again.
+			r.retryAt = max(r.retryAt, until)
+		}
 		c.failGen++
 		c.lastErr = res.err
 	} else {
@@ -203,7 +208,7 @@ func (c *Client) deliver(r *refiller, res fetchResult) {
 		mid, off := int64(countOf(res.runs))/2, int64(0)
 		for _, run := range res.runs {
 			n := int64(run.Count)
-			b := &batch{first: run.First, n: n, half: -1, expire: res.tick + c.ageTicks,
+			b := &batch{first: run.First, n: n, half: -1, expire: int64(res.start + c.opts.maxAge),
 				ep: res.ep, born: res.born, dseq: r.delivered}
 			if off <= mid && mid < off+n {
 				b.half = mid - off
