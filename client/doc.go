@@ -121,8 +121,8 @@
 //
 // # Hazards
 //
-//   - Order: across a failover IDs do not increase. NextN's IDs are not
-//     sorted, and the direct fetches of NextN and NextRange take IDs newer
+//   - Order: across a failover IDs do not increase. NextN and NextRange
+//     sort what one call returns, but their direct fetches take IDs newer
 //     than those still buffered, so a Next after one may return a lower
 //     ID. Uniqueness across endpoints is the nodes' promise (one
 //     coordinator, cluster and generator), not the client's.
