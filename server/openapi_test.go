@@ -1,11 +1,14 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
@@ -15,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"sigs.k8s.io/yaml"
 
 	"github.com/firnid/firn/clockguard/ntptest"
@@ -44,13 +49,18 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 	if v, _ := doc["openapi"].(string); !strings.HasPrefix(v, "3.") {
 		t.Fatalf("%s: openapi %q, want 3.x", openAPIFile, v)
 	}
-	documented := map[string]map[string]any{} // "GET /v1/ids 200" → response object
+	// "GET /v1/ids 200" → response object; "ANY * 405" for the fallback's.
+	documented := map[string]map[string]any{}
 	for path, item := range doc["paths"].(map[string]any) {
 		for method, op := range item.(map[string]any) {
 			for code, resp := range op.(map[string]any)["responses"].(map[string]any) {
 				documented[strings.ToUpper(method)+" "+path+" "+code] = resp.(map[string]any)
 			}
 		}
+	}
+	fallback, _ := doc["x-firn-fallback"].(map[string]any)
+	for code, resp := range fallback["responses"].(map[string]any) {
+		documented["ANY * "+code] = resp.(map[string]any)
 	}
 
 	// A serving node; one that never serves (its NTP server is 2 s off);
@@ -75,6 +85,25 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 		return func() (*http.Response, error) { return c.Post(u, "application/x-www-form-urlencoded", nil) }
 	}
 	a, b := serving.base, out.base
+	// 499, 500 and 504 come from the handlers' error path: no request
+	// to a sound node provokes them at will.
+	errorPath := func(err error) func() (*http.Response, error) {
+		return func() (*http.Response, error) {
+			rec := httptest.NewRecorder()
+			server.WriteHTTPError(rec, err)
+			return rec.Result(), nil
+		}
+	}
+	do := func(method, u string, header http.Header) func() (*http.Response, error) {
+		return func() (*http.Response, error) {
+			req, err := http.NewRequest(method, u, nil)
+			if err != nil {
+				return nil, err
+			}
+			maps.Copy(req.Header, header)
+			return serving.httpc.Do(req)
+		}
+	}
 	probes := []struct {
 		key string
 		do  func() (*http.Response, error)
@@ -85,6 +114,13 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 		{"GET /v1/ids 404", get(serving.httpc, a+"/v1/ids?generator=nope")},
 		{"GET /v1/ids 429", get(serving.httpc, a+"/v1/ids?count=5")}, // 3 of the 5 taken just before
 		{"GET /v1/ids 503", get(out.httpc, b+"/v1/ids")},
+		{"GET /v1/ids 499", errorPath(context.Canceled)},
+		{"GET /v1/ids 500", errorPath(status.Error(codes.Internal, "a fault"))},
+		{"GET /v1/ids 504", errorPath(context.DeadlineExceeded)},
+		{"ANY * 404", get(serving.httpc, a+"/nope")},
+		{"ANY * 405", do(http.MethodPost, a+"/v1/ids", nil)},
+		{"ANY * 414", get(serving.httpc, a+"/v1/ids?generator="+strings.Repeat("g", 9<<10))},
+		{"ANY * 431", do(http.MethodGet, a+"/healthz", http.Header{"X-Big": {strings.Repeat("h", 2<<20)}})},
 		{"GET /v1/decode/{id} 200", get(serving.httpc, a+"/v1/decode/2127862948218011648")},
 		{"GET /v1/decode/{id} 400", get(serving.httpc, a+"/v1/decode/abc")},
 		{"GET /v1/decode/{id} 404", get(serving.httpc, a+"/v1/decode/1?generator=nope")},
@@ -145,6 +181,9 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 			}
 		})
 	}
+	t.Run("every method on every path", func(t *testing.T) {
+		everyAnswerDocumented(t, doc, documented, serving.httpc, a)
+	})
 	var missing []string
 	for k := range documented {
 		if !slices.Contains(tried, k) {
@@ -155,6 +194,70 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("documented but never produced by the test: %v", missing)
 	}
+}
+
+// everyAnswerDocumented sends every method to every documented path (an
+// {id} filled in) and to paths outside them, and checks that each answer's
+// status is documented for the path and method (HEAD as GET) or in the
+// fallback, and that each error body (but HEAD's, which has none) is in
+// the Error shape.
+func everyAnswerDocumented(t *testing.T, doc map[string]any, documented map[string]map[string]any, c *http.Client, base string) {
+	type target struct{ template, path string }
+	var targets []target
+	for p := range doc["paths"].(map[string]any) {
+		targets = append(targets, target{p, strings.ReplaceAll(p, "{id}", "2127862948218011648")})
+	}
+	for _, p := range []string{"/nope", "//v1/ids", "/v1/ids/", "/v1/decode/", "/admin", "/v1/ids/../readyz", "/readyz/x", "/V1/IDS"} {
+		targets = append(targets, target{"", p})
+	}
+	sort.Slice(targets, func(i, j int) bool { return targets[i].path < targets[j].path })
+	errSchema := map[string]any{"$ref": "#/components/schemas/Error"}
+	methods := []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+	answers := 0
+	for _, tg := range targets {
+		for _, m := range methods {
+			req, err := http.NewRequest(m, base+tg.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatalf("%s %s: %v", m, tg.path, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers++
+			code := strconv.Itoa(resp.StatusCode)
+			asked := m
+			if m == http.MethodHead {
+				asked = http.MethodGet
+			}
+			_, ok := documented[asked+" "+tg.template+" "+code]
+			if !ok {
+				_, ok = documented["ANY * "+code]
+			}
+			if !ok {
+				t.Errorf("%s %s answered %d, documented neither for the path nor in x-firn-fallback: %s", m, tg.path, resp.StatusCode, body)
+				continue
+			}
+			if resp.StatusCode < 400 || m == http.MethodHead {
+				continue
+			}
+			if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "application/json" {
+				t.Errorf("%s %s: %d with content type %q, want the JSON Error shape", m, tg.path, resp.StatusCode, ct)
+				continue
+			}
+			var v any
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Errorf("%s %s: %d body %q is not JSON", m, tg.path, resp.StatusCode, body)
+				continue
+			}
+			if err := validate(doc, errSchema, v, "body"); err != nil {
+				t.Errorf("%s %s: %d: %v\nbody: %s", m, tg.path, resp.StatusCode, err, body)
+			}
+		}
+	}
+	t.Logf("%d answers (%d paths × %d methods), each documented", answers, len(targets), len(methods))
 }
 
 // waitServingHTTP waits until the node's /readyz says 200.
