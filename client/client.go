@@ -41,12 +41,12 @@ type Client struct {
 	// turn buffered takes into direct fetches).
 	directAbove atomic.Int64
 
-	opts     options
-	clock    Clock
-	sys      *systemClock // the clock when it is the machine's (read without an interface call)
-	tickLen  time.Duration
-	log      *slog.Logger
-	empty    *batch
+	opts    options
+	clock   Clock
+	sys     *systemClock // the clock when it is the machine's (read without an interface call)
+	tickLen time.Duration
+	log     *slog.Logger
+	empty   *batch
 
 	// The endpoints: the fixed targets, and the addresses the DNS names
 	// resolved to last (copy on write under epMu; resolve.go). active is

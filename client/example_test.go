@@ -163,15 +163,19 @@ func ExampleReason() {
 	// Output: transient; retry in 2s
 }
 
-// mTLS: the CA of the nodes' certificates and the client's own pair.
+// mTLS: the CA of the nodes' certificates and the client's own pair, from
+// PEM files; LoadTLS's errors name the file at fault.
 func ExampleLoadTLS() {
-	cfg, err := client.LoadTLS("ca.pem", "client.pem", "client-key.pem", "")
+	cfg, err := client.LoadTLS("/etc/firn/ca.pem", "/etc/firn/client.pem", "/etc/firn/client-key.pem", "")
 	if err != nil {
-		log.Fatal(err)
+		// Here the files are missing: the error names the one at fault.
+		fmt.Println(err)
+		return
 	}
-	c, err := client.New([]string{"127.0.0.1:7300"}, client.WithTLS(cfg))
+	c, err := client.New([]string{"firn-0:7300"}, client.WithTLS(cfg))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
+	// Output: client: TLS CA: open /etc/firn/ca.pem: no such file or directory
 }

@@ -23,11 +23,12 @@ if [ "${FIRN_SKIP_INSTALL:-0}" != 1 ] && [ ${#need[@]} -gt 0 ]; then
 fi
 
 # --- operations tests (deploy/, test/ui): promtool, chromium, systemd-analyze ---
-# promtool comes with Debian's prometheus package (the daemon is not
-# started); test/ui drives Debian's chromium; deploy/ has systemd-analyze
-# verify the unit file.
+# Debian's prometheus package brings promtool (rule and config checks) and
+# the prometheus server, which deploy/'s live test runs against a node;
+# test/ui drives Debian's chromium; deploy/ has systemd-analyze verify the
+# unit file.
 ops_need=()
-command -v promtool >/dev/null 2>&1 || ops_need+=(prometheus)
+{ command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; } || ops_need+=(prometheus)
 [ -x /usr/bin/chromium ] || ops_need+=(chromium)
 command -v systemd-analyze >/dev/null 2>&1 || ops_need+=(systemd)
 if [ "${FIRN_SKIP_INSTALL:-0}" != 1 ] && [ ${#ops_need[@]} -gt 0 ]; then

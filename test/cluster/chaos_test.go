@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	osexec "os/exec"
@@ -22,8 +21,6 @@ import (
 	"github.com/firnid/firn/coordinator/zookeeper/zktest"
 	"github.com/firnid/firn/generator"
 )
-
-var long = flag.Bool("long", false, "run the longer chaos scenarios and soaks (or FIRN_LONG=1)")
 
 // chaosBudget bounds the whole chaos suite. 34 scenario runs took 7 min
 // 38 s on a fresh clone before every take on a shared coordinator waited
@@ -160,8 +157,6 @@ type scenario struct {
 	name string
 	// both: run on every backend (a coordinator is involved).
 	both bool
-	// long: only with -long.
-	long bool
 	// zkOnly: a ZooKeeper-specific fault.
 	zkOnly bool
 	// beside: the scenario may run beside the other beside scenarios. It
@@ -213,9 +208,6 @@ func TestChaos(t *testing.T) {
 						continue
 					}
 				} else if !sc.both && b.name != "etcd" {
-					continue
-				}
-				if sc.long && !*long && os.Getenv("FIRN_LONG") == "" {
 					continue
 				}
 				f(i, sc, b)

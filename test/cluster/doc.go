@@ -6,7 +6,7 @@
 // client received: uniqueness, reservation intervals, per-caller order,
 // bounded disorder, and honest availability.
 //
-// Run with `go test ./test/cluster/` (part of the README's test command);
-// `-long` adds longer soaks. At the end the suite prints a table of the
-// scenarios and writes it as JSON to test/artifacts/chaos.json.
+// Run with `go test ./test/cluster/` (part of the README's test command).
+// At the end the suite prints a table of the scenarios and writes it as
+// JSON to test/artifacts/chaos.json.
 package cluster

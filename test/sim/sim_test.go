@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,14 +25,18 @@ var (
 )
 
 // defaultSeeds is the test command's budget: the full count in the
-// dedicated run (FIRN_SIM_SEEDS), a handful under -race.
-func defaultSeeds() int {
-	if v := os.Getenv("FIRN_SIM_SEEDS"); v != "" {
-		var n int
-		fmt.Sscan(v, &n)
-		return n
+// dedicated run (FIRN_SIM_SEEDS), a handful under -race. A value that is
+// not a positive integer is an error: a typo must not run no seed and pass.
+func defaultSeeds() (int, error) {
+	v := os.Getenv("FIRN_SIM_SEEDS")
+	if v == "" {
+		return 8, nil
 	}
-	return 8
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("FIRN_SIM_SEEDS=%q: want a positive number of seeds", v)
+	}
+	return n, nil
 }
 
 // TestSim runs the seeds, each in its own synctest bubble (virtual time),
@@ -42,7 +47,10 @@ func defaultSeeds() int {
 func TestSim(t *testing.T) {
 	n := *seeds
 	if n == 0 {
-		n = defaultSeeds()
+		var err error
+		if n, err = defaultSeeds(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var failed atomic.Int64
 	start := time.Now()
