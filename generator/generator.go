@@ -469,7 +469,7 @@ func (g *Generator) Next(ctx context.Context) (uint64, error) {
 		}
 		off := time.Duration(wall) - mono
 		if now >= 0 && L > g.floor && L-now <= g.leadUnits && seq <= g.maxSeq &&
-			L <= g.maxTime && L <= g.reserved.Load() && (g.maxFwd == 0 || off-g.top <= g.maxFwd) {
+			L <= g.maxTime && reserved(L, g.reserved.Load()) && (g.maxFwd == 0 || off-g.top <= g.maxFwd) {
 			if g.full {
 				g.base = off
 				g.top = max(g.top, off)
@@ -779,7 +779,7 @@ func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64, lead int6
 		}
 		L, seq = L+1, 0
 	}
-	if res := g.reserved.Load(); L > res {
+	if !reserved(L, g.reserved.Load()) {
 		return 0, wait{kind: waitReservation, need: L}, nil
 	}
 	n := uint64(len(dst))

@@ -602,7 +602,7 @@ func (g *Generator) fillAt(at int64, from, most uint64, lead int64) (first, n ui
 	if seq > g.maxSeq {
 		return 0, 0, atFull, wait{}, nil
 	}
-	if at > g.reserved.Load() {
+	if !reserved(at, g.reserved.Load()) {
 		return 0, 0, atWait, wait{kind: waitReservation, need: at}, nil
 	}
 	n = min(most, g.maxSeq-seq+1)

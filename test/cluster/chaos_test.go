@@ -69,7 +69,12 @@ type env struct {
 	layout  generator.Layout
 	etcd    *etcdtest.Procs
 	zk      *zktest.Ensemble
+	checked bool // the scenario ran the checker
 }
+
+// minIDs is the fewest IDs a scenario's check may see: a checker fed no
+// IDs passes whatever the nodes did.
+const minIDs = 100
 
 // guardWait is the longest a take waits for the restore guard with the
 // harness's flags (docs/design.md, Restores): the default 5 s window plus
@@ -151,6 +156,10 @@ func (e *env) check(b Bounds) {
 	}
 	res := Check(e.t, e.layout, e.rec.IDs(), e.nodes, b)
 	e.row.IDs = res.IDs
+	e.checked = true
+	if res.IDs < minIDs {
+		e.t.Errorf("the checker saw %d IDs; a scenario must have it check at least %d", res.IDs, minIDs)
+	}
 }
 
 type scenario struct {
@@ -198,6 +207,9 @@ func TestChaos(t *testing.T) {
 			reportMu.Unlock()
 		}()
 		sc.run(e)
+		if !e.checked {
+			t.Error("the scenario never ran the checker (e.check): its IDs are unchecked")
+		}
 	}
 	// each calls f for every scenario and backend this run includes.
 	each := func(f func(i int, sc scenario, b backend)) {
@@ -487,7 +499,10 @@ var faultScenarios = []scenario{
 		load := StartLoad(e.rec, ns[:4], LoadOptions{Callers: 1, Generator: "x", Deadline: 2 * time.Second})
 		time.Sleep(500 * time.Millisecond)
 		ns[0].Stop(10 * time.Second)
-		d, err := ns[4].WaitReady(10 * time.Second)
+		// The freed worker is taken at n5's next try, then the restore
+		// guard is waited (guardWait): the bound is that, with room for a
+		// loaded 2-core machine.
+		d, err := ns[4].WaitReady(guardWait + 8*time.Second)
 		if err != nil {
 			e.t.Fatal(err)
 		}

@@ -29,7 +29,25 @@ type CheckResult struct {
 // order, and bounded disorder. It fails t on any problem.
 func Check(t testing.TB, layout generator.Layout, got []Received, nodes []*Node, b Bounds) CheckResult {
 	t.Helper()
-	res := CheckResult{IDs: len(got)}
+	var holders []*Holder
+	for _, n := range nodes {
+		holders = append(holders, n.Holders()...)
+	}
+	res, worst, bound := CheckHistory(layout, got, holders, b)
+	for _, pr := range res.Problems {
+		t.Error(pr)
+	}
+	t.Logf("checked %d IDs: %d problems; worst time disorder %v (bound %v)", len(got), len(res.Problems), worst, bound)
+	return res
+}
+
+// CheckHistory is Check on a history: the IDs received and the holder
+// intervals the nodes logged. It returns the problems found (the first
+// 20), the worst time disorder and its bound. check_test.go feeds it
+// crafted histories, each breaking one promise, to show that each check
+// can fail.
+func CheckHistory(layout generator.Layout, got []Received, holders []*Holder, b Bounds) (res CheckResult, worst, bound time.Duration) {
+	res.IDs = len(got)
 	for i := range got {
 		if got[i].Generator == "" {
 			got[i].Generator = "default" // the nodes' default generator
@@ -56,11 +74,9 @@ func Check(t testing.TB, layout generator.Layout, got []Received, nodes []*Node,
 		dc, wk uint64
 	}
 	bySlot := map[slotKey][]*Holder{}
-	for _, n := range nodes {
-		for _, h := range n.Holders() {
-			k := slotKey{h.Generator, h.Datacenter, h.Worker}
-			bySlot[k] = append(bySlot[k], h)
-		}
+	for _, h := range holders {
+		k := slotKey{h.Generator, h.Datacenter, h.Worker}
+		bySlot[k] = append(bySlot[k], h)
 	}
 	upper := map[*Holder]int64{}
 	for k, hs := range bySlot {
@@ -125,8 +141,7 @@ func Check(t testing.TB, layout generator.Layout, got []Received, nodes []*Node,
 	}
 
 	// 4. Bounded disorder.
-	bound := b.MaxLead + b.MaxStaleness + layout.Unit + b.Prefetch + b.Skew + 50*time.Millisecond
-	worst := time.Duration(0)
+	bound = b.MaxLead + b.MaxStaleness + layout.Unit + b.Prefetch + b.Skew + 50*time.Millisecond
 	for _, r := range got {
 		p, err := layout.Decode(r.ID)
 		if err != nil {
@@ -141,9 +156,5 @@ func Check(t testing.TB, layout generator.Layout, got []Received, nodes []*Node,
 			problem("ID %d from %s: its time is %v from the receive time, bound %v", r.ID, r.Node, d, bound)
 		}
 	}
-	for _, pr := range res.Problems {
-		t.Error(pr)
-	}
-	t.Logf("checked %d IDs: %d problems; worst time disorder %v (bound %v)", len(got), len(res.Problems), worst, bound)
-	return res
+	return res, worst, bound
 }

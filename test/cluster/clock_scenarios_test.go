@@ -73,7 +73,10 @@ var clockScenarios = []scenario{
 		if _, err := n.WaitReady(guardWait + 4*time.Second); err != nil {
 			e.t.Fatal(err)
 		}
-		// During operation.
+		// During operation: callers until the offset stops the node, whose
+		// refusals must name it.
+		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
+		time.Sleep(time.Second)
 		for _, s := range srvs {
 			s.SetOffset(-400 * time.Millisecond)
 		}
@@ -82,6 +85,11 @@ var clockScenarios = []scenario{
 			e.t.Fatal(err)
 		}
 		e.row.FailClosed = d.Round(time.Millisecond).String()
+		load.Stop()
+		countFailures(e, e.rec.Failures(), func(f Failure) bool {
+			return f.Code == codes.Unavailable && strings.Contains(f.Msg, "NTP offset")
+		})
+		e.check(Bounds{Skew: 400 * time.Millisecond})
 		// Unreachable, with NTP required (the default with --ntp).
 		for _, s := range srvs {
 			s.SetOffset(0)

@@ -1,0 +1,74 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/firnid/firn/generator"
+)
+
+// TestCheckHistory feeds the chaos checker crafted histories, each
+// breaking one promise, and requires the problem that names it; a clean
+// history must pass, so that the checker is neither always red nor
+// always green.
+func TestCheckHistory(t *testing.T) {
+	l, _ := generator.Preset("snowflake")
+	id := func(units int64, worker, seq uint64) uint64 {
+		v, err := l.Encode(units, 0, worker, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	at := func(units int64) time.Time { return l.Epoch.Add(time.Duration(units) * l.Unit) }
+	recv := func(client int, call int64, node string, units int64, worker, seq uint64) Received {
+		return Received{ID: id(units, worker, seq), Node: node, At: at(units), Call: call, Client: client}
+	}
+	holders := func() []*Holder {
+		return []*Holder{
+			{Node: "a", Generator: "default", Worker: 1, Floor: 1000, Reserved: 5000},
+			{Node: "b", Generator: "default", Worker: 2, Floor: 1000, Reserved: 5000},
+		}
+	}
+	clean := func() []Received {
+		var got []Received
+		for i := range int64(10) {
+			got = append(got, recv(1, i, "a", 1001+i, 1, 0), recv(2, i, "b", 1001+i, 2, 0))
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		name    string
+		got     []Received
+		holders []*Holder
+		want    string // "" for none
+	}{
+		{"clean", clean(), holders(), ""},
+		{"an ID issued twice", append(clean(), recv(3, 0, "b", 1005, 1, 0)), holders(), "DUPLICATE ID"},
+		{"one worker's intervals overlap", clean(),
+			append(holders(), &Holder{Node: "c", Generator: "default", Worker: 1, Floor: 4000, Reserved: 9000}), "overlaps the next"},
+		{"an ID above its holder's reservation", append(clean(), recv(1, 10, "a", 5001, 1, 0)), holders(), "lies in no holder interval"},
+		{"an ID at its holder's floor", append(clean(), recv(3, 0, "a", 1000, 1, 7)), holders(), "lies in no holder interval"},
+		{"an ID of a worker its node never held", append(clean(), recv(1, 10, "a", 1100, 2, 0)), holders(), "lies in no holder interval"},
+		{"a caller's IDs go down on one node", append(clean(), recv(1, 10, "a", 1009, 1, 5)), holders(), "not above"},
+		{"an ID far from its receive time", append(clean(), Received{ID: id(1200, 1, 0), Node: "a", At: at(1200).Add(10 * time.Second), Call: 10, Client: 1}),
+			holders(), "from the receive time"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, _, _ := CheckHistory(l, tc.got, tc.holders, Bounds{MaxLead: time.Second, MaxStaleness: 100 * time.Millisecond})
+			switch {
+			case tc.want == "" && len(res.Problems) > 0:
+				t.Fatalf("a clean history has problems: %v", res.Problems)
+			case tc.want == "":
+			case len(res.Problems) == 0:
+				t.Fatalf("no problem found; want %q", tc.want)
+			case !strings.Contains(strings.Join(res.Problems, "\n"), tc.want):
+				t.Fatalf("problems %v; want one naming %q", res.Problems, tc.want)
+			}
+			if res.IDs != len(tc.got) {
+				t.Fatalf("checked %d IDs of %d", res.IDs, len(tc.got))
+			}
+		})
+	}
+}
