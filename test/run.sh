@@ -101,6 +101,24 @@ if [ ${#weak_passed[@]} -gt 0 ]; then
 	printf '  %s\n' "${weak_passed[@]}"; exit 1
 fi
 
+echo "== weakened builds the simulator cannot reach must fail their unit test"
+# firn_weakjournal: the data dir's record of acknowledged reservations is
+# never compared at acquisition. The simulator's nodes all run on a shared
+# coordinator, whose restore guard covers a restore before the journal
+# would (2000 seeds pass under it); the journal is what protects the
+# embedded default, which has no guard. Its unit test must catch it.
+while read -r tag pkg test; do
+	out=$(go test -json -count=1 -tags "$tag" -run "^${test}\$" "$pkg" 2>&1 || true)
+	if printf '%s\n' "$out" | grep -q -E '"Action":"fail".*"Test":"'"${test}"'"'; then
+		echo "ok: $pkg $test fails under -tags $tag"
+	else
+		printf '%s\n' "$out" | tail -20
+		echo "$pkg $test did not fail under -tags $tag"; exit 1
+	fi
+done <<'TAGS'
+firn_weakjournal ./coordinator/local/ TestCheck
+TAGS
+
 echo "== simulator: 2000 seeds of 10 virtual minutes"
 # The seeded fault simulation (test/sim) runs a handful of seeds under
 # -race above; here its full budget, without the race detector, and then

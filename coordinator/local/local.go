@@ -171,7 +171,7 @@ func (g *Gen) Check(l coordinator.Lease) error {
 	// when a bump set one above it, the generator floor: after a bump that
 	// covers what this node acknowledged, a worker the restored state does
 	// not show is no new evidence of a restore.
-	if acked, ok := g.f.Acked[slotKey(l.Slot())]; ok && max(l.ReadReserved(), l.GeneratorFloor()) < acked {
+	if acked, ok := g.f.Acked[slotKey(l.Slot())]; ok && behind(max(l.ReadReserved(), l.GeneratorFloor()), acked) {
 		return &coordinator.RolledBackError{Generator: g.name, Slot: l.Slot(), Seen: l.ReadReserved(), Acked: acked}
 	}
 	if g.f.Incarnation == l.Incarnation() {
