@@ -283,8 +283,17 @@ func dash(s string) string {
 }
 
 // countFailures classifies failures: expected ones satisfy ok.
+// countFailures counts the failures the scenario expects (ok) and fails
+// the scenario on the others, and on any refusal a node sent without its
+// cause (Failure.causeless), expected or not: every refusal says why.
 func countFailures(e *env, fs []Failure, ok func(Failure) bool) {
+	causeless := 0
 	for _, f := range fs {
+		if f.causeless() {
+			if causeless++; causeless <= 5 {
+				e.t.Errorf("a refusal without a cause on %s at %s: %s: %s", f.Node, f.At.Format("15:04:05.000"), f.Code, f.Msg)
+			}
+		}
 		if ok(f) {
 			e.row.FailedExpected++
 		} else {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/firnid/firn/generator"
 )
 
@@ -70,5 +72,28 @@ func TestCheckHistory(t *testing.T) {
 				t.Fatalf("checked %d IDs of %d", res.IDs, len(tc.got))
 			}
 		})
+	}
+}
+
+// TestCauseless: a refusal without its ErrorInfo reason is caught, as
+// any code other than a deadline or a transport failure; a refusal
+// naming its cause, a caller's deadline and a broken connection are not.
+func TestCauseless(t *testing.T) {
+	for _, tc := range []struct {
+		f    Failure
+		want bool
+	}{
+		{Failure{Code: codes.Unavailable, Msg: `generator "default" not serving: clock rolled back 2s`}, true},
+		{Failure{Code: codes.ResourceExhausted, Msg: "overloaded"}, true},
+		{Failure{Code: codes.Internal, Msg: "a fault"}, true},
+		{Failure{Code: codes.Unavailable, Msg: `generator "default" not serving: clock rolled back 2s`, Reason: "CLOCK_ROLLBACK"}, false},
+		{Failure{Code: codes.ResourceExhausted, Msg: "overloaded", Reason: "OVERLOADED"}, false},
+		{Failure{Code: codes.DeadlineExceeded, Msg: "context deadline exceeded"}, false},
+		{Failure{Code: codes.Unavailable, Msg: "connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused\""}, false},
+		{Failure{Code: codes.Unavailable, Msg: "error reading from server: EOF"}, false},
+	} {
+		if got := tc.f.causeless(); got != tc.want {
+			t.Errorf("%s %q (reason %q): causeless %v, want %v", tc.f.Code, tc.f.Msg, tc.f.Reason, got, tc.want)
+		}
 	}
 }

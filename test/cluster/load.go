@@ -2,12 +2,15 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -30,6 +33,32 @@ type Failure struct {
 	Code codes.Code
 	Msg  string
 	At   time.Time
+	// Reason is the ErrorInfo reason the node gave ("" for none: a
+	// transport failure, a caller's deadline, or a refusal without a
+	// cause).
+	Reason string
+}
+
+// causeless reports whether f is a refusal a node sent without naming
+// its cause: every refusal of a serving process carries an ErrorInfo
+// reason, so only a failure of the transport (a node killed, stopped or
+// cut off) or of the caller's own deadline may lack one.
+func (f Failure) causeless() bool {
+	if f.Reason != "" {
+		return false
+	}
+	switch f.Code {
+	case codes.DeadlineExceeded, codes.Canceled:
+		return false // the caller's deadline: the node may say nothing
+	case codes.Unavailable:
+		for _, transport := range []string{"connection error", "error reading from server", "transport is closing",
+			"connection refused", "client connection is closing", "EOF", "connection reset", "broken pipe", "no children to pick from"} {
+			if strings.Contains(f.Msg, transport) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Recorder collects every ID and failure of a scenario.
@@ -51,8 +80,17 @@ func (r *Recorder) addIDs(node, gen string, client int, call int64, ids []uint64
 
 func (r *Recorder) addFailure(node string, err error, at time.Time) {
 	st := status.Convert(err)
+	if st.Code() == codes.Unknown && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		st = status.FromContextError(err) // the Go client returns the caller's own context error
+	}
+	f := Failure{Node: node, Code: st.Code(), Msg: st.Message(), At: at}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			f.Reason = info.GetReason()
+		}
+	}
 	r.mu.Lock()
-	r.failures = append(r.failures, Failure{Node: node, Code: st.Code(), Msg: st.Message(), At: at})
+	r.failures = append(r.failures, f)
 	r.mu.Unlock()
 }
 
