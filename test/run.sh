@@ -7,6 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The suite's time is a budget it reports, not a check that fails: each
+# step prints the seconds since the start, and the end the total.
+suite_start=$(date +%s)
+suite_budget=$((25 * 60))
+step() { echo "== $* (at $(($(date +%s) - suite_start)) s)"; }
+
 # --- system packages the tests start as real processes --------------------
 need=()
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
@@ -39,16 +45,16 @@ if [ "${FIRN_SKIP_INSTALL:-0}" != 1 ] && [ ${#ops_need[@]} -gt 0 ]; then
 fi
 # --- end of operations packages ---
 
-echo "== go vet"
+step "go vet"
 go vet ./...
 
-echo "== gofmt"
+step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
 	echo "gofmt: these files need formatting:"; echo "$unformatted"; exit 1
 fi
 
-echo "== go test -race"
+step "go test -race"
 # The chaos suite runs on its own after the other packages: it starts many
 # processes, and on 2 cores it would otherwise starve the coordinator tests
 # that measure failover times (and be starved by them). Three packages at
@@ -56,15 +62,15 @@ echo "== go test -race"
 # restore guards, sessions); the phase took 6 min 11 s so, 8 min 24 s at
 # the default two, the CPUs 65 % busy.
 go test -race -p 3 -timeout 20m $(go list ./... | grep -v '/test/cluster$')
-echo "== go test -race ./test/cluster (chaos)"
+step "go test -race ./test/cluster (chaos)"
 rm -f test/artifacts/chaos-time.txt
 go test -race -timeout 20m ./test/cluster/
 cat test/artifacts/chaos-time.txt 2>/dev/null || true
 
-echo "== client module: vet and tests (its own go.mod; not covered by ./...)"
+step "client module: vet and tests (its own go.mod; not covered by ./...)"
 (cd client && go vet ./... && go test -race -timeout 10m ./...)
 
-echo "== fence tests must fail under the weakened fences"
+step "fence tests must fail under the weakened fences"
 # Each TestFence test in ./coordinator/... runs alone against a build whose
 # fence is deliberately weakened; the script fails if any of them passes
 # (a fence test that cannot fail proves nothing). The TestFenceLease tests
@@ -103,7 +109,7 @@ if [ ${#weak_passed[@]} -gt 0 ]; then
 	printf '  %s\n' "${weak_passed[@]}"; exit 1
 fi
 
-echo "== weakened builds the simulator cannot reach must fail their unit test"
+step "weakened builds the simulator cannot reach must fail their unit test"
 # firn_weakjournal: the data dir's record of acknowledged reservations is
 # never compared at acquisition. The simulator's nodes all run on a shared
 # coordinator, whose restore guard covers a restore before the journal
@@ -121,7 +127,7 @@ done <<'TAGS'
 firn_weakjournal ./coordinator/local/ TestCheck
 TAGS
 
-echo "== simulator: 2000 seeds of 10 virtual minutes"
+step "simulator: 2000 seeds of 10 virtual minutes"
 # The seeded fault simulation (test/sim) runs a handful of seeds under
 # -race above; here its full budget, without the race detector, and then
 # each weakened build, which it must catch within that budget.
@@ -131,7 +137,7 @@ if ! FIRN_SIM_SEEDS=2000 go test -v -count=1 -timeout 15m -run '^TestSim$' ./tes
 	exit 1
 fi
 grep -E 'seeds ×|^ok' "$sim_log"
-echo "== the simulator must fail under each weakened build, for its reason"
+step "the simulator must fail under each weakened build, for its reason"
 # Each weakened build swaps one small function of a rule the promise rests
 # on. The simulator must catch it within its budget, and with the kind of
 # violation that rule prevents (the kinds of test/sim/sim.go's
@@ -174,12 +180,15 @@ if [ ${#sim_passed[@]} -gt 0 ]; then
 	echo "simulator step: not caught for its reason under: ${sim_passed[*]}"; exit 1
 fi
 
-echo "== fuzz seeds (brief)"
+step "fuzz seeds (brief)"
 for f in FuzzParseLayout FuzzDecode FuzzRoundTrip; do
 	go test -run '^$' -fuzz "^${f}\$" -fuzztime 5s ./generator >/dev/null
 done
 # --- operations: the deploy module (its own go.mod; not covered by ./...) ---
-echo "== deploy module: vet and tests"
+step "deploy module: vet and tests"
 (cd deploy && go vet ./... && go test -race -timeout 15m ./...)
 # --- end of operations step ---
-echo "test/run.sh: all passed"
+total=$(($(date +%s) - suite_start))
+over=""
+[ "$total" -le "$suite_budget" ] || over=" — OVER BUDGET"
+echo "test/run.sh: all passed in $((total / 60)) min $((total % 60)) s (budget $((suite_budget / 60)) min)$over"
