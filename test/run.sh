@@ -67,6 +67,24 @@ rm -f test/artifacts/chaos-time.txt
 go test -race -timeout 20m ./test/cluster/
 cat test/artifacts/chaos-time.txt 2>/dev/null || true
 
+step "a chaos scenario against nodes with weakened fences must go red, for its reason"
+# The zombie scenario (a node frozen while a replacement on its data dir
+# takes its worker back, then thawed) passes above against the real
+# binary; built with -tags firn_weakfence, on each backend, the checker
+# must find the zombie's holder interval overlapping the replacement's
+# (or the IDs they both issued).
+out=$(FIRN_CHAOS_TAGS=firn_weakfence go test -json -count=1 -timeout 10m -run 'TestChaos/beside/zombie' ./test/cluster/ 2>&1 || true)
+for b in etcd zookeeper; do
+	sub=$(printf '%s\n' "$out" | grep -E '"Test":"TestChaos/beside/zombie[^"]*/'"$b"'"' || true)
+	if printf '%s\n' "$sub" | grep -q '"Action":"fail"' &&
+		printf '%s\n' "$sub" | grep -q -E 'overlaps the next|DUPLICATE ID|lies in no holder interval'; then
+		echo "ok: the zombie scenario on $b goes red under -tags firn_weakfence: $(printf '%s\n' "$sub" | grep -o -m1 -E 'holder on [^"]*overlaps the next on [a-z0-9]*|DUPLICATE ID [0-9]*|ID [0-9]* [^"]*lies in no holder interval')"
+	else
+		printf '%s\n' "$sub" | sed -n 's/.*"Output":"\(.*\)\\n".*/\1/p' | tail -30
+		echo "the zombie scenario on $b did not go red for its reason under -tags firn_weakfence"; exit 1
+	fi
+done
+
 step "client module: vet and tests (its own go.mod; not covered by ./...)"
 (cd client && go vet ./... && go test -race -timeout 10m ./...)
 

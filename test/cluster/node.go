@@ -49,7 +49,9 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "firn")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/firn")
+		// FIRN_CHAOS_TAGS builds a weakened node (test/run.sh runs a
+		// scenario against one, which must go red).
+		cmd := exec.Command("go", "build", "-tags", os.Getenv("FIRN_CHAOS_TAGS"), "-o", binPath, "./cmd/firn")
 		cmd.Dir = root
 		if b, err := cmd.CombinedOutput(); err != nil {
 			binErr = fmt.Errorf("go build ./cmd/firn: %v\n%s", err, b)
