@@ -213,9 +213,9 @@ func (c *Client) order(mono time.Duration) (r round, held error) {
 	return r, nil
 }
 
-// served records that ep answered in round r: whatever it asked the
-// client to wait for is over.
-func (r round) served(ep *endpoint) { ep.retryUntil.Store(0) }
+// served records that ep answered: whatever it asked the client to wait
+// for is over.
+func (ep *endpoint) served() { ep.retryUntil.Store(0) }
 
 // end releases the round's probes.
 func (r round) end() {
@@ -535,7 +535,7 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 		runs, start, err := c.fetchFrom(a.ctx, ep, count)
 		ran, missed, cut := c.endAttempt(a)
 		if err == nil {
-			r.served(ep)
+			ep.served()
 			if prev := c.active.Swap(ep); prev != ep && prev != nil {
 				c.log.Info("serving from endpoint", "endpoint", ep.addr, "was", prev.addr)
 			}
@@ -548,7 +548,7 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 		}
 		c.stats.fetchErrors.Add(1)
 		var stop bool
-		if last, stop = c.failed(ctx, ep, err, ran, missed, cut, &notFound); stop {
+		if stop, last = c.failed(ctx, ep, err, ran, missed, cut, &notFound); stop {
 			if ctx.Err() != nil {
 				return fetched{}, ctx.Err()
 			}
@@ -564,35 +564,35 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 // failed handles an attempt at ep that failed with err (see endAttempt
 // for ran, missed and cut): it marks the endpoint down when the failure
 // counts against it (countsAgainst), or as lacking the generator
-// (NOT_FOUND), and returns the error to report and whether the round ends
-// here (the caller's context ended, or the error does not fail over).
-func (c *Client) failed(ctx context.Context, ep *endpoint, err error, ran time.Duration, missed, cut bool, notFound *int) (error, bool) {
+// (NOT_FOUND), and returns whether the round ends here and the error to
+// report (the caller's context ended, or the error does not fail over).
+func (c *Client) failed(ctx context.Context, ep *endpoint, err error, ran time.Duration, missed, cut bool, notFound *int) (stop bool, last error) {
 	if ctx.Err() != nil {
 		// The caller gave up: that counts against the endpoint only if
 		// it missed the deadline it was sent.
 		if countsAgainst(err, missed) {
 			c.markDown(ep, err, "no answer by the deadline sent")
 		}
-		return &EndpointError{Endpoint: ep.addr, Err: err}, true
+		return true, &EndpointError{Endpoint: ep.addr, Err: err}
 	}
 	if cut || missed {
 		err = cutErr(ran, err)
 	}
-	last := &EndpointError{Endpoint: ep.addr, Err: err}
+	last = &EndpointError{Endpoint: ep.addr, Err: err}
 	if status.Code(err) == codes.NotFound {
 		*notFound++
 		c.markLacking(ep, err)
-		return last, false
+		return false, last
 	}
 	if !failover(ctx, err) {
-		return last, true
+		return true, last
 	}
 	if countsAgainst(err, missed) {
 		c.markDown(ep, err, "failing over")
 	} else {
 		c.log.Info("endpoint cut short for a waiting caller; trying the next", "endpoint", ep.addr, "after", ran.Round(time.Millisecond))
 	}
-	return last, false
+	return false, last
 }
 
 // errNotServing is a health Check's NOT_SERVING, treated as UNAVAILABLE.
@@ -777,7 +777,7 @@ func (c *Client) each(ctx context.Context, call func(context.Context, *endpoint)
 		err := call(a.ctx, ep)
 		ran, missed, cut := c.endAttempt(a)
 		if err == nil {
-			r.served(ep)
+			ep.served()
 			return nil
 		}
 		if c.closing() {
@@ -785,7 +785,7 @@ func (c *Client) each(ctx context.Context, call func(context.Context, *endpoint)
 		}
 		c.stats.callErrors.Add(1)
 		var stop bool
-		if last, stop = c.failed(ctx, ep, err, ran, missed, cut, &notFound); stop {
+		if stop, last = c.failed(ctx, ep, err, ran, missed, cut, &notFound); stop {
 			return last
 		}
 	}

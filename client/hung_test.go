@@ -127,22 +127,27 @@ func TestHungEndpointFailsOver(t *testing.T) {
 	}
 }
 
+// idCalls are a direct fetch beyond the batch (NextN, the caller's own
+// RPC) and a wait on the shared refill (Next), as the tests below make
+// each.
+var idCalls = []struct {
+	name string
+	call func(context.Context, *Client) ([]uint64, error)
+}{
+	{"NextN", func(ctx context.Context, c *Client) ([]uint64, error) { return c.NextN(ctx, 5000) }},
+	{"Next", func(ctx context.Context, c *Client) ([]uint64, error) {
+		id, err := c.Next(ctx)
+		return []uint64{id}, err
+	}},
+}
+
 // TestCancelledCallLeavesEndpointUp: a caller that cancels its call (a
 // context without a deadline) while an endpoint legitimately takes its
 // time does not put that endpoint down: the endpoint was sent
 // CallTimeout, not the caller's patience. The next call is served by
 // the same endpoint, with no failover.
 func TestCancelledCallLeavesEndpointUp(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		call func(context.Context, *Client) ([]uint64, error)
-	}{
-		{"NextN", func(ctx context.Context, c *Client) ([]uint64, error) { return c.NextN(ctx, 5000) }},
-		{"Next", func(ctx context.Context, c *Client) ([]uint64, error) {
-			id, err := c.Next(ctx)
-			return []uint64{id}, err
-		}},
-	} {
+	for _, tc := range idCalls {
 		t.Run(tc.name, func(t *testing.T) {
 			slow, addrSlow := startService(t, 1<<40, nil)
 			slow.SetDelay(150 * time.Millisecond)
@@ -178,16 +183,7 @@ func TestCancelledCallLeavesEndpointUp(t *testing.T) {
 // down, and the call fails over to the healthy endpoint. The next call
 // does not ask the hung endpoint.
 func TestHungEndpointMissesSentDeadline(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		call func(context.Context, *Client) ([]uint64, error)
-	}{
-		{"NextN", func(ctx context.Context, c *Client) ([]uint64, error) { return c.NextN(ctx, 5000) }},
-		{"Next", func(ctx context.Context, c *Client) ([]uint64, error) {
-			id, err := c.Next(ctx)
-			return []uint64{id}, err
-		}},
-	} {
+	for _, tc := range idCalls {
 		t.Run(tc.name, func(t *testing.T) {
 			hung, addrHung := startHung(t)
 			good, addrGood := startService(t, 1<<40, nil)
