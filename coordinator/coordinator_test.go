@@ -99,22 +99,20 @@ func TestLazyConnectsInTheBackground(t *testing.T) {
 }
 
 // TestLazyCloseDuringDial: Close cancels the dial in progress and returns
-// within 100 ms, whether the dial honours its context or hangs regardless;
-// a coordinator such a dial returns after Close is closed at once.
+// without waiting for it, whether the dial honours its context or hangs
+// regardless (each dial below blocks until cancelled or released after
+// Close returned: a Close that waited for it would never return); a
+// coordinator such a dial returns after Close is closed at once.
 func TestLazyCloseDuringDial(t *testing.T) {
 	closeWithin := func(t *testing.T, l *Lazy) {
 		t.Helper()
-		ret := make(chan time.Duration, 1)
+		ret := make(chan struct{})
 		go func() {
-			start := time.Now()
 			l.Close()
-			ret <- time.Since(start)
+			close(ret)
 		}()
 		select {
-		case d := <-ret:
-			if d > 100*time.Millisecond {
-				t.Fatalf("Close took %v with a dial in progress, want <= 100ms", d)
-			}
+		case <-ret:
 		case <-time.After(2 * time.Second):
 			t.Fatal("Close did not return within 2s while a dial was in progress")
 		}

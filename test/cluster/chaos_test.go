@@ -17,6 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/coordinator/zookeeper/zktest"
 	"github.com/firnid/firn/generator"
@@ -320,6 +321,68 @@ func countFailures(e *env, fs []Failure, ok func(Failure) bool) {
 
 func none(Failure) bool { return false }
 
+// fault is a window in which a scenario expects calls to fail, and how:
+// calls to node ("" for any node) failing from the fault's start until
+// the node was seen ready again plus one call deadline (a call sent just
+// before may still end in it), each naming one of causes (ErrorInfo
+// reasons, README's Reliability and Clock policy) — or, where the fault
+// cuts the node off (killed, frozen, stopped), failing without a cause:
+// in transport or at the caller's deadline. A failure outside every
+// window, or with another cause, is unexpected.
+type fault struct {
+	node     string
+	from, to time.Time
+	causes   []clockguard.Code
+	cutOff   bool
+}
+
+// The causes a scenario's faults may be refused with: a node starting
+// (on restart it also waits for the clock to pass its last reservation,
+// and for the restore guard); a node that lost its lease; a node cut off
+// from its coordinator, whose reservation runs out.
+var (
+	restarting      = []clockguard.Code{clockguard.CodeStarting}
+	leaseLost       = []clockguard.Code{clockguard.CodeLeaseLost, clockguard.CodeReservationExhausted, clockguard.CodeCoordinatorUnavailable, clockguard.CodeStarting}
+	coordinatorLost = []clockguard.Code{clockguard.CodeCoordinatorUnavailable, clockguard.CodeReservationExhausted, clockguard.CodeLeaseLost, clockguard.CodeStarting}
+)
+
+// callDeadline is the loads' per-call deadline: how long after a node is
+// seen ready a call sent before may still fail.
+const callDeadline = 2 * time.Second
+
+// until returns x ending at the moment the node was seen ready again (now
+// for a node that never was), plus one call deadline.
+func (x fault) until(readyAt time.Time) fault {
+	x.to = readyAt.Add(callDeadline)
+	return x
+}
+
+func (x fault) allows(f Failure) bool {
+	if x.node != "" && f.Node != x.node {
+		return false
+	}
+	if f.At.Before(x.from) || (!x.to.IsZero() && f.At.After(x.to)) {
+		return false
+	}
+	if f.Reason == "" {
+		return x.cutOff
+	}
+	return slices.Contains(x.causes, clockguard.Code(f.Reason))
+}
+
+// within returns the rule that a failure is expected when some fault's
+// window and causes allow it.
+func within(faults ...fault) func(Failure) bool {
+	return func(f Failure) bool {
+		for _, x := range faults {
+			if x.allows(f) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
 // waitFor polls cond every 20 ms for up to d.
 func waitFor(d time.Duration, cond func() bool) (time.Duration, bool) {
 	start := time.Now()
@@ -382,22 +445,21 @@ var faultScenarios = []scenario{
 			e.t.Errorf("health = %v, %v; want NOT_SERVING", st, err)
 		}
 		n1.SetOffset(0)
-		clearedAt := time.Now()
 		r, err := n1.WaitReady(5 * time.Second)
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		e.row.Recover = r.Round(time.Millisecond).String()
+		rollback := fault{node: "n1", from: stepAt, causes: []clockguard.Code{clockguard.CodeClockRollback}}.until(time.Now())
 		time.Sleep(500 * time.Millisecond)
 		load.Stop()
-		countFailures(e, e.rec.Failures(), func(f Failure) bool {
-			return f.Node == "n1" && f.Code == codes.Unavailable && strings.Contains(f.Msg, "rolled back") &&
-				f.At.After(stepAt) && f.At.Before(clearedAt.Add(2*time.Second))
-		})
+		countFailures(e, e.rec.Failures(), within(rollback))
 		if e.row.FailedExpected == 0 {
 			e.t.Error("no call failed closed with the rollback reason")
 		}
-		e.check(Bounds{Skew: 2 * time.Second})
+		// It fails closed on the step (beyond max-lead): no ID carries the
+		// stepped clock.
+		e.check(Bounds{})
 	}},
 	{name: "kill -9 and restart loop under load", both: true, run: func(e *env) {
 		n1, n2 := e.newNode("n1"), e.newNode("n2")
@@ -405,8 +467,10 @@ var faultScenarios = []scenario{
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
 		load2 := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 1, Batch: 100, Deadline: 2 * time.Second})
 		var worst time.Duration
+		var kills []fault
 		for i := 0; i < 4; i++ {
 			time.Sleep(600 * time.Millisecond)
+			killed := time.Now()
 			n1.Kill()
 			n1.Start()
 			d, err := n1.WaitReady(10 * time.Second)
@@ -414,12 +478,13 @@ var faultScenarios = []scenario{
 				e.t.Fatal(err)
 			}
 			worst = max(worst, d)
+			kills = append(kills, fault{node: "n1", from: killed, cutOff: true, causes: restarting}.until(time.Now()))
 		}
 		time.Sleep(500 * time.Millisecond)
 		load.Stop()
 		load2.Stop()
 		e.row.Recover = "≤ " + worst.Round(time.Millisecond).String()
-		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Node == "n1" })
+		countFailures(e, e.rec.Failures(), within(kills...))
 		e.check(Bounds{})
 	}},
 	{name: "SIGSTOP past the lease TTL", beside: true, both: true, run: func(e *env) {
@@ -428,18 +493,22 @@ var faultScenarios = []scenario{
 		e.startAll(n1, n2)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
 		time.Sleep(500 * time.Millisecond)
+		frozen := time.Now()
 		n1.Freeze()
 		time.Sleep(e.ttl() + 2*time.Second)
 		n1.Thaw()
+		thawed := time.Now()
 		d, err := n1.WaitReady(15 * time.Second)
 		if err != nil {
 			e.t.Fatal(err)
 		}
 		e.row.Recover = d.Round(time.Millisecond).String()
+		stopped := fault{node: "n1", from: frozen, cutOff: true, causes: leaseLost}.until(time.Now())
 		time.Sleep(500 * time.Millisecond)
 		load.Stop()
-		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Node == "n1" })
-		e.check(Bounds{Skew: 6 * time.Second}) // IDs taken just before the freeze arrive after it
+		countFailures(e, e.rec.Failures(), within(stopped))
+		// IDs answered just before the freeze arrive after it.
+		e.check(Bounds{Skew: thawed.Sub(frozen)})
 	}},
 	{name: "partition 2s absorbed", beside: true, both: true, run: func(e *env) {
 		n1 := e.newNode("n1")
@@ -477,9 +546,8 @@ var faultScenarios = []scenario{
 		}
 		e.row.Recover = r.Round(time.Millisecond).String()
 		load.Stop()
-		countFailures(e, e.rec.Failures(), func(f Failure) bool {
-			return f.At.After(cut) && (f.Code == codes.Unavailable || f.Code == codes.DeadlineExceeded)
-		})
+		// The node stays reachable: every refusal names the cause.
+		countFailures(e, e.rec.Failures(), within(fault{node: "n1", from: cut, causes: coordinatorLost}.until(time.Now())))
 		e.check(Bounds{})
 	}},
 	{name: "lost replies: written but not acknowledged", beside: true, both: true, run: func(e *env) {
@@ -487,6 +555,7 @@ var faultScenarios = []scenario{
 		e.startAll(n1)
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 3, Deadline: 2 * time.Second})
 		time.Sleep(time.Second)
+		dropped := time.Now()
 		e.partition(n1, DropReplies)
 		time.Sleep(1500 * time.Millisecond)
 		e.partition(n1, Pass)
@@ -496,9 +565,10 @@ var faultScenarios = []scenario{
 		if _, err := n1.WaitReady(15 * time.Second); err != nil {
 			e.t.Fatal(err)
 		}
+		lost := fault{node: "n1", from: dropped, causes: coordinatorLost}.until(time.Now())
 		time.Sleep(time.Second)
 		load.Stop()
-		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Code == codes.Unavailable || f.Code == codes.DeadlineExceeded })
+		countFailures(e, e.rec.Failures(), within(lost))
 		e.check(Bounds{})
 	}},
 	{name: "worker IDs exhausted: 2 worker bits, 5 nodes", beside: true, run: func(e *env) {
@@ -520,6 +590,9 @@ var faultScenarios = []scenario{
 		}
 		load := StartLoad(e.rec, ns[:4], LoadOptions{Callers: 1, Generator: "x", Deadline: 2 * time.Second})
 		time.Sleep(500 * time.Millisecond)
+		// n1 stops for good: from then on its callers fail, refused as it
+		// drains, then in transport.
+		gone := fault{node: "n1", from: time.Now(), cutOff: true, causes: []clockguard.Code{clockguard.CodeDraining}}
 		ns[0].Stop(10 * time.Second)
 		// The freed worker is taken at n5's next try, then the restore
 		// guard is waited (guardWait): the bound is that, with room for a
@@ -533,7 +606,7 @@ var faultScenarios = []scenario{
 		load = StartLoad(e.rec, ns[1:], LoadOptions{Callers: 1, Generator: "x", Deadline: 2 * time.Second})
 		time.Sleep(time.Second)
 		load.Stop()
-		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.Node == "n1" })
+		countFailures(e, e.rec.Failures(), within(gone))
 		e.check(Bounds{})
 	}},
 	{name: "overload: a flood of maximum batches beside small callers", both: true, run: func(e *env) {
@@ -551,7 +624,7 @@ var faultScenarios = []scenario{
 		smallLoad.Stop()
 		shed := 0
 		countFailures(e, e.rec.Failures(), func(f Failure) bool {
-			ok := f.Code == codes.ResourceExhausted && strings.Contains(f.Msg, "overloaded")
+			ok := f.Code == codes.ResourceExhausted && f.Reason == "OVERLOADED" && strings.Contains(f.Msg, "overloaded")
 			if ok {
 				shed++
 			}
@@ -649,12 +722,12 @@ var faultScenarios = []scenario{
 			e.t.Fatal(err)
 		}
 		e.row.Recover = d.Round(time.Millisecond).String()
+		// After the drain began, new calls to n1 are refused, then fail
+		// in transport while it is down, then wait for its start.
+		restart := fault{node: "n1", from: stopAt, cutOff: true, causes: append([]clockguard.Code{clockguard.CodeDraining}, restarting...)}.until(time.Now())
 		time.Sleep(time.Second)
 		load.Stop()
-		countFailures(e, e.rec.Failures(), func(f Failure) bool {
-			// After the drain began, new calls to n1 are refused.
-			return f.Node == "n1" && f.At.After(stopAt) && (f.Code == codes.Unavailable || f.Code == codes.Canceled)
-		})
+		countFailures(e, e.rec.Failures(), within(restart))
 		e.check(Bounds{})
 	}},
 }

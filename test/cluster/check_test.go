@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/generator"
 )
 
@@ -94,6 +95,36 @@ func TestCauseless(t *testing.T) {
 	} {
 		if got := tc.f.causeless(); got != tc.want {
 			t.Errorf("%s %q (reason %q): causeless %v, want %v", tc.f.Code, tc.f.Msg, tc.f.Reason, got, tc.want)
+		}
+	}
+}
+
+// TestFaultWindow: a scenario expects a failure only on the faulted node,
+// inside the fault's window, and with one of the fault's causes; a
+// failure without a cause only where the fault cuts the node off.
+func TestFaultWindow(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	x := fault{node: "n1", from: t0, causes: []clockguard.Code{clockguard.CodeClockRollback}}.until(t0.Add(time.Second))
+	rollback := func(node string, at time.Duration) Failure {
+		return Failure{Node: node, Code: codes.Unavailable, Msg: "clock rolled back", Reason: "CLOCK_ROLLBACK", At: t0.Add(at)}
+	}
+	for _, tc := range []struct {
+		name string
+		x    fault
+		f    Failure
+		want bool
+	}{
+		{"inside, its cause", x, rollback("n1", 500*time.Millisecond), true},
+		{"at the end of the call deadline after ready", x, rollback("n1", time.Second+callDeadline), true},
+		{"after it", x, rollback("n1", time.Second+callDeadline+time.Millisecond), false},
+		{"before it", x, rollback("n1", -time.Millisecond), false},
+		{"another node", x, rollback("n2", 500*time.Millisecond), false},
+		{"another cause", x, Failure{Node: "n1", Code: codes.Unavailable, Reason: "LEASE_LOST", At: t0.Add(time.Millisecond)}, false},
+		{"a deadline, the node not cut off", x, Failure{Node: "n1", Code: codes.DeadlineExceeded, At: t0.Add(time.Millisecond)}, false},
+		{"a deadline, the node cut off", fault{node: "n1", from: t0, cutOff: true}, Failure{Node: "n1", Code: codes.DeadlineExceeded, At: t0.Add(time.Hour)}, true},
+	} {
+		if got := within(tc.x)(tc.f); got != tc.want {
+			t.Errorf("%s: expected %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -117,7 +117,9 @@ var clientScenarios = []scenario{
 		time.Sleep(500 * time.Millisecond)
 		load.Stop()
 		countFailures(e, e.rec.Failures(), none)
-		e.check(Bounds{Prefetch: 200 * time.Millisecond, Skew: 30 * time.Second})
+		// n1 fails closed on both steps (beyond max-lead): no ID carries
+		// its stepped clock.
+		e.check(Bounds{Prefetch: 200 * time.Millisecond})
 	}},
 }
 

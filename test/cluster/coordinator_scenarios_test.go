@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/coordinator/zookeeper/zktest"
 )
@@ -54,13 +52,12 @@ var coordinatorScenarios = []scenario{
 		if err != nil {
 			e.t.Fatal(err)
 		}
+		quorum := fault{node: "n1", from: lost, causes: coordinatorLost}.until(time.Now())
 		e.etcd.WaitCaughtUp(e.t)
 		e.row.Recover = r.Round(time.Millisecond).String()
 		time.Sleep(500 * time.Millisecond)
 		load.Stop()
-		countFailures(e, e.rec.Failures(), func(f Failure) bool {
-			return f.At.After(lost) && (f.Code == codes.Unavailable || f.Code == codes.DeadlineExceeded)
-		})
+		countFailures(e, e.rec.Failures(), within(quorum))
 		e.check(Bounds{})
 	}},
 	{name: "coordinator down when a node starts", beside: true, both: true, run: func(e *env) {
@@ -87,9 +84,10 @@ var coordinatorScenarios = []scenario{
 			e.t.Fatal(err)
 		}
 		e.row.Recover = r.Round(time.Millisecond).String()
+		down := fault{node: "n1", from: healed, causes: coordinatorLost}.until(time.Now())
 		time.Sleep(500 * time.Millisecond)
 		load.Stop()
-		countFailures(e, e.rec.Failures(), func(f Failure) bool { return f.At.Before(healed.Add(r + time.Second)) })
+		countFailures(e, e.rec.Failures(), within(down))
 		e.check(Bounds{})
 	}},
 	{name: "zookeeper leader killed", zkOnly: true, run: func(e *env) {
@@ -141,14 +139,13 @@ var coordinatorScenarios = []scenario{
 			e.t.Fatal(err)
 		}
 		e.row.Recover = r.Round(time.Millisecond).String()
+		expired := fault{node: "n1", from: paused, causes: leaseLost}.until(time.Now())
 		time.Sleep(time.Second)
 		load.Stop()
 		if hs := n1.Holders(); len(hs) < 2 {
 			e.t.Errorf("the session did not expire: %d holder intervals (want a lease loss and a new acquisition)", len(hs))
 		}
-		countFailures(e, e.rec.Failures(), func(f Failure) bool {
-			return f.At.After(paused) && (f.Code == codes.Unavailable || f.Code == codes.DeadlineExceeded)
-		})
+		countFailures(e, e.rec.Failures(), within(expired))
 		e.check(Bounds{})
 	}},
 }

@@ -1,10 +1,7 @@
 package cluster
 
 import (
-	"strings"
 	"time"
-
-	"google.golang.org/grpc/codes"
 )
 
 // zombieScenarios: a node frozen while a replacement on its data dir takes
@@ -18,6 +15,7 @@ var zombieScenarios = []scenario{
 		e.startAll(n1)
 		load := StartLoad(e.rec, []*Node{n1}, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
 		time.Sleep(time.Second)
+		frozen := time.Now()
 		n1.Freeze()
 		// The replacement: the same data dir (the same instance), so once
 		// n1's owner record is older than the take-back age it takes the
@@ -28,6 +26,7 @@ var zombieScenarios = []scenario{
 		rep.Start("--data-dir", n1.DataDir) // the last --data-dir given wins
 		time.Sleep(time.Second)
 		n1.Thaw()
+		thawed := time.Now()
 		// Ready once it holds a worker — n1's, taken back, or another
 		// after n1's lease ran out (the thawed zombie keeps its record
 		// fresh until its write fails) — and waited the restore guard.
@@ -40,11 +39,10 @@ var zombieScenarios = []scenario{
 		time.Sleep(3 * time.Second)
 		load.Stop()
 		repLoad.Stop()
-		countFailures(e, e.rec.Failures(), func(f Failure) bool {
-			return f.Node == "n1" && (f.Code == codes.Unavailable || f.Code == codes.DeadlineExceeded ||
-				strings.Contains(f.Msg, "lease"))
-		})
-		// IDs n1 answered as it froze arrive when it thaws, 3.5 s later.
-		e.check(Bounds{Skew: 3500 * time.Millisecond})
+		// n1's callers time out while it is frozen; thawed, it is refused
+		// for the lease it lost, until the end.
+		countFailures(e, e.rec.Failures(), within(fault{node: "n1", from: frozen, cutOff: true, causes: leaseLost}))
+		// IDs n1 answered as it froze arrive when it thaws.
+		e.check(Bounds{Skew: thawed.Sub(frozen)})
 	}},
 }
