@@ -198,6 +198,29 @@ if [ ${#sim_passed[@]} -gt 0 ]; then
 	echo "simulator step: not caught for its reason under: ${sim_passed[*]}"; exit 1
 fi
 
+step "benchmarks, briefly: the targets they assert"
+# Speed is measured by benchmarks, not asserted by tests; these two
+# benchmarks carry the targets README states that a brief run can judge,
+# and fail when one is missed: no generator issues above 100.5 % of its
+# layout's limit (test/bench), and a generator costs its coordinator one
+# write a second, idle and at full load (10 s per backend here, 60 s for
+# README's figure). Every other figure comes from the script named beside
+# it in README, on a quiet machine.
+# The two backends' runs mostly wait out their windows: side by side.
+go test -run '^$' -bench 'BenchmarkNextID/firn' -benchtime 1s ./test/bench/
+writes() { FIRN_WRITES_SECONDS=10 go test -run '^$' -bench 'BenchmarkWrites' -benchtime 1x -timeout 5m "$1" >"$2" 2>&1; }
+etcd_log=$(mktemp); zk_log=$(mktemp)
+writes ./coordinator/etcd/ "$etcd_log" & etcd_pid=$!
+writes ./coordinator/zookeeper/ "$zk_log" & zk_pid=$!
+for b in "etcd $etcd_pid $etcd_log" "zookeeper $zk_pid $zk_log"; do
+	set -- $b
+	if wait "$2"; then
+		grep -E '^(Benchmark|ok)' "$3"
+	else
+		tail -40 "$3"; echo "coordinator writes on $1: the benchmark failed"; exit 1
+	fi
+done
+
 step "fuzz seeds (brief)"
 for f in FuzzParseLayout FuzzDecode FuzzRoundTrip; do
 	go test -run '^$' -fuzz "^${f}\$" -fuzztime 5s ./generator >/dev/null

@@ -3,6 +3,8 @@ package coordtest
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -50,6 +52,35 @@ func BenchReserve(b *testing.B, be Backend) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/op")
+}
+
+// BenchWrites measures coordinator writes per second per generator, with
+// two generators, over FIRN_WRITES_SECONDS (default 60), idle and at full
+// load, and fails a rate above 1.05 plus one write per window (a write at
+// each edge of a short window): the target is one reservation write a
+// second per generator whatever the load. The test command runs it for
+// 10 s per backend. Run with -benchtime 1x.
+func BenchWrites(b *testing.B, be Backend) {
+	d := 60 * time.Second
+	if s := os.Getenv("FIRN_WRITES_SECONDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("FIRN_WRITES_SECONDS=%q: want a whole number of seconds, at least 1", s)
+		}
+		d = time.Duration(n) * time.Second
+	}
+	limit := 1.05 + 1/d.Seconds()
+	for _, load := range []bool{false, true} {
+		name := map[bool]string{false: "idle", true: "load"}[load]
+		b.Run(name, func(b *testing.B) {
+			rate, ids := WriteRate(b, be, 2, d, load)
+			b.ReportMetric(rate, "writes/s/gen")
+			b.ReportMetric(float64(ids)/d.Seconds(), "ids/s")
+			if rate > limit {
+				b.Errorf("%.2f coordinator writes/s per generator %s over %v, target 1 (fails above %.3f)", rate, name, d, limit)
+			}
+		})
+	}
 }
 
 // WriteRate runs gens generators on one coordinator, each on its own lease

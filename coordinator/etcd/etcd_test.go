@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,32 +94,14 @@ func BenchmarkReserve(b *testing.B) {
 	}
 }
 
-// BenchmarkWrites measures coordinator writes per second per generator
-// (etcd revision delta) over FIRN_WRITES_SECONDS (default 60) idle and at
-// full load, on the 3-member cluster. Run with -benchtime 1x.
+// BenchmarkWrites: coordinator writes per second per generator (etcd
+// revision delta), idle and at full load, on the 3-member cluster
+// (coordtest.BenchWrites). Run with -benchtime 1x.
 func BenchmarkWrites(b *testing.B) {
-	d := 60 * time.Second
-	if s := os.Getenv("FIRN_WRITES_SECONDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			b.Fatalf("FIRN_WRITES_SECONDS=%q", s)
-		}
-		d = time.Duration(n) * time.Second
-	}
 	p := etcdtest.StartCluster(b, 3)
 	be := &etcdtest.Backend{Endpoints: p.Endpoints(), TTL: testTTL}
 	b.Cleanup(be.Close)
-	for _, load := range []bool{false, true} {
-		name := map[bool]string{false: "idle", true: "load"}[load]
-		b.Run(name, func(b *testing.B) {
-			rate, ids := coordtest.WriteRate(b, be, 2, d, load)
-			b.ReportMetric(rate, "writes/s/gen")
-			b.ReportMetric(float64(ids)/d.Seconds(), "ids/s")
-			if rate > 1.05 {
-				b.Errorf("%.2f coordinator writes/s per generator %s, target <= 1", rate, name)
-			}
-		})
-	}
+	coordtest.BenchWrites(b, be)
 }
 
 func newCoord(t *testing.T, cfg etcd.Config) *etcd.Coordinator {

@@ -1,10 +1,7 @@
 package zookeeper_test
 
 import (
-	"os"
-	"strconv"
 	"testing"
-	"time"
 
 	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/zookeeper/zktest"
@@ -33,29 +30,10 @@ func BenchmarkReserve(b *testing.B) {
 	}
 }
 
-// BenchmarkWrites measures coordinator writes per second per generator
-// (zxid delta) over FIRN_WRITES_SECONDS (default 60), idle and at full
-// load, on the 3-server ensemble. Run with -benchtime 1x.
+// BenchmarkWrites: coordinator writes per second per generator (zxid
+// delta), idle and at full load, on the 3-server ensemble
+// (coordtest.BenchWrites). Run with -benchtime 1x.
 func BenchmarkWrites(b *testing.B) {
-	d := 60 * time.Second
-	if s := os.Getenv("FIRN_WRITES_SECONDS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			b.Fatalf("FIRN_WRITES_SECONDS=%q", s)
-		}
-		d = time.Duration(n) * time.Second
-	}
 	e := zktest.StartEnsemble(b, 3)
-	be := &zktest.Backend{Servers: e.Addrs(), TTL: ensembleTTL}
-	for _, load := range []bool{false, true} {
-		name := map[bool]string{false: "idle", true: "load"}[load]
-		b.Run(name, func(b *testing.B) {
-			rate, ids := coordtest.WriteRate(b, be, 2, d, load)
-			b.ReportMetric(rate, "writes/s/gen")
-			b.ReportMetric(float64(ids)/d.Seconds(), "ids/s")
-			if rate > 1.05 {
-				b.Errorf("%.2f coordinator writes/s per generator %s, target <= 1", rate, name)
-			}
-		})
-	}
+	coordtest.BenchWrites(b, &zktest.Backend{Servers: e.Addrs(), TTL: ensembleTTL})
 }
