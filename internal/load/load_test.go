@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -375,5 +376,24 @@ func TestHist(t *testing.T) {
 		if lo := histLow(histIndex(v)); lo > v || histLow(histIndex(v)+1) <= v {
 			t.Fatalf("value %d outside its bucket", v)
 		}
+	}
+}
+
+// TestProcSwitchesCountsWakeups: a hundred sleeps are a hundred wake-ups
+// of some thread of this process, which procSwitches counts.
+func TestProcSwitchesCountsWakeups(t *testing.T) {
+	before, err := procSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		time.Sleep(time.Millisecond)
+	}
+	after, err := procSwitches(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < 100 {
+		t.Fatalf("%d context switches over 100 sleeps, want at least 100", after-before)
 	}
 }

@@ -75,6 +75,9 @@ type IdleResult struct {
 	CPUPercent  float64 `json:"cpu_percent"` // of one core
 	RSSMaxBytes int64   `json:"rss_max_bytes"`
 	RSSEndBytes int64   `json:"rss_end_bytes"`
+	// Switches is the context switches of the process's threads over the
+	// window, per second: its wake-ups.
+	Switches float64 `json:"context_switches_per_second"`
 }
 
 type flags struct {
@@ -525,6 +528,10 @@ func measureIdle(ctx context.Context, pid int, window time.Duration, progress io
 	if err != nil {
 		return nil, err
 	}
+	sw0, err := procSwitches(pid)
+	if err != nil {
+		return nil, err
+	}
 	res := &IdleResult{PID: pid}
 	start := now()
 	tick := time.NewTicker(time.Second)
@@ -565,11 +572,16 @@ loop:
 	if err != nil {
 		return nil, err
 	}
+	sw1, err := procSwitches(pid)
+	if err != nil {
+		return nil, err
+	}
 	if err := sample(); err != nil {
 		return nil, err
 	}
 	res.Seconds = (now() - start).Seconds()
 	res.CPUSeconds = float64(cpu1-cpu0) / userHZ
 	res.CPUPercent = 100 * res.CPUSeconds / res.Seconds
+	res.Switches = float64(sw1-sw0) / res.Seconds
 	return res, nil
 }

@@ -41,6 +41,34 @@ func procCPU(pid int) (uint64, error) {
 	return utime + stime, nil
 }
 
+// procSwitches returns the context switches, voluntary and not, of every
+// thread of pid (the sum over /proc/<pid>/task/*/status: the process's own
+// status counts its first thread only).
+func procSwitches(pid int) (int64, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("/proc/%d/task: no threads found", pid)
+	}
+	var n int64
+	for _, p := range tasks {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // a thread that ended since the glob
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("%s: %s: %w", p, k, err)
+				}
+				n += c
+			}
+		}
+	}
+	return n, nil
+}
+
 // procRSS returns the resident set size of pid in bytes (VmRSS).
 func procRSS(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

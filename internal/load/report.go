@@ -90,7 +90,7 @@ func writeText(w io.Writer, rep *Report) {
 		writeOverload(w, o)
 	}
 	if i := rep.Idle; i != nil {
-		fmt.Fprintf(w, "idle pid %d over %.1fs: cpu %.3fs = %.2f%% of a core, rss max %.1f MB, end %.1f MB\n",
-			i.PID, i.Seconds, i.CPUSeconds, i.CPUPercent, float64(i.RSSMaxBytes)/1e6, float64(i.RSSEndBytes)/1e6)
+		fmt.Fprintf(w, "idle pid %d over %.1fs: cpu %.3fs = %.2f%% of a core, %.0f context switches/s, rss max %.1f MB, end %.1f MB\n",
+			i.PID, i.Seconds, i.CPUSeconds, i.CPUPercent, i.Switches, float64(i.RSSMaxBytes)/1e6, float64(i.RSSEndBytes)/1e6)
 	}
 }
