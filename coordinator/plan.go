@@ -170,12 +170,9 @@ func Plan(spec Spec, node NodeInfo, s Scan, now time.Time) ([]Candidate, error) 
 			return nil, &NameInUseError{Name: node.Name, Slot: o.Slot, Instance: o.Record.Instance, Address: o.Record.Address}
 		}
 	}
-	owned := make(map[Slot]bool, len(s.Owners)+len(spec.Held))
+	owned := make(map[Slot]bool, len(s.Owners))
 	for _, o := range s.Owners {
 		owned[o.Slot] = true
-	}
-	for slot := range spec.Held {
-		owned[slot] = true
 	}
 	own := max(spec.MaxFloor, spec.LocalFloor)
 	candidate := func(kind CandidateKind, slot Slot, pos uint64, limit int64) (Candidate, bool) {
@@ -187,7 +184,7 @@ func Plan(spec Spec, node NodeInfo, s Scan, now time.Time) ([]Candidate, error) 
 	var cands []Candidate
 	for i := range s.Owners {
 		o := &s.Owners[i]
-		if o.OwnSession || o.Record.Instance != node.InstanceID || now.Sub(o.Record.Wall) <= TakeBackAge || !spec.Contains(o.Slot) || spec.Held[o.Slot] {
+		if o.OwnSession || o.Record.Instance != node.InstanceID || now.Sub(o.Record.Wall) <= TakeBackAge || !spec.Contains(o.Slot) || held(spec, o.Slot) {
 			continue
 		}
 		if c, ok := candidate(TakeBack, o.Slot, 0, own); ok {
@@ -198,7 +195,7 @@ func Plan(spec Spec, node NodeInfo, s Scan, now time.Time) ([]Candidate, error) 
 	sort.SliceStable(cands, func(i, j int) bool { return spec.Index(cands[i].Slot) < spec.Index(cands[j].Slot) })
 
 	for _, slot := range s.Retake {
-		if !spec.Contains(slot) || owned[slot] {
+		if !spec.Contains(slot) || owned[slot] || held(spec, slot) {
 			continue
 		}
 		if c, ok := candidate(Retake, slot, 0, own); ok {
@@ -211,7 +208,7 @@ func Plan(spec Spec, node NodeInfo, s Scan, now time.Time) ([]Candidate, error) 
 	for i := uint64(0); i < n; i++ {
 		pos := s.Cursor + i
 		slot := spec.SlotAt(pos)
-		if owned[slot] {
+		if owned[slot] || held(spec, slot) {
 			continue
 		}
 		c, ok := candidate(Free, slot, pos, spec.MaxFloor)

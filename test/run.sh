@@ -169,6 +169,7 @@ step "the simulator must fail under each weakened build, for its reason"
 #   firn_wedge            a reservation wait that ignores the clock coming back
 #   firn_weakhold         a wide generator's members rejoin held while it serves
 #   firn_weakreserve      IDs issued past the acknowledged reservation
+#   firn_weakheld         a wide node's holder may take a slot its sibling holds (Spec.Held ignored)
 sim_passed=()
 while read -r tag kinds; do
 	out=$(FIRN_SIM_SEEDS=2000 go test -count=1 -failfast -timeout 15m -tags "$tag" -run '^TestSim$' ./test/sim/ 2>&1 || true)
@@ -193,6 +194,7 @@ firn_weakstep clock-wait deadline
 firn_wedge deadline no-recovery busy-loop stall
 firn_weakhold refused-while-serving
 firn_weakreserve above-reservation
+firn_weakheld duplicate holder-overlap holder-bounds
 TAGS
 if [ ${#sim_passed[@]} -gt 0 ]; then
 	echo "simulator step: not caught for its reason under: ${sim_passed[*]}"; exit 1
