@@ -182,9 +182,9 @@ const (
 	generatorName = "default"
 	callDeadline  = 2 * time.Second
 	// answerBound is how long a call may take, answered or refused, on a
-	// node that is not frozen: one reservation write (two coordinator
-	// timeouts) plus slack. No call may run to its deadline.
-	answerBound = 2*time.Second + 200*time.Millisecond
+	// node that is not frozen: its deadline, which no call may reach (one
+	// reservation write is two coordinator timeouts of 1 s).
+	answerBound = callDeadline
 	// bulkFrom: a call for more IDs than this (the sizes up to max_batch
 	// and max_range) takes, beside the above, the time to produce them.
 	bulkFrom = 4096
