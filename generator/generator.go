@@ -574,11 +574,7 @@ func (g *Generator) TryBatch(dst []uint64) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
-	if wedge {
-		return g.nextBatch(context.Background(), dst, false, g.leadUnits)
-	}
-	n, _, _, err := g.next(dst, false, g.leadUnits)
-	return n, err
+	return g.tryFill(dst)
 }
 
 // nextBatch is NextBatch; spin spins out short clock waits (see next).
@@ -744,30 +740,8 @@ func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64, lead int6
 	if now < 0 || now > g.maxTime {
 		return 0, wait{}, &RangeError{Clock: time.Unix(0, wall), Epoch: g.layout.Epoch, End: g.end}
 	}
-	// The step since the last good reading: s = monotonic delta − wall
-	// delta, i.e. how far the wall clock moved back against the monotonic
-	// clock (s < 0: it moved forward).
-	offset := time.Duration(wall) - mono
-	if L-now > lead {
-		if s := g.base - offset; s > g.maxLead && !weakStep {
-			return 0, wait{}, &RollbackError{Step: s, Limit: g.maxLead}
-		}
-		return 0, wait{kind: waitClock, d: g.until(L-lead, wall)}, nil
-	}
-	// A forward step beyond MaxForwardStep (from the largest offset ever
-	// adopted, so that the clock coming back after an absorbed backward
-	// step is no step) is not followed until ConfirmClock: no ID carries
-	// the stepped time. The next reading is a full one.
-	if g.maxFwd > 0 && offset-g.top > g.maxFwd && !wedge {
-		g.haveAnchor = false
-		return 0, wait{}, &ForwardStepError{Step: offset - g.top, Limit: g.maxFwd}
-	}
-	// Within the lead: this reading is the new baseline (forward steps and
-	// absorbed backward steps are followed). An extrapolated reading has
-	// the offset of its full reading, already taken.
-	if g.full {
-		g.base = offset
-		g.top = max(g.top, offset)
+	if w, err := g.checkStep(wall, mono, now, L, lead); w.kind != waitNone || err != nil {
+		return 0, w, err
 	}
 	if seq > g.maxSeq {
 		// Borrow the next unit, within the lead and the layout.
@@ -799,6 +773,108 @@ func (g *Generator) fill(wall int64, mono time.Duration, dst []uint64, lead int6
 	return int(n), wait{}, nil
 }
 
+// atStatus is what fillAt did at the unit asked for.
+type atStatus uint8
+
+const (
+	atIssued atStatus = iota // issued, and the unit has room left
+	atFull                   // the unit's sequence is used up (after what it issued)
+	atSkip                   // the member cannot issue at this unit (its floor lies at or above it): first holds floor+1
+	atAhead                  // the member already issued past this unit: first holds its logical time
+	atWait                   // wait (the clock, or the reservation) before this unit
+)
+
+// fillAt is fill for a wide generator's member (Wide.produce), called with
+// the lock held and the clock reading as its argument. It issues up to
+// most IDs with the time field exactly at and a sequence of at least
+// from: the IDs are first, first +
+// 1<<seqShift, …; n of them. It applies every check fill applies — the
+// floor, the lead limit, the layout's range, the clock's steps, the
+// reservation — except that it never borrows the next unit: Wide decides
+// the unit (and, in the SeqNode order, the sequence value: a sequence
+// number skipped is never issued, which costs nothing but the number).
+func (g *Generator) fillAt(wall int64, mono time.Duration, at int64, from, most uint64, lead int64) (first, n uint64, st atStatus, w wait, err error) {
+	if at < g.last {
+		return uint64(g.last), 0, atAhead, wait{}, nil
+	}
+	if at <= g.floor {
+		return uint64(g.floor + 1), 0, atSkip, wait{}, nil
+	}
+	now := g.units(wall)
+	if at-now > lead {
+		wall, mono = g.fullRead()
+		now = g.units(wall)
+	}
+	if now < 0 || now > g.maxTime || at > g.maxTime {
+		return 0, 0, 0, wait{}, &RangeError{Clock: time.Unix(0, wall), Epoch: g.layout.Epoch, End: g.end}
+	}
+	if w, err := g.checkStep(wall, mono, now, at, lead); err != nil {
+		return 0, 0, 0, wait{}, err
+	} else if w.kind != waitNone {
+		return 0, 0, atWait, w, nil
+	}
+	seq := uint64(0)
+	if at == g.last {
+		seq = g.seq
+	}
+	seq = max(seq, from)
+	if seq > g.maxSeq {
+		return 0, 0, atFull, wait{}, nil
+	}
+	if !reserved(at, g.reserved.Load()) {
+		return 0, 0, atWait, wait{kind: waitReservation, need: at}, nil
+	}
+	n = min(most, g.maxSeq-seq+1)
+	if n == 0 {
+		return 0, 0, atIssued, wait{}, nil
+	}
+	first = uint64(at)<<g.timeShift | g.nodeBits | seq<<g.seqShift
+	g.last, g.seq = at, seq+n
+	g.issued += n
+	if g.seq > g.maxSeq {
+		st = atFull
+	}
+	return first, n, st, wait{}, nil
+}
+
+// checkStep is the clock-step rule, for the reading (wall, mono) at which
+// the unit at is to be issued, within lead units of the reading's unit
+// now. Every path that issues applies it (fill, fillAt):
+//
+//   - at more than lead ahead of now: a backward step of the wall clock
+//     beyond MaxLead since the last good reading fails closed
+//     (RollbackError); otherwise the caller waits for the clock;
+//   - a forward step beyond MaxForwardStep, from the largest offset ever
+//     adopted (so that the clock coming back after an absorbed backward
+//     step is no step), is not followed until ConfirmClock: no ID carries
+//     the stepped time (ForwardStepError; the next reading is a full one);
+//   - otherwise the reading is the new baseline: forward steps and
+//     absorbed backward steps are followed. An extrapolated reading has the
+//     offset of its full reading, already taken.
+//
+// A zero wait and a nil error let the caller issue at at.
+func (g *Generator) checkStep(wall int64, mono time.Duration, now, at, lead int64) (wait, error) {
+	// The step since the last good reading: s = monotonic delta − wall
+	// delta, i.e. how far the wall clock moved back against the monotonic
+	// clock (s < 0: it moved forward).
+	offset := time.Duration(wall) - mono
+	if at-now > lead {
+		if s := g.base - offset; rollbackFails(s, g.maxLead) {
+			return wait{}, &RollbackError{Step: s, Limit: g.maxLead}
+		}
+		return wait{kind: waitClock, d: g.until(at-lead, wall)}, nil
+	}
+	if step := offset - g.top; g.maxFwd > 0 && forwardHeld(step, g.maxFwd) {
+		g.haveAnchor = false
+		return wait{}, &ForwardStepError{Step: step, Limit: g.maxFwd}
+	}
+	if g.full {
+		g.base = offset
+		g.top = max(g.top, offset)
+	}
+	return wait{}, nil
+}
+
 // waitSlice bounds every single wait: after it the clock is read again,
 // so that no wait outlives a change of the clock by more than this even if
 // nobody calls Wake.
@@ -823,43 +899,6 @@ func (g *Generator) sleep(ctx context.Context, d time.Duration, wk <-chan struct
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-g.retireC:
-		return ErrRetired
-	}
-}
-
-// awaitReservation waits until the reservation may have reached need: a
-// raise, a Wake, or waitSlice, after which the caller reads the clock again
-// (the time it needs may have changed with the clock).
-func (g *Generator) awaitReservation(ctx context.Context, need int64, wk <-chan struct{}) error {
-	g.waits.Add(1)
-	if g.reserved.Load() >= need {
-		return nil
-	}
-	if wedge {
-		// The old wait: until the reservation reaches need, whatever
-		// the clock does since, and whatever the owner says.
-		for g.reserved.Load() < need {
-			select {
-			case <-wk:
-				wk = g.waker()
-			case <-ctx.Done():
-				return &ReservationError{Need: need, Reserved: g.reserved.Load(), Err: ctx.Err()}
-			case <-g.retireC:
-				return ErrRetired
-			}
-		}
-		return nil
-	}
-	t := time.NewTimer(waitSlice)
-	defer t.Stop()
-	select {
-	case <-wk:
-		return nil
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return &ReservationError{Need: need, Reserved: g.reserved.Load(), Err: ctx.Err()}
 	case <-g.retireC:
 		return ErrRetired
 	}

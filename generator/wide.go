@@ -269,7 +269,7 @@ func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, e
 			most = 1 // one ID per member and sequence value
 		}
 		m := w.members[w.idx]
-		first, n, st, mw, merr := m.fillAt(w.cur, w.seq, most, lead)
+		first, n, st, mw, merr := m.issueAt(w.cur, w.seq, most, lead)
 		switch {
 		case errors.Is(merr, ErrRetired):
 			w.idx++
@@ -462,7 +462,7 @@ func (w *Wide) peek(lead int64) (wait, error) {
 		skipTo := int64(-1)
 		moved := false
 		for i := c.idx; i < len(w.members) && !moved; i++ {
-			first, _, st, mw, err := w.members[i].fillAt(c.cur, c.seq, 0, lead)
+			first, _, st, mw, err := w.members[i].issueAt(c.cur, c.seq, 0, lead)
 			switch {
 			case errors.Is(err, ErrRetired):
 				continue
@@ -537,25 +537,8 @@ func (w *Wide) bulkLead() int64 {
 	return w.leadUnits
 }
 
-// atStatus is what fillAt did at the unit asked for.
-type atStatus uint8
-
-const (
-	atIssued atStatus = iota // issued, and the unit has room left
-	atFull                   // the unit's sequence is used up (after what it issued)
-	atSkip                   // the member cannot issue at this unit (its floor lies at or above it): first holds floor+1
-	atAhead                  // the member already issued past this unit: first holds its logical time
-	atWait                   // wait (the clock, or the reservation) before this unit
-)
-
-// fillAt issues up to most IDs with the time field exactly at and a
-// sequence of at least from, under the lock: the IDs are first, first +
-// 1<<seqShift, …; n of them. It applies every check fill applies — the
-// floor, the lead limit, the layout's range, the clock's steps, the
-// reservation — except that it never borrows the next unit: Wide decides
-// the unit (and, in the SeqNode order, the sequence value: a sequence
-// number skipped is never issued, which costs nothing but the number).
-func (g *Generator) fillAt(at int64, from, most uint64, lead int64) (first, n uint64, st atStatus, w wait, err error) {
+// issueAt is fillAt under the member's lock, on a reading of its clock.
+func (g *Generator) issueAt(at int64, from, most uint64, lead int64) (first, n uint64, st atStatus, w wait, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.retired.Load() {
@@ -564,56 +547,6 @@ func (g *Generator) fillAt(at int64, from, most uint64, lead int64) (first, n ui
 	if g.heldNow() {
 		return 0, 0, 0, wait{}, ErrHeld
 	}
-	if at < g.last {
-		return uint64(g.last), 0, atAhead, wait{}, nil
-	}
-	if at <= g.floor {
-		return uint64(g.floor + 1), 0, atSkip, wait{}, nil
-	}
 	wall, mono := g.read()
-	now := g.units(wall)
-	if at-now > lead {
-		wall, mono = g.fullRead()
-		now = g.units(wall)
-	}
-	if now < 0 || now > g.maxTime || at > g.maxTime {
-		return 0, 0, 0, wait{}, &RangeError{Clock: time.Unix(0, wall), Epoch: g.layout.Epoch, End: g.end}
-	}
-	offset := time.Duration(wall) - mono
-	if at-now > lead {
-		if s := g.base - offset; s > g.maxLead && !weakStep {
-			return 0, 0, 0, wait{}, &RollbackError{Step: s, Limit: g.maxLead}
-		}
-		return 0, 0, atWait, wait{kind: waitClock, d: g.until(at-lead, wall)}, nil
-	}
-	if g.maxFwd > 0 && offset-g.top > g.maxFwd && !wedge {
-		g.haveAnchor = false
-		return 0, 0, 0, wait{}, &ForwardStepError{Step: offset - g.top, Limit: g.maxFwd}
-	}
-	if g.full {
-		g.base = offset
-		g.top = max(g.top, offset)
-	}
-	seq := uint64(0)
-	if at == g.last {
-		seq = g.seq
-	}
-	seq = max(seq, from)
-	if seq > g.maxSeq {
-		return 0, 0, atFull, wait{}, nil
-	}
-	if !reserved(at, g.reserved.Load()) {
-		return 0, 0, atWait, wait{kind: waitReservation, need: at}, nil
-	}
-	n = min(most, g.maxSeq-seq+1)
-	if n == 0 {
-		return 0, 0, atIssued, wait{}, nil
-	}
-	first = uint64(at)<<g.timeShift | g.nodeBits | seq<<g.seqShift
-	g.last, g.seq = at, seq+n
-	g.issued += n
-	if g.seq > g.maxSeq {
-		st = atFull
-	}
-	return first, n, st, wait{}, nil
+	return g.fillAt(wall, mono, at, from, most, lead)
 }

@@ -144,7 +144,7 @@ func (p *clockPolicy) onStep(st clockguard.Step) {
 	}
 	p.m.lastStep.Set(-st.Size.Seconds())
 	p.log.Warn("clock step", "step", st.String(), "size", -st.Size)
-	if st.Backward() && !weakStep {
+	if holdsOnRollback(st) {
 		for _, rt := range p.gens {
 			lead, ok := rt.lead(st.Wall)
 			if !ok || st.Size <= rt.cfg.MaxLead {

@@ -255,33 +255,12 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 	}
 	ownerKey, resKey := k.owner(cand.slot), k.reserved(cand.slot)
 	ownerCmp := clientv3.Compare(clientv3.CreateRevision(ownerKey), "=", 0)
+	putOpt, guardLease, keptRev := clientv3.WithLease(sess.id), sess.id, int64(0)
 	if cand.takeBack != nil {
-		if weakFence {
-			// firn_weakfence: a Put over the old record, keeping its
-			// create revision (what the strong fence exists to prevent).
-			ownerCmp = clientv3.Compare(clientv3.CreateRevision(ownerKey), "=", cand.takeBack.createRev)
-		} else {
-			cctx, cancel := c.call(ctx)
-			resp, err := c.cli.Txn(cctx).
-				If(clientv3.Compare(clientv3.CreateRevision(ownerKey), "=", cand.takeBack.createRev)).
-				Then(clientv3.OpDelete(ownerKey)).
-				Commit()
-			cancel()
-			if err != nil {
-				return nil, unavailable("take back", err)
-			}
-			if !resp.Succeeded {
-				return nil, errLostRace
-			}
-			c.log.Info("took back own stale worker", "generator", spec.Generator, "slot", cand.slot.String(),
-				"old_revision", cand.takeBack.createRev)
+		var err error
+		if ownerCmp, putOpt, guardLease, keptRev, err = c.replaceStale(ctx, spec, ownerKey, cand.slot, cand.takeBack, sess); err != nil {
+			return nil, err
 		}
-	}
-	putOpt, guardLease := clientv3.WithLease(sess.id), sess.id
-	if cand.takeBack != nil && weakFence {
-		// The weak take-back keeps the old record's lease as well as its
-		// create revision, so the old holder's weak guard still passes.
-		putOpt, guardLease = clientv3.WithIgnoreLease(), cand.takeBack.lease
 	}
 	then := []clientv3.Op{
 		clientv3.OpPut(ownerKey, newOwnerRecord(hb), putOpt),
@@ -330,8 +309,8 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 	}
 	res, err := readStored(resKey, resp.Responses[1].GetResponseRange().Kvs)
 	rev := resp.Header.Revision
-	if cand.takeBack != nil && weakFence {
-		rev = cand.takeBack.createRev
+	if keptRev != 0 {
+		rev = keptRev // the old record kept, with its revision
 	}
 	if err != nil {
 		// Taken, but its reservation is unreadable: give the slot back

@@ -4,9 +4,6 @@ package etcd
 
 import clientv3 "go.etcd.io/etcd/client/v3"
 
-// weakFence is false in every real build: see fence_weak.go.
-const weakFence = false
-
 // ownerGuard is the compare every write after acquisition carries: the
 // owner key still has the create revision at which this holder created it,
 // and is still bound to the etcd lease this holder bound it to.

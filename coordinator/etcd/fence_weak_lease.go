@@ -4,9 +4,6 @@ package etcd
 
 import clientv3 "go.etcd.io/etcd/client/v3"
 
-// weakFence is false: this build weakens only the lease half of the guard.
-const weakFence = false
-
 // ownerGuard, under build tag firn_weakfence_lease, drops the lease compare
 // and keeps only the create revision, for the TestFenceLease tests: after a
 // restore without --bump-revision another holder's owner key can carry the

@@ -5,6 +5,3 @@ import "github.com/firnid/firn/coordinator"
 // SetAfterRead installs a hook that runs in Acquire after a candidate's
 // reservation was read and before the acquiring multi is sent.
 func SetAfterRead(c *Coordinator, f func(coordinator.Slot)) { c.afterRead = f }
-
-// WeakFence reports whether this build has the weak fence.
-const WeakFence = weakFence

@@ -4,9 +4,6 @@ package zookeeper
 
 import "github.com/go-zookeeper/zk"
 
-// weakFence is false in every real build: see fence_weak.go.
-const weakFence = false
-
 // takeBackReusesOwner is false: a take-back deletes the old owner node (at
 // its version) and creates a new one in the taker's session, so the old
 // process's next write fails on the versions it holds.

@@ -4,13 +4,11 @@ package zookeeper
 
 import "github.com/go-zookeeper/zk"
 
-// weakFence replaces the fence with a weaker one, for the fence tests only
-// (build tag firn_weakfence): acquisition does not fence the reservation,
-// a take-back reuses the old owner node, and a holder's writes carry only
-// a bare check of the owner node's version, writing the reservation at
-// any version. Each TestFence test
-// must fail in such a build.
-const weakFence = true
+// Build tag firn_weakfence replaces the fence with a weaker one, for the
+// fence tests only: acquisition does not fence the reservation, a
+// take-back reuses the old owner node, and a holder's writes carry only a
+// bare check of the owner node's version, writing the reservation at any
+// version. Each TestFence test must fail in such a build.
 
 // takeBackReusesOwner: the weak take-back adopts the old owner node as it
 // is (the old record, its version) instead of replacing it, so the old
