@@ -47,6 +47,16 @@
 // lasts longer than 50 ms without a fresh reading either, so a wait sized
 // from a clock since corrected ends within that even if nobody calls Wake.
 //
+// # Wide generators
+//
+// Wide (wide.go) issues the IDs of several Generators of one layout — the
+// workers one node holds for one generator name — as one source, in the
+// layout's own bit order within each time unit, so that its IDs strictly
+// increase at up to k times one worker's rate. Each member stays a
+// Generator of its own lease: every ID Wide hands out passed that
+// member's checks (fillAt applies the same clock-step rule, checkStep, as
+// fill), and Wide only chooses the unit and the member.
+//
 // # Hazards
 //
 // Encoding never masks: a value too wide for its field is an error, never

@@ -167,8 +167,11 @@ type Buffer struct {
 }
 
 // New returns a buffer with no source. It returns an error wrapping
-// ErrConfig when Size is not a power of two of at least 128, MaxStaleness
-// is not positive, Tick exceeds MaxStaleness, or Clock is nil.
+// ErrConfig, naming the field and its bound, when Size (0: 65,536) is not a
+// power of two between two blocks and 2^30, MaxStaleness is not positive,
+// Tick (0: a quarter of MaxStaleness, at least 1 ms) is outside
+// (0, MaxStaleness/2], Clock is nil, or Chunk (0: 4,096 or half the Size)
+// is outside [1, Size].
 func New(cfg Config) (*Buffer, error) {
 	if cfg.Size == 0 {
 		cfg.Size = 1 << 16

@@ -11,10 +11,12 @@
 //     metrics. It does wiring only.
 //   - Core (core.go): per generator a genRuntime (runtime.go: its serving
 //     state, its ring buffer, the current holding, the issue path) and a
-//     holder (holder.go: one generator's lease lifecycle — acquire, wait
+//     holder per worker it holds (holder.go: one lease's lifecycle — acquire, wait
 //     until the clock reaches the floor, first reservation, serve while the
 //     coordinator.Reserver keeps the reservation one window ahead, release,
-//     acquire again), the clock policy (clockpolicy.go: the forward-step
+//     acquire again; wide.go: a generator of several workers, which
+//     serves while any of them does, from a generator.Wide over them, and
+//     --workers auto), the clock policy (clockpolicy.go: the forward-step
 //     gate, rollback recovery, NTP verdicts, the peer median) fed by the
 //     step detector, the NTP checker and the peers' heartbeats, and the
 //     data-dir journal with its deadline (journal.go). NewCore runs one
