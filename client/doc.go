@@ -141,6 +141,6 @@
 //   - Next ignores ctx while the buffer holds IDs; ctx bounds only the wait
 //     for a refill.
 //   - The freshness check is a monotonic clock read on every take: about
-//     28ns on a VM's kvm-clock, most of Next's cost (see README,
-//     Performance).
+//     28ns on a VM's kvm-clock, most of Next's cost (see
+//     docs/performance.md).
 package client

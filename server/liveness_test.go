@@ -22,7 +22,7 @@ import (
 	"github.com/firnid/firn/server"
 )
 
-// The liveness rules (README, Guarantees and Clock policy): ready means it
+// The liveness rules (README, Guarantees; docs/clock-policy.md): ready means it
 // serves, not serving means refused at once naming the cause, no wait
 // outlives the clock reading it was sized from.
 

@@ -206,12 +206,12 @@ fi
 
 step "benchmarks, briefly: the targets they assert"
 # Speed is measured by benchmarks, not asserted by tests; these two
-# benchmarks carry the targets README states that a brief run can judge,
+# benchmarks carry the targets docs/performance.md states that a brief run can judge,
 # and fail when one is missed: no generator issues above 100.5 % of its
 # layout's limit (test/bench), and a generator costs its coordinator one
 # write a second, idle and at full load (10 s per backend here, 60 s for
-# README's figure). Every other figure comes from the script named beside
-# it in README, on a quiet machine.
+# the figure in docs/performance.md). Every other figure comes from the script named beside
+# it in docs/performance.md, on a quiet machine.
 # The two backends' runs mostly wait out their windows: side by side.
 go test -run '^$' -bench 'BenchmarkNextID/firn' -benchtime 1s ./test/bench/
 writes() { FIRN_WRITES_SECONDS=10 go test -run '^$' -bench 'BenchmarkWrites' -benchtime 1x -timeout 5m "$1" >"$2" 2>&1; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's performance figures that test/bench/perf.sh does
+# Regenerates the performance figures (docs/performance.md) that test/bench/perf.sh does
 # not: where the node spends its CPU under unary load and on a wide
 # generator (profile shares), the --workers auto timeline and the
 # 128-worker rate. It prints the machine first; run it on a quiet one:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the README's performance tables on this machine: the node
+# Reproduces the performance tables of docs/performance.md on this machine: the node
 # against the gRPC no-op floor (unary at K = 1, 16, 64 over C = 4; batches of
 # 1000 from 8 callers; the Go client's prefetch), the same with mTLS, start
 # and restart times of the embedded default, and idle CPU/RSS on the

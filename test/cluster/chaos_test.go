@@ -325,7 +325,7 @@ func none(Failure) bool { return false }
 // calls to node ("" for any node) failing from the fault's start until
 // the node was seen ready again plus one call deadline (a call sent just
 // before may still end in it), each naming one of causes (ErrorInfo
-// reasons, README's Reliability and Clock policy) — or, where the fault
+// reasons, docs/reliability.md and docs/clock-policy.md) — or, where the fault
 // cuts the node off (killed, frozen, stopped), failing without a cause:
 // in transport or at the caller's deadline. A failure outside every
 // window, or with another cause, is unexpected.

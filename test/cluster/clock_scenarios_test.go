@@ -12,7 +12,7 @@ import (
 )
 
 // clockScenarios: NTP offsets and silence, and clock steps of a node among
-// peers (README, Clock policy): what is absorbed, what stops a node and
+// peers (docs/clock-policy.md): what is absorbed, what stops a node and
 // how it comes back.
 var clockScenarios = []scenario{
 	{name: "NTP configured: 5ms 50ms absorbed, 500ms stops at the next check", beside: true, run: func(e *env) {
@@ -195,8 +195,7 @@ var clockScenarios = []scenario{
 	}},
 }
 
-// forwardStepScenarios: forward steps that nobody confirms (README, Clock
-// policy): the node is not ready while stepped, refuses at once, issues no
+// forwardStepScenarios: forward steps that nobody confirms (docs/clock-policy.md): the node is not ready while stepped, refuses at once, issues no
 // ID stamped with the step, and serves real time again within seconds of
 // the correction.
 var forwardStepScenarios = []scenario{

@@ -378,8 +378,8 @@ func (n *node) startNode(wipe bool) error {
 		// (fewer than three nodes; or none holds, after a restore or
 		// while a bump's floor is ahead). The node then serves at that
 		// time (with a warning), and once the clock is put right it
-		// fails closed until the clock reaches its reservation (README,
-		// Clock policy): the documented outage, not a broken promise.
+		// fails closed until the clock reaches its reservation
+		// (docs/clock-policy.md): the documented outage, not a broken promise.
 		// settle waits it out.
 		w.mu.Lock()
 		w.unconfirmed = max(w.unconfirmed, off)
