@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -104,27 +105,70 @@ func (c *Core) Crash() {
 	c.stop()
 }
 
-// NextIDs fills dst with IDs of the named generator ("" is the default),
-// as the gRPC and HTTP APIs do: increasing, refused at once with the cause
-// when the generator does not serve.
-func (c *Core) NextIDs(ctx context.Context, generator string, dst []uint64) error {
-	rt, err := c.lookup(generator)
-	if err != nil {
-		return err
-	}
-	if err := checkCount(rt, int64(len(dst))); err != nil {
-		return err
-	}
-	return rt.issue(ctx, dst)
-}
+// The requests for IDs, one method per kind, which the gRPC and HTTP APIs
+// (and programs embedding a Core) call: each looks the generator up ("" is
+// the default), checks the count against the generator's bound, and
+// issues — increasing, refused at once with the cause when the generator
+// does not serve.
 
-// NextID is NextIDs for one ID.
+// NextID returns one ID of the named generator.
 func (c *Core) NextID(ctx context.Context, generator string) (uint64, error) {
 	rt, err := c.lookup(generator)
 	if err != nil {
 		return 0, err
 	}
 	return rt.issueOne(ctx)
+}
+
+// IDs returns count IDs of the named generator; count runs from 1 to the
+// generator's max_batch (GeneratorStatus.MaxBatch).
+func (c *Core) IDs(ctx context.Context, generator string, count int64) ([]uint64, error) {
+	rt, err := c.forBatch(generator, count)
+	if err != nil {
+		return nil, err
+	}
+	return rt.issueN(ctx, int(count))
+}
+
+// NextIDs is IDs into dst: len(dst) IDs, in a buffer the caller keeps.
+func (c *Core) NextIDs(ctx context.Context, generator string, dst []uint64) error {
+	rt, err := c.forBatch(generator, int64(len(dst)))
+	if err != nil {
+		return err
+	}
+	return rt.issue(ctx, dst)
+}
+
+// NextRange returns count IDs of the named generator as runs of
+// consecutive IDs: the same IDs, in the same order, IDs would return;
+// count runs from 1 to the generator's max_range
+// (GeneratorStatus.MaxRange).
+func (c *Core) NextRange(ctx context.Context, generator string, count uint64) ([]generator.Run, error) {
+	rt, err := c.lookup(generator)
+	if err != nil {
+		return nil, err
+	}
+	if count < 1 || count > rt.maxRange {
+		return nil, badField("count", strconv.FormatUint(count, 10), fmt.Sprintf("[1, %d]", rt.maxRange),
+			"count %d outside [1, %d] for generator %q (sequence per unit × units in max-lead × workers)", count, rt.maxRange, rt.cfg.Name)
+	}
+	return rt.issueRuns(ctx, count)
+}
+
+// forBatch looks the named generator up and checks a batch's count
+// against its max_batch: what a request for count IDs checks before it
+// issues (and all that an HTTP HEAD does).
+func (c *Core) forBatch(generator string, count int64) (*genRuntime, error) {
+	rt, err := c.lookup(generator)
+	if err != nil {
+		return nil, err
+	}
+	if count < 1 || count > int64(rt.maxBatch) {
+		return nil, badField("count", strconv.FormatInt(count, 10), fmt.Sprintf("[1, %d]", rt.maxBatch),
+			"count %d outside [1, %d] for generator %q (min(--max-batch, sequence per unit × units in max-lead))",
+			count, rt.maxBatch, rt.cfg.Name)
+	}
+	return rt, nil
 }
 
 // Status is a snapshot of one generator ("" is the default), as Info and

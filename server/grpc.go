@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -20,11 +19,7 @@ type idService struct {
 var _ firnv1.IDServiceServer = (*idService)(nil)
 
 func (s *idService) NextID(ctx context.Context, req *firnv1.NextIDRequest) (*firnv1.NextIDResponse, error) {
-	rt, err := s.node.lookup(req.GetGenerator())
-	if err != nil {
-		return nil, grpcError(err)
-	}
-	id, err := rt.issueOne(ctx)
+	id, err := s.node.NextID(ctx, req.GetGenerator())
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -32,14 +27,7 @@ func (s *idService) NextID(ctx context.Context, req *firnv1.NextIDRequest) (*fir
 }
 
 func (s *idService) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*firnv1.NextIDsResponse, error) {
-	rt, err := s.node.lookup(req.GetGenerator())
-	if err != nil {
-		return nil, grpcError(err)
-	}
-	if err := checkCount(rt, int64(req.GetCount())); err != nil {
-		return nil, grpcError(err)
-	}
-	ids, err := rt.issueN(ctx, int(req.GetCount()))
+	ids, err := s.node.IDs(ctx, req.GetGenerator(), int64(req.GetCount()))
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -47,15 +35,7 @@ func (s *idService) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*f
 }
 
 func (s *idService) NextRange(ctx context.Context, req *firnv1.NextRangeRequest) (*firnv1.NextRangeResponse, error) {
-	rt, err := s.node.lookup(req.GetGenerator())
-	if err != nil {
-		return nil, grpcError(err)
-	}
-	if c := req.GetCount(); c < 1 || c > rt.maxRange {
-		return nil, grpcError(badField("count", strconv.FormatUint(c, 10), fmt.Sprintf("[1, %d]", rt.maxRange),
-			"count %d outside [1, %d] for generator %q (sequence per unit × units in max-lead × workers)", c, rt.maxRange, rt.cfg.Name))
-	}
-	runs, err := rt.issueRuns(ctx, req.GetCount())
+	runs, err := s.node.NextRange(ctx, req.GetGenerator(), req.GetCount())
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -66,15 +46,6 @@ func (s *idService) NextRange(ctx context.Context, req *firnv1.NextRangeRequest)
 		resp.Runs[i] = &out[i]
 	}
 	return resp, nil
-}
-
-func checkCount(rt *genRuntime, count int64) error {
-	if count < 1 || count > int64(rt.maxBatch) {
-		return badField("count", strconv.FormatInt(count, 10), fmt.Sprintf("[1, %d]", rt.maxBatch),
-			"count %d outside [1, %d] for generator %q (min(--max-batch, sequence per unit × units in max-lead))",
-			count, rt.maxBatch, rt.cfg.Name)
-	}
-	return nil
 }
 
 func (s *idService) Decode(ctx context.Context, req *firnv1.DecodeRequest) (*firnv1.DecodeResponse, error) {

@@ -233,24 +233,22 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	rt, err := n.lookup(q["generator"])
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
 	count := int64(1)
 	if s, ok := q["count"]; ok {
-		count, err = strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			writeErr(w, badField("count", s, fmt.Sprintf("[1, %d]", rt.maxBatch), "count %q is not an integer in [1, %d]", s, rt.maxBatch))
+		if count, err = strconv.ParseInt(s, 10, 64); err != nil {
+			rt, err := n.lookup(q["generator"]) // an unknown generator first, as for a count out of bounds
+			if err == nil {
+				err = badField("count", s, fmt.Sprintf("[1, %d]", rt.maxBatch), "count %q is not an integer in [1, %d]", s, rt.maxBatch)
+			}
+			writeErr(w, err)
 			return
 		}
 	}
-	if err := checkCount(rt, count); err != nil {
-		writeErr(w, err)
-		return
-	}
 	if r.Method == http.MethodHead {
+		if _, err := n.forBatch(q["generator"], count); err != nil {
+			writeErr(w, err)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		return
@@ -258,7 +256,7 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 	// The server's own deadline: an HTTP client may have none.
 	ctx, cancel := context.WithTimeout(withFlowKey(r.Context(), r), n.cfg.HTTPRequestTimeout)
 	defer cancel()
-	ids, err := rt.issueN(ctx, int(count))
+	ids, err := n.IDs(ctx, q["generator"], count)
 	if err != nil {
 		writeErr(w, err)
 		return
