@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -412,6 +413,26 @@ type Slot struct {
 }
 
 func (s Slot) String() string { return fmt.Sprintf("dc=%d worker=%d", s.Datacenter, s.Worker) }
+
+// Key is the slot's name in the coordinator's keys and paths
+// (owner/<dc>-<w>, reserved/<dc>-<w>): both decimal, no padding.
+func (s Slot) Key() string {
+	return strconv.FormatUint(s.Datacenter, 10) + "-" + strconv.FormatUint(s.Worker, 10)
+}
+
+// ParseSlotKey reads a slot's name as Key writes it, and nothing else: a
+// name in another form ("01-2", "+1-2", "1-2-3") is not a slot, so no two
+// names can stand for one slot.
+func ParseSlotKey(name string) (Slot, bool) {
+	d, w, ok := strings.Cut(name, "-")
+	if !ok {
+		return Slot{}, false
+	}
+	dc, err1 := strconv.ParseUint(d, 10, 64)
+	wk, err2 := strconv.ParseUint(w, 10, 64)
+	s := Slot{Datacenter: dc, Worker: wk}
+	return s, err1 == nil && err2 == nil && s.Key() == name
+}
 
 // Slots is the number of slots the cursor walks: WorkerLimit, times
 // DatacenterLimit when the datacenter comes from the cursor.

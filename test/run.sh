@@ -227,10 +227,22 @@ for b in "etcd $etcd_pid $etcd_log" "zookeeper $zk_pid $zk_log"; do
 	fi
 done
 
-step "fuzz seeds (brief)"
-for f in FuzzParseLayout FuzzDecode FuzzRoundTrip; do
-	go test -run '^$' -fuzz "^${f}\$" -fuzztime 5s ./generator >/dev/null
-done
+step "fuzz targets (brief)"
+# Every parser of bytes firn stores or receives has a fuzz target (its
+# seeds run with the package's tests above); here each explores briefly.
+while read -r f pkg secs; do
+	go test -run '^$' -fuzz "^${f}\$" -fuzztime "${secs}s" "$pkg" >/dev/null
+done <<'FUZZ'
+FuzzParseLayout ./generator 5
+FuzzDecode ./generator 5
+FuzzRoundTrip ./generator 5
+FuzzParseSlotKey ./coordinator 2
+FuzzDecodeRestore ./coordinator 2
+FuzzDecodeOwner ./coordinator 2
+FuzzDecodeReserved ./coordinator/etcd 2
+FuzzParseValue ./coordinator/zookeeper 2
+FuzzDecodeSlot ./coordinator/local 2
+FUZZ
 # --- operations: the deploy module (its own go.mod; not covered by ./...) ---
 step "deploy module: vet and tests"
 (cd deploy && go vet ./... && go test -race -timeout 15m ./...)

@@ -177,14 +177,14 @@ func (s *scanned) plan() coordinator.Scan {
 		p.Pin = &pin
 	}
 	for _, name := range s.ownerKeys {
-		slot, ok := parseSlot(name)
+		slot, ok := coordinator.ParseSlotKey(name)
 		if !ok {
 			continue
 		}
 		p.Owners = append(p.Owners, coordinator.Owner{Slot: slot, Record: s.owners[name].rec})
 	}
 	for name, r := range s.reserved {
-		if slot, ok := parseSlot(name); ok {
+		if slot, ok := coordinator.ParseSlotKey(name); ok {
 			p.Reserved[slot] = r.value
 		}
 	}
@@ -245,9 +245,9 @@ type candidate struct {
 // own stale record, guarded by its create revision.
 func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordinator.Spec, sess *session,
 	pc coordinator.Candidate, hb coordinator.Heartbeat) (*lease, error) {
-	cand := candidate{slot: pc.Slot, pos: pc.Pos, res: s.reservedOf(slotName(pc.Slot))}
+	cand := candidate{slot: pc.Slot, pos: pc.Pos, res: s.reservedOf(pc.Slot.Key())}
 	if pc.Kind == coordinator.TakeBack {
-		o, ok := s.owners[slotName(pc.Slot)]
+		o, ok := s.owners[pc.Slot.Key()]
 		if !ok {
 			return nil, errLostRace
 		}

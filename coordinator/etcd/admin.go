@@ -26,7 +26,7 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 	}
 	bySlot := map[coordinator.Slot]*coordinator.Holder{}
 	get := func(name string) *coordinator.Holder {
-		slot, ok := parseSlot(name)
+		slot, ok := coordinator.ParseSlotKey(name)
 		if !ok {
 			return nil
 		}
@@ -134,7 +134,7 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 		}
 		top = max(top, v)
 		name := strings.TrimPrefix(string(kv.Key), k.reservations())
-		if slot, ok := parseSlot(name); ok {
+		if slot, ok := coordinator.ParseSlotKey(name); ok {
 			hb, live := owners[name]
 			slots = append(slots, coordinator.Holder{Slot: slot, Live: live, Heartbeat: hb, Reserved: v})
 		}
@@ -374,7 +374,7 @@ func (c *Coordinator) peerKey(key string) (string, coordinator.Slot, bool) {
 	if !ok || strings.Contains(gen, "/") {
 		return "", coordinator.Slot{}, false
 	}
-	slot, ok := parseSlot(name)
+	slot, ok := coordinator.ParseSlotKey(name)
 	return gen, slot, ok
 }
 

@@ -301,23 +301,13 @@ func (k keys) restored() string     { return k.base + "restored" }
 func (k keys) owners() string       { return k.base + "owner/" }
 func (k keys) reservations() string { return k.base + "reserved/" }
 func (k keys) owner(s coordinator.Slot) string {
-	return k.owners() + slotName(s)
+	return k.owners() + s.Key()
 }
 func (k keys) reserved(s coordinator.Slot) string {
-	return k.reservations() + slotName(s)
+	return k.reservations() + s.Key()
 }
 
-func slotName(s coordinator.Slot) string { return fmt.Sprintf("%d-%d", s.Datacenter, s.Worker) }
 
-func parseSlot(name string) (coordinator.Slot, bool) {
-	d, w, ok := strings.Cut(name, "-")
-	if !ok {
-		return coordinator.Slot{}, false
-	}
-	dc, err1 := strconv.ParseUint(d, 10, 64)
-	wk, err2 := strconv.ParseUint(w, 10, 64)
-	return coordinator.Slot{Datacenter: dc, Worker: wk}, err1 == nil && err2 == nil
-}
 
 // pad encodes a non-negative value as 19 decimal digits, the canonical
 // form of every number firn stores in etcd.

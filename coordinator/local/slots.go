@@ -46,7 +46,8 @@ func decodeSlot(b []byte) (uint64, []byte, error) {
 	if !ok {
 		return 0, nil, fmt.Errorf("bad record header %q", b[:nl])
 	}
-	if _, err := fmt.Sscanf(fields, "%d %d %x", &seq, &n, &sum); err != nil {
+	if _, err := fmt.Sscanf(fields, "%d %d %x", &seq, &n, &sum); err != nil || fmt.Sprintf("%d %d %08x", seq, n, sum) != fields {
+		// Only the header encodeSlot writes: no two headers for one record.
 		return 0, nil, fmt.Errorf("bad record header %q", b[:nl])
 	}
 	payload := b[nl+1:]

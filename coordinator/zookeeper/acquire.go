@@ -114,7 +114,7 @@ func (s *scanned) plan(sid int64, retake []coordinator.Slot) coordinator.Scan {
 	pin := s.pin
 	p.Pin = &pin
 	for _, name := range s.ownerNames {
-		slot, ok := parseSlot(name)
+		slot, ok := coordinator.ParseSlotKey(name)
 		if !ok {
 			continue
 		}
@@ -122,7 +122,7 @@ func (s *scanned) plan(sid int64, retake []coordinator.Slot) coordinator.Scan {
 		p.Owners = append(p.Owners, coordinator.Owner{Slot: slot, Record: o.rec, OwnSession: o.stat.EphemeralOwner == sid})
 	}
 	for name := range s.reserved {
-		if slot, ok := parseSlot(name); ok {
+		if slot, ok := coordinator.ParseSlotKey(name); ok {
 			p.Unread[slot] = true
 		}
 	}
@@ -286,7 +286,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 		}
 		cand := candidate{slot: pc.Slot, pos: pc.Pos, limit: pc.Limit, again: pc.Kind == coordinator.Retake}
 		if pc.Kind == coordinator.TakeBack {
-			o, ok := s.owners[slotName(pc.Slot)]
+			o, ok := s.owners[pc.Slot.Key()]
 			if !ok {
 				continue // listed under a name not in the canonical form
 			}
@@ -327,7 +327,7 @@ func (c *Coordinator) retakeSlots(spec coordinator.Spec, s *scanned, node coordi
 			c.forgetLost(spec.Generator, slot)
 			continue
 		}
-		if o, owned := s.owners[slotName(slot)]; owned {
+		if o, owned := s.owners[slot.Key()]; owned {
 			if o.rec.Instance != node.InstanceID || o.stat.EphemeralOwner == sid {
 				c.forgetLost(spec.Generator, slot) // someone else's now
 			}
@@ -572,7 +572,7 @@ func (c *Coordinator) dropOrphan(ctx context.Context, path string, data []byte, 
 // names (the scan did not read them).
 func (c *Coordinator) readLive(ctx context.Context, p paths, e *coordinator.ExhaustedError) {
 	for i := range e.Live {
-		name := slotName(e.Live[i].Slot)
+		name := e.Live[i].Slot.Key()
 		e.Live[i].Reserved = -1
 		if d, _, err := c.get(ctx, p.reservations()+"/"+name); err == nil {
 			if v, err := parsePath(p.reservations()+"/"+name, d); err == nil {

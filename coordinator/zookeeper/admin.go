@@ -41,7 +41,7 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 		if h, ok := byName[name]; ok {
 			return h
 		}
-		slot, ok := parseSlot(name)
+		slot, ok := coordinator.ParseSlotKey(name)
 		if !ok {
 			return nil
 		}
@@ -179,7 +179,7 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 			return coordinator.BumpResult{}, err
 		}
 		top = max(top, v)
-		if slot, ok := parseSlot(name); ok {
+		if slot, ok := coordinator.ParseSlotKey(name); ok {
 			slots = append(slots, coordinator.Holder{Slot: slot, Reserved: v})
 		}
 	}

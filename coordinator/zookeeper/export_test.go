@@ -5,3 +5,9 @@ import "github.com/firnid/firn/coordinator"
 // SetAfterRead installs a hook that runs in Acquire after a candidate's
 // reservation was read and before the acquiring multi is sent.
 func SetAfterRead(c *Coordinator, f func(coordinator.Slot)) { c.afterRead = f }
+
+// ParseValue and EncodeValue are the stored form of a number.
+var (
+	ParseValue  = parseValue
+	EncodeValue = encodeValue
+)

@@ -262,7 +262,7 @@ func (w *peerWatch) watchGenerator(gen string, init *armed) {
 func (w *peerWatch) watchOwner(gen, name, path string, fresh bool, init *armed) {
 	c := w.c
 	key := gen + "/" + name
-	slot, okSlot := parseSlot(name)
+	slot, okSlot := coordinator.ParseSlotKey(name)
 	defer func() {
 		w.mu.Lock()
 		delete(w.beats, key)

@@ -603,20 +603,10 @@ func (p paths) floor() string                      { return p.base + "/floor" }
 func (p paths) restored() string                   { return p.base + "/restored" }
 func (p paths) owners() string                     { return p.base + "/owner" }
 func (p paths) reservations() string               { return p.base + "/reserved" }
-func (p paths) owner(s coordinator.Slot) string    { return p.owners() + "/" + slotName(s) }
-func (p paths) reserved(s coordinator.Slot) string { return p.reservations() + "/" + slotName(s) }
+func (p paths) owner(s coordinator.Slot) string    { return p.owners() + "/" + s.Key() }
+func (p paths) reserved(s coordinator.Slot) string { return p.reservations() + "/" + s.Key() }
 
-func slotName(s coordinator.Slot) string { return fmt.Sprintf("%d-%d", s.Datacenter, s.Worker) }
 
-func parseSlot(name string) (coordinator.Slot, bool) {
-	d, w, ok := strings.Cut(name, "-")
-	if !ok {
-		return coordinator.Slot{}, false
-	}
-	dc, err1 := strconv.ParseUint(d, 10, 64)
-	wk, err2 := strconv.ParseUint(w, 10, 64)
-	return coordinator.Slot{Datacenter: dc, Worker: wk}, err1 == nil && err2 == nil
-}
 
 // encodeValue is the text of a reservation or cursor node.
 func encodeValue(v int64) []byte { return []byte(strconv.FormatInt(v, 10)) }
