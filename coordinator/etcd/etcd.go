@@ -307,8 +307,6 @@ func (k keys) reserved(s coordinator.Slot) string {
 	return k.reservations() + s.Key()
 }
 
-
-
 // pad encodes a non-negative value as 19 decimal digits, the canonical
 // form of every number firn stores in etcd.
 func pad(v int64) string { return fmt.Sprintf("%019d", v) }

@@ -606,8 +606,6 @@ func (p paths) reservations() string               { return p.base + "/reserved"
 func (p paths) owner(s coordinator.Slot) string    { return p.owners() + "/" + s.Key() }
 func (p paths) reserved(s coordinator.Slot) string { return p.reservations() + "/" + s.Key() }
 
-
-
 // encodeValue is the text of a reservation or cursor node.
 func encodeValue(v int64) []byte { return []byte(strconv.FormatInt(v, 10)) }
 
