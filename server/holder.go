@@ -312,14 +312,20 @@ func (hd *holder) acquire(ctx context.Context) (*holding, error) {
 // awaitCheckedClock waits until nothing holds the clock in doubt — NTP,
 // the peers, an unchecked clock, a forward step not yet confirmed — so
 // that the restore guard is placed on a reading the node's checks vouch
-// for; it ends with ctx or the lease. While it waits, the lease's reason
+// for; it ends with ctx or the lease, whose heartbeat it keeps fresh
+// meanwhile (beat). While it waits, the lease's reason
 // says so with the detail of the doubt, so that a refusal names the
 // clock's cause, not "starting".
 func (hd *holder) awaitCheckedClock(ctx context.Context, lease coordinator.Lease) error {
+	_, beat := hd.clock.Now()
 	for {
 		hd.policy.gateCheck()
 		if !hd.clockInDoubt() && !hd.policy.gateHeld() {
 			return nil
+		}
+		if wall, mono := hd.clock.Now(); mono-beat >= hd.cfg.RefreshInterval {
+			hd.beat(ctx, lease, wall)
+			beat = mono
 		}
 		if d, ok := hd.doubt(); ok {
 			hd.ls.Hold(clockguard.SourceLease, "worker taken; waiting for the clock to be checked (NTP, the peers) to place the restore guard on it", d)
@@ -380,11 +386,17 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 	if h.guarded {
 		what = fmt.Sprintf("the restore guard (a take starts above what a holder the coordinator may have forgotten could have issued: now + %v)", hd.cfg.RestoreGuard)
 	}
+	var beat time.Duration // the take wrote the record; the next beat one interval later
+	_, beat = hd.clock.Now()
 	for {
-		wall, _ := hd.clock.Now()
+		wall, mono := hd.clock.Now()
 		ahead := g.Floor() + 1 - l.Units(wall) - leadUnits
 		if ahead <= 0 {
 			break
+		}
+		if mono-beat >= hd.cfg.RefreshInterval {
+			hd.beat(ctx, lease, wall)
+			beat = mono
 		}
 		wait := time.Duration(ahead) * l.Unit
 		hd.ls.Hold(clockguard.SourceLease, fmt.Sprintf("waiting %v for the clock to reach %s (max-lead %v)",
@@ -441,6 +453,25 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 		hd.rolledBack(h, err)
 	default:
 		hd.ls.Set(clockguard.SourceLease, "lease lost (expired or taken over); acquiring again: "+err.Error())
+	}
+}
+
+// beat refreshes the owner record's heartbeat without raising the
+// reservation — a fenced Reserve of what the lease already holds — while
+// the holder waits for its floor and so writes no reservation. A record
+// left older than coordinator.TakeBackAge would be taken back by another
+// process of this instance (a replacement on this data dir, or a zombie
+// of it thawed), which would then wait for its own floor unrefreshed, and
+// the two could take the worker from each other forever. A slot never
+// reserved is reserved at 0, the epoch, which allows nothing; a failed
+// beat is the next one's or the Reserver's to notice.
+func (hd *holder) beat(ctx context.Context, lease coordinator.Lease, wall time.Time) {
+	r := max(lease.Reserved(), 0)
+	cctx, cancel := context.WithTimeout(ctx, 2*hd.cfg.CoordinatorTimeout)
+	defer cancel()
+	if err := lease.Reserve(cctx, r, coordinator.Heartbeat{Node: hd.node, Wall: wall}); err != nil {
+		hd.log.Debug("heartbeat while waiting for the floor not written", "generator", hd.rt.cfg.Name,
+			"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "err", err)
 	}
 }
 

@@ -561,3 +561,41 @@ func transitionAt(logs, what string) (time.Time, bool) {
 	}
 	return time.Time{}, false
 }
+
+// A holder waiting for its floor (here the restore guard of a shared
+// coordinator, about 7 s) keeps its owner record's heartbeat fresh: a
+// record left older than coordinator.TakeBackAge is taken back by any
+// process of the same instance, and two of them (a replacement on this
+// data dir beside its thawed zombie) took the worker from each other for
+// as long as the chaos suite's zombie scenario waited.
+func TestFloorWaitKeepsHeartbeat(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), sharedCoordinator)
+	var taken time.Time
+	beats := 0
+	for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(100 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		hs, err := n.coord.(coordinator.Admin).Workers(ctx, n.cfg.Generators[0].Name)
+		cancel()
+		if err != nil || len(hs) == 0 || !hs[0].Live {
+			continue
+		}
+		if n.genInfo(t, "").GetServing() {
+			t.Fatal("served before the restore guard's wait: the test sees no floor wait")
+		}
+		wall := hs[0].Heartbeat.Wall
+		switch {
+		case taken.IsZero():
+			taken = wall
+		case wall.After(taken):
+			beats++
+			taken = wall
+		}
+		if age := time.Since(wall); age > coordinator.TakeBackAge {
+			t.Fatalf("the owner record's heartbeat is %v old while the holder waits for its floor (take-back age %v)", age, coordinator.TakeBackAge)
+		}
+	}
+	if beats < 2 {
+		t.Fatalf("%d heartbeats in 5 s of waiting for the floor, want one a second", beats)
+	}
+}
