@@ -41,7 +41,7 @@ var clockScenarios = []scenario{
 			e.t.Fatal(err)
 		}
 		e.row.Recover = r.Round(time.Millisecond).String()
-		offset := fault{node: "n1", from: okUntil, causes: []clockguard.Code{clockguard.CodeNTPOffset}}.until(time.Now())
+		offset := fault{node: "n1", from: okUntil, causes: ntpOffset}.until(time.Now())
 		load.Stop()
 		countFailures(e, e.rec.Failures(), within(offset))
 		e.check(Bounds{Skew: 500 * time.Millisecond})
@@ -75,7 +75,7 @@ var clockScenarios = []scenario{
 		// refusals must name it.
 		load := StartLoad(e.rec, e.nodes, LoadOptions{Callers: 2, Deadline: 2 * time.Second})
 		time.Sleep(time.Second)
-		offset := fault{node: "n1", from: time.Now(), causes: []clockguard.Code{clockguard.CodeNTPOffset}}
+		offset := fault{node: "n1", from: time.Now(), causes: ntpOffset}
 		for _, s := range srvs {
 			s.SetOffset(-400 * time.Millisecond)
 		}
@@ -275,8 +275,16 @@ var forwardStepScenarios = []scenario{
 }
 
 // forwardStep are the causes a node held by a forward step refuses with:
-// the step not yet confirmed, NTP's offset, or its peers' median.
-var forwardStep = []clockguard.Code{clockguard.CodeClockStep, clockguard.CodeNTPOffset, clockguard.CodePeerSkew}
+// the step not yet confirmed, NTP's offset, or its peers' median — and,
+// since a clock in doubt also holds its reservations below the step, the
+// reservation running out.
+var forwardStep = []clockguard.Code{clockguard.CodeClockStep, clockguard.CodeNTPOffset, clockguard.CodePeerSkew,
+	clockguard.CodeReservationExhausted}
+
+// ntpOffset are the causes of a node whose NTP servers say its clock is
+// off: the offset, and (its reservations held meanwhile) the reservation
+// running out.
+var ntpOffset = []clockguard.Code{clockguard.CodeNTPOffset, clockguard.CodeReservationExhausted}
 
 // ntpTrio starts three NTP responders and returns them with the --ntp value.
 func ntpTrio(t testing.TB) ([]*ntptest.Server, string) {
