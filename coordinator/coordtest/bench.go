@@ -59,7 +59,7 @@ func BenchReserve(b *testing.B, be Backend) {
 // load, and fails a rate above 1.05 plus one write per window (a write at
 // each edge of a short window): the target is one reservation write a
 // second per generator whatever the load. The test command runs it for
-// 10 s per backend. Run with -benchtime 1x.
+// 5 s per backend. Run with -benchtime 1x.
 func BenchWrites(b *testing.B, be Backend) {
 	d := 60 * time.Second
 	if s := os.Getenv("FIRN_WRITES_SECONDS"); s != "" {
