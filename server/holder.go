@@ -386,8 +386,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 	if h.guarded {
 		what = fmt.Sprintf("the restore guard (a take starts above what a holder the coordinator may have forgotten could have issued: now + %v)", hd.cfg.RestoreGuard)
 	}
-	var beat time.Duration // the take wrote the record; the next beat one interval later
-	_, beat = hd.clock.Now()
+	_, beat := hd.clock.Now() // the take wrote the record: the next beat one interval later
 	for {
 		wall, mono := hd.clock.Now()
 		ahead := g.Floor() + 1 - l.Units(wall) - leadUnits
