@@ -140,20 +140,37 @@ func CheckHistory(layout generator.Layout, got []Received, holders []*Holder, b 
 		last[k] = r
 	}
 
-	// 4. Bounded disorder.
-	bound = b.MaxLead + b.MaxStaleness + layout.Unit + b.Prefetch + b.Skew + 50*time.Millisecond
+	// 4. Bounded disorder. An ID is made while its call is in flight, so
+	// its time lies between the call's start less what may age in the
+	// ring (max-staleness, a prefetch buffer) and its receipt plus what
+	// the generator may lead the clock (max-lead); a unit of rounding,
+	// any injected skew and 50 ms of slack on each side. worst is the
+	// largest distance outside the call's own interval.
+	behind := b.MaxStaleness + layout.Unit + b.Prefetch + b.Skew + 50*time.Millisecond
+	ahead := b.MaxLead + layout.Unit + b.Skew + 50*time.Millisecond
+	bound = max(behind, ahead)
 	for _, r := range got {
 		p, err := layout.Decode(r.ID)
 		if err != nil {
 			continue
 		}
-		d := p.Time.Sub(r.At)
-		if d < 0 {
-			d = -d
+		sent := r.Sent
+		if sent.IsZero() {
+			sent = r.At
 		}
-		worst = max(worst, d)
-		if d > bound {
-			problem("ID %d from %s: its time is %v from the receive time, bound %v", r.ID, r.Node, d, bound)
+		switch {
+		case p.Time.Before(sent):
+			d := sent.Sub(p.Time)
+			worst = max(worst, d)
+			if d > behind {
+				problem("ID %d from %s: its time is %v before its call began, bound %v", r.ID, r.Node, d, behind)
+			}
+		case p.Time.After(r.At):
+			d := p.Time.Sub(r.At)
+			worst = max(worst, d)
+			if d > ahead {
+				problem("ID %d from %s: its time is %v after its receipt, bound %v", r.ID, r.Node, d, ahead)
+			}
 		}
 	}
 	return res, worst, bound

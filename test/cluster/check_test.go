@@ -55,8 +55,16 @@ func TestCheckHistory(t *testing.T) {
 		{"an ID at its holder's floor", append(clean(), recv(3, 0, "a", 1000, 1, 7)), holders(), "lies in no holder interval"},
 		{"an ID of a worker its node never held", append(clean(), recv(1, 10, "a", 1100, 2, 0)), holders(), "lies in no holder interval"},
 		{"a caller's IDs go down on one node", append(clean(), recv(1, 10, "a", 1009, 1, 5)), holders(), "not above"},
-		{"an ID far from its receive time", append(clean(), Received{ID: id(1200, 1, 0), Node: "a", At: at(1200).Add(10 * time.Second), Call: 10, Client: 1}),
-			holders(), "from the receive time"},
+		{"a slow call: an ID made as it began, received 5 s later", append(clean(),
+			Received{ID: id(1200, 1, 0), Node: "a", Sent: at(1200).Add(-time.Millisecond), At: at(1200).Add(5 * time.Second), Call: 10, Client: 1}),
+			holders(), ""},
+		{"an ID led by max-lead", append(clean(), Received{ID: id(1200, 1, 0), Node: "a", At: at(1200).Add(-time.Second), Call: 10, Client: 1}),
+			holders(), ""},
+		{"an ID older than its call", append(clean(),
+			Received{ID: id(1200, 1, 0), Node: "a", Sent: at(1200).Add(time.Second), At: at(1200).Add(time.Second + time.Millisecond), Call: 10, Client: 1}),
+			holders(), "before its call began"},
+		{"an ID too far ahead of its receipt", append(clean(), Received{ID: id(1200, 1, 0), Node: "a", At: at(1200).Add(-1200 * time.Millisecond), Call: 10, Client: 1}),
+			holders(), "after its receipt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, _, _ := CheckHistory(l, tc.got, tc.holders, Bounds{MaxLead: time.Second, MaxStaleness: 100 * time.Millisecond})

@@ -22,6 +22,7 @@ type Received struct {
 	ID        uint64
 	Node      string
 	Generator string
+	Sent      time.Time // the client's wall clock when the call began (zero: At)
 	At        time.Time // the client's wall clock at receipt
 	Call      int64     // per-client call number: order of issue per caller
 	Client    int
@@ -70,10 +71,10 @@ type Recorder struct {
 	clients  atomic.Int64 // numbers callers uniquely across loads
 }
 
-func (r *Recorder) addIDs(node, gen string, client int, call int64, ids []uint64, at time.Time) {
+func (r *Recorder) addIDs(node, gen string, client int, call int64, ids []uint64, sent, at time.Time) {
 	r.mu.Lock()
 	for _, id := range ids {
-		r.ids = append(r.ids, Received{ID: id, Node: node, Generator: gen, At: at, Call: call, Client: client})
+		r.ids = append(r.ids, Received{ID: id, Node: node, Generator: gen, Sent: sent, At: at, Call: call, Client: client})
 	}
 	r.mu.Unlock()
 }
@@ -155,6 +156,7 @@ func StartLoad(rec *Recorder, nodes []*Node, o LoadOptions) *Load {
 				var call int64
 				for ctx.Err() == nil {
 					call++
+					sent := time.Now()
 					cctx, ccancel := context.WithTimeout(ctx, o.Deadline)
 					var ids []uint64
 					var err error
@@ -194,7 +196,7 @@ func StartLoad(rec *Recorder, nodes []*Node, o LoadOptions) *Load {
 						time.Sleep(20 * time.Millisecond)
 						continue
 					}
-					rec.addIDs(n.Name, o.Generator, c, call, ids, at)
+					rec.addIDs(n.Name, o.Generator, c, call, ids, sent, at)
 					if o.Pause > 0 {
 						time.Sleep(o.Pause)
 					}
@@ -242,6 +244,7 @@ func StartClientLoad(rec *Recorder, c Nexter, callers int, deadline time.Duratio
 			var call int64
 			for ctx.Err() == nil {
 				call++
+				sent := time.Now()
 				cctx, ccancel := context.WithTimeout(ctx, deadline)
 				v, err := c.Next(cctx)
 				ccancel()
@@ -255,7 +258,7 @@ func StartClientLoad(rec *Recorder, c Nexter, callers int, deadline time.Duratio
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
-				rec.addIDs("", "", id, call, []uint64{v}, at)
+				rec.addIDs("", "", id, call, []uint64{v}, sent, at)
 				if pause > 0 {
 					time.Sleep(pause)
 				}
