@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/clockguard/ntptest"
+	"github.com/firnid/firn/internal/testing/ntptest"
 )
 
 func ExampleStepSize() {

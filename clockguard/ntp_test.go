@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/clockguard/ntptest"
+	"github.com/firnid/firn/internal/testing/ntptest"
 	"go.uber.org/goleak"
 )
 

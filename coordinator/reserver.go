@@ -13,7 +13,7 @@ import (
 
 // Journal is where the Reserver makes a reservation durable on the node
 // before sending it, and records what the coordinator acknowledged
-// (coordinator/local's Gen implements it).
+// (datadir's Gen implements it).
 type Journal interface {
 	// BeforeReserve durably records until as the node's last
 	// reservation; the Reserve is sent only if it returns nil.

@@ -17,11 +17,11 @@ import (
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/clockguard/ntptest"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/etcd"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/testing/etcdtest"
+	"github.com/firnid/firn/internal/testing/ntptest"
 )
 
 type decoded struct {

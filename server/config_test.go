@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/server"
 )
@@ -100,7 +100,7 @@ func TestStartRefusalBindsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := local.Open(t.TempDir())
+	st, err := datadir.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
 )
@@ -26,7 +26,7 @@ import (
 type Core struct {
 	cfg      Config
 	coord    coordinator.Coordinator
-	local    *local.State
+	local    *datadir.State
 	clock    clockguard.Clock
 	log      *slog.Logger
 	nodeInfo coordinator.NodeInfo
@@ -77,7 +77,7 @@ func WithNTPRunner(newNTP func(report func(clockguard.NTPResult, error)) (NTPRun
 // embedding firn in a process of one's own, and for the simulator. cfg must
 // have passed Finish. Start runs it; Stop ends it, releasing its leases;
 // Crash ends it as a killed process would, leaving them to expire.
-func NewCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock clockguard.Clock, info coordinator.NodeInfo, opts ...CoreOption) (*Core, error) {
+func NewCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clockguard.Clock, info coordinator.NodeInfo, opts ...CoreOption) (*Core, error) {
 	c, err := newCore(cfg, coord, st, clock, info, slog.Default(), opts...)
 	if err != nil {
 		return nil, err
@@ -183,7 +183,7 @@ func (c *Core) Status(generator string) (GeneratorStatus, error) {
 }
 
 // newCore builds the core's generators; log is its logger.
-func newCore(cfg Config, coord coordinator.Coordinator, st *local.State, clock clockguard.Clock, info coordinator.NodeInfo, log *slog.Logger, opts ...CoreOption) (*Core, error) {
+func newCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clockguard.Clock, info coordinator.NodeInfo, log *slog.Logger, opts ...CoreOption) (*Core, error) {
 	if len(cfg.Generators) == 0 {
 		return nil, fmt.Errorf("%w: no generators (call Config.Finish)", ErrConfig)
 	}

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/server"
 )
 

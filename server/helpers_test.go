@@ -26,9 +26,9 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/etcd"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
-	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/server"
 )
 
@@ -168,7 +168,7 @@ func startNamedNode(t *testing.T, name string, endpoints []string, dir string, o
 	if err != nil {
 		t.Fatalf("etcd coordinator: %v", err)
 	}
-	st, err := local.Open(dir)
+	st, err := datadir.Open(dir)
 	if err != nil {
 		n.coord.Close()
 		t.Fatalf("data dir: %v", err)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/server"
 )
 

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/server"
 )
 

@@ -8,7 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 )
 
 // Shutdown stops every goroutine the node started (the coordinator's

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/server"
 )
 

@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
-	"github.com/firnid/firn/clockguard/ntptest"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/testing/etcdtest"
+	"github.com/firnid/firn/internal/testing/ntptest"
 	"github.com/firnid/firn/server"
 )
 

@@ -22,7 +22,7 @@ import (
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/server/grpcopt"
 )
 
@@ -78,7 +78,7 @@ type Node struct {
 // reservations, fsynced before each Reserve). cfg must have passed Finish.
 // Required collaborators are positional; clock is the node's clock source
 // (an Offset clock when fault injection is on).
-func New(cfg Config, coord coordinator.Coordinator, st *local.State, clock clockguard.Clock, name string, opts ...Option) (*Node, error) {
+func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clockguard.Clock, name string, opts ...Option) (*Node, error) {
 	wall, _ := clock.Now()
 	n := &Node{
 		log:     slog.Default(),

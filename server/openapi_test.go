@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/yaml"
 
-	"github.com/firnid/firn/clockguard/ntptest"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/internal/testing/etcdtest"
+	"github.com/firnid/firn/internal/testing/ntptest"
 	"github.com/firnid/firn/server"
 )
 

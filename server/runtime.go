@@ -11,7 +11,7 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
 )
@@ -21,7 +21,7 @@ import (
 // current holding.
 type genRuntime struct {
 	cfg       GeneratorConfig
-	local     *local.Gen // the data-dir record of this generator
+	local     *datadir.Gen // the data-dir record of this generator
 	isDefault bool
 	maxBatch  int
 	maxRange  uint64

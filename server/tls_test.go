@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/server"
 )
 

@@ -153,7 +153,7 @@ while read -r tag pkg test; do
 		echo "$pkg $test did not fail under -tags $tag"; exit 1
 	fi
 done <<'TAGS'
-firn_weakjournal ./coordinator/local/ TestCheck
+firn_weakjournal ./datadir/ TestCheck
 firn_weakheld ./coordinator/ TestPlanSkipsHeldSlots
 TAGS
 
@@ -238,7 +238,7 @@ step "fuzz targets (brief)"
 # seeds (and the crashers found, kept in testdata/fuzz) run with the
 # package's tests above; the layout's targets also explore here, briefly.
 # The coordinator's and the data dir's explore by hand:
-#   go test -run '^$' -fuzz '^FuzzDecodeSlot$' -fuzztime 1m ./coordinator/local
+#   go test -run '^$' -fuzz '^FuzzDecodeSlot$' -fuzztime 1m ./datadir
 while read -r f pkg secs; do
 	go test -run '^$' -fuzz "^${f}\$" -fuzztime "${secs}s" "$pkg" >/dev/null
 done <<'FUZZ'

@@ -15,8 +15,8 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/etcd"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 )
 
 // adminEtcd is an embedded etcd with generators set up through the

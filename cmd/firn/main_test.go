@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 )
 
 // firnBin is the binary under test, built once by TestMain.

@@ -70,3 +70,28 @@ func gitHead(t *testing.T) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// TestBinaryImportsNoHarness: the shipped binary links no test harness —
+// nothing under internal/testing/ or test/ (docs/design.md, Layout of
+// the code) — for every build tag a release uses (none).
+func TestBinaryImportsNoHarness(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	const module = "github.com/firnid/firn/"
+	seen := 0
+	for _, p := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(p, module) {
+			continue
+		}
+		seen++
+		rel := strings.TrimPrefix(p, module)
+		if strings.HasPrefix(rel, "internal/testing/") || strings.HasPrefix(rel, "test/") {
+			t.Errorf("the binary imports the harness %s", p)
+		}
+	}
+	if seen < 5 {
+		t.Fatalf("go list -deps named %d of firn's packages; want the binary's (output %q)", seen, out)
+	}
+}

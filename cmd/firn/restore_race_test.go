@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
-	"github.com/firnid/firn/coordinator/zookeeper/zktest"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/testing/etcdtest"
+	"github.com/firnid/firn/internal/testing/zktest"
 )
 
 // TestRestoreFreshNodeFirst: a coordinator is restored from a copy taken

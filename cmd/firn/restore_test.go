@@ -20,9 +20,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
-	"github.com/firnid/firn/coordinator/zookeeper/zktest"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/testing/etcdtest"
+	"github.com/firnid/firn/internal/testing/zktest"
 )
 
 // The nodes' timing in these tests: the shortest the node accepts without

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/server"
 )
 
@@ -59,7 +59,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		sc.clientCAs.OnReload(logReload(log, "TLS client CA", sc.tlsClientCA))
 	}
 
-	dd, err := local.Open(sc.dataDir)
+	dd, err := datadir.Open(sc.dataDir)
 	if err != nil {
 		return fail(stderr, exitFailure, "serve: --data-dir: %v", err)
 	}

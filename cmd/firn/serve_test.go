@@ -18,8 +18,8 @@ import (
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 )
 
 // The embedded default: `firn serve` with a data dir and ports and nothing

@@ -17,7 +17,7 @@ import (
 
 	"github.com/firnid/firn/client"
 	firnv1 "github.com/firnid/firn/client/firnv1"
-	"github.com/firnid/firn/internal/testpki"
+	"github.com/firnid/firn/internal/devpki"
 )
 
 // The node's certificate renewed under load: its files are replaced while
@@ -26,7 +26,7 @@ import (
 // renewed certificate within a second; the established ones are not
 // dropped; the node logs the reload.
 func TestCertificateRotationUnderLoad(t *testing.T) {
-	pki, err := testpki.Write(t.TempDir(), "caller")
+	pki, err := devpki.Write(t.TempDir(), "caller")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestCertificateRotationUnderLoad(t *testing.T) {
 	// The client CA rotates too: a bundle of the old and a new CA replaces
 	// --tls-client-ca's file, and a caller with a certificate of the new
 	// CA is let in on its next connection, without a restart.
-	next, err := testpki.Write(t.TempDir(), "new-caller")
+	next, err := devpki.Write(t.TempDir(), "new-caller")
 	if err != nil {
 		t.Fatal(err)
 	}

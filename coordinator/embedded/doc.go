@@ -5,7 +5,7 @@
 // the client URL Start returns (and logs).
 //
 // It owns the data directory's identity record: at first start it records
-// the instance ID (from coordinator/local), the machine ID (/etc/machine-id,
+// the instance ID (from datadir), the machine ID (/etc/machine-id,
 // else the hostname) and the data directory's absolute path, plus the
 // member's client and peer URLs (so they stay the same across restarts).
 // Start refuses with reason "data dir copied or moved" when any of the
@@ -22,6 +22,6 @@
 //
 // Hazards: the member's state is in DataDir/embedded/etcd; deleting it
 // recreates the pins (nodes then refuse with "coordinator state recreated"
-// through coordinator/local). Compaction runs hourly so the one write per
+// through datadir). Compaction runs hourly so the one write per
 // second per generator does not grow the database without bound.
 package embedded

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/datadir"
 )
 
 // ErrMoved: the data directory's identity record names another machine,
@@ -132,7 +132,7 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
-	st, err := local.Open(abs)
+	st, err := datadir.Open(abs)
 	if err != nil {
 		return nil, err
 	}
@@ -250,14 +250,14 @@ func loadIdentity(path string) (identity, error) {
 		return id, err
 	}
 	if err := json.Unmarshal(b, &id); err != nil || id.ClientURL == "" || id.PeerURL == "" {
-		return id, fmt.Errorf("%w: %s is unreadable (%v)", local.ErrCorrupt, path, err)
+		return id, fmt.Errorf("%w: %s is unreadable (%v)", datadir.ErrCorrupt, path, err)
 	}
 	return id, nil
 }
 
 func saveIdentity(path string, id identity) error {
 	b, _ := json.MarshalIndent(id, "", "  ")
-	return local.WriteFileAtomic(path, append(b, '\n'))
+	return datadir.WriteFileAtomic(path, append(b, '\n'))
 }
 
 // pickURL turns a loopback host:port into an http URL, choosing a free

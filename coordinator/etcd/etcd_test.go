@@ -10,9 +10,9 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/etcd"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/internal/testing/coordtest"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 )
 
 // testTTL is the lease TTL of the harness's coordinators: short, so the

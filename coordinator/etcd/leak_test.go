@@ -8,9 +8,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/etcd"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
+	"github.com/firnid/firn/internal/testing/coordtest"
+	"github.com/firnid/firn/internal/testing/etcdtest"
 )
 
 // TestNoGoroutineLeak: a coordinator that acquired, reserved, watched

@@ -12,8 +12,8 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/memory"
+	"github.com/firnid/firn/internal/testing/coordtest"
 )
 
 // The fault tests run in testing/synctest bubbles: every wait below is

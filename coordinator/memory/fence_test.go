@@ -9,8 +9,8 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/memory"
+	"github.com/firnid/firn/internal/testing/coordtest"
 )
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

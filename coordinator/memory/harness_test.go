@@ -10,8 +10,8 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/memory"
+	"github.com/firnid/firn/internal/testing/coordtest"
 )
 
 // testTTL is the session TTL of the harness's stores: short, since the

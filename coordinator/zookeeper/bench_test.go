@@ -3,8 +3,8 @@ package zookeeper_test
 import (
 	"testing"
 
-	"github.com/firnid/firn/coordinator/coordtest"
-	"github.com/firnid/firn/coordinator/zookeeper/zktest"
+	"github.com/firnid/firn/internal/testing/coordtest"
+	"github.com/firnid/firn/internal/testing/zktest"
 )
 
 // benchBackends are the real servers the benchmarks run against: a

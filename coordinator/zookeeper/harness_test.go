@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/firnid/firn/coordinator/coordtest"
-	"github.com/firnid/firn/coordinator/zookeeper/zktest"
+	"github.com/firnid/firn/internal/testing/coordtest"
+	"github.com/firnid/firn/internal/testing/zktest"
 )
 
 // The harness's session timeouts: short on a standalone server, and at

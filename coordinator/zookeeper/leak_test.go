@@ -6,7 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/firnid/firn/coordinator/coordtest"
+	"github.com/firnid/firn/internal/testing/coordtest"
 )
 
 // TestCloseLeavesNoGoroutines: Close stops the client, the watches behind

@@ -13,9 +13,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/zookeeper"
-	"github.com/firnid/firn/coordinator/zookeeper/zktest"
+	"github.com/firnid/firn/internal/testing/coordtest"
+	"github.com/firnid/firn/internal/testing/zktest"
 )
 
 func copyTree(t *testing.T, from, to string) {
@@ -224,7 +224,7 @@ func TestRestoredServerBehindClient(t *testing.T) {
 	cl.Admin().Close()
 	goleak.VerifyNone(t, before,
 		// The restarted server's process waiter.
-		goleak.IgnoreAnyFunction("github.com/firnid/firn/coordinator/zookeeper/zktest.(*Server).launch.func1"))
+		goleak.IgnoreAnyFunction("github.com/firnid/firn/internal/testing/zktest.(*Server).launch.func1"))
 }
 
 // TestFrozenServerKeepsClient: a frozen server (SIGSTOP: the kernel still

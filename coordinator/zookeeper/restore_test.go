@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/zookeeper"
+	"github.com/firnid/firn/internal/testing/coordtest"
 )
 
 // TestMarkerCheckedInMulti: a restore marker written between an

@@ -13,9 +13,9 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/zookeeper"
-	"github.com/firnid/firn/coordinator/zookeeper/zktest"
+	"github.com/firnid/firn/internal/testing/coordtest"
+	"github.com/firnid/firn/internal/testing/zktest"
 )
 
 var sysClock = clockguard.NewSystem()

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/firnid/firn/internal/certfile"
-	"github.com/firnid/firn/internal/testpki"
+	"github.com/firnid/firn/internal/devpki"
 )
 
 func serial(t *testing.T, k *certfile.KeyPair) int64 {
@@ -25,7 +25,7 @@ func serial(t *testing.T, k *certfile.KeyPair) int64 {
 // load leaves the previous one in use, is reported once, and a good pair
 // written after it is taken.
 func TestKeyPairReloads(t *testing.T) {
-	f, err := testpki.Write(t.TempDir(), "client")
+	f, err := devpki.Write(t.TempDir(), "client")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestKeyPairReloads(t *testing.T) {
 
 	// A certificate that does not match the key (a half-done copy): the
 	// renewed pair stays; the failure is reported once, not per call.
-	other, err := testpki.Write(t.TempDir(), "client")
+	other, err := devpki.Write(t.TempDir(), "client")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,11 +86,11 @@ func TestKeyPairReloads(t *testing.T) {
 // A CA bundle that changes is read again; one that holds no certificate
 // leaves the previous pool in use.
 func TestPoolReloads(t *testing.T) {
-	a, err := testpki.Write(t.TempDir(), "a")
+	a, err := devpki.Write(t.TempDir(), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := testpki.Write(t.TempDir(), "b")
+	b, err := devpki.Write(t.TempDir(), "b")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,14 +4,14 @@ import (
 	"crypto/tls"
 	"os"
 
-	"github.com/firnid/firn/internal/testpki"
+	"github.com/firnid/firn/internal/devpki"
 )
 
 // ephemeralPKI is a throw-away CA with a server certificate for 127.0.0.1
 // and a client certificate, in a temporary directory, for the no-op server
 // when the run uses TLS. The keys live only as long as the run.
 type ephemeralPKI struct {
-	*testpki.Files
+	*devpki.Files
 	// What the load side dials with: trusting the CA, and with the client
 	// certificate as well.
 	tlsOnly, mtls *tls.Config
@@ -23,7 +23,7 @@ func newEphemeralPKI() (*ephemeralPKI, error) {
 		return nil, err
 	}
 	p := &ephemeralPKI{}
-	if p.Files, err = testpki.Write(dir, "firn-bench"); err == nil {
+	if p.Files, err = devpki.Write(dir, "firn-bench"); err == nil {
 		if p.tlsOnly, err = p.ClientTLS(false); err == nil {
 			p.mtls, err = p.ClientTLS(true)
 		}

@@ -8,13 +8,13 @@ import (
 
 	"github.com/firnid/firn/client"
 	"github.com/firnid/firn/client/clienttest"
-	"github.com/firnid/firn/internal/testpki"
+	"github.com/firnid/firn/internal/devpki"
 )
 
 // The client over TLS and mTLS, with certificates loaded by LoadTLS, and
 // refused (ErrUnavailable) without the client certificate or in plaintext.
 func TestTLS(t *testing.T) {
-	certs, err := testpki.Write(t.TempDir(), "client")
+	certs, err := devpki.Write(t.TempDir(), "client")
 	if err != nil {
 		t.Fatal(err)
 	}

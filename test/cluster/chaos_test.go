@@ -18,9 +18,9 @@ import (
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
-	"github.com/firnid/firn/coordinator/zookeeper/zktest"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/testing/etcdtest"
+	"github.com/firnid/firn/internal/testing/zktest"
 )
 
 // chaosBudget is the whole chaos suite's time budget, reported, not

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/clockguard/ntptest"
+	"github.com/firnid/firn/internal/testing/ntptest"
 )
 
 // clockScenarios: NTP offsets and silence, and clock steps of a node among

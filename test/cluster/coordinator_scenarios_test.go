@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/firnid/firn/coordinator/etcd/etcdtest"
-	"github.com/firnid/firn/coordinator/zookeeper/zktest"
+	"github.com/firnid/firn/internal/testing/etcdtest"
+	"github.com/firnid/firn/internal/testing/zktest"
 )
 
 // coordinatorScenarios: the coordinator's own faults — an etcd leader

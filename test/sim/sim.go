@@ -54,8 +54,8 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/local"
 	"github.com/firnid/firn/coordinator/memory"
+	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/server"
 )
@@ -389,7 +389,7 @@ func (n *node) startNode(wipe bool) error {
 	if err := cfg.Finish(wall); err != nil {
 		return err
 	}
-	st, err := local.Open(n.dir)
+	st, err := datadir.Open(n.dir)
 	if err != nil {
 		return err
 	}

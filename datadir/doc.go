@@ -1,4 +1,4 @@
-// Package local keeps a node's coordinator state in its data directory: its
+// Package datadir keeps a node's coordinator state in its data directory: its
 // instance ID, and per generator its own last reservation, the pin's
 // incarnation ID and the last reservation R acknowledged for each worker
 // slot it held.
@@ -27,4 +27,4 @@
 // one refresh and never its safety. A data directory copied to another
 // machine carries its instance ID with it; the embedded coordinator checks
 // for that (coordinator/embedded).
-package local
+package datadir

@@ -16,8 +16,8 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/zookeeper"
+	"github.com/firnid/firn/internal/testing/coordtest"
 )
 
 // DefaultAuth is the digest identity the Backend's coordinators use.

@@ -1,4 +1,4 @@
-// Package testpki writes throw-away certificate authorities: a CA, a
+// Package devpki writes throw-away certificate authorities: a CA, a
 // server certificate for 127.0.0.1 and localhost, and a client
 // certificate, as PEM files in one directory. The tests use it for TLS
 // against etcd and firn nodes, and `firn bench` for its TLS runs against
@@ -7,7 +7,7 @@
 // Keys are fresh P-256 keys on each call and the validity window is fixed
 // (2000–2100), so no clock is read. Hazard: nothing here is fit for
 // production certificates.
-package testpki
+package devpki
 
 import (
 	"crypto/ecdsa"
@@ -55,7 +55,7 @@ func Write(dir, clientCN string) (*Files, error) {
 	}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("testpki: CA key: %w", err)
+		return nil, fmt.Errorf("devpki: CA key: %w", err)
 	}
 	caTmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "firn throw-away CA"},
@@ -64,11 +64,11 @@ func Write(dir, clientCN string) (*Files, error) {
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, fmt.Errorf("testpki: CA: %w", err)
+		return nil, fmt.Errorf("devpki: CA: %w", err)
 	}
 	caCert, err := x509.ParseCertificate(caDER)
 	if err != nil {
-		return nil, fmt.Errorf("testpki: CA: %w", err)
+		return nil, fmt.Errorf("devpki: CA: %w", err)
 	}
 	if err := writePEM(f.CA, "CERTIFICATE", caDER); err != nil {
 		return nil, err
@@ -95,10 +95,10 @@ func (f *Files) RenewServer() (int64, error) {
 		return 0, err
 	}
 	if err := os.Rename(keyTmp, f.ServerKey); err != nil {
-		return 0, fmt.Errorf("testpki: %w", err)
+		return 0, fmt.Errorf("devpki: %w", err)
 	}
 	if err := os.Rename(certTmp, f.ServerCert); err != nil {
-		return 0, fmt.Errorf("testpki: %w", err)
+		return 0, fmt.Errorf("devpki: %w", err)
 	}
 	return f.serial, nil
 }
@@ -107,7 +107,7 @@ func (f *Files) RenewServer() (int64, error) {
 func (f *Files) leaf(serial int64, cn string, usage []x509.ExtKeyUsage, certPath, keyPath string) error {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return fmt.Errorf("testpki: key for %s: %w", cn, err)
+		return fmt.Errorf("devpki: key for %s: %w", cn, err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
@@ -117,11 +117,11 @@ func (f *Files) leaf(serial int64, cn string, usage []x509.ExtKeyUsage, certPath
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, f.caCert, &k.PublicKey, f.caKey)
 	if err != nil {
-		return fmt.Errorf("testpki: certificate for %s: %w", cn, err)
+		return fmt.Errorf("devpki: certificate for %s: %w", cn, err)
 	}
 	kb, err := x509.MarshalECPrivateKey(k)
 	if err != nil {
-		return fmt.Errorf("testpki: key for %s: %w", cn, err)
+		return fmt.Errorf("devpki: key for %s: %w", cn, err)
 	}
 	if err := writePEM(certPath, "CERTIFICATE", der); err != nil {
 		return err
@@ -137,7 +137,7 @@ func (f *Files) Roots() (*x509.CertPool, error) {
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("testpki: %s holds no certificate", f.CA)
+		return nil, fmt.Errorf("devpki: %s holds no certificate", f.CA)
 	}
 	return pool, nil
 }
@@ -162,7 +162,7 @@ func (f *Files) ClientTLS(clientCert bool) (*tls.Config, error) {
 
 func writePEM(path, typ string, der []byte) error {
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		return fmt.Errorf("testpki: %w", err)
+		return fmt.Errorf("devpki: %w", err)
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/beevik/ntp"
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/clockguard/ntptest"
+	"github.com/firnid/firn/internal/testing/ntptest"
 	"go.uber.org/goleak"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
 )
 
@@ -75,7 +75,7 @@ func Decisive(t *testing.T, b Backend, o DecisiveOptions) {
 	holders := make([]*decisiveHolder, o.Holders)
 	var wg sync.WaitGroup
 	for i := range holders {
-		st, err := local.Open(t.TempDir())
+		st, err := datadir.Open(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ type decisiveHolder struct {
 	o    DecisiveOptions
 	idx  int
 	node coordinator.NodeInfo
-	jr   *local.Gen
+	jr   *datadir.Gen
 
 	ids          []uint64
 	acquisitions int

@@ -1,6 +1,6 @@
 //go:build firn_weakjournal
 
-package local
+package datadir
 
 // firn_weakjournal: the data dir's record of what it acknowledged is
 // never compared, so a restored coordinator goes unnoticed by the node

@@ -11,7 +11,7 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/local"
+	"github.com/firnid/firn/datadir"
 )
 
 // Case is one shared case.
@@ -805,7 +805,7 @@ func checkAbove(t testing.TB, ch *child, l coordinator.Lease) {
 // ("coordinator state recreated").
 func LocalStateRefuses(t *testing.T, b Backend) {
 	cl := b.NewCluster(t)
-	st, err := local.Open(t.TempDir())
+	st, err := datadir.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/firnid/firn/coordinator/zookeeper/zktest"
+	"github.com/firnid/firn/internal/testing/zktest"
 )
 
 type quiet struct{}

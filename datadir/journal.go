@@ -1,6 +1,6 @@
 //go:build !firn_weakjournal
 
-package local
+package datadir
 
 // behind reports whether a coordinator that shows seen for a slot (its
 // reservation, or a bump's generator floor above it) is behind acked, the

@@ -1,4 +1,4 @@
-package testpki
+package devpki
 
 import (
 	"crypto/tls"

@@ -18,8 +18,8 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/coordtest"
 	"github.com/firnid/firn/coordinator/etcd"
+	"github.com/firnid/firn/internal/testing/coordtest"
 )
 
 // quiet logs warnings and errors only: the cases make thousands of
