@@ -24,9 +24,9 @@ type Timing struct {
 	// RefreshInterval is how often the Reserver writes (reservation plus
 	// heartbeat). Default 1 s.
 	RefreshInterval time.Duration
-	// AllowShortWindow lifts the window relations below. Test-only: tests
-	// that need a tiny window (every holder waiting on its reservation)
-	// set it; a production configuration never does.
+	// AllowShortWindow lifts the window relations below, for tests that
+	// need a tiny window (every holder waiting on its reservation); no
+	// flag of the binary sets it.
 	AllowShortWindow bool
 }
 

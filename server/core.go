@@ -40,6 +40,8 @@ type Core struct {
 	ntp    ntpRunner
 	// newNTP builds the NTP runner (nil: the real checker of --ntp).
 	newNTP func(report func(clockguard.NTPResult, error)) (ntpRunner, error)
+	// wrapJournal wraps each generator's data-dir journal (nil: none).
+	wrapJournal func(coordinator.Journal) coordinator.Journal
 
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -70,6 +72,13 @@ func WithCoreLogger(l *slog.Logger) CoreOption { return func(c *Core) { c.log = 
 // report. Used when --ntp is set.
 func WithNTPRunner(newNTP func(report func(clockguard.NTPResult, error)) (NTPRunner, error)) CoreOption {
 	return func(c *Core) { c.newNTP = newNTP }
+}
+
+// WithJournalWrap wraps each generator's data-dir journal in what wrap
+// returns: to observe the writes a node fsyncs before each reservation,
+// or to stall or fail them.
+func WithJournalWrap(wrap func(coordinator.Journal) coordinator.Journal) CoreOption {
+	return func(c *Core) { c.wrapJournal = wrap }
 }
 
 // NewCore builds a node's core — generators, holders, clock policy — over
@@ -345,7 +354,7 @@ func (c *Core) start() error {
 
 // newHolder is a holder of one worker lease of rt.
 func (c *Core) newHolder(rt *genRuntime) *holder {
-	return &holder{rt: rt, coord: c.coord, clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo, crashed: &c.crashed,
+	return &holder{rt: rt, coord: c.coord, journal: c.journalFor(rt), clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo, crashed: &c.crashed,
 		cfg: holderConfig{Datacenter: c.cfg.Datacenter, ReservationWindow: c.cfg.Timing.ReservationWindow,
 			RefreshInterval: c.cfg.Timing.RefreshInterval, CoordinatorTimeout: c.cfg.Timing.Timeout,
 			MaxClockOffset: c.cfg.MaxClockOffset, RestoreGuard: c.cfg.RestoreGuard(rt.cfg)}}

@@ -141,8 +141,21 @@ func startNode(t *testing.T, endpoints []string, dir string, opts ...func(*serve
 	return startNamedNode(t, "node-"+t.Name(), endpoints, dir, opts...)
 }
 
+// startNodeWith is startNode with options of the node's own.
+func startNodeWith(t *testing.T, endpoints []string, dir string, nodeOpts []server.Option, opts ...func(*server.Config)) *tnode {
+	t.Helper()
+	return startNodeOpts(t, "node-"+t.Name(), endpoints, dir, nodeOpts, opts...)
+}
+
 // startNamedNode is startNode with the node's name.
 func startNamedNode(t *testing.T, name string, endpoints []string, dir string, opts ...func(*server.Config)) *tnode {
+	t.Helper()
+	return startNodeOpts(t, name, endpoints, dir, nil, opts...)
+}
+
+// startNodeOpts starts a node named name on endpoints, with extra node
+// options and config changes.
+func startNodeOpts(t *testing.T, name string, endpoints []string, dir string, extra []server.Option, opts ...func(*server.Config)) *tnode {
 	t.Helper()
 	cfg, err := nodeConfig(opts...)
 	if err != nil {
@@ -152,7 +165,7 @@ func startNamedNode(t *testing.T, name string, endpoints []string, dir string, o
 	log := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
 	var clock clockguard.Clock = clockguard.NewSystem()
-	nodeOpts := []server.Option{server.WithLogger(log)}
+	nodeOpts := append([]server.Option{server.WithLogger(log)}, extra...)
 	if cfg.EnableFaultInjection {
 		n.offset = clockguard.NewOffset(clock, cfg.FaultClockOffset)
 		clock = n.offset

@@ -23,14 +23,16 @@ import (
 // loss (docs/design.md, Why duplicates cannot happen; Liveness rules). One
 // lease and the generator built for it are a holding, for life.
 type holder struct {
-	rt     *genRuntime
-	coord  coordinator.Coordinator
-	clock  clockguard.Clock
-	policy *clockPolicy
-	log    *slog.Logger
-	m      holderMetrics
-	node   coordinator.NodeInfo
-	cfg    holderConfig
+	rt    *genRuntime
+	coord coordinator.Coordinator
+	// journal is rt's data-dir journal (Core.journalFor).
+	journal coordinator.Journal
+	clock   clockguard.Clock
+	policy  *clockPolicy
+	log     *slog.Logger
+	m       holderMetrics
+	node    coordinator.NodeInfo
+	cfg     holderConfig
 	// crashed, when set, makes the way out write nothing (Core.Crash).
 	crashed *atomic.Bool
 	// ls is where this holder reports its lease: the generator's serving
@@ -510,7 +512,7 @@ func (hd *holder) newReserver(h *holding, after func(error, time.Duration)) (*co
 		},
 		Logical: h.gen.Logical,
 		Gate:    func(wanted int64) int64 { return hd.holdReserved(h, wanted) },
-		Journal: newBoundedJournal(journalFor(rt), 2*hd.cfg.CoordinatorTimeout),
+		Journal: newBoundedJournal(hd.journal, 2*hd.cfg.CoordinatorTimeout),
 		OnAck: func(r int64) {
 			h.reserved.Store(r)
 			h.gen.SetReserved(r)

@@ -73,14 +73,11 @@ func runBounded(ctx context.Context, f func() error) error {
 	}
 }
 
-// journalFor is the data-dir journal of one generator (a test hook can
-// wrap it).
-func journalFor(rt *genRuntime) coordinator.Journal {
-	if journalHook != nil {
-		return journalHook(rt.local)
+// journalFor is the data-dir journal of one generator, wrapped as
+// WithJournalWrap asks.
+func (c *Core) journalFor(rt *genRuntime) coordinator.Journal {
+	if c.wrapJournal != nil {
+		return c.wrapJournal(rt.local)
 	}
 	return rt.local
 }
-
-// journalHook wraps each generator's journal; tests only.
-var journalHook func(coordinator.Journal) coordinator.Journal

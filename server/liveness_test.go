@@ -365,10 +365,9 @@ func (s *stallJournal) Acked(slot coordinator.Slot, r int64) { s.inner.Acked(slo
 func TestJournalFailuresKeepTheNodeOut(t *testing.T) {
 	j := &stallJournal{release: make(chan struct{})}
 	j.failFirst.Store(4)
-	server.SetJournalHook(func(inner coordinator.Journal) coordinator.Journal { j.inner = inner; return j })
-	defer server.SetJournalHook(nil)
+	wrap := server.WithCoreOptions(server.WithJournalWrap(func(inner coordinator.Journal) coordinator.Journal { j.inner = inner; return j }))
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.ShutdownTimeout = 3 * time.Second })
+	n := startNodeWith(t, e.Endpoints, t.TempDir(), []server.Option{wrap}, func(c *server.Config) { c.ShutdownTimeout = 3 * time.Second })
 	sawReason := false
 	start := time.Now()
 	for time.Since(start) < 5*time.Second {

@@ -42,6 +42,11 @@ func WithCoordinatorName(s string) Option { return func(n *Node) { n.coordName =
 // was built with must be this one).
 func WithOffsetClock(o *clockguard.Offset) Option { return func(n *Node) { n.offset = o } }
 
+// WithCoreOptions passes options to the node's Core.
+func WithCoreOptions(opts ...CoreOption) Option {
+	return func(n *Node) { n.coreOpts = append(n.coreOpts, opts...) }
+}
+
 // Node is one firn node: a Core (its generators, their leases and ring
 // buffers, the clock policy) and the gRPC, HTTP and fault listeners, the
 // health service and the metrics registry around it.
@@ -49,6 +54,7 @@ type Node struct {
 	*Core
 	log         *slog.Logger
 	offset      *clockguard.Offset
+	coreOpts    []CoreOption // WithCoreOptions
 	embeddedURL string
 	coordName   string
 
@@ -91,7 +97,7 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 		o(n)
 	}
 	info := coordinator.NodeInfo{Name: name, InstanceID: st.InstanceID(), Address: cfg.GRPCAddr, StartTime: wall}
-	core, err := newCore(cfg, coord, st, clock, info, n.log)
+	core, err := newCore(cfg, coord, st, clock, info, n.log, n.coreOpts...)
 	if err != nil {
 		return nil, err
 	}

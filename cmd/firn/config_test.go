@@ -173,6 +173,7 @@ func TestServeConfigRefusals(t *testing.T) {
 		{"lease ttl", []string{"--lease-ttl", "1500ms"}, []string{"--lease-ttl", "at least 2s"}},
 		{"timeout not below the ttl", []string{"--coordinator-timeout", "5s"}, []string{"--coordinator-timeout", "below the --lease-ttl 5s"}},
 		{"short window", []string{"--reservation-window", "2s"}, []string{"--reservation-window", "2 × --coordinator-timeout 1s + 1.5s = 3.5s"}},
+		{"no flag lifts the window rule", []string{"--reservation-window", "200ms", "--unsafe-allow-short-window"}, []string{"unsafe-allow-short-window"}},
 		{"zookeeper session", []string{"--zookeeper", "127.0.0.1:2181", "--lease-ttl", "6s"},
 			[]string{"--reservation-window", "2/3 of the ZooKeeper session timeout (--lease-ttl) 6s + 1.5s = 5.5s"}},
 		{"generator without layout", []string{"--generator", "user"}, []string{"--generator", "name=layout"}},
@@ -210,7 +211,6 @@ func TestServeConfigRefusals(t *testing.T) {
 		{"--grpc-addr", "localhost:0", "--http-addr", "[::1]:0"},
 		{"--enable-fault-injection", "--fault-addr", "10.1.2.3:7302", "--fault-addr-allow-remote"},
 		{"--fault-addr", "10.1.2.3:7302"}, // no fault injection: the address is not used
-		{"--reservation-window", "200ms", "--unsafe-allow-short-window"},
 		{"--zookeeper", "127.0.0.1:2181", "--lease-ttl", "6s", "--reservation-window", "5500ms"},
 	} {
 		if err := finishServe(t, args...); err != nil {

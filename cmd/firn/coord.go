@@ -41,7 +41,6 @@ type coordConfig struct {
 	EtcdPasswordFile, ZooKeeperAuthFile string
 	// The timing (coordinator.Timing; the refresh interval is fixed at 1 s).
 	LeaseTTL, ReservationWindow, CoordinatorTimeout time.Duration
-	AllowShortWindow                                bool
 	// EmbeddedClientAddr is the embedded etcd's client listener: the one a
 	// node starts, and the one the admin commands reach with neither
 	// --etcd nor --zookeeper.
@@ -86,7 +85,6 @@ func (c *coordConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "worker lease TTL (etcd lease, ZooKeeper session timeout)")
 	fs.DurationVar(&c.ReservationWindow, "reservation-window", c.ReservationWindow, "how far ahead reservations are kept")
 	fs.DurationVar(&c.CoordinatorTimeout, "coordinator-timeout", c.CoordinatorTimeout, "timeout of each coordinator call")
-	fs.BoolVar(&c.AllowShortWindow, "unsafe-allow-short-window", c.AllowShortWindow, "lift the reservation-window relations (tests only; availability, not safety)")
 	fs.StringVar(&c.EmbeddedClientAddr, "embedded-client-addr", c.EmbeddedClientAddr, "embedded etcd client listener (loopback)")
 }
 
@@ -113,7 +111,7 @@ func (c *coordConfig) embedded() bool { return len(c.Etcd) == 0 && len(c.ZooKeep
 // timing is the coordination timing the coordinator and the node share.
 func (c *coordConfig) timing() coordinator.Timing {
 	return coordinator.Timing{LeaseTTL: c.LeaseTTL, ReservationWindow: c.ReservationWindow,
-		Timeout: c.CoordinatorTimeout, RefreshInterval: time.Second, AllowShortWindow: c.AllowShortWindow}
+		Timeout: c.CoordinatorTimeout, RefreshInterval: time.Second}
 }
 
 // validate refuses a coordinator configuration naming the flag: the

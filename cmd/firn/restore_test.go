@@ -25,8 +25,7 @@ import (
 	"github.com/firnid/firn/internal/testing/zktest"
 )
 
-// The nodes' timing in these tests: the shortest the node accepts without
-// --unsafe-allow-short-window (etcd: 2 × the 1 s call timeout + 1.5 s;
+// The nodes' timing in these tests: the shortest the node accepts (etcd: 2 × the 1 s call timeout + 1.5 s;
 // ZooKeeper: 2/3 of the 2 s session timeout + 1.5 s).
 //
 // The layout has two worker IDs, so that after the bump the two nodes
