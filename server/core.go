@@ -16,6 +16,7 @@ import (
 	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
+	"github.com/firnid/firn/server/admission"
 )
 
 // Core is a node without its listeners: its generators with their ring
@@ -223,7 +224,7 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock
 			maxBatch:  cfg.MaxBatchFor(gc),
 			maxRange:  cfg.MaxRangeFor(gc),
 			// Sized for one worker; re-sized as workers serve (setLive).
-			fair:            newFairShare(gc.Layout.Rate(), gc.Layout.PerUnit(), cfg.MaxQueueFor(gc, 1)),
+			fair:            admission.NewFairShare(gc.Layout.Rate(), gc.Layout.PerUnit(), cfg.MaxQueueFor(gc, 1)),
 			maxQueue:        func(workers int) int64 { return cfg.MaxQueueFor(gc, workers) },
 			wide:            wide,
 			maxWorkers:      cfg.WorkersFor(),
@@ -235,7 +236,7 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock
 				clockguard.WithServingGate(func(serving bool) { wide.Hold(!serving) })),
 		}
 		if cfg.ClientRate > 0 {
-			rt.limits = newClientLimits(cfg.ClientRate, cfg.ClientBurstOrDefault(), func() time.Duration {
+			rt.limits = admission.NewClientLimits(cfg.ClientRate, cfg.ClientBurstOrDefault(), func() time.Duration {
 				_, mono := clock.Now()
 				return mono
 			})
@@ -260,7 +261,7 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock
 		// waiters are refused with the cause.
 		rt.state.Subscribe(func(t clockguard.Transition) {
 			if t.From == clockguard.StateServing && t.To != clockguard.StateServing {
-				rt.fair.interrupt()
+				rt.fair.Interrupt()
 			}
 		})
 	}

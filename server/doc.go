@@ -20,7 +20,9 @@
 //     gate, rollback recovery, NTP verdicts, the peer median) fed by the
 //     step detector, the NTP checker and the peers' heartbeats, and the
 //     data-dir journal with its deadline (journal.go). NewCore runs one
-//     without listeners, for embedding and for simulation.
+//     without listeners, for embedding and for simulation. What a request
+//     is let in with and in which order — the queue bound, turns by flow,
+//     --client-rate — is the subpackage admission's.
 //   - Config (config.go): what a node consumes, validated by Finish, whose
 //     refusals name the `firn serve` flag. Flags, environment, the --config
 //     file, TLS files and the choice of coordinator are cmd/firn's: a node

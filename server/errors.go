@@ -17,6 +17,7 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
+	"github.com/firnid/firn/server/admission"
 )
 
 // Errors the handlers return before they reach a generator.
@@ -39,55 +40,6 @@ const (
 	reasonBadRequest clockguard.Code = "BAD_REQUEST"
 	reasonOverloaded clockguard.Code = "OVERLOADED"
 )
-
-// ErrOverloaded is matched by every OverloadedError.
-var ErrOverloaded = errors.New("overloaded")
-
-// OverloadedError is a request shed by admission: the generator's queue
-// is full, the caller's deadline falls before the request's turn, or the
-// caller is past its --client-rate.
-type OverloadedError struct {
-	Generator string
-	// Queued is the IDs asked for ahead of this request; Limit the queue
-	// bound; Asked this request's count.
-	Queued, Limit int64
-	Asked         int
-	// Deadline: shed for the caller's deadline, not the bound.
-	Deadline bool
-	// ClientRate and ClientBurst: shed for the caller's --client-rate
-	// (IDs/s) with its burst, when ClientRate > 0.
-	ClientRate  float64
-	ClientBurst int64
-	// RetryAfter is when the IDs ahead will have been produced, or the
-	// caller's rate allows these.
-	RetryAfter time.Duration
-}
-
-// bound names what shed the request (ErrorInfo metadata "bound").
-func (e *OverloadedError) bound() string {
-	switch {
-	case e.ClientRate > 0:
-		return "client-rate"
-	case e.Deadline:
-		return "deadline"
-	}
-	return "max-queue"
-}
-
-func (e *OverloadedError) Error() string {
-	if e.ClientRate > 0 {
-		return fmt.Sprintf("generator %q overloaded: this client is past --client-rate %g IDs/s (burst %d) with these %d; retry in %v",
-			e.Generator, e.ClientRate, e.ClientBurst, e.Asked, e.RetryAfter.Round(time.Millisecond))
-	}
-	if e.Deadline {
-		return fmt.Sprintf("generator %q overloaded: %d IDs asked for ahead of these %d take longer than the call's deadline; retry in %v",
-			e.Generator, e.Queued, e.Asked, e.RetryAfter.Round(time.Millisecond))
-	}
-	return fmt.Sprintf("generator %q overloaded: %d IDs asked for ahead of these %d, limit --max-queue %d; retry in %v",
-		e.Generator, e.Queued, e.Asked, e.Limit, e.RetryAfter.Round(time.Millisecond))
-}
-
-func (e *OverloadedError) Is(target error) bool { return target == ErrOverloaded }
 
 // ErrorDomain is the domain of every ErrorInfo the node sends.
 const ErrorDomain = "firn"
@@ -170,7 +122,7 @@ func code(err error) codes.Code {
 		errors.Is(err, ringbuffer.ErrNoSource),
 		errors.Is(err, ringbuffer.ErrClosed):
 		return codes.Unavailable
-	case errors.Is(err, ErrOverloaded):
+	case errors.Is(err, admission.ErrOverloaded):
 		return codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
@@ -201,7 +153,7 @@ func describe(err error) (d detail, ok bool) {
 		return m
 	}
 	var ns *NotServingError
-	var oe *OverloadedError
+	var oe *admission.OverloadedError
 	var re *RequestError
 	var ue *unknownGeneratorError
 	var rb *generator.RollbackError
@@ -210,10 +162,10 @@ func describe(err error) (d detail, ok bool) {
 		return detail{ns.Code, meta("generator", ns.Generator, "limit", ns.Limit, "measured", ns.Measured), ns.RetryAfter}, true
 	case errors.As(err, &oe):
 		if oe.ClientRate > 0 {
-			return detail{reasonOverloaded, meta("generator", oe.Generator, "bound", oe.bound(),
+			return detail{reasonOverloaded, meta("generator", oe.Generator, "bound", oe.Bound(),
 				"limit", strconv.FormatFloat(oe.ClientRate, 'g', -1, 64), "burst", strconv.FormatInt(oe.ClientBurst, 10)), oe.RetryAfter}, true
 		}
-		return detail{reasonOverloaded, meta("generator", oe.Generator, "bound", oe.bound(), "limit", strconv.FormatInt(oe.Limit, 10),
+		return detail{reasonOverloaded, meta("generator", oe.Generator, "bound", oe.Bound(), "limit", strconv.FormatInt(oe.Limit, 10),
 			"measured", strconv.FormatInt(oe.Queued, 10)), oe.RetryAfter}, true
 	case errors.As(err, &re):
 		return detail{reasonBadRequest, meta("field", re.Field, "value", re.Value, "limit", re.Limit), 0}, true

@@ -23,6 +23,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
+
+	"github.com/firnid/firn/server/admission"
 )
 
 // httpTLS is the HTTP listener's TLS configuration: like gRPC's, except
@@ -254,7 +256,7 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The server's own deadline: an HTTP client may have none.
-	ctx, cancel := context.WithTimeout(withFlowKey(r.Context(), r), n.cfg.HTTPRequestTimeout)
+	ctx, cancel := context.WithTimeout(admission.WithHTTPFlowKey(r.Context(), r), n.cfg.HTTPRequestTimeout)
 	defer cancel()
 	ids, err := n.IDs(ctx, q["generator"], count)
 	if err != nil {

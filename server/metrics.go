@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/server/admission"
 )
 
 // metrics are the node's Prometheus metrics, on a registry the node owns.
@@ -105,14 +106,14 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- g(descRingStale, prometheus.CounterValue, float64(st.Ring.DroppedStale), name)
 		ch <- g(descRingRefills, prometheus.CounterValue, float64(st.Ring.Refills), name)
 		ch <- g(descServing, prometheus.GaugeValue, b2f(st.Serving), name)
-		q := float64(max(rt.fair.queued.Load(), 0))
+		q := float64(rt.fair.Queued())
 		ch <- g(descQueueIDs, prometheus.GaugeValue, q, name)
 		ch <- g(descQueueSeconds, prometheus.GaugeValue, q/rt.capacity(), name)
 		ch <- g(descWorkers, prometheus.GaugeValue, float64(len(st.Wide.Workers)), name)
 		ch <- g(descWorkersWant, prometheus.GaugeValue, float64(st.Wide.Wanted), name)
-		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.fair.maxQueue.Load()), name)
-		for i, r := range shedReasons {
-			ch <- g(descShed, prometheus.CounterValue, float64(rt.fair.shed[i].Load()), name, r)
+		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.fair.MaxQueue()), name)
+		for i, r := range admission.ShedReasons {
+			ch <- g(descShed, prometheus.CounterValue, float64(rt.fair.Shed(i)), name, r)
 		}
 		snap := rt.state.Snapshot()
 		held := snap.Held()

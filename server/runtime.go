@@ -14,6 +14,7 @@ import (
 	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
+	"github.com/firnid/firn/server/admission"
 )
 
 // genRuntime is one named generator of the node: its serving state, its
@@ -28,9 +29,9 @@ type genRuntime struct {
 	// fair is admission and fair share of what the ring cannot serve,
 	// sized for the workers serving (maxQueue: the bound for so many);
 	// limits is --client-rate (nil without it).
-	fair     *fairShare
+	fair     *admission.FairShare
 	maxQueue func(workers int) int64
-	limits   *clientLimits
+	limits   *admission.ClientLimits
 	state    *clockguard.ServingState
 	ring     *ringbuffer.Buffer
 	// held is the first serving holding (the lowest worker); live all of
@@ -127,11 +128,11 @@ func (rt *genRuntime) recentEvents() []event {
 }
 
 // admit enters n IDs of the caller's flow in the generator's queue, or
-// refuses at once (fairShare.admit).
-func (rt *genRuntime) admit(ctx context.Context, n int) (*flow, error) {
-	f, err := rt.fair.admit(ctx, flowKey(ctx), n, rt.capacity())
+// refuses at once (admission.FairShare.Admit).
+func (rt *genRuntime) admit(ctx context.Context, n int) (*admission.Flow, error) {
+	f, err := rt.fair.Admit(ctx, admission.FlowKey(ctx), n, rt.capacity())
 	if err != nil {
-		err.(*OverloadedError).Generator = rt.cfg.Name
+		err.(*admission.OverloadedError).Generator = rt.cfg.Name
 		return nil, err
 	}
 	return f, nil
@@ -139,17 +140,17 @@ func (rt *genRuntime) admit(ctx context.Context, n int) (*flow, error) {
 
 // limit spends n IDs of the caller's --client-rate.
 func (rt *genRuntime) limit(ctx context.Context, n int) error {
-	wait, ok := rt.limits.take(flowKey(ctx), n)
+	wait, ok := rt.limits.Take(admission.FlowKey(ctx), n)
 	if ok {
 		return nil
 	}
 	if wait < 0 {
-		b := int64(rt.limits.burst)
+		b := rt.limits.Burst()
 		return badField("count", strconv.Itoa(n), fmt.Sprintf("[1, %d]", b),
 			"count %d exceeds --client-burst %d of generator %q: it could never pass --client-rate", n, b, rt.cfg.Name)
 	}
-	rt.fair.shed[shedClientRate].Add(1)
-	return &OverloadedError{Generator: rt.cfg.Name, Asked: n, ClientRate: rt.limits.rate, ClientBurst: int64(rt.limits.burst),
+	rt.fair.NoteShed(admission.ShedClientRate)
+	return &admission.OverloadedError{Generator: rt.cfg.Name, Asked: n, ClientRate: rt.limits.Rate(), ClientBurst: rt.limits.Burst(),
 		RetryAfter: max(wait, time.Millisecond)}
 }
 
@@ -184,7 +185,7 @@ func (rt *genRuntime) issueN(ctx context.Context, n int) ([]uint64, error) {
 // caller's --client-rate and, when the ring cannot fill it or it is larger
 // than one turn, admission (f non-nil: its IDs are in the queue until fill
 // returns).
-func (rt *genRuntime) enter(ctx context.Context, n int) (f *flow, err error) {
+func (rt *genRuntime) enter(ctx context.Context, n int) (f *admission.Flow, err error) {
 	if err := rt.refusal(); err != nil {
 		return nil, err
 	}
@@ -193,21 +194,21 @@ func (rt *genRuntime) enter(ctx context.Context, n int) (f *flow, err error) {
 			return nil, err
 		}
 	}
-	if n > rt.fair.turn() || n > rt.ring.Len() {
+	if n > rt.fair.Turn() || n > rt.ring.Len() {
 		return rt.admit(ctx, n)
 	}
 	return nil, nil
 }
 
 // fill is issue once entered.
-func (rt *genRuntime) fill(ctx context.Context, f *flow, dst []uint64) error {
+func (rt *genRuntime) fill(ctx context.Context, f *admission.Flow, dst []uint64) error {
 	if f != nil {
-		defer rt.fair.leave(f, len(dst))
+		defer rt.fair.Leave(f, len(dst))
 	}
 	// A batch larger than one turn is generated in turns, leaving the ring
 	// to the small calls it keeps fast (docs/design.md, Overload).
 	n := 0
-	if len(dst) <= rt.fair.turn() {
+	if len(dst) <= rt.fair.Turn() {
 		n, _ = rt.ring.TakeN(dst)
 	}
 	if n < len(dst) {
@@ -216,7 +217,7 @@ func (rt *genRuntime) fill(ctx context.Context, f *flow, dst []uint64) error {
 			if f, err = rt.admit(ctx, len(dst)-n); err != nil {
 				return err
 			}
-			defer rt.fair.leave(f, len(dst)-n)
+			defer rt.fair.Leave(f, len(dst)-n)
 		}
 		if err := rt.generateFair(ctx, f, dst[n:]); err != nil {
 			return err
@@ -244,7 +245,7 @@ func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
 		}
 		var one [1]uint64
 		err = rt.generateFair(ctx, f, one[:])
-		rt.fair.leave(f, 1)
+		rt.fair.Leave(f, 1)
 		if err != nil {
 			return 0, err
 		}
@@ -259,12 +260,12 @@ func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
 // turn (or the filler's lock), and it leaves the last unit of the lead to
 // the small calls (generator.TryBulk), so that a single ID asked beside a
 // flood waits for the turn in progress, not for the clock.
-func (rt *genRuntime) generateFair(ctx context.Context, f *flow, dst []uint64) error {
-	bulk := len(dst) > rt.fair.turn()
+func (rt *genRuntime) generateFair(ctx context.Context, f *admission.Flow, dst []uint64) error {
+	bulk := len(dst) > rt.fair.Turn()
 	var tries sourceTries
 	for n := 0; n < len(dst); {
-		g, err := rt.fair.acquire(ctx, f, len(dst)-n)
-		if errors.Is(err, errInterrupted) {
+		g, err := rt.fair.Acquire(ctx, f, len(dst)-n)
+		if errors.Is(err, admission.ErrInterrupted) {
 			if err := rt.refusal(); err != nil {
 				return err
 			}
@@ -275,7 +276,7 @@ func (rt *genRuntime) generateFair(ctx context.Context, f *flow, dst []uint64) e
 		}
 		if !bulk {
 			m, err := rt.generate(ctx, dst[n:n+g], &tries)
-			rt.fair.release()
+			rt.fair.Release()
 			n += m
 			if err != nil {
 				return err
@@ -283,7 +284,7 @@ func (rt *genRuntime) generateFair(ctx context.Context, f *flow, dst []uint64) e
 			continue
 		}
 		m, await, err := rt.ring.GenerateBulk(ctx, dst[n:n+g])
-		rt.fair.release()
+		rt.fair.Release()
 		n += m
 		if err == nil && await != nil {
 			err = await(ctx)

@@ -10,6 +10,8 @@ import (
 	"html/template"
 	"net/http"
 	"time"
+
+	"github.com/firnid/firn/server/admission"
 )
 
 var statusTmpl = template.Must(template.New("status").Funcs(template.FuncMap{
@@ -110,9 +112,9 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 		sg := statusGen{GeneratorStatus: st, Rate: rt.recentRate(mono)}
 		sg.RateChart, sg.LeadChart = rt.charts()
-		sg.Queued, sg.MaxQueue = max(rt.fair.queued.Load(), 0), rt.fair.maxQueue.Load()
-		for i := range rt.fair.shed {
-			sg.Shed += rt.fair.shed[i].Load()
+		sg.Queued, sg.MaxQueue = rt.fair.Queued(), rt.fair.MaxQueue()
+		for i := range admission.NumShed {
+			sg.Shed += rt.fair.Shed(i)
 		}
 		for i := len(st.Events) - 1; i >= 0; i-- {
 			e := st.Events[i]

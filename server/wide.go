@@ -10,6 +10,7 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/server/admission"
 )
 
 // A generator holds one worker or several (docs/design.md, Wide
@@ -260,7 +261,7 @@ func (rt *genRuntime) setLive(hs []*holding) {
 	rt.live.Store(&hs)
 	if k := max(len(hs), 1); rt.fair != nil {
 		l := rt.cfg.Layout
-		rt.fair.setSize(l.Rate()*float64(k), l.PerUnit()*uint64(k), rt.maxQueue(k))
+		rt.fair.SetSize(l.Rate()*float64(k), l.PerUnit()*uint64(k), rt.maxQueue(k))
 	}
 	if len(hs) > 0 {
 		rt.held.Store(hs[0])
@@ -406,15 +407,15 @@ func (rt *genRuntime) issueRuns(ctx context.Context, n uint64) ([]generator.Run,
 		}
 		return appendIDRuns(nil, ids), nil
 	}
-	defer rt.fair.leave(f, int(n))
+	defer rt.fair.Leave(f, int(n))
 	runs := make([]generator.Run, 0, 8)
 	var scratch []uint64
 	got := uint64(0)
 	var tries sourceTries
 	for got < n {
-		grant, err := rt.fair.acquire(ctx, f, int(min(n-got, 1<<40)))
+		grant, err := rt.fair.Acquire(ctx, f, int(min(n-got, 1<<40)))
 		if err != nil {
-			if err == errInterrupted {
+			if err == admission.ErrInterrupted {
 				if err := rt.refusal(); err != nil {
 					return nil, err
 				}
@@ -451,7 +452,7 @@ func (rt *genRuntime) issueRuns(ctx context.Context, n uint64) ([]generator.Run,
 		for _, r := range produced {
 			runs = appendRun(runs, r)
 		}
-		rt.fair.release()
+		rt.fair.Release()
 		got += uint64(took) + made
 		if err == nil && took == 0 && made == 0 {
 			err = rt.wide.AwaitBulk(ctx)

@@ -58,6 +58,7 @@ import (
 	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/admission"
 )
 
 // Options configure one run.
@@ -642,7 +643,7 @@ func (n *node) checkRefusal(r refusal) {
 	}
 	id, err := r.who, r.err
 	var ns *server.NotServingError
-	var ov *server.OverloadedError
+	var ov *admission.OverloadedError
 	var bad *server.RequestError
 	switch {
 	case errors.As(err, &ns):

@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// fairShare is a generator's admission and the order in which the callers
+// FairShare is a generator's admission and the order in which the callers
 // the ring could not serve get its output (docs/design.md, Overload).
 //
 // Each caller belongs to a flow: its client identity under mTLS, else its
@@ -22,25 +22,25 @@ import (
 // and the other newly arrived flows, never behind another caller's
 // 100,000. One turn is out at a time; the ring's filler is the only other
 // producer.
-type fairShare struct {
+type FairShare struct {
 	// quantum is the longest turn and maxQueue the queue bound, in IDs;
 	// both follow the workers serving (setSize).
 	quantum  atomic.Int64
 	maxQueue atomic.Int64
 
 	queued atomic.Int64 // IDs admitted and not yet produced; read by metrics
-	shed   [numShed]atomic.Uint64
+	shed   [NumShed]atomic.Uint64
 
 	mu    sync.Mutex
 	busy  bool // a turn is out
-	flows map[string]*flow
+	flows map[string]*Flow
 	// fresh holds the flows that were idle when they asked, old the rest;
 	// a flow is in at most one of them.
 	fresh, old flowQueue
 	wake       chan struct{} // closed by interrupt
 }
 
-type flow struct {
+type Flow struct {
 	key     string
 	queued  int64 // this flow's admitted IDs
 	waiters []*turnWaiter
@@ -54,40 +54,52 @@ type turnWaiter struct {
 
 // The reasons a request is shed (firn_requests_shed_total{reason}).
 const (
-	shedQueueFull  = iota // the queue bound
-	shedDeadline          // the caller's deadline falls before its turn
-	shedClientRate        // the caller's --client-rate
-	numShed
+	ShedQueueFull  = iota // the queue bound
+	ShedDeadline          // the caller's deadline falls before its turn
+	ShedClientRate        // the caller's --client-rate
+	NumShed
 )
 
-var shedReasons = [numShed]string{shedQueueFull: "queue_full", shedDeadline: "deadline", shedClientRate: "client_rate"}
+var ShedReasons = [NumShed]string{ShedQueueFull: "queue_full", ShedDeadline: "deadline", ShedClientRate: "client_rate"}
 
-// errInterrupted ends a wait for a turn when the generator leaves serving.
-var errInterrupted = errors.New("wait for a turn interrupted")
+// ErrInterrupted ends a wait for a turn when the generator leaves serving.
+var ErrInterrupted = errors.New("wait for a turn interrupted")
 
 // quantumTime is the longest turn, in the layout's output: a single ID
-// waits about this long per flow served before it.
+// waits about this long per Flow served before it.
 const quantumTime = 250 * time.Microsecond
 
-func newFairShare(rate float64, seqPerUnit uint64, maxQueue int64) *fairShare {
-	fs := &fairShare{flows: map[string]*flow{}, wake: make(chan struct{})}
-	fs.setSize(rate, seqPerUnit, maxQueue)
+func NewFairShare(rate float64, seqPerUnit uint64, maxQueue int64) *FairShare {
+	fs := &FairShare{flows: map[string]*Flow{}, wake: make(chan struct{})}
+	fs.SetSize(rate, seqPerUnit, maxQueue)
 	return fs
 }
 
-// setSize sizes the turns and the queue for a generator producing rate
+// SetSize sizes the turns and the queue for a generator producing rate
 // IDs/s in units of seqPerUnit IDs: a turn is quantumTime of that output
 // (at most one unit), the queue bound maxQueue. Requests already admitted
 // keep their place.
-func (fs *fairShare) setSize(rate float64, seqPerUnit uint64, maxQueue int64) {
+func (fs *FairShare) SetSize(rate float64, seqPerUnit uint64, maxQueue int64) {
 	fs.quantum.Store(max(min(int64(rate*quantumTime.Seconds()), int64(seqPerUnit)), 1))
 	fs.maxQueue.Store(maxQueue)
 }
 
-// turn is the longest turn, in IDs.
-func (fs *fairShare) turn() int { return int(fs.quantum.Load()) }
+// Queued is the IDs admitted and not yet produced.
+func (fs *FairShare) Queued() int64 { return max(fs.queued.Load(), 0) }
 
-// admit enters n IDs of the flow key in the queue, or refuses at once
+// MaxQueue is the queue bound, in IDs.
+func (fs *FairShare) MaxQueue() int64 { return fs.maxQueue.Load() }
+
+// Shed counts the requests shed for reason (ShedQueueFull, …).
+func (fs *FairShare) Shed(reason int) uint64 { return fs.shed[reason].Load() }
+
+// NoteShed counts a request shed for reason outside Admit (ShedClientRate).
+func (fs *FairShare) NoteShed(reason int) { fs.shed[reason].Add(1) }
+
+// Turn is the longest turn, in IDs.
+func (fs *FairShare) Turn() int { return int(fs.quantum.Load()) }
+
+// Admit enters n IDs of the flow key in the queue, or refuses at once
 // with an *OverloadedError (generator and RetryAfter left to the caller).
 // A flow with nothing queued asking for at most one turn is always
 // admitted: it waits one round at most, and such requests are bounded by
@@ -95,23 +107,23 @@ func (fs *fairShare) turn() int { return int(fs.quantum.Load()) }
 // largest the generator advertises) is admitted when nothing is queued
 // ahead of it: it still takes its turns, and what comes after it waits
 // for them or is refused. leave takes the IDs out again.
-func (fs *fairShare) admit(ctx context.Context, key string, n int, rate float64) (*flow, error) {
+func (fs *FairShare) Admit(ctx context.Context, key string, n int, rate float64) (*Flow, error) {
 	fs.mu.Lock()
 	f := fs.flows[key]
 	if f == nil {
-		f = &flow{key: key}
+		f = &Flow{key: key}
 		fs.flows[key] = f
 	}
 	ahead := fs.queued.Load()
 	limit := fs.maxQueue.Load()
 	reason := -1
-	if n > fs.turn() || f.queued > 0 {
+	if n > fs.Turn() || f.queued > 0 {
 		switch {
 		case ahead+int64(n) > limit && ahead > 0:
-			reason = shedQueueFull
+			reason = ShedQueueFull
 		case ahead > 0:
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < idsTime(ahead, rate) {
-				reason = shedDeadline
+				reason = ShedDeadline
 			}
 		}
 	}
@@ -119,7 +131,7 @@ func (fs *fairShare) admit(ctx context.Context, key string, n int, rate float64)
 		fs.drop(f)
 		fs.mu.Unlock()
 		fs.shed[reason].Add(1)
-		return nil, &OverloadedError{Queued: ahead, Limit: limit, Asked: n, Deadline: reason == shedDeadline,
+		return nil, &OverloadedError{Queued: ahead, Limit: limit, Asked: n, Deadline: reason == ShedDeadline,
 			RetryAfter: max(idsTime(ahead, rate), time.Millisecond)}
 	}
 	f.queued += int64(n)
@@ -133,8 +145,8 @@ func idsTime(n int64, rate float64) time.Duration {
 	return time.Duration(float64(n) / rate * float64(time.Second))
 }
 
-// leave takes n admitted IDs of f out of the queue.
-func (fs *fairShare) leave(f *flow, n int) {
+// Leave takes n admitted IDs of f out of the queue.
+func (fs *FairShare) Leave(f *Flow, n int) {
 	fs.mu.Lock()
 	f.queued -= int64(n)
 	fs.queued.Add(-int64(n))
@@ -143,20 +155,20 @@ func (fs *fairShare) leave(f *flow, n int) {
 }
 
 // drop forgets an idle flow, so the map holds only flows with IDs queued.
-func (fs *fairShare) drop(f *flow) {
+func (fs *FairShare) drop(f *Flow) {
 	if f.queued == 0 && !f.listed && len(f.waiters) == 0 {
 		delete(fs.flows, f.key)
 	}
 }
 
-// acquire waits for f's turn and returns its size (at most want). The
+// Acquire waits for f's turn and returns its size (at most want). The
 // caller generates that many IDs and calls release. It ends early with
-// ctx's error, or errInterrupted when interrupt is called.
-func (fs *fairShare) acquire(ctx context.Context, f *flow, want int) (int, error) {
+// ctx's error, or ErrInterrupted when interrupt is called.
+func (fs *FairShare) Acquire(ctx context.Context, f *Flow, want int) (int, error) {
 	fs.mu.Lock()
-	if !fs.busy { // no turn out, so no flow waits
+	if !fs.busy { // no turn out, so no Flow waits
 		fs.busy = true
-		g := min(want, fs.turn())
+		g := min(want, fs.Turn())
 		fs.requeue(f, want > g)
 		fs.mu.Unlock()
 		return g, nil
@@ -177,7 +189,7 @@ func (fs *fairShare) acquire(ctx context.Context, f *flow, want int) (int, error
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-wake:
-		err = errInterrupted
+		err = ErrInterrupted
 	}
 	fs.mu.Lock()
 	if !f.remove(w) { // granted meanwhile: pass the turn on
@@ -188,16 +200,16 @@ func (fs *fairShare) acquire(ctx context.Context, f *flow, want int) (int, error
 	return 0, err
 }
 
-// release ends the turn and hands the next one out.
-func (fs *fairShare) release() {
+// Release ends the turn and hands the next one out.
+func (fs *FairShare) Release() {
 	fs.mu.Lock()
 	fs.next()
 	fs.mu.Unlock()
 }
 
-// interrupt ends every wait for a turn (errInterrupted): the generator left
+// Interrupt ends every wait for a turn (ErrInterrupted): the generator left
 // serving, and the waiters are refused with its cause.
-func (fs *fairShare) interrupt() {
+func (fs *FairShare) Interrupt() {
 	fs.mu.Lock()
 	close(fs.wake)
 	fs.wake = make(chan struct{})
@@ -206,7 +218,7 @@ func (fs *fairShare) interrupt() {
 
 // next gives the turn to the first waiter of the next flow, new flows
 // first; with none waiting, no turn is out. Called with mu held.
-func (fs *fairShare) next() {
+func (fs *FairShare) next() {
 	for {
 		f := fs.fresh.pop()
 		if f == nil {
@@ -224,7 +236,7 @@ func (fs *fairShare) next() {
 		w := f.waiters[0]
 		f.waiters[0] = nil
 		f.waiters = f.waiters[1:]
-		g := min(w.want, fs.turn())
+		g := min(w.want, fs.Turn())
 		fs.requeue(f, w.want > g)
 		w.grant <- g
 		return
@@ -234,7 +246,7 @@ func (fs *fairShare) next() {
 // requeue puts a flow that was just given a turn at the end of the old
 // flows when it will want another: its waiter asked for more than the
 // turn, or others of its callers wait. Called with mu held.
-func (fs *fairShare) requeue(f *flow, more bool) {
+func (fs *FairShare) requeue(f *Flow, more bool) {
 	if !f.listed && (more || len(f.waiters) > 0) {
 		f.listed = true
 		fs.old.push(f)
@@ -242,7 +254,7 @@ func (fs *fairShare) requeue(f *flow, more bool) {
 }
 
 // remove takes w out of f's waiters; false if it is not there (granted).
-func (f *flow) remove(w *turnWaiter) bool {
+func (f *Flow) remove(w *turnWaiter) bool {
 	for i, x := range f.waiters {
 		if x == w {
 			f.waiters = append(f.waiters[:i], f.waiters[i+1:]...)
@@ -254,13 +266,13 @@ func (f *flow) remove(w *turnWaiter) bool {
 
 // flowQueue is a FIFO of flows.
 type flowQueue struct {
-	items []*flow
+	items []*Flow
 	head  int
 }
 
-func (q *flowQueue) push(f *flow) { q.items = append(q.items, f) }
+func (q *flowQueue) push(f *Flow) { q.items = append(q.items, f) }
 
-func (q *flowQueue) pop() *flow {
+func (q *flowQueue) pop() *Flow {
 	if q.head == len(q.items) {
 		return nil
 	}

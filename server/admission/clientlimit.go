@@ -1,4 +1,4 @@
-package server
+package admission
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// flowKeyCtx carries the flow key of an HTTP request (withFlowKey).
+// flowKeyCtx carries the flow key of an HTTP request (WithHTTPFlowKey).
 type flowKeyCtx struct{}
 
-// withFlowKey marks an HTTP request's context with its client: the verified
+// WithHTTPFlowKey marks an HTTP request's context with its client: the verified
 // client certificate's name under mTLS, else the remote host — not its
 // port: an HTTP client opens connections at will, and would otherwise
 // escape --client-rate and fair share by opening another.
-func withFlowKey(ctx context.Context, r *http.Request) context.Context {
+func WithHTTPFlowKey(ctx context.Context, r *http.Request) context.Context {
 	host := r.RemoteAddr
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
@@ -33,11 +33,11 @@ func withFlowKey(ctx context.Context, r *http.Request) context.Context {
 	return context.WithValue(ctx, flowKeyCtx{}, key)
 }
 
-// flowKey names the client a request comes from, for fair share and
+// FlowKey names the client a request comes from, for fair share and
 // --client-rate: the verified client certificate's name under mTLS (every
 // connection of one identity is one client), else the gRPC connection or
-// the HTTP request's remote host (withFlowKey).
-func flowKey(ctx context.Context) string {
+// the HTTP request's remote host (WithHTTPFlowKey).
+func FlowKey(ctx context.Context) string {
 	if k, ok := ctx.Value(flowKeyCtx{}).(string); ok {
 		return k
 	}
@@ -72,9 +72,9 @@ func certName(chains [][]*x509.Certificate) string {
 	return ""
 }
 
-// clientLimits is --client-rate for one generator: a token bucket per
+// ClientLimits is --client-rate for one generator: a token bucket per
 // client (flowKey) of rate IDs/s holding at most burst.
-type clientLimits struct {
+type ClientLimits struct {
 	rate, burst float64
 	mono        func() time.Duration
 
@@ -91,13 +91,19 @@ type bucket struct {
 // ones (clients that have not asked for a burst's time) are forgotten.
 const maxIdleBuckets = 4096
 
-func newClientLimits(rate float64, burst int, mono func() time.Duration) *clientLimits {
-	return &clientLimits{rate: rate, burst: float64(burst), mono: mono, buckets: map[string]*bucket{}}
+func NewClientLimits(rate float64, burst int, mono func() time.Duration) *ClientLimits {
+	return &ClientLimits{rate: rate, burst: float64(burst), mono: mono, buckets: map[string]*bucket{}}
 }
 
-// take spends n tokens of key's bucket, or says how long until it holds n
+// Rate is the bucket's refill rate, in IDs/s.
+func (l *ClientLimits) Rate() float64 { return l.rate }
+
+// Burst is the most a bucket holds, in IDs.
+func (l *ClientLimits) Burst() int64 { return int64(l.burst) }
+
+// Take spends n tokens of key's bucket, or says how long until it holds n
 // (ok false); a request larger than the burst can never pass (wait < 0).
-func (l *clientLimits) take(key string, n int) (wait time.Duration, ok bool) {
+func (l *ClientLimits) Take(key string, n int) (wait time.Duration, ok bool) {
 	if float64(n) > l.burst {
 		return -1, false
 	}
@@ -122,7 +128,7 @@ func (l *clientLimits) take(key string, n int) (wait time.Duration, ok bool) {
 }
 
 // sweep forgets the buckets that have refilled. Called with mu held.
-func (l *clientLimits) sweep(now time.Duration) {
+func (l *ClientLimits) sweep(now time.Duration) {
 	for k, b := range l.buckets {
 		if b.tokens+(now-b.at).Seconds()*l.rate >= l.burst {
 			delete(l.buckets, k)

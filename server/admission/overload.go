@@ -1,0 +1,56 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrOverloaded is matched by every OverloadedError.
+var ErrOverloaded = errors.New("overloaded")
+
+// OverloadedError is a request shed by admission: the generator's queue
+// is full, the caller's deadline falls before the request's turn, or the
+// caller is past its --client-rate.
+type OverloadedError struct {
+	Generator string
+	// Queued is the IDs asked for ahead of this request; Limit the queue
+	// bound; Asked this request's count.
+	Queued, Limit int64
+	Asked         int
+	// Deadline: shed for the caller's deadline, not the bound.
+	Deadline bool
+	// ClientRate and ClientBurst: shed for the caller's --client-rate
+	// (IDs/s) with its burst, when ClientRate > 0.
+	ClientRate  float64
+	ClientBurst int64
+	// RetryAfter is when the IDs ahead will have been produced, or the
+	// caller's rate allows these.
+	RetryAfter time.Duration
+}
+
+// Bound names what shed the request (ErrorInfo metadata "bound").
+func (e *OverloadedError) Bound() string {
+	switch {
+	case e.ClientRate > 0:
+		return "client-rate"
+	case e.Deadline:
+		return "deadline"
+	}
+	return "max-queue"
+}
+
+func (e *OverloadedError) Error() string {
+	if e.ClientRate > 0 {
+		return fmt.Sprintf("generator %q overloaded: this client is past --client-rate %g IDs/s (burst %d) with these %d; retry in %v",
+			e.Generator, e.ClientRate, e.ClientBurst, e.Asked, e.RetryAfter.Round(time.Millisecond))
+	}
+	if e.Deadline {
+		return fmt.Sprintf("generator %q overloaded: %d IDs asked for ahead of these %d take longer than the call's deadline; retry in %v",
+			e.Generator, e.Queued, e.Asked, e.RetryAfter.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("generator %q overloaded: %d IDs asked for ahead of these %d, limit --max-queue %d; retry in %v",
+		e.Generator, e.Queued, e.Asked, e.Limit, e.RetryAfter.Round(time.Millisecond))
+}
+
+func (e *OverloadedError) Is(target error) bool { return target == ErrOverloaded }
