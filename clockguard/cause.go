@@ -79,8 +79,8 @@ type Detail struct {
 	RetryAt time.Time
 }
 
-// Hold is Set with the machine-readable detail of the reason.
-func (s *ServingState) Hold(source Source, reason string, d Detail) {
+// SetCause is Set with the machine-readable cause of the reason (its Detail).
+func (s *ServingState) SetCause(source Source, reason string, d Detail) {
 	s.set(source, reason, d)
 }
 

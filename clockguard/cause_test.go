@@ -15,10 +15,10 @@ func TestRefusal(t *testing.T) {
 	if r := s.Snapshot().Refusal(); r.Code != clockguard.CodeStarting {
 		t.Fatalf("new state: refusal %+v, want STARTING", r)
 	}
-	s.Hold(clockguard.SourceNTP, "NTP offset 2s beyond --max-clock-offset 250ms",
+	s.SetCause(clockguard.SourceNTP, "NTP offset 2s beyond --max-clock-offset 250ms",
 		clockguard.Detail{Code: clockguard.CodeNTPOffset, Limit: "250ms", Measured: "2s"})
 	s.Set(clockguard.SourcePeers, "checking peers") // the source's usual code
-	s.Hold(clockguard.SourceLease, "waiting", clockguard.Detail{Code: clockguard.CodeStarting, RetryAt: now.Add(3 * time.Second)})
+	s.SetCause(clockguard.SourceLease, "waiting", clockguard.Detail{Code: clockguard.CodeStarting, RetryAt: now.Add(3 * time.Second)})
 	if err := s.Ready(); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestRefusal(t *testing.T) {
 		t.Fatalf("peers reason set without a code has code %q, want PEER_SKEW", got)
 	}
 	// The same reason with a new detail replaces the detail.
-	s.Hold(clockguard.SourceNTP, "NTP offset 2s beyond --max-clock-offset 250ms",
+	s.SetCause(clockguard.SourceNTP, "NTP offset 2s beyond --max-clock-offset 250ms",
 		clockguard.Detail{Code: clockguard.CodeNTPOffset, Limit: "250ms", Measured: "3s"})
 	if r := s.Snapshot().Refusal(); r.Measured != "3s" {
 		t.Fatalf("refusal %+v after a new measurement, want measured 3s", r)

@@ -82,9 +82,9 @@ func (e *LayoutMismatchError) Is(target error) bool { return target == ErrLayout
 // matches ErrExhausted and names the limit and the live holders.
 type ExhaustedError struct {
 	Generator string
-	Limit     uint64   // number of slots (workers × datacenters, or workers)
-	Live      []Holder // slots with a live owner
-	TooFar    int      // free slots skipped because R > Spec.MaxFloor
+	Limit     uint64      // number of slots (workers × datacenters, or workers)
+	Live      []SlotState // slots with a live owner
+	TooFar    int         // free slots skipped because R > Spec.MaxFloor
 	// Floor is the generator floor a bump set, when it is what keeps
 	// free slots past max-lead (-1 or 0 otherwise: not named).
 	Floor int64
@@ -283,12 +283,12 @@ func (b BumpSpec) AheadLimit(floor int64) (int64, bool) {
 // them for the floor, each with its live owner's heartbeat when it has one
 // (Live); floor is the generator floor read with them (-1: none). Backends
 // call it before they write anything, on the same reading as BumpFloor.
-func (b BumpSpec) CheckAhead(slots []Holder, floor int64) error {
+func (b BumpSpec) CheckAhead(slots []SlotState, floor int64) error {
 	limit, ok := b.AheadLimit(floor)
 	if !ok || b.IncludeAhead {
 		return nil
 	}
-	var ahead []Holder
+	var ahead []SlotState
 	for _, h := range slots {
 		if h.Reserved > limit {
 			ahead = append(ahead, h)
@@ -316,7 +316,7 @@ type AheadError struct {
 	Floor     int64 // the generator floor (-1: none); Limit when higher than Now + MaxAhead
 	// Ahead are the slots reserved past Limit, with their live owner's
 	// heartbeat (Live false: no live owner).
-	Ahead []Holder
+	Ahead []SlotState
 }
 
 func (e *AheadError) Error() string {
@@ -495,8 +495,8 @@ type Heartbeat struct {
 	Wall time.Time
 }
 
-// Holder is one worker slot's state, for `firn workers`.
-type Holder struct {
+// SlotState is one worker slot's state, for `firn workers`.
+type SlotState struct {
 	Slot      Slot
 	Live      bool      // a live owner record exists
 	Heartbeat Heartbeat // zero when not live
@@ -505,7 +505,7 @@ type Holder struct {
 
 // HolderName says who holds the slot, for messages: `held by node "n2"
 // (10.0.0.2:7300)`, or that no live node does.
-func (h Holder) HolderName() string {
+func (h SlotState) HolderName() string {
 	if !h.Live {
 		return "no live holder (its owner record is gone)"
 	}
@@ -587,7 +587,7 @@ type Coordinator interface {
 // and `firn coordinator bump` use.
 type Admin interface {
 	// Workers lists every slot that has an owner or a reservation.
-	Workers(ctx context.Context, generator string) ([]Holder, error)
+	Workers(ctx context.Context, generator string) ([]SlotState, error)
 	// ForceRelease frees a slot's ownership through the fenced path,
 	// keeping its reservation.
 	ForceRelease(ctx context.Context, generator string, slot Slot) error

@@ -39,7 +39,7 @@ func TestSpecValidate(t *testing.T) {
 }
 
 func TestTypedErrors(t *testing.T) {
-	ex := &ExhaustedError{Generator: "g", Limit: 2, Live: []Holder{{Slot: Slot{0, 1}, Heartbeat: Heartbeat{Node: NodeInfo{Name: "a", Address: "x:1"}}}}}
+	ex := &ExhaustedError{Generator: "g", Limit: 2, Live: []SlotState{{Slot: Slot{0, 1}, Heartbeat: Heartbeat{Node: NodeInfo{Name: "a", Address: "x:1"}}}}}
 	if !errors.Is(ex, ErrExhausted) || !strings.Contains(ex.Error(), `"a"`) || !strings.Contains(ex.Error(), "limit 2") {
 		t.Fatalf("ExhaustedError: %v", ex)
 	}
@@ -161,7 +161,7 @@ func TestLazyCloseDuringDial(t *testing.T) {
 type closeRecorder struct{ ch chan struct{} }
 
 func (closeRecorder) Acquire(context.Context, Spec, NodeInfo) (Lease, error) { return nil, nil }
-func (closeRecorder) Workers(context.Context, string) ([]Holder, error)      { return nil, nil }
+func (closeRecorder) Workers(context.Context, string) ([]SlotState, error)   { return nil, nil }
 func (closeRecorder) ForceRelease(context.Context, string, Slot) error       { return nil }
 func (closeRecorder) Bump(context.Context, BumpSpec) (BumpResult, error)     { return BumpResult{}, nil }
 func (closeRecorder) MarkRestored(context.Context, RestoreEvidence) error    { return nil }
@@ -278,7 +278,7 @@ type adminRecorder struct {
 	calls []string
 }
 
-func (a *adminRecorder) Workers(context.Context, string) ([]Holder, error) {
+func (a *adminRecorder) Workers(context.Context, string) ([]SlotState, error) {
 	a.calls = append(a.calls, "Workers")
 	return nil, nil
 }

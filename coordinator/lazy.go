@@ -97,7 +97,7 @@ func (l *Lazy) Acquire(ctx context.Context, spec Spec, node NodeInfo) (Lease, er
 }
 
 // Workers implements Admin.
-func (l *Lazy) Workers(ctx context.Context, generator string) ([]Holder, error) {
+func (l *Lazy) Workers(ctx context.Context, generator string) ([]SlotState, error) {
 	c, err := l.get()
 	if err != nil {
 		return nil, err

@@ -237,7 +237,7 @@ func Exhausted(spec Spec, s Scan, tooFar int) *ExhaustedError {
 	}
 	for _, o := range s.Owners {
 		r, _ := s.ReservedOf(o.Slot)
-		e.Live = append(e.Live, Holder{Slot: o.Slot, Live: true, Heartbeat: o.Record.Heartbeat(), Reserved: r})
+		e.Live = append(e.Live, SlotState{Slot: o.Slot, Live: true, Heartbeat: o.Record.Heartbeat(), Reserved: r})
 	}
 	return e
 }

@@ -183,7 +183,7 @@ func (p *clockPolicy) setRollback(rt *genRuntime, rb *generator.RollbackError) {
 	rt.mu.Lock()
 	rt.rollbackErr = reason
 	rt.mu.Unlock()
-	rt.state.Hold(clockguard.SourceClockRollback, reason,
+	rt.state.SetCause(clockguard.SourceClockRollback, reason,
 		clockguard.Detail{Limit: rb.Limit.String(), Measured: rb.Step.Round(time.Millisecond).String()})
 	select {
 	case p.kick <- struct{}{}:
@@ -376,7 +376,7 @@ func (p *clockPolicy) setGateReason(size time.Duration) {
 	reason := fmt.Sprintf("clock stepped forward %v, beyond --max-clock-offset %v: not serving until NTP or the peer median confirms the clock, or it comes back",
 		size.Round(time.Millisecond), p.cfg.MaxClockOffset)
 	for _, rt := range p.gens {
-		rt.state.Hold(clockguard.SourceClockStep, reason,
+		rt.state.SetCause(clockguard.SourceClockStep, reason,
 			clockguard.Detail{Limit: p.cfg.MaxClockOffset.String(), Measured: size.Round(time.Millisecond).String()})
 	}
 }
@@ -491,7 +491,7 @@ func (p *clockPolicy) gateCheck() {
 // waitFirstNTP holds every generator out until the first NTP verdict.
 func (p *clockPolicy) waitFirstNTP() {
 	for _, rt := range p.gens {
-		rt.state.Hold(clockguard.SourceNTP, "waiting for the first NTP check", clockguard.Detail{Code: clockguard.CodeStarting})
+		rt.state.SetCause(clockguard.SourceNTP, "waiting for the first NTP check", clockguard.Detail{Code: clockguard.CodeStarting})
 	}
 }
 
@@ -525,7 +525,7 @@ func (p *clockPolicy) onNTP(res clockguard.NTPResult, err error) {
 		if reason == "" {
 			p.clearDoubt(rt, clockguard.SourceNTP)
 		} else {
-			rt.state.Hold(clockguard.SourceNTP, reason, d)
+			rt.state.SetCause(clockguard.SourceNTP, reason, d)
 		}
 	}
 	// The forward-step gate: a check begun after the step that agrees
@@ -554,7 +554,7 @@ func (p *clockPolicy) lastNTPOffset() (time.Duration, bool) {
 // serves.
 func (p *clockPolicy) waitFirstPeers() {
 	for _, rt := range p.gens {
-		rt.state.Hold(clockguard.SourcePeers, "checking the clock against live peers' heartbeats", clockguard.Detail{Code: clockguard.CodeStarting})
+		rt.state.SetCause(clockguard.SourcePeers, "checking the clock against live peers' heartbeats", clockguard.Detail{Code: clockguard.CodeStarting})
 	}
 }
 
@@ -647,7 +647,7 @@ func (p *clockPolicy) onPeers(self string, beats []coordinator.PeerBeat, first b
 		if reason == "" {
 			p.clearDoubt(rt, clockguard.SourcePeers)
 		} else {
-			rt.state.Hold(clockguard.SourcePeers, reason, d)
+			rt.state.SetCause(clockguard.SourcePeers, reason, d)
 		}
 	}
 }
@@ -776,7 +776,7 @@ func (p *clockPolicy) judgeClock() {
 	d := clockguard.Detail{Code: clockguard.CodeClockUnchecked, Limit: nodes(peerCheckNodes), Measured: nodes(count)}
 	for _, rt := range p.gens {
 		if unchecked {
-			rt.state.Hold(clockguard.SourceClockUnchecked, reason, d)
+			rt.state.SetCause(clockguard.SourceClockUnchecked, reason, d)
 		} else {
 			p.clearDoubt(rt, clockguard.SourceClockUnchecked)
 		}

@@ -14,7 +14,7 @@
 //     holder per worker it holds (holder.go: one lease's lifecycle — acquire, wait
 //     until the clock reaches the floor, first reservation, serve while the
 //     coordinator.Reserver keeps the reservation one window ahead, release,
-//     acquire again; wide.go: a generator of several workers, which
+//     acquire again; members.go: a generator of several workers, which
 //     serves while any of them does, from a generator.Wide over them, and
 //     --workers auto), the clock policy (clockpolicy.go: the forward-step
 //     gate, rollback recovery, NTP verdicts, the peer median) fed by the

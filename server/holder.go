@@ -36,7 +36,7 @@ type holder struct {
 	// crashed, when set, makes the way out write nothing (Core.Crash).
 	crashed *atomic.Bool
 	// ls is where this holder reports its lease: the generator's serving
-	// state, or its member record in a wide generator (wide.go).
+	// state, or its member record in a wide generator (members.go).
 	ls leaseState
 	// cur is the holding being served (nil between holdings).
 	cur atomic.Pointer[holding]
@@ -139,7 +139,7 @@ func (hd *holder) run(ctx context.Context) {
 		defer hd.done()
 	}
 	backoff := 200 * time.Millisecond
-	hd.ls.Hold(clockguard.SourceLease, "acquiring a worker ID", clockguard.Detail{Code: clockguard.CodeStarting})
+	hd.ls.SetCause(clockguard.SourceLease, "acquiring a worker ID", clockguard.Detail{Code: clockguard.CodeStarting})
 	for ctx.Err() == nil {
 		h, err := hd.acquire(ctx)
 		if err != nil {
@@ -188,7 +188,7 @@ func (hd *holder) noteAcquireError(err error) {
 		errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, coordinator.ErrSchemaTooNew):
 		rt.state.Set(clockguard.SourceCoordinator, err.Error())
 	default:
-		hd.ls.Hold(clockguard.SourceLease, "acquiring a worker ID: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
+		hd.ls.SetCause(clockguard.SourceLease, "acquiring a worker ID: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 	}
 	hd.m.errors.WithLabelValues("acquire").Inc()
 	hd.log.Warn("cannot acquire a worker ID", "generator", rt.cfg.Name, "err", err)
@@ -330,7 +330,7 @@ func (hd *holder) awaitCheckedClock(ctx context.Context, lease coordinator.Lease
 			beat = mono
 		}
 		if d, ok := hd.doubt(); ok {
-			hd.ls.Hold(clockguard.SourceLease, "worker taken; waiting for the clock to be checked (NTP, the peers) to place the restore guard on it", d)
+			hd.ls.SetCause(clockguard.SourceLease, "worker taken; waiting for the clock to be checked (NTP, the peers) to place the restore guard on it", d)
 		}
 		t := time.NewTimer(100 * time.Millisecond)
 		select {
@@ -400,7 +400,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 			beat = mono
 		}
 		wait := time.Duration(ahead) * l.Unit
-		hd.ls.Hold(clockguard.SourceLease, fmt.Sprintf("waiting %v for the clock to reach %s (max-lead %v)",
+		hd.ls.SetCause(clockguard.SourceLease, fmt.Sprintf("waiting %v for the clock to reach %s (max-lead %v)",
 			wait.Round(time.Millisecond), what, rt.cfg.MaxLead),
 			clockguard.Detail{Code: clockguard.CodeStarting, Limit: rt.cfg.MaxLead.String(), Measured: wait.Round(time.Millisecond).String(), RetryAt: wall.Add(wait)})
 		t := time.NewTimer(min(wait, 500*time.Millisecond))
@@ -433,7 +433,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 			return
 		}
 		if err != nil {
-			hd.ls.Hold(clockguard.SourceReservation, "first reservation not confirmed by the coordinator: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
+			hd.ls.SetCause(clockguard.SourceReservation, "first reservation not confirmed by the coordinator: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 		}
 		hd.ls.Clear(clockguard.SourceLease)
 		rt.state.Clear(clockguard.SourceInstance)
@@ -441,7 +441,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 		hd.ls.Ready()
 	})
 	if err != nil {
-		hd.ls.Hold(clockguard.SourceLease, "cannot keep a reservation: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
+		hd.ls.SetCause(clockguard.SourceLease, "cannot keep a reservation: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 		hd.release(h)
 		return
 	}

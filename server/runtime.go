@@ -35,13 +35,13 @@ type genRuntime struct {
 	state    *clockguard.ServingState
 	ring     *ringbuffer.Buffer
 	// held is the first serving holding (the lowest worker); live all of
-	// them (wide.go). wide is the source over them, for ranges and, for a
+	// them (members.go). wide is the source over them, for ranges and, for a
 	// wide generator, the ring.
 	held   atomic.Pointer[holding]
 	live   atomic.Pointer[[]*holding]
 	wide   *generator.Wide
 	issued atomic.Uint64
-	// A wide generator's holders (wide.go): maxWorkers is --workers, or
+	// A wide generator's holders (members.go): maxWorkers is --workers, or
 	// --max-workers under auto; wantW the current target.
 	maxWorkers int
 	auto       bool

@@ -68,7 +68,7 @@ func TestShutdownReleasesAndLowers(t *testing.T) {
 	}
 }
 
-func findHolder(t *testing.T, c coordinator.Admin, slot coordinator.Slot) coordinator.Holder {
+func findHolder(t *testing.T, c coordinator.Admin, slot coordinator.Slot) coordinator.SlotState {
 	t.Helper()
 	hs, err := c.Workers(ctx(t), "default")
 	if err != nil {
@@ -80,7 +80,7 @@ func findHolder(t *testing.T, c coordinator.Admin, slot coordinator.Slot) coordi
 		}
 	}
 	t.Fatalf("slot %v not listed: %+v", slot, hs)
-	return coordinator.Holder{}
+	return coordinator.SlotState{}
 }
 
 // Shutdown under load: every call either completes or is refused as

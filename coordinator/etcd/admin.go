@@ -16,7 +16,7 @@ import (
 
 // Workers implements coordinator.Admin: every slot of the generator
 // with an owner or a reservation, in slot order.
-func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordinator.Holder, error) {
+func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordinator.SlotState, error) {
 	if !validName(generator) {
 		return nil, fmt.Errorf("%w: generator %q", coordinator.ErrInvalidSpec, generator)
 	}
@@ -24,15 +24,15 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 	if err != nil {
 		return nil, err
 	}
-	bySlot := map[coordinator.Slot]*coordinator.Holder{}
-	get := func(name string) *coordinator.Holder {
+	bySlot := map[coordinator.Slot]*coordinator.SlotState{}
+	get := func(name string) *coordinator.SlotState {
 		slot, ok := coordinator.ParseSlotKey(name)
 		if !ok {
 			return nil
 		}
 		h := bySlot[slot]
 		if h == nil {
-			h = &coordinator.Holder{Slot: slot, Reserved: -1}
+			h = &coordinator.SlotState{Slot: slot, Reserved: -1}
 			bySlot[slot] = h
 		}
 		return h
@@ -47,7 +47,7 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 			h.Reserved = r.value
 		}
 	}
-	out := make([]coordinator.Holder, 0, len(bySlot))
+	out := make([]coordinator.SlotState, 0, len(bySlot))
 	for _, h := range bySlot {
 		out = append(out, *h)
 	}
@@ -122,7 +122,7 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 	top := int64(-1)
 	// The reservations with their live owners, read in the same revision,
 	// for the check of reservations ahead of the bump's clock.
-	var slots []coordinator.Holder
+	var slots []coordinator.SlotState
 	owners := map[string]coordinator.Heartbeat{}
 	for _, kv := range g.Responses[3].GetResponseRange().Kvs {
 		owners[strings.TrimPrefix(string(kv.Key), k.owners())] = coordinator.DecodeOwner(kv.Value).Heartbeat()
@@ -136,7 +136,7 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 		name := strings.TrimPrefix(string(kv.Key), k.reservations())
 		if slot, ok := coordinator.ParseSlotKey(name); ok {
 			hb, live := owners[name]
-			slots = append(slots, coordinator.Holder{Slot: slot, Live: live, Heartbeat: hb, Reserved: v})
+			slots = append(slots, coordinator.SlotState{Slot: slot, Live: live, Heartbeat: hb, Reserved: v})
 		}
 	}
 	storedFloor, err := readStored(k.floor(), g.Responses[1].GetResponseRange().Kvs)

@@ -213,13 +213,13 @@ func TestStrayOwnerAfterLostTakeReply(t *testing.T) {
 	cfg := etcd.WithDialOptions(quietConfig(srv.Endpoints, "stray"), grpc.WithChainUnaryInterceptor(takeInterceptor(&before, &drop)))
 	c := newCoord(t, cfg)
 	spec := coordtest.Spec("gen", 4)
-	live := func() []coordinator.Holder {
+	live := func() []coordinator.SlotState {
 		t.Helper()
 		hs, err := c.Workers(ctxFor(t, 10*time.Second), spec.Generator)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var out []coordinator.Holder
+		var out []coordinator.SlotState
 		for _, h := range hs {
 			if h.Live {
 				out = append(out, h)

@@ -603,11 +603,11 @@ func (c *Client) MarkRestored(ctx context.Context, ev coordinator.RestoreEvidenc
 
 // Workers implements coordinator.Admin: every slot of the generator with
 // an owner or a reservation, in slot order.
-func (c *Client) Workers(ctx context.Context, generator string) ([]coordinator.Holder, error) {
+func (c *Client) Workers(ctx context.Context, generator string) ([]coordinator.SlotState, error) {
 	if !validName(generator) {
 		return nil, fmt.Errorf("%w: generator %q", coordinator.ErrInvalidSpec, generator)
 	}
-	var out []coordinator.Holder
+	var out []coordinator.SlotState
 	err := c.call(ctx, OpAdmin, "workers", func(time.Time) error {
 		out = c.s.st.holders(generator)
 		return nil

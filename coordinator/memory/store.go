@@ -346,14 +346,14 @@ func (s *Store) SetReserved(generator string, slot coordinator.Slot, r int64) {
 // Holders reads generator's slots directly, as Workers lists them (every
 // slot with an owner or a reservation, in slot order), with no fault
 // applied: for checks from outside the system under test.
-func (s *Store) Holders(generator string) []coordinator.Holder {
+func (s *Store) Holders(generator string) []coordinator.SlotState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reapLocked(time.Now())
 	return s.st.holders(generator)
 }
 
-func (st *state) holders(generator string) []coordinator.Holder {
+func (st *state) holders(generator string) []coordinator.SlotState {
 	g := st.gen(generator, false)
 	if g == nil {
 		return nil
@@ -365,9 +365,9 @@ func (st *state) holders(generator string) []coordinator.Holder {
 	for s := range g.reserved {
 		all[s] = true
 	}
-	var out []coordinator.Holder
+	var out []coordinator.SlotState
 	for _, slot := range slots(all) {
-		h := coordinator.Holder{Slot: slot, Reserved: g.reservedOf(slot)}
+		h := coordinator.SlotState{Slot: slot, Reserved: g.reservedOf(slot)}
 		if o, ok := g.owners[slot]; ok {
 			h.Live, h.Heartbeat = true, o.rec.Heartbeat()
 		}

@@ -23,7 +23,7 @@ func (c *Coordinator) checkGenerator(generator string) error {
 
 // Workers implements coordinator.Admin: every slot with an owner node
 // or a reservation node, in (datacenter, worker) order.
-func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordinator.Holder, error) {
+func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordinator.SlotState, error) {
 	if err := c.checkGenerator(generator); err != nil {
 		return nil, err
 	}
@@ -36,8 +36,8 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return nil, unavailable("list reservations", err)
 	}
-	byName := map[string]*coordinator.Holder{}
-	add := func(name string) *coordinator.Holder {
+	byName := map[string]*coordinator.SlotState{}
+	add := func(name string) *coordinator.SlotState {
 		if h, ok := byName[name]; ok {
 			return h
 		}
@@ -45,7 +45,7 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 		if !ok {
 			return nil
 		}
-		h := &coordinator.Holder{Slot: slot, Reserved: -1}
+		h := &coordinator.SlotState{Slot: slot, Reserved: -1}
 		byName[name] = h
 		return h
 	}
@@ -77,7 +77,7 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 		h.Live = true
 		h.Heartbeat = decodeOwner(d).Heartbeat()
 	}
-	out := make([]coordinator.Holder, 0, len(byName))
+	out := make([]coordinator.SlotState, 0, len(byName))
 	for _, h := range byName {
 		out = append(out, *h)
 	}
@@ -164,7 +164,7 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 		return coordinator.BumpResult{}, unavailable("list reservations", err)
 	}
 	top := int64(-1)
-	var slots []coordinator.Holder // for the check of reservations ahead
+	var slots []coordinator.SlotState // for the check of reservations ahead
 	for _, name := range names {
 		path := p.reservations() + "/" + name
 		d, _, err := c.get(ctx, path)
@@ -180,7 +180,7 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 		}
 		top = max(top, v)
 		if slot, ok := coordinator.ParseSlotKey(name); ok {
-			slots = append(slots, coordinator.Holder{Slot: slot, Reserved: v})
+			slots = append(slots, coordinator.SlotState{Slot: slot, Reserved: v})
 		}
 	}
 	floor := int64(-1)

@@ -262,7 +262,7 @@ func TestLostReply(t *testing.T) {
 	}
 }
 
-func countLive(hs []coordinator.Holder) int {
+func countLive(hs []coordinator.SlotState) int {
 	n := 0
 	for _, h := range hs {
 		if h.Live {

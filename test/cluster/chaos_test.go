@@ -681,7 +681,7 @@ var faultScenarios = []scenario{
 		// The freed worker's holder closes (its next write is fenced)
 		// while the node stays ready; then it holds four again.
 		victimClosed := func() bool {
-			for _, h := range wide.Holders() {
+			for _, h := range wide.Intervals() {
 				if uint32(h.Datacenter<<l.WorkerBits|h.Worker) == victim && h.Highest != 0 {
 					return true
 				}

@@ -29,9 +29,9 @@ type CheckResult struct {
 // order, and bounded disorder. It fails t on any problem.
 func Check(t testing.TB, layout generator.Layout, got []Received, nodes []*Node, b Bounds) CheckResult {
 	t.Helper()
-	var holders []*Holder
+	var holders []*Interval
 	for _, n := range nodes {
-		holders = append(holders, n.Holders()...)
+		holders = append(holders, n.Intervals()...)
 	}
 	res, worst, bound := CheckHistory(layout, got, holders, b)
 	for _, pr := range res.Problems {
@@ -46,7 +46,7 @@ func Check(t testing.TB, layout generator.Layout, got []Received, nodes []*Node,
 // 20), the worst time disorder and its bound. check_test.go feeds it
 // crafted histories, each breaking one promise, to show that each check
 // can fail.
-func CheckHistory(layout generator.Layout, got []Received, holders []*Holder, b Bounds) (res CheckResult, worst, bound time.Duration) {
+func CheckHistory(layout generator.Layout, got []Received, holders []*Interval, b Bounds) (res CheckResult, worst, bound time.Duration) {
 	res.IDs = len(got)
 	for i := range got {
 		if got[i].Generator == "" {
@@ -73,12 +73,12 @@ func CheckHistory(layout generator.Layout, got []Received, holders []*Holder, b 
 		gen    string
 		dc, wk uint64
 	}
-	bySlot := map[slotKey][]*Holder{}
+	bySlot := map[slotKey][]*Interval{}
 	for _, h := range holders {
 		k := slotKey{h.Generator, h.Datacenter, h.Worker}
 		bySlot[k] = append(bySlot[k], h)
 	}
-	upper := map[*Holder]int64{}
+	upper := map[*Interval]int64{}
 	for k, hs := range bySlot {
 		sort.Slice(hs, func(i, j int) bool { return hs[i].Floor < hs[j].Floor })
 		for i, h := range hs {

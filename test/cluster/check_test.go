@@ -28,8 +28,8 @@ func TestCheckHistory(t *testing.T) {
 	recv := func(client int, call int64, node string, units int64, worker, seq uint64) Received {
 		return Received{ID: id(units, worker, seq), Node: node, At: at(units), Call: call, Client: client}
 	}
-	holders := func() []*Holder {
-		return []*Holder{
+	holders := func() []*Interval {
+		return []*Interval{
 			{Node: "a", Generator: "default", Worker: 1, Floor: 1000, Reserved: 5000},
 			{Node: "b", Generator: "default", Worker: 2, Floor: 1000, Reserved: 5000},
 		}
@@ -44,13 +44,13 @@ func TestCheckHistory(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		got     []Received
-		holders []*Holder
+		holders []*Interval
 		want    string // "" for none
 	}{
 		{"clean", clean(), holders(), ""},
 		{"an ID issued twice", append(clean(), recv(3, 0, "b", 1005, 1, 0)), holders(), "DUPLICATE ID"},
 		{"one worker's intervals overlap", clean(),
-			append(holders(), &Holder{Node: "c", Generator: "default", Worker: 1, Floor: 4000, Reserved: 9000}), "overlaps the next"},
+			append(holders(), &Interval{Node: "c", Generator: "default", Worker: 1, Floor: 4000, Reserved: 9000}), "overlaps the next"},
 		{"an ID above its holder's reservation", append(clean(), recv(1, 10, "a", 5001, 1, 0)), holders(), "lies in no holder interval"},
 		{"an ID at its holder's floor", append(clean(), recv(3, 0, "a", 1000, 1, 7)), holders(), "lies in no holder interval"},
 		{"an ID of a worker its node never held", append(clean(), recv(1, 10, "a", 1100, 2, 0)), holders(), "lies in no holder interval"},

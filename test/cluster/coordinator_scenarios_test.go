@@ -142,7 +142,7 @@ var coordinatorScenarios = []scenario{
 		expired := fault{node: "n1", from: paused, causes: leaseLost}.until(time.Now())
 		time.Sleep(time.Second)
 		load.Stop()
-		if hs := n1.Holders(); len(hs) < 2 {
+		if hs := n1.Intervals(); len(hs) < 2 {
 			e.t.Errorf("the session did not expire: %d holder intervals (want a lease loss and a new acquisition)", len(hs))
 		}
 		countFailures(e, e.rec.Failures(), within(expired))

@@ -385,8 +385,8 @@ func (n *Node) LogLines() []map[string]any {
 	return out
 }
 
-// Holder is one holder interval a node logged.
-type Holder struct {
+// Interval is one holder interval a node logged: a lease of one worker, from its floor to its last acknowledged reservation.
+type Interval struct {
 	Node       string
 	Generator  string
 	Worker     uint64
@@ -401,23 +401,23 @@ type Holder struct {
 }
 
 // Upper is the largest time the holder may have used.
-func (h *Holder) Upper() int64 {
+func (h *Interval) Upper() int64 {
 	if h.Released {
 		return h.Highest
 	}
 	return h.Reserved
 }
 
-// Holders parses the node's holder_open / holder_reserve / holder_close
+// Intervals parses the node's holder_open / holder_reserve / holder_close
 // lines. A node holds one interval per generator and worker at a time (a
 // wide generator several at once, one per worker).
-func (n *Node) Holders() []*Holder {
-	var out []*Holder
+func (n *Node) Intervals() []*Interval {
+	var out []*Interval
 	type key struct {
 		gen    string
 		dc, wk int64
 	}
-	cur := map[key]*Holder{}
+	cur := map[key]*Interval{}
 	num := func(m map[string]any, k string) int64 {
 		switch v := m[k].(type) {
 		case float64:
@@ -430,14 +430,14 @@ func (n *Node) Holders() []*Holder {
 	}
 	for _, m := range n.LogLines() {
 		if m["harness"] == "start" {
-			cur = map[key]*Holder{}
+			cur = map[key]*Interval{}
 			continue
 		}
 		gen, _ := m["generator"].(string)
 		k := key{gen, num(m, "datacenter"), num(m, "worker")}
 		switch m["event"] {
 		case "holder_open":
-			h := &Holder{Node: n.Name, Generator: gen, Worker: uint64(num(m, "worker")), Datacenter: uint64(num(m, "datacenter")),
+			h := &Interval{Node: n.Name, Generator: gen, Worker: uint64(num(m, "worker")), Datacenter: uint64(num(m, "datacenter")),
 				Floor: num(m, "floor"), Reserved: num(m, "floor")}
 			h.Instance, _ = m["instance"].(string)
 			cur[k] = h

@@ -253,7 +253,7 @@ func BumpRefusesReservationsAhead(t *testing.T, b Backend) {
 	if ae.Generator != "ahead" || ae.Now != 1000 || ae.Limit != 1010 || len(ae.Ahead) != 2 {
 		t.Fatalf("AheadError %+v: want generator ahead, now 1000, limit 1010, two workers", ae)
 	}
-	byName := map[coordinator.Slot]coordinator.Holder{}
+	byName := map[coordinator.Slot]coordinator.SlotState{}
 	for _, h := range ae.Ahead {
 		byName[h.Slot] = h
 	}

@@ -30,7 +30,7 @@ import (
 
 // leaseState is where a holder reports its lease's state.
 type leaseState interface {
-	Hold(src clockguard.Source, reason string, d clockguard.Detail)
+	SetCause(src clockguard.Source, reason string, d clockguard.Detail)
 	Set(src clockguard.Source, reason string)
 	Clear(src clockguard.Source)
 	// Ready: the lease's first reservation is acknowledged.
@@ -45,8 +45,8 @@ type leaseState interface {
 // state and the ring, directly.
 type directState struct{ rt *genRuntime }
 
-func (d directState) Hold(src clockguard.Source, reason string, det clockguard.Detail) {
-	d.rt.state.Hold(src, reason, det)
+func (d directState) SetCause(src clockguard.Source, reason string, det clockguard.Detail) {
+	d.rt.state.SetCause(src, reason, det)
 }
 func (d directState) Set(src clockguard.Source, reason string) { d.rt.state.Set(src, reason) }
 func (d directState) Clear(src clockguard.Source)              { d.rt.state.Clear(src) }
@@ -85,7 +85,7 @@ type member struct {
 type memberReason struct {
 	reason string
 	d      clockguard.Detail
-	hold   bool // Hold (with detail) rather than Set
+	hold   bool // SetCause (with detail) rather than Set
 }
 
 func (m *member) record(src clockguard.Source, r *memberReason) {
@@ -99,7 +99,7 @@ func (m *member) record(src clockguard.Source, r *memberReason) {
 	m.rt.syncMembers()
 }
 
-func (m *member) Hold(src clockguard.Source, reason string, d clockguard.Detail) {
+func (m *member) SetCause(src clockguard.Source, reason string, d clockguard.Detail) {
 	m.record(src, &memberReason{reason: reason, d: d, hold: true})
 }
 func (m *member) Set(src clockguard.Source, reason string) {
@@ -202,14 +202,14 @@ func (rt *genRuntime) syncMembers() {
 		case !ok:
 			rt.state.Clear(src)
 		case r.hold:
-			rt.state.Hold(src, prefix+r.reason, r.d)
+			rt.state.SetCause(src, prefix+r.reason, r.d)
 		default:
 			rt.state.Set(src, prefix+r.reason)
 		}
 	}
 	if len(first.reasons) == 0 {
 		// Between a lease and its first reservation, or retired.
-		rt.state.Hold(clockguard.SourceLease, prefix+"acquiring a worker ID", clockguard.Detail{Code: clockguard.CodeStarting})
+		rt.state.SetCause(clockguard.SourceLease, prefix+"acquiring a worker ID", clockguard.Detail{Code: clockguard.CodeStarting})
 	}
 }
 
