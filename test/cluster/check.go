@@ -53,22 +53,38 @@ func CheckHistory(layout generator.Layout, got []Received, holders []*Interval, 
 			got[i].Generator = "default" // the nodes' default generator
 		}
 	}
-	problem := func(format string, args ...any) {
-		if len(res.Problems) < 20 {
-			res.Problems = append(res.Problems, fmt.Sprintf(format, args...))
-		}
-	}
+	p := &problems{}
+	checkUnique(p, got)
+	checkIntervals(p, layout, got, holders)
+	checkOrder(p, got)
+	worst, bound = checkDisorder(p, layout, got, b)
+	res.Problems = p.list
+	return res, worst, bound
+}
 
-	// 1. Uniqueness.
+// problems collects the first 20 problems a history shows.
+type problems struct{ list []string }
+
+func (p *problems) add(format string, args ...any) {
+	if len(p.list) < 20 {
+		p.list = append(p.list, fmt.Sprintf(format, args...))
+	}
+}
+
+// checkUnique is check 1: no ID received twice.
+func checkUnique(p *problems, got []Received) {
 	s := sortedIDs(got)
 	for i := 1; i < len(s); i++ {
 		if s[i].ID == s[i-1].ID {
-			problem("DUPLICATE ID %d: from %s (client %d call %d) and %s (client %d call %d)",
+			p.add("DUPLICATE ID %d: from %s (client %d call %d) and %s (client %d call %d)",
 				s[i].ID, s[i-1].Node, s[i-1].Client, s[i-1].Call, s[i].Node, s[i].Client, s[i].Call)
 		}
 	}
+}
 
-	// 2. Reservation intervals.
+// checkIntervals is check 2: one worker's holder intervals are disjoint,
+// and every ID lies in an interval of the node that answered it.
+func checkIntervals(p *problems, layout generator.Layout, got []Received, holders []*Interval) {
 	type slotKey struct {
 		gen    string
 		dc, wk uint64
@@ -85,7 +101,7 @@ func CheckHistory(layout generator.Layout, got []Received, holders []*Interval, 
 			up := h.Upper()
 			if i+1 < len(hs) {
 				if hs[i+1].Floor < up {
-					problem("generator %s dc=%d worker=%d: holder on %s (floor %d, upper %d) overlaps the next on %s (floor %d)",
+					p.add("generator %s dc=%d worker=%d: holder on %s (floor %d, upper %d) overlaps the next on %s (floor %d)",
 						k.gen, k.dc, k.wk, h.Node, h.Floor, up, hs[i+1].Node, hs[i+1].Floor)
 				}
 				// A killed holder may have had its last acknowledgement
@@ -98,25 +114,27 @@ func CheckHistory(layout generator.Layout, got []Received, holders []*Interval, 
 		}
 	}
 	for _, r := range got {
-		p, err := layout.Decode(r.ID)
+		id, err := layout.Decode(r.ID)
 		if err != nil {
-			problem("ID %d from %s does not decode: %v", r.ID, r.Node, err)
+			p.add("ID %d from %s does not decode: %v", r.ID, r.Node, err)
 			continue
 		}
 		found := false
-		for _, h := range bySlot[slotKey{r.Generator, p.Datacenter, p.Worker}] {
+		for _, h := range bySlot[slotKey{r.Generator, id.Datacenter, id.Worker}] {
 			// IDs from the Go client ("" node) may come from any node.
-			if (r.Node == "" || h.Node == r.Node) && p.Units > h.Floor && p.Units <= upper[h] {
+			if (r.Node == "" || h.Node == r.Node) && id.Units > h.Floor && id.Units <= upper[h] {
 				found = true
 				break
 			}
 		}
 		if !found {
-			problem("ID %d (time %d, dc %d, worker %d) from %s lies in no holder interval of that node", r.ID, p.Units, p.Datacenter, p.Worker, r.Node)
+			p.add("ID %d (time %d, dc %d, worker %d) from %s lies in no holder interval of that node", r.ID, id.Units, id.Datacenter, id.Worker, r.Node)
 		}
 	}
+}
 
-	// 3. Per-caller order on one node.
+// checkOrder is check 3: a caller's IDs from one node go up.
+func checkOrder(p *problems, got []Received) {
 	type callerKey struct {
 		client int
 		node   string
@@ -135,22 +153,24 @@ func CheckHistory(layout generator.Layout, got []Received, holders []*Interval, 
 		}
 		k := callerKey{r.Client, r.Node}
 		if prev, ok := last[k]; ok && r.ID <= prev.ID {
-			problem("client %d on %s: ID %d (call %d) not above %d (call %d)", r.Client, r.Node, r.ID, r.Call, prev.ID, prev.Call)
+			p.add("client %d on %s: ID %d (call %d) not above %d (call %d)", r.Client, r.Node, r.ID, r.Call, prev.ID, prev.Call)
 		}
 		last[k] = r
 	}
+}
 
-	// 4. Bounded disorder. An ID is made while its call is in flight, so
-	// its time lies between the call's start less what may age in the
-	// ring (max-staleness, a prefetch buffer) and its receipt plus what
-	// the generator may lead the clock (max-lead); a unit of rounding,
-	// any injected skew and 50 ms of slack on each side. worst is the
-	// largest distance outside the call's own interval.
+// checkDisorder is check 4, bounded disorder. An ID is made while its call is in flight, so
+// its time lies between the call's start less what may age in the
+// ring (max-staleness, a prefetch buffer) and its receipt plus what
+// the generator may lead the clock (max-lead); a unit of rounding,
+// any injected skew and 50 ms of slack on each side. worst is the
+// largest distance outside the call's own interval.
+func checkDisorder(p *problems, layout generator.Layout, got []Received, b Bounds) (worst, bound time.Duration) {
 	behind := b.MaxStaleness + layout.Unit + b.Prefetch + b.Skew + 50*time.Millisecond
 	ahead := b.MaxLead + layout.Unit + b.Skew + 50*time.Millisecond
 	bound = max(behind, ahead)
 	for _, r := range got {
-		p, err := layout.Decode(r.ID)
+		id, err := layout.Decode(r.ID)
 		if err != nil {
 			continue
 		}
@@ -159,19 +179,19 @@ func CheckHistory(layout generator.Layout, got []Received, holders []*Interval, 
 			sent = r.At
 		}
 		switch {
-		case p.Time.Before(sent):
-			d := sent.Sub(p.Time)
+		case id.Time.Before(sent):
+			d := sent.Sub(id.Time)
 			worst = max(worst, d)
 			if d > behind {
-				problem("ID %d from %s: its time is %v before its call began, bound %v", r.ID, r.Node, d, behind)
+				p.add("ID %d from %s: its time is %v before its call began, bound %v", r.ID, r.Node, d, behind)
 			}
-		case p.Time.After(r.At):
-			d := p.Time.Sub(r.At)
+		case id.Time.After(r.At):
+			d := id.Time.Sub(r.At)
 			worst = max(worst, d)
 			if d > ahead {
-				problem("ID %d from %s: its time is %v after its receipt, bound %v", r.ID, r.Node, d, ahead)
+				p.add("ID %d from %s: its time is %v after its receipt, bound %v", r.ID, r.Node, d, ahead)
 			}
 		}
 	}
-	return res, worst, bound
+	return worst, bound
 }
