@@ -106,59 +106,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, `usage: firn bench [flags]
-
-Drives a firn node's gRPC API (or the no-op floor server, --target noop, a
-child process serving the same API with the same gRPC server options) with
-K callers over C connections and reports RPC/s, IDs/s, latency
-percentiles, errors by gRPC code and duplicate IDs received.
-
---mode ranges calls NextRange with count --batch: the IDs come as runs of
-consecutive IDs, and every one of them is checked for duplicates (as
-intervals, so --record does not bound it); --batch may go up to the
-generator's max_range (Info). It also reports IDs/s over the generator's
-capacity: its workers (Info) times the layout's rate. With
---compare noop the no-op server takes the node's layout, workers and
-max_range, and cuts its runs as the node would.
-
-  firn bench --target 127.0.0.1:7300 --callers 16 --conns 4 --duration 10s
-  firn bench --target 127.0.0.1:7300 --mode batch --batch 1000 --callers 8
-  firn bench --target 127.0.0.1:7300 --mode ranges --batch 100000 --callers 8 --compare noop
-  firn bench --target 127.0.0.1:7300 --compare noop --pin --callers 64 --conns 4
-  firn bench --target 127.0.0.1:7300 --idle 60s
-  firn bench --target 127.0.0.1:7300 --flood-callers 512 --flood-conns 32 --flood-batch 100000
-
-`)
+		fmt.Fprint(stderr, benchUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&f.target, "addr", "127.0.0.1:7300", "node gRPC address (host:port), or noop for the no-op floor server")
-	fs.StringVar(&f.target, "target", "127.0.0.1:7300", "the older name of --addr")
-	fs.StringVar(&f.generator, "generator", "", "generator name (empty: the node's default)")
-	fs.StringVar(&f.mode, "mode", modeUnary, "unary (NextID), batch (NextIDs --batch N), prefetch (the Go client's Next) or ranges (NextRange --batch N)")
-	fs.IntVar(&f.batch, "batch", 1000, "count of each call: NextIDs in batch mode, NextRange in ranges mode")
-	fs.IntVar(&f.callers, "callers", 1, "concurrent callers K")
-	fs.IntVar(&f.conns, "conns", 1, "connections C (prefetch mode: clients), shared round-robin by the callers")
-	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured window of each run")
-	fs.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured warmup before each run")
-	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "per-call timeout")
-	fs.StringVar(&f.compare, "compare", "", "noop: run the target and the no-op server in interleaved pairs and report ratios")
-	fs.IntVar(&f.pairs, "pairs", minPairs, "pairs of runs with --compare (the ratios are their median; at least 5)")
-	fs.BoolVar(&f.pin, "pin", false, "put the server (no-op child, and the node when its PID is known) and the load on separate CPUs")
-	fs.DurationVar(&f.idle, "idle", 0, "measure the target process's CPU and RSS over this window without calls")
-	fs.IntVar(&f.pid, "pid", 0, "PID of the node (for --idle and --pin; default: found by the target's port)")
-	fs.BoolVar(&f.json, "json", false, "print the report as JSON")
-	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
-	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA of the node's certificate (PEM): dial with TLS")
-	fs.StringVar(&f.tlsCert, "tls-cert", "", "client certificate (PEM) for mTLS, with --tls-key")
-	fs.StringVar(&f.tlsKey, "tls-key", "", "client key (PEM)")
-	fs.StringVar(&f.tlsServerName, "tls-server-name", "", "name to check in the node's certificate")
-	fs.StringVar(&f.noopTLS, "noop-tls", "auto", "TLS of the no-op server: off, tls, mtls, or auto (as the node's: mtls with --tls-cert, tls with --tls-ca)")
-	fs.IntVar(&f.floodCallers, "flood-callers", 0, "overload scenario: run alone, then again beside a flood of this many callers asking for --flood-batch IDs (0: no flood)")
-	fs.IntVar(&f.floodConns, "flood-conns", 32, "connections of the flood")
-	fs.IntVar(&f.floodBatch, "flood-batch", 100_000, "NextIDs count of the flood's calls")
-	fs.BoolVar(&f.ignoreRetry, "ignore-retry-info", false, "after a refusal, pause 1 ms instead of the RetryInfo it carries (an uncooperative client)")
-	fs.IntVar(&f.record, "record", 32<<20, "IDs kept for the duplicate check (preallocated, 8 bytes each; ranges mode checks every ID, as intervals, and keeps these for the flood only)")
-	fs.Uint64Var(&f.noopDupAt, "noop-duplicate-at", 0, "make the no-op server hand out one ID twice, at this ID (checks the duplicate check)")
+	f.define(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -203,6 +154,63 @@ max_range, and cuts its runs as the node would.
 		return exitFailed
 	}
 	return exitOK
+}
+
+// benchUsage heads `firn bench -h`, before the flags.
+const benchUsage = `usage: firn bench [flags]
+
+Drives a firn node's gRPC API (or the no-op floor server, --target noop, a
+child process serving the same API with the same gRPC server options) with
+K callers over C connections and reports RPC/s, IDs/s, latency
+percentiles, errors by gRPC code and duplicate IDs received.
+
+--mode ranges calls NextRange with count --batch: the IDs come as runs of
+consecutive IDs, and every one of them is checked for duplicates (as
+intervals, so --record does not bound it); --batch may go up to the
+generator's max_range (Info). It also reports IDs/s over the generator's
+capacity: its workers (Info) times the layout's rate. With
+--compare noop the no-op server takes the node's layout, workers and
+max_range, and cuts its runs as the node would.
+
+  firn bench --target 127.0.0.1:7300 --callers 16 --conns 4 --duration 10s
+  firn bench --target 127.0.0.1:7300 --mode batch --batch 1000 --callers 8
+  firn bench --target 127.0.0.1:7300 --mode ranges --batch 100000 --callers 8 --compare noop
+  firn bench --target 127.0.0.1:7300 --compare noop --pin --callers 64 --conns 4
+  firn bench --target 127.0.0.1:7300 --idle 60s
+  firn bench --target 127.0.0.1:7300 --flood-callers 512 --flood-conns 32 --flood-batch 100000
+
+`
+
+// define defines f's flags on fs.
+func (f *flags) define(fs *flag.FlagSet) {
+	fs.StringVar(&f.target, "addr", "127.0.0.1:7300", "node gRPC address (host:port), or noop for the no-op floor server")
+	fs.StringVar(&f.target, "target", "127.0.0.1:7300", "the older name of --addr")
+	fs.StringVar(&f.generator, "generator", "", "generator name (empty: the node's default)")
+	fs.StringVar(&f.mode, "mode", modeUnary, "unary (NextID), batch (NextIDs --batch N), prefetch (the Go client's Next) or ranges (NextRange --batch N)")
+	fs.IntVar(&f.batch, "batch", 1000, "count of each call: NextIDs in batch mode, NextRange in ranges mode")
+	fs.IntVar(&f.callers, "callers", 1, "concurrent callers K")
+	fs.IntVar(&f.conns, "conns", 1, "connections C (prefetch mode: clients), shared round-robin by the callers")
+	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured window of each run")
+	fs.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured warmup before each run")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "per-call timeout")
+	fs.StringVar(&f.compare, "compare", "", "noop: run the target and the no-op server in interleaved pairs and report ratios")
+	fs.IntVar(&f.pairs, "pairs", minPairs, "pairs of runs with --compare (the ratios are their median; at least 5)")
+	fs.BoolVar(&f.pin, "pin", false, "put the server (no-op child, and the node when its PID is known) and the load on separate CPUs")
+	fs.DurationVar(&f.idle, "idle", 0, "measure the target process's CPU and RSS over this window without calls")
+	fs.IntVar(&f.pid, "pid", 0, "PID of the node (for --idle and --pin; default: found by the target's port)")
+	fs.BoolVar(&f.json, "json", false, "print the report as JSON")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "CA of the node's certificate (PEM): dial with TLS")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "client certificate (PEM) for mTLS, with --tls-key")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "client key (PEM)")
+	fs.StringVar(&f.tlsServerName, "tls-server-name", "", "name to check in the node's certificate")
+	fs.StringVar(&f.noopTLS, "noop-tls", "auto", "TLS of the no-op server: off, tls, mtls, or auto (as the node's: mtls with --tls-cert, tls with --tls-ca)")
+	fs.IntVar(&f.floodCallers, "flood-callers", 0, "overload scenario: run alone, then again beside a flood of this many callers asking for --flood-batch IDs (0: no flood)")
+	fs.IntVar(&f.floodConns, "flood-conns", 32, "connections of the flood")
+	fs.IntVar(&f.floodBatch, "flood-batch", 100_000, "NextIDs count of the flood's calls")
+	fs.BoolVar(&f.ignoreRetry, "ignore-retry-info", false, "after a refusal, pause 1 ms instead of the RetryInfo it carries (an uncooperative client)")
+	fs.IntVar(&f.record, "record", 32<<20, "IDs kept for the duplicate check (preallocated, 8 bytes each; ranges mode checks every ID, as intervals, and keeps these for the flood only)")
+	fs.Uint64Var(&f.noopDupAt, "noop-duplicate-at", 0, "make the no-op server hand out one ID twice, at this ID (checks the duplicate check)")
 }
 
 func (f *flags) validate() error {
@@ -308,43 +316,22 @@ func (r *Report) malformed() uint64 {
 // execute runs what the flags ask for.
 func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report, error) {
 	rep := &Report{}
-	needNoop := f.target == "noop" || f.compare == "noop"
-	var (
-		noop    *noopChild
-		noopTLS *tls.Config
-		nodeTLS *tls.Config
-		err     error
-	)
+	var nodeTLS *tls.Config
+	var err error
 	if f.target != "noop" && (f.tlsCA != "" || f.tlsCert != "" || f.tlsServerName != "") {
 		if nodeTLS, err = client.LoadTLS(f.tlsCA, f.tlsCert, f.tlsKey, f.tlsServerName); err != nil {
 			return nil, err
 		}
 	}
-	if needNoop {
-		var extra []string
-		if mode := f.noopTLSMode(); mode != "off" {
-			pki, err := newEphemeralPKI()
-			if err != nil {
-				return nil, fmt.Errorf("TLS for the no-op server: %w", err)
-			}
-			defer pki.remove()
-			extra = pki.childArgs(mode == "mtls")
-			noopTLS = pki.clientConfig(mode == "mtls")
-		}
-		if f.noopDupAt != 0 {
-			extra = append(extra, "--duplicate-at", strconv.FormatUint(f.noopDupAt, 10))
-		}
-		if f.mode == modeRanges && f.compare == "noop" {
-			g, err := generatorInfo(ctx, f.target, nodeTLS, f.generator)
-			if err != nil {
-				return nil, err
-			}
-			extra = append(extra, noopMirror(g)...)
-		}
-		if noop, err = startNoopChild(extra, stderr); err != nil {
+	var noop *noopChild
+	var noopTLS *tls.Config
+	if f.target == "noop" || f.compare == "noop" {
+		var stop func()
+		noop, noopTLS, stop, err = startNoop(ctx, f, nodeTLS, stderr)
+		if err != nil {
 			return nil, err
 		}
-		defer noop.stop()
+		defer stop()
 	}
 
 	nodePID := f.pid
@@ -354,34 +341,10 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 			return nil, fmt.Errorf("--idle: %w (give --pid)", err)
 		}
 	}
-
 	if f.pin {
-		plan := planPin()
-		rep.Pin = plan.note
-		if plan.ok {
-			var pinErrs []error
-			if noop != nil {
-				pinErrs = append(pinErrs, setAffinity(noop.pid(), &plan.server))
-			}
-			if nodePID != 0 {
-				// The node outlives the run: it gets its CPUs back, or
-				// every later measurement of it runs on one CPU.
-				var nodeOrig unix.CPUSet
-				if err := unix.SchedGetaffinity(nodePID, &nodeOrig); err != nil {
-					pinErrs = append(pinErrs, fmt.Errorf("node %d: %w", nodePID, err))
-				} else {
-					pinErrs = append(pinErrs, setAffinity(nodePID, &plan.server))
-					defer setAffinity(nodePID, &nodeOrig)
-				}
-			} else if f.target != "noop" {
-				rep.Pin += " (node not pinned: its PID is unknown)"
-			}
-			pinErrs = append(pinErrs, setAffinity(os.Getpid(), &plan.load))
-			defer setAffinity(os.Getpid(), &plan.orig)
-			if err := errors.Join(pinErrs...); err != nil {
-				rep.Pin += " (" + err.Error() + ")"
-			}
-		}
+		var unpin func()
+		rep.Pin, unpin = pin(f, noop, nodePID)
+		defer unpin()
 		if progress != nil {
 			fmt.Fprintf(progress, "bench: %s\n", rep.Pin)
 		}
@@ -411,21 +374,108 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 	if noop != nil {
 		noopCfg.label, noopCfg.addr, noopCfg.tls = "noop", noop.addr, noopTLS
 	}
-	if f.floodCallers > 0 {
+	switch {
+	case f.floodCallers > 0:
 		rep.Overload, err = overload(ctx, f, nodeCfg)
-		return rep, err
-	}
-	if f.compare == "" {
-		cfg := nodeCfg
-		if f.target == "noop" {
-			cfg = noopCfg
+	case f.compare == "" && f.target == "noop":
+		rep.Run, err = run(ctx, noopCfg)
+	case f.compare == "":
+		rep.Run, err = run(ctx, nodeCfg)
+	default:
+		rep.Compare, err = compare(ctx, f.pairs, nodeCfg, noopCfg)
+		if err != nil {
+			return nil, err
 		}
-		rep.Run, err = run(ctx, cfg)
-		return rep, err
 	}
-	rep.Compare = &Comparison{}
-	for i := range f.pairs {
-		nodeCfg.label, noopCfg.label = fmt.Sprintf("node %d/%d", i+1, f.pairs), fmt.Sprintf("noop %d/%d", i+1, f.pairs)
+	return rep, err
+}
+
+// startNoop starts the no-op server child for the run f asks for: with
+// TLS as the node has it (throw-away certificates, and the client's
+// configuration for them), and for ranges compared with the node, the
+// node's generator mirrored. stop ends the child and removes its files.
+func startNoop(ctx context.Context, f *flags, nodeTLS *tls.Config, stderr io.Writer) (noop *noopChild, noopTLS *tls.Config, stop func(), err error) {
+	var extra []string
+	var cleanups []func()
+	stop = func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}
+	if mode := f.noopTLSMode(); mode != "off" {
+		pki, err := newEphemeralPKI()
+		if err != nil {
+			return nil, nil, stop, fmt.Errorf("TLS for the no-op server: %w", err)
+		}
+		cleanups = append(cleanups, pki.remove)
+		extra = pki.childArgs(mode == "mtls")
+		noopTLS = pki.clientConfig(mode == "mtls")
+	}
+	if f.noopDupAt != 0 {
+		extra = append(extra, "--duplicate-at", strconv.FormatUint(f.noopDupAt, 10))
+	}
+	if f.mode == modeRanges && f.compare == "noop" {
+		g, err := generatorInfo(ctx, f.target, nodeTLS, f.generator)
+		if err != nil {
+			stop()
+			return nil, nil, func() {}, err
+		}
+		extra = append(extra, noopMirror(g)...)
+	}
+	if noop, err = startNoopChild(extra, stderr); err != nil {
+		stop()
+		return nil, nil, func() {}, err
+	}
+	cleanups = append(cleanups, noop.stop)
+	return noop, noopTLS, stop, nil
+}
+
+// pin gives the servers (the no-op child, and the node when its PID is
+// known) and this process disjoint CPUs (planPin). It returns what the
+// report says of it, and what gives every pinned process its CPUs back:
+// the node outlives the run, and pinned, every later measurement of it
+// would run on one CPU.
+func pin(f *flags, noop *noopChild, nodePID int) (note string, unpin func()) {
+	plan := planPin()
+	note = plan.note
+	var restores []func()
+	unpin = func() {
+		for i := len(restores) - 1; i >= 0; i-- {
+			restores[i]()
+		}
+	}
+	if !plan.ok {
+		return note, unpin
+	}
+	var pinErrs []error
+	if noop != nil {
+		pinErrs = append(pinErrs, setAffinity(noop.pid(), &plan.server))
+	}
+	if nodePID != 0 {
+		var nodeOrig unix.CPUSet
+		if err := unix.SchedGetaffinity(nodePID, &nodeOrig); err != nil {
+			pinErrs = append(pinErrs, fmt.Errorf("node %d: %w", nodePID, err))
+		} else {
+			pinErrs = append(pinErrs, setAffinity(nodePID, &plan.server))
+			restores = append(restores, func() { _ = setAffinity(nodePID, &nodeOrig) })
+		}
+	} else if f.target != "noop" {
+		note += " (node not pinned: its PID is unknown)"
+	}
+	pinErrs = append(pinErrs, setAffinity(os.Getpid(), &plan.load))
+	restores = append(restores, func() { _ = setAffinity(os.Getpid(), &plan.orig) })
+	if err := errors.Join(pinErrs...); err != nil {
+		note += " (" + err.Error() + ")"
+	}
+	return note, unpin
+}
+
+// compare runs the node and the no-op server in turn, pairs times, and
+// takes the median of the pairs' ratios.
+func compare(ctx context.Context, pairs int, nodeCfg, noopCfg runConfig) (*Comparison, error) {
+	c := &Comparison{}
+	for i := range pairs {
+		nodeCfg.label, noopCfg.label = fmt.Sprintf("node %d/%d", i+1, pairs), fmt.Sprintf("noop %d/%d", i+1, pairs)
 		node, err := run(ctx, nodeCfg)
 		if err != nil {
 			return nil, fmt.Errorf("pair %d, node: %w", i+1, err)
@@ -434,10 +484,10 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 		if err != nil {
 			return nil, fmt.Errorf("pair %d, noop: %w", i+1, err)
 		}
-		rep.Compare.Pairs = append(rep.Compare.Pairs, Pair{Node: node, Noop: nop, Ratios: ratios(node, nop)})
+		c.Pairs = append(c.Pairs, Pair{Node: node, Noop: nop, Ratios: ratios(node, nop)})
 	}
-	rep.Compare.Median = medianRatios(rep.Compare.Pairs)
-	return rep, nil
+	c.Median = medianRatios(c.Pairs)
+	return c, nil
 }
 
 // noopMirror is the no-op child's flags that make its Info and its

@@ -183,10 +183,7 @@ func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
 // a progress line every second.
 func run(ctx context.Context, cfg runConfig) (*Result, error) {
 	now := newMono()
-	var (
-		conns   []*grpc.ClientConn
-		clients []*client.Client
-	)
+	conns, clients, err := dial(ctx, cfg)
 	defer func() {
 		for _, c := range clients {
 			c.Close()
@@ -195,36 +192,12 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 			c.Close()
 		}
 	}()
-	for range cfg.conns {
-		if cfg.mode == modePrefetch {
-			c, err := client.New([]string{cfg.addr}, client.WithTLS(cfg.tls), client.WithGenerator(cfg.generator),
-				client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-			if err != nil {
-				return nil, err
-			}
-			clients = append(clients, c)
-			// One Next to connect and fill.
-			nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err = c.Next(nctx)
-			cancel()
-			if err != nil {
-				return nil, fmt.Errorf("%s: first Next: %w", cfg.addr, err)
-			}
-			continue
-		}
-		conn, err := grpc.NewClient(cfg.addr, dialOptions(cfg.tls)...)
-		if err != nil {
-			return nil, err
-		}
-		conns = append(conns, conn)
-		if err := waitReady(ctx, conn); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
 
 	var gen *firnv1.GeneratorInfo
 	if cfg.mode == modeRanges {
-		var err error
 		if gen, err = rangesInfo(ctx, conns[0], cfg); err != nil {
 			return nil, err
 		}
@@ -252,7 +225,73 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 			}
 		}()
 	}
+	var rpcs0 uint64 // the prefetch clients' fetches before the window
+	elapsed := measure(ctx, cfg, workers, &phase, now, func() {
+		for _, c := range clients {
+			rpcs0 += c.Stats().Fetches
+		}
+	})
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 
+	res, recorded := summarize(cfg, workers, elapsed)
+	if cfg.mode == modePrefetch {
+		res.RPCs = 0
+		for _, c := range clients {
+			res.RPCs += c.Stats().Fetches
+		}
+		res.RPCs -= rpcs0
+		res.RPCPS = float64(res.RPCs) / res.Seconds
+	}
+	if cfg.mode != modeRanges {
+		res.Checked = uint64(len(recorded))
+		res.Dups = countDuplicates(recorded)
+		return res, nil
+	}
+	rangeChecks(ctx, res, cfg, workers, conns[0], gen)
+	return res, nil
+}
+
+// dial opens the run's connections: cfg.conns gRPC connections, ready, or
+// under modePrefetch as many Go clients, each having answered one Next.
+// What it opened is returned even with an error, for the caller to close.
+func dial(ctx context.Context, cfg runConfig) (conns []*grpc.ClientConn, clients []*client.Client, err error) {
+	for range cfg.conns {
+		if cfg.mode == modePrefetch {
+			c, err := client.New([]string{cfg.addr}, client.WithTLS(cfg.tls), client.WithGenerator(cfg.generator),
+				client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+			if err != nil {
+				return conns, clients, err
+			}
+			clients = append(clients, c)
+			// One Next to connect and fill.
+			nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err = c.Next(nctx)
+			cancel()
+			if err != nil {
+				return conns, clients, fmt.Errorf("%s: first Next: %w", cfg.addr, err)
+			}
+			continue
+		}
+		conn, err := grpc.NewClient(cfg.addr, dialOptions(cfg.tls)...)
+		if err != nil {
+			return conns, clients, err
+		}
+		conns = append(conns, conn)
+		if err := waitReady(ctx, conn); err != nil {
+			return conns, clients, err
+		}
+	}
+	return conns, clients, nil
+}
+
+// measure waits out the warm-up, opens the measured window (atWindow runs
+// as it opens), reports progress each second to cfg.progress, and closes
+// the window after cfg.duration or when ctx ends; it returns the window's
+// length.
+func measure(ctx context.Context, cfg runConfig, workers []*worker, phase *atomic.Int32, now func() time.Duration, atWindow func()) time.Duration {
 	sleep := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -263,16 +302,10 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 			return false
 		}
 	}
-	stopped := false
-	if !sleep(cfg.warmup) {
-		stopped = true
-	}
+	stopped := !sleep(cfg.warmup)
 	start := now()
 	phase.Store(phaseMeasure)
-	var rpcs0 uint64
-	for _, c := range clients {
-		rpcs0 += c.Stats().Fetches
-	}
+	atWindow()
 	var lastCalls, lastIDs uint64
 	last := start
 	for !stopped {
@@ -281,7 +314,6 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 			break
 		}
 		if !sleep(min(left, time.Second)) {
-			stopped = true
 			break
 		}
 		if cfg.progress != nil {
@@ -299,12 +331,12 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 		}
 	}
 	phase.Store(phaseStop)
-	elapsed := now() - start
-	wg.Wait()
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
+	return now() - start
+}
 
+// summarize adds up the callers' counts and latencies over the window, and
+// returns the IDs they recorded (compacted into one run of cfg.record).
+func summarize(cfg runConfig, workers []*worker, elapsed time.Duration) (*Result, []uint64) {
 	res := &Result{
 		Label: cfg.label, Target: cfg.addr, Mode: cfg.mode, Callers: cfg.callers, Conns: cfg.conns,
 		Seconds: elapsed.Seconds(), Errors: map[string]uint64{},
@@ -327,13 +359,6 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 		recorded = append(recorded, w.rec...)
 	}
 	res.RPCs = res.Calls
-	if cfg.mode == modePrefetch {
-		res.RPCs = 0
-		for _, c := range clients {
-			res.RPCs += c.Stats().Fetches
-		}
-		res.RPCs -= rpcs0
-	}
 	res.CallsPS = float64(res.Calls) / res.Seconds
 	res.RPCPS = float64(res.RPCs) / res.Seconds
 	res.IDsPS = float64(res.IDs) / res.Seconds
@@ -342,11 +367,14 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 		l := eh.latency()
 		res.ErrLatency = &l
 	}
-	if cfg.mode != modeRanges {
-		res.Checked = uint64(len(recorded))
-		res.Dups = countDuplicates(recorded)
-		return res, nil
-	}
+	return res, recorded
+}
+
+// rangeChecks completes a ranges run's result: the duplicates within and
+// between the callers' runs, the intervals they form, and the generator's
+// capacity (gen, read before the run, or after it if a node took more
+// workers meanwhile).
+func rangeChecks(ctx context.Context, res *Result, cfg runConfig, workers []*worker, conn *grpc.ClientConn, gen *firnv1.GeneratorInfo) {
 	sets := make([]*intervals.Set, len(workers))
 	for i, w := range workers {
 		sets[i] = &w.set
@@ -363,13 +391,12 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 	res.Workers, res.Capacity = capacity(gen)
 	// Read the workers again: under --workers auto a node may take more
 	// while loaded. A failed reading keeps the first.
-	if after, err := readGenerator(ctx, conns[0], cfg); err == nil {
+	if after, err := readGenerator(ctx, conn, cfg); err == nil {
 		if w, c := capacity(after); w > res.Workers {
 			res.Workers, res.Capacity = w, c
 		}
 	}
 	res.CapacityRatio = ratio(res.IDsPS, res.Capacity)
-	return res, nil
 }
 
 // readGenerator reads the run's generator's Info over conn.
