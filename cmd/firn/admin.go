@@ -287,32 +287,63 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 		targets = append(targets, bumpTarget{name: n, layout: l, state: states[n]})
 	}
 	wall, _ := clockguard.NewSystem().Now()
-	window := c.coord.timing().ReservationWindow
-	leadOf := func(l generator.Layout) time.Duration {
-		if *maxLead > 0 {
-			return *maxLead
-		}
-		return generator.DefaultMaxLead(l)
-	}
-	specOf := func(tg bumpTarget) coordinator.BumpSpec {
-		l := tg.layout
-		ahead := window + leadOf(l) + *maxSkew
-		return coordinator.BumpSpec{Generator: tg.name, By: int64((*by + l.Unit - 1) / l.Unit), Now: max(0, l.Units(wall)),
-			MaxTime: l.MaxTime(), MaxAhead: int64((ahead+l.Unit-1)/l.Unit) + 1, IncludeAhead: *includeAhead}
-	}
-	aheadRefusal := func(tg bumpTarget, ae *coordinator.AheadError) {
-		fmt.Fprintln(stderr, aheadMessage(tg.name, tg.layout, ae, wall, window, leadOf(tg.layout), *maxSkew))
-	}
+	br := bumpRun{by: *by, maxLead: *maxLead, maxSkew: *maxSkew, includeAhead: *includeAhead,
+		wall: wall, window: c.coord.timing().ReservationWindow, stdout: stdout, stderr: stderr}
 	// Reservations ahead of this clock are looked for in every generator
 	// before any is bumped, so that a refusal leaves all of them as they
 	// were; each backend's Bump checks again on the reading it bumps from.
-	refused := 0
+	if refused, err := br.checkAhead(ctx, coord, targets); err != nil {
+		return fail(stderr, exitFailure, "coordinator bump: %v; nothing was bumped", err)
+	} else if refused > 0 {
+		return exitFailure
+	}
+	if br.bumpAll(ctx, coord, targets) > 0 {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// bumpRun is one `firn coordinator bump`: its flags, this clock's reading
+// and the reservation window, and where it reports.
+type bumpRun struct {
+	by, maxLead, maxSkew time.Duration
+	includeAhead         bool
+	wall                 time.Time
+	window               time.Duration
+	stdout, stderr       io.Writer
+}
+
+// lead is the nodes' max-lead for layout l: --max-lead, or the default.
+func (br *bumpRun) lead(l generator.Layout) time.Duration {
+	if br.maxLead > 0 {
+		return br.maxLead
+	}
+	return generator.DefaultMaxLead(l)
+}
+
+// spec is the bump of target tg.
+func (br *bumpRun) spec(tg bumpTarget) coordinator.BumpSpec {
+	l := tg.layout
+	ahead := br.window + br.lead(l) + br.maxSkew
+	return coordinator.BumpSpec{Generator: tg.name, By: int64((br.by + l.Unit - 1) / l.Unit), Now: max(0, l.Units(br.wall)),
+		MaxTime: l.MaxTime(), MaxAhead: int64((ahead+l.Unit-1)/l.Unit) + 1, IncludeAhead: br.includeAhead}
+}
+
+// refuseAhead says why tg is not bumped: reservations ahead of this clock.
+func (br *bumpRun) refuseAhead(tg bumpTarget, ae *coordinator.AheadError) {
+	fmt.Fprintln(br.stderr, aheadMessage(tg.name, tg.layout, ae, br.wall, br.window, br.lead(tg.layout), br.maxSkew))
+}
+
+// checkAhead looks for reservations ahead of this clock in every target
+// and counts the targets refused for them (none under --include-ahead,
+// which says which it includes).
+func (br *bumpRun) checkAhead(ctx context.Context, coord coordinator.Admin, targets []bumpTarget) (refused int, err error) {
 	for _, tg := range targets {
 		holders, err := coord.Workers(ctx, tg.name)
 		if err != nil {
-			return fail(stderr, exitFailure, "coordinator bump: generator %s: %v; nothing was bumped", tg.name, err)
+			return refused, fmt.Errorf("generator %s: %w", tg.name, err)
 		}
-		check := specOf(tg)
+		check := br.spec(tg)
 		check.IncludeAhead = false
 		floor := int64(-1)
 		if tg.state != nil {
@@ -322,57 +353,54 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 		if !errors.As(check.CheckAhead(holders, floor), &ae) {
 			continue
 		}
-		if !*includeAhead {
-			aheadRefusal(tg, ae)
+		if !br.includeAhead {
+			br.refuseAhead(tg, ae)
 			refused++
 			continue
 		}
 		for _, h := range ae.Ahead {
-			fmt.Fprintf(stdout, "generator %s: including dc=%d worker=%d reserved until %s, %v ahead of this clock, %s (--include-ahead): the floor follows it\n",
+			fmt.Fprintf(br.stdout, "generator %s: including dc=%d worker=%d reserved until %s, %v ahead of this clock, %s (--include-ahead): the floor follows it\n",
 				tg.name, h.Slot.Datacenter, h.Slot.Worker, tg.layout.UnitStart(h.Reserved+1).UTC().Format(time.RFC3339Nano),
-				tg.layout.UnitStart(h.Reserved+1).Sub(wall).Round(time.Second), h.HolderName())
+				tg.layout.UnitStart(h.Reserved+1).Sub(br.wall).Round(time.Second), h.HolderName())
 		}
 	}
-	if refused > 0 {
-		return exitFailure
-	}
-	failed := 0
+	return refused, nil
+}
+
+// bumpAll bumps every target, reporting each, and counts the failures.
+func (br *bumpRun) bumpAll(ctx context.Context, coord coordinator.Admin, targets []bumpTarget) (failed int) {
 	for _, tg := range targets {
 		l := tg.layout
-		spec := specOf(tg)
-		units := spec.By
+		spec := br.spec(tg)
 		res, err := coord.Bump(ctx, spec)
 		var ae *coordinator.AheadError
 		if errors.As(err, &ae) {
 			failed++
-			aheadRefusal(tg, ae)
+			br.refuseAhead(tg, ae)
 			continue
 		}
 		if err != nil {
 			failed++
 			msg := err.Error()
 			if tg.state != nil && tg.state.Restore != nil && errors.Is(err, coordinator.ErrInvalidSpec) {
-				msg += fmt.Sprintf(" (in this layout: at least %v)", time.Duration(tg.state.Restore.MinBump(max(0, l.Units(wall), tg.state.Restore.Shown)))*l.Unit)
+				msg += fmt.Sprintf(" (in this layout: at least %v)", time.Duration(tg.state.Restore.MinBump(max(0, l.Units(br.wall), tg.state.Restore.Shown)))*l.Unit)
 			}
-			fmt.Fprintf(stderr, "firn: coordinator bump: generator %s: %s\n", tg.name, strings.ReplaceAll(msg, "\n", " "))
+			fmt.Fprintf(br.stderr, "firn: coordinator bump: generator %s: %s\n", tg.name, strings.ReplaceAll(msg, "\n", " "))
 			continue
 		}
-		lead := leadOf(l)
+		lead := br.lead(l)
 		serveAt := l.UnitStart(res.Floor).Add(-lead)
-		wait := max(0, serveAt.Sub(wall)).Round(time.Second)
-		fmt.Fprintf(stdout, "generator %s: raised every reservation by %v (%d units of %v) and the floor to %d (%s); nodes serve again from about %s, in %v (D plus the reservation window, less max-lead %v)\n",
-			tg.name, *by, units, l.Unit, res.Floor, l.UnitStart(res.Floor).UTC().Format(time.RFC3339Nano),
+		wait := max(0, serveAt.Sub(br.wall)).Round(time.Second)
+		fmt.Fprintf(br.stdout, "generator %s: raised every reservation by %v (%d units of %v) and the floor to %d (%s); nodes serve again from about %s, in %v (D plus the reservation window, less max-lead %v)\n",
+			tg.name, br.by, spec.By, l.Unit, res.Floor, l.UnitStart(res.Floor).UTC().Format(time.RFC3339Nano),
 			serveAt.UTC().Format(time.RFC3339), wait, lead)
 		if res.Cleared != nil {
-			fmt.Fprintf(stdout, "generator %s: cleared the restore marker (node %q found dc=%d worker=%d %v below what it had acknowledged)\n",
+			fmt.Fprintf(br.stdout, "generator %s: cleared the restore marker (node %q found dc=%d worker=%d %v below what it had acknowledged)\n",
 				tg.name, res.Cleared.Node.Name, res.Cleared.Slot.Datacenter, res.Cleared.Slot.Worker,
 				time.Duration(res.Cleared.MinBump(max(l.Units(res.Cleared.At), res.Cleared.Shown)))*l.Unit)
 		}
 	}
-	if failed > 0 {
-		return exitFailure
-	}
-	return exitOK
+	return failed
 }
 
 // aheadMessage is a bump's refusal over reservations ahead of its clock:
