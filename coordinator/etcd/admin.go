@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/firnid/firn/coordinator"
@@ -107,6 +108,52 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 		return coordinator.BumpResult{}, err
 	}
 	k := c.keys(b.Generator)
+	st, err := c.readForBump(ctx, k)
+	if err != nil {
+		return coordinator.BumpResult{}, err
+	}
+	if err := b.CheckAhead(st.slots, st.floor); err != nil {
+		return coordinator.BumpResult{}, err
+	}
+	want, err := b.BumpFloor(st.top, st.marker)
+	if err != nil {
+		return coordinator.BumpResult{}, err
+	}
+	floor, err := c.raiseNumber(ctx, k.floor(), want)
+	if err != nil {
+		return coordinator.BumpResult{}, fmt.Errorf("raising the generator floor: %w", err)
+	}
+	c.log.Warn("generator floor raised", "generator", b.Generator, "floor", floor)
+	out := coordinator.BumpResult{Floor: floor}
+	for _, kv := range st.reservations {
+		if err := c.bumpKey(ctx, b, kv); err != nil {
+			return out, err
+		}
+	}
+	if st.marker == nil {
+		return out, nil
+	}
+	if err := c.clearMarker(ctx, k, b, st.markerRev); err != nil {
+		return out, err
+	}
+	c.log.Warn("restore marker cleared", "generator", b.Generator, "gap", st.marker.Gap(), "by", b.By)
+	out.Cleared = st.marker
+	return out, nil
+}
+
+// bumpState is what a bump reads of a generator in one revision.
+type bumpState struct {
+	reservations []*mvccpb.KeyValue
+	top          int64                   // the largest reservation; -1 for none
+	slots        []coordinator.SlotState // the reservations with their live owners
+	floor        int64                   // the stored generator floor; -1 for none
+	marker       *coordinator.RestoreEvidence
+	markerRev    int64
+}
+
+// readForBump reads the generator's reservations, floor, restore marker
+// and owners in one transaction.
+func (c *Coordinator) readForBump(ctx context.Context, k keys) (bumpState, error) {
 	cctx, cancel := c.call(ctx)
 	g, err := c.cli.Txn(cctx).Then(
 		clientv3.OpGet(k.reservations(), clientv3.WithPrefix()),
@@ -116,118 +163,104 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 	).Commit()
 	cancel()
 	if err != nil {
-		return coordinator.BumpResult{}, unavailable("read reservations", err)
+		return bumpState{}, unavailable("read reservations", err)
 	}
-	res := g.Responses[0].GetResponseRange().Kvs
-	top := int64(-1)
-	// The reservations with their live owners, read in the same revision,
-	// for the check of reservations ahead of the bump's clock.
-	var slots []coordinator.SlotState
+	st := bumpState{reservations: g.Responses[0].GetResponseRange().Kvs, top: -1}
 	owners := map[string]coordinator.Heartbeat{}
 	for _, kv := range g.Responses[3].GetResponseRange().Kvs {
 		owners[strings.TrimPrefix(string(kv.Key), k.owners())] = coordinator.DecodeOwner(kv.Value).Heartbeat()
 	}
-	for _, kv := range res {
+	for _, kv := range st.reservations {
 		v, err := parseKey(string(kv.Key), kv.Value)
 		if err != nil {
-			return coordinator.BumpResult{}, err
+			return bumpState{}, err
 		}
-		top = max(top, v)
+		st.top = max(st.top, v)
 		name := strings.TrimPrefix(string(kv.Key), k.reservations())
 		if slot, ok := coordinator.ParseSlotKey(name); ok {
 			hb, live := owners[name]
-			slots = append(slots, coordinator.SlotState{Slot: slot, Live: live, Heartbeat: hb, Reserved: v})
+			st.slots = append(st.slots, coordinator.SlotState{Slot: slot, Live: live, Heartbeat: hb, Reserved: v})
 		}
 	}
-	storedFloor, err := readStored(k.floor(), g.Responses[1].GetResponseRange().Kvs)
+	stored, err := readStored(k.floor(), g.Responses[1].GetResponseRange().Kvs)
 	if err != nil {
-		return coordinator.BumpResult{}, err
+		return bumpState{}, err
 	}
-	var marker *coordinator.RestoreEvidence
-	var markerRev int64
+	st.floor = stored.value
 	if kvs := g.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 {
 		ev, err := coordinator.DecodeRestore(k.restored(), kvs[0].Value)
 		if err != nil {
-			return coordinator.BumpResult{}, err
+			return bumpState{}, err
 		}
-		marker, markerRev = &ev, kvs[0].ModRevision
+		st.marker, st.markerRev = &ev, kvs[0].ModRevision
 	}
-	if err := b.CheckAhead(slots, storedFloor.value); err != nil {
-		return coordinator.BumpResult{}, err
-	}
-	want, err := b.BumpFloor(top, marker)
-	if err != nil {
-		return coordinator.BumpResult{}, err
-	}
-	floor, err := c.raiseNumber(ctx, k.floor(), want)
-	if err != nil {
-		return coordinator.BumpResult{}, fmt.Errorf("raising the generator floor: %w", err)
-	}
-	c.log.Warn("generator floor raised", "generator", b.Generator, "floor", floor)
-	for _, kv := range res {
-		key := string(kv.Key)
-		for attempt := 0; ; attempt++ {
-			v, err := parseKey(key, kv.Value)
-			if err != nil {
-				return coordinator.BumpResult{Floor: floor}, err
-			}
-			if v > math.MaxInt64-b.By {
-				return coordinator.BumpResult{Floor: floor}, fmt.Errorf("%w: bump of %s from %d by %d overflows", coordinator.ErrInvalidSpec, key, v, b.By)
-			}
-			cctx, cancel := c.call(ctx)
-			resp, err := c.cli.Txn(cctx).
-				If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-				Then(clientv3.OpPut(key, pad(v+b.By)), clientv3.OpGet(key)).
-				Else(clientv3.OpGet(key)).Commit()
-			cancel()
-			if err != nil {
-				return coordinator.BumpResult{Floor: floor}, unavailable("bump", err)
-			}
-			if resp.Succeeded {
-				after, err := readStored(key, resp.Responses[1].GetResponseRange().Kvs)
-				if err != nil {
-					return coordinator.BumpResult{Floor: floor}, err
-				}
-				if after.value != v+b.By {
-					return coordinator.BumpResult{Floor: floor}, fmt.Errorf("etcd: %s holds %d after %d was written", key, after.value, v+b.By)
-				}
-				c.log.Warn("reservation bumped", "generator", b.Generator, "key", key, "from", v, "to", v+b.By)
-				break
-			}
-			if attempt == 10 {
-				return coordinator.BumpResult{Floor: floor}, fmt.Errorf("%w: bump of %s: value kept changing", coordinator.ErrUnavailable, key)
-			}
-			kvs := resp.Responses[0].GetResponseRange().Kvs
-			if len(kvs) != 1 {
-				break
-			}
-			kv = kvs[0]
+	return st, nil
+}
+
+// bumpKey raises one reservation by b.By, by compare-and-swap on its mod
+// revision, reading it again when it changed meanwhile (ten tries).
+func (c *Coordinator) bumpKey(ctx context.Context, b coordinator.BumpSpec, kv *mvccpb.KeyValue) error {
+	key := string(kv.Key)
+	for attempt := 0; ; attempt++ {
+		v, err := parseKey(key, kv.Value)
+		if err != nil {
+			return err
 		}
+		if v > math.MaxInt64-b.By {
+			return fmt.Errorf("%w: bump of %s from %d by %d overflows", coordinator.ErrInvalidSpec, key, v, b.By)
+		}
+		cctx, cancel := c.call(ctx)
+		resp, err := c.cli.Txn(cctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+			Then(clientv3.OpPut(key, pad(v+b.By)), clientv3.OpGet(key)).
+			Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		if err != nil {
+			return unavailable("bump", err)
+		}
+		if resp.Succeeded {
+			after, err := readStored(key, resp.Responses[1].GetResponseRange().Kvs)
+			if err != nil {
+				return err
+			}
+			if after.value != v+b.By {
+				return fmt.Errorf("etcd: %s holds %d after %d was written", key, after.value, v+b.By)
+			}
+			c.log.Warn("reservation bumped", "generator", b.Generator, "key", key, "from", v, "to", v+b.By)
+			return nil
+		}
+		if attempt == 10 {
+			return fmt.Errorf("%w: bump of %s: value kept changing", coordinator.ErrUnavailable, key)
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) != 1 {
+			return nil
+		}
+		kv = kvs[0]
 	}
-	out := coordinator.BumpResult{Floor: floor}
-	if marker == nil {
-		return out, nil
-	}
-	cctx, cancel = c.call(ctx)
+}
+
+// clearMarker deletes the restore marker the bump read (at markerRev);
+// one written again meanwhile stands, and the bump says so.
+func (c *Coordinator) clearMarker(ctx context.Context, k keys, b coordinator.BumpSpec, markerRev int64) error {
+	cctx, cancel := c.call(ctx)
 	resp, err := c.cli.Txn(cctx).
 		If(clientv3.Compare(clientv3.ModRevision(k.restored()), "=", markerRev)).
 		Then(clientv3.OpDelete(k.restored())).
 		Else(clientv3.OpGet(k.restored())).Commit()
 	cancel()
 	if err != nil {
-		return out, unavailable("clear restore marker", err)
+		return unavailable("clear restore marker", err)
 	}
 	if !resp.Succeeded {
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 			now, _ := coordinator.DecodeRestore(k.restored(), kvs[0].Value)
-			return out, fmt.Errorf("%w: generator %q: the restore marker was written again during the bump (gap %d time units, by node %q): it stands; bump again",
+			return fmt.Errorf("%w: generator %q: the restore marker was written again during the bump (gap %d time units, by node %q): it stands; bump again",
 				coordinator.ErrRestored, b.Generator, now.Gap(), now.Node.Name)
 		}
 		// Deleted meanwhile (another bump): cleared all the same.
 	}
-	c.log.Warn("restore marker cleared", "generator", b.Generator, "gap", marker.Gap(), "by", b.By)
-	out.Cleared = marker
-	return out, nil
+	return nil
 }
 
 // MarkRestored implements coordinator.Coordinator: a create-if-absent of

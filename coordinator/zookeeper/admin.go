@@ -159,29 +159,9 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 	if err != nil {
 		return coordinator.BumpResult{}, err
 	}
-	names, err := c.children(ctx, p.reservations())
-	if err != nil && !errors.Is(err, zk.ErrNoNode) {
-		return coordinator.BumpResult{}, unavailable("list reservations", err)
-	}
-	top := int64(-1)
-	var slots []coordinator.SlotState // for the check of reservations ahead
-	for _, name := range names {
-		path := p.reservations() + "/" + name
-		d, _, err := c.get(ctx, path)
-		if errors.Is(err, zk.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return coordinator.BumpResult{}, unavailable("read reservation", err)
-		}
-		v, err := parsePath(path, d)
-		if err != nil {
-			return coordinator.BumpResult{}, err
-		}
-		top = max(top, v)
-		if slot, ok := coordinator.ParseSlotKey(name); ok {
-			slots = append(slots, coordinator.SlotState{Slot: slot, Reserved: v})
-		}
+	names, top, slots, err := c.readReservations(ctx, p)
+	if err != nil {
+		return coordinator.BumpResult{}, err
 	}
 	floor := int64(-1)
 	if d, _, err := c.get(ctx, p.floor()); err == nil {
@@ -192,19 +172,8 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 		return coordinator.BumpResult{}, unavailable("read generator floor", err)
 	}
 	if lim, ok := b.AheadLimit(floor); ok && !b.IncludeAhead && top > lim {
-		// Name the live holder of each reservation ahead (read after the
-		// reservations: a holder that left meanwhile shows as none).
-		for i := range slots {
-			if slots[i].Reserved <= lim {
-				continue
-			}
-			d, _, err := c.get(ctx, p.owner(slots[i].Slot))
-			switch {
-			case err == nil:
-				slots[i].Live, slots[i].Heartbeat = true, decodeOwner(d).Heartbeat()
-			case !errors.Is(err, zk.ErrNoNode):
-				return coordinator.BumpResult{}, unavailable("read owner", err)
-			}
+		if err := c.readAheadOwners(ctx, p, slots, lim); err != nil {
+			return coordinator.BumpResult{}, err
 		}
 	}
 	if err := b.CheckAhead(slots, floor); err != nil {
@@ -232,7 +201,66 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 	if marker == nil {
 		return out, nil
 	}
-	_, err = call(c, ctx, func() (struct{}, error) { return struct{}{}, c.client().Delete(p.restored(), mst.Version) })
+	if err := c.clearMarker(ctx, p, b, mst.Version); err != nil {
+		return out, err
+	}
+	c.log.Warn("restore marker cleared", "generator", b.Generator, "gap", marker.Gap(), "by", b.By)
+	out.Cleared = marker
+	return out, nil
+}
+
+// readReservations reads every reservation of the generator: their node
+// names, the largest (-1 for none), and the slots they belong to.
+func (c *Coordinator) readReservations(ctx context.Context, p paths) (names []string, top int64, slots []coordinator.SlotState, err error) {
+	names, err = c.children(ctx, p.reservations())
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return nil, 0, nil, unavailable("list reservations", err)
+	}
+	top = -1
+	for _, name := range names {
+		path := p.reservations() + "/" + name
+		d, _, err := c.get(ctx, path)
+		if errors.Is(err, zk.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, nil, unavailable("read reservation", err)
+		}
+		v, err := parsePath(path, d)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		top = max(top, v)
+		if slot, ok := coordinator.ParseSlotKey(name); ok {
+			slots = append(slots, coordinator.SlotState{Slot: slot, Reserved: v})
+		}
+	}
+	return names, top, slots, nil
+}
+
+// readAheadOwners names the live holder of each reservation above lim
+// (read after the reservations: a holder that left meanwhile shows as
+// none).
+func (c *Coordinator) readAheadOwners(ctx context.Context, p paths, slots []coordinator.SlotState, lim int64) error {
+	for i := range slots {
+		if slots[i].Reserved <= lim {
+			continue
+		}
+		d, _, err := c.get(ctx, p.owner(slots[i].Slot))
+		switch {
+		case err == nil:
+			slots[i].Live, slots[i].Heartbeat = true, decodeOwner(d).Heartbeat()
+		case !errors.Is(err, zk.ErrNoNode):
+			return unavailable("read owner", err)
+		}
+	}
+	return nil
+}
+
+// clearMarker deletes the restore marker the bump read (at version); one
+// written again meanwhile stands, and the bump says so.
+func (c *Coordinator) clearMarker(ctx context.Context, p paths, b coordinator.BumpSpec, version int32) error {
+	_, err := call(c, ctx, func() (struct{}, error) { return struct{}{}, c.client().Delete(p.restored(), version) })
 	switch {
 	case err == nil, errors.Is(err, zk.ErrNoNode):
 	case errors.Is(err, zk.ErrBadVersion):
@@ -241,17 +269,15 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 		if now != nil {
 			gap, node = now.Gap(), now.Node.Name
 		}
-		return out, fmt.Errorf("%w: generator %q: the restore marker was written again during the bump (gap %d time units, by node %q): it stands; bump again",
+		return fmt.Errorf("%w: generator %q: the restore marker was written again during the bump (gap %d time units, by node %q): it stands; bump again",
 			coordinator.ErrRestored, b.Generator, gap, node)
 	default:
 		// No answer: gone now means this delete (or another bump) took it.
 		if st, err2 := c.exists(ctx, p.restored()); err2 != nil || st != nil {
-			return out, unavailable("clear restore marker", err)
+			return unavailable("clear restore marker", err)
 		}
 	}
-	c.log.Warn("restore marker cleared", "generator", b.Generator, "gap", marker.Gap(), "by", b.By)
-	out.Cleared = marker
-	return out, nil
+	return nil
 }
 
 // MarkRestored implements coordinator.Coordinator: it creates the
