@@ -240,42 +240,71 @@ func (c *Config) Finish(now time.Time) error {
 			return configErr("generator", "name %q given twice", g.Name)
 		}
 		seen[g.Name] = true
-		if err := g.Layout.Validate(now); err != nil {
-			return configErr("generator", "%s: %v", g.Name, err)
-		}
-		g.MaxLead = c.MaxLead
-		if g.MaxLead == 0 {
-			g.MaxLead = generator.DefaultMaxLead(g.Layout)
-		}
-		g.MaxStaleness = c.MaxStaleness
-		if g.MaxStaleness == 0 {
-			g.MaxStaleness = max(100*time.Millisecond, 2*g.Layout.Unit)
-		}
-		if g.MaxLead < 2*g.Layout.Unit {
-			return configErr("max-lead", "%v is below 2 time units (%v) of generator %s", g.MaxLead, 2*g.Layout.Unit, g.Name)
-		}
-		if g.MaxStaleness < 2*g.Layout.Unit {
-			return configErr("max-staleness", "%v is below 2 time units (%v) of generator %s", g.MaxStaleness, 2*g.Layout.Unit, g.Name)
-		}
-		if g.MaxStaleness < 2*time.Millisecond {
-			return configErr("max-staleness", "%v is below 2ms", g.MaxStaleness)
-		}
-		if _, ok := perLead(*g); !ok {
-			return configErr("max-lead", "%v holds %d units of %v, each of %d sequence numbers: the IDs within max-lead of generator %s overflow 64 bits",
-				g.MaxLead, int64(g.MaxLead/g.Layout.Unit), g.Layout.Unit, g.Layout.PerUnit(), g.Name)
-		}
-		slots := g.Layout.WorkerLimit() * g.Layout.DatacenterLimit()
-		if c.Datacenter >= 0 {
-			slots = g.Layout.WorkerLimit()
-		}
-		if w := c.WorkersFor(); uint64(w) > slots {
-			return configErr(c.workersFlag(), "%d is more than generator %s's %d worker IDs", w, g.Name, slots)
-		}
-		if c.Datacenter >= 0 && uint64(c.Datacenter) >= g.Layout.DatacenterLimit() {
-			return configErr("datacenter", "%d does not fit generator %s's %d datacenter bits (max %d)",
-				c.Datacenter, g.Name, g.Layout.DatacenterBits, g.Layout.DatacenterLimit()-1)
+		if err := c.finishGenerator(g, now); err != nil {
+			return err
 		}
 	}
+	if err := c.checkLimits(); err != nil {
+		return err
+	}
+	if len(c.NTP) > 0 {
+		if _, err := c.ntpConfig(); err != nil {
+			return err
+		}
+	}
+	if c.RollbackRecovery == "manual" && !c.adminReachable() {
+		return configErr("rollback-recovery", "manual needs POST /admin/resume: mTLS (--tls-client-ca) with --admin-names, or a loopback --http-addr")
+	}
+	if len(c.AdminNames) > 0 && !c.MutualTLS() {
+		return configErr("admin-names", "needs mTLS (--tls-client-ca): the names are those of verified client certificates")
+	}
+	return TimingErr(c.Timing.ValidateNamed(TimingFlags))
+}
+
+// finishGenerator fills in g's max-lead and max-staleness from the node's
+// (or their defaults) and checks g against them and the node's workers
+// and datacenter.
+func (c *Config) finishGenerator(g *GeneratorConfig, now time.Time) error {
+	if err := g.Layout.Validate(now); err != nil {
+		return configErr("generator", "%s: %v", g.Name, err)
+	}
+	g.MaxLead = c.MaxLead
+	if g.MaxLead == 0 {
+		g.MaxLead = generator.DefaultMaxLead(g.Layout)
+	}
+	g.MaxStaleness = c.MaxStaleness
+	if g.MaxStaleness == 0 {
+		g.MaxStaleness = max(100*time.Millisecond, 2*g.Layout.Unit)
+	}
+	if g.MaxLead < 2*g.Layout.Unit {
+		return configErr("max-lead", "%v is below 2 time units (%v) of generator %s", g.MaxLead, 2*g.Layout.Unit, g.Name)
+	}
+	if g.MaxStaleness < 2*g.Layout.Unit {
+		return configErr("max-staleness", "%v is below 2 time units (%v) of generator %s", g.MaxStaleness, 2*g.Layout.Unit, g.Name)
+	}
+	if g.MaxStaleness < 2*time.Millisecond {
+		return configErr("max-staleness", "%v is below 2ms", g.MaxStaleness)
+	}
+	if _, ok := perLead(*g); !ok {
+		return configErr("max-lead", "%v holds %d units of %v, each of %d sequence numbers: the IDs within max-lead of generator %s overflow 64 bits",
+			g.MaxLead, int64(g.MaxLead/g.Layout.Unit), g.Layout.Unit, g.Layout.PerUnit(), g.Name)
+	}
+	slots := g.Layout.WorkerLimit() * g.Layout.DatacenterLimit()
+	if c.Datacenter >= 0 {
+		slots = g.Layout.WorkerLimit()
+	}
+	if w := c.WorkersFor(); uint64(w) > slots {
+		return configErr(c.workersFlag(), "%d is more than generator %s's %d worker IDs", w, g.Name, slots)
+	}
+	if c.Datacenter >= 0 && uint64(c.Datacenter) >= g.Layout.DatacenterLimit() {
+		return configErr("datacenter", "%d does not fit generator %s's %d datacenter bits (max %d)",
+			c.Datacenter, g.Name, g.Layout.DatacenterBits, g.Layout.DatacenterLimit()-1)
+	}
+	return nil
+}
+
+// checkLimits checks the node-wide settings, each against its bounds.
+func (c *Config) checkLimits() error {
 	switch {
 	case c.Datacenter < -1:
 		return configErr("datacenter", "%d must be -1 or a datacenter value", c.Datacenter)
@@ -320,18 +349,7 @@ func (c *Config) Finish(now time.Time) error {
 	case c.FaultClockOffset != 0 && !c.EnableFaultInjection:
 		return configErr("fault-clock-offset", "needs --enable-fault-injection")
 	}
-	if len(c.NTP) > 0 {
-		if _, err := c.ntpConfig(); err != nil {
-			return err
-		}
-	}
-	if c.RollbackRecovery == "manual" && !c.adminReachable() {
-		return configErr("rollback-recovery", "manual needs POST /admin/resume: mTLS (--tls-client-ca) with --admin-names, or a loopback --http-addr")
-	}
-	if len(c.AdminNames) > 0 && !c.MutualTLS() {
-		return configErr("admin-names", "needs mTLS (--tls-client-ca): the names are those of verified client certificates")
-	}
-	return TimingErr(c.Timing.ValidateNamed(TimingFlags))
+	return nil
 }
 
 // ntpConfig is the NTP checker's configuration from --ntp (a host without
