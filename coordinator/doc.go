@@ -12,8 +12,10 @@
 // order), the typed errors, the Timing defaults and their relations
 // (Timing.Validate, and ValidateSession for a session-based backend: the
 // one place they are checked, by the backends, by a node's configuration
-// and by cmd/firn, which names its flags through TimingNames), and the
-// Reserver.
+// and by cmd/firn, which names its flags through TimingNames), the
+// Reserver, the slot key format (Slot.Key, ParseSlotKey), and the lease
+// plumbing every backend runs alike: the Acquire loop (RetryAcquire) and
+// the part of a lease that is not its fenced writes (LeaseCore).
 //
 // It knows nothing of ID generation: a layout is its canonical string plus
 // its worker and datacenter limits, and a reservation is an opaque ordered

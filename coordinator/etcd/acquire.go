@@ -6,19 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/firnid/firn/coordinator"
 )
-
-// maxAttempts bounds Acquire's retries after unavailability or lost races;
-// the caller's context bounds its time.
-const maxAttempts = 30
-
-// errRescan asks acquire's loop for a fresh scan at once.
-var errRescan = errors.New("etcd: rescan")
 
 // Acquire implements coordinator.Coordinator: the slot is chosen by
 // coordinator.Plan over one consistent scan. It returns a
@@ -35,29 +27,9 @@ func (c *Coordinator) Acquire(ctx context.Context, spec coordinator.Spec, node c
 		return nil, fmt.Errorf("%w: NodeInfo needs a Name and an InstanceID (name %q, instance %q)",
 			coordinator.ErrInvalidSpec, node.Name, node.InstanceID)
 	}
-	var last error
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		l, err := c.acquireOnce(ctx, spec, node)
-		switch {
-		case err == nil:
-			return l, nil
-		case errors.Is(err, errRescan):
-			continue
-		case !errors.Is(err, coordinator.ErrUnavailable) || isPermanent(err):
-			return nil, err
-		}
-		last = err
-		wait := min(50*time.Millisecond<<attempt, 500*time.Millisecond)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
-		case <-time.After(wait):
-		}
-	}
-	if last == nil {
-		last = fmt.Errorf("%w: etcd acquire: %d attempts lost races", coordinator.ErrUnavailable, maxAttempts)
-	}
-	return nil, last
+	return coordinator.RetryAcquire(ctx, "etcd",
+		func(ctx context.Context) (coordinator.Lease, error) { return c.acquireOnce(ctx, spec, node) },
+		isPermanent, coordinator.SleepCtx)
 }
 
 // scanned is one consistent read of a generator's keys.
@@ -146,7 +118,7 @@ func (s *scanned) reservedOf(name string) resState {
 }
 
 // createPin creates the pin, create-if-absent: of two first nodes exactly
-// one wins. It returns errRescan: the next scan checks the pin against the
+// one wins. It returns coordinator.ErrRescan: the next scan checks the pin against the
 // spec (Plan).
 func (c *Coordinator) createPin(ctx context.Context, k keys, spec coordinator.Spec) error {
 	want := coordinator.NewPin(spec)
@@ -164,7 +136,7 @@ func (c *Coordinator) createPin(ctx context.Context, k keys, spec coordinator.Sp
 		c.log.Info("generator pinned", "generator", spec.Generator, "layout", spec.Layout,
 			"datacenter", spec.Datacenter, "incarnation", want.Incarnation)
 	}
-	return errRescan
+	return coordinator.ErrRescan
 }
 
 // plan is the scan in the terms coordinator.Plan reads: owners in key
@@ -224,7 +196,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 			return nil, err
 		}
 	}
-	return nil, errRescan
+	return nil, coordinator.ErrRescan
 }
 
 // errLostRace: someone else changed the candidate slot first; try the next.
@@ -290,20 +262,20 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 	if err != nil {
 		if strings.Contains(err.Error(), "lease not found") {
 			c.dropSession(sess)
-			return nil, errRescan
+			return nil, coordinator.ErrRescan
 		}
 		return nil, unavailable("acquire", err)
 	}
 	if !resp.Succeeded {
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) != 1 || kvs[0].CreateRevision != s.pinRev {
-			return nil, errRescan // the pin changed: check it again
+			return nil, coordinator.ErrRescan // the pin changed: check it again
 		}
 		if kvs := resp.Responses[1].GetResponseRange().Kvs; (len(kvs) == 1 && kvs[0].ModRevision != s.floor.modRev) ||
 			(len(kvs) == 0 && s.floor.modRev != 0) {
-			return nil, errRescan // a bump raised the generator floor: scan again
+			return nil, coordinator.ErrRescan // a bump raised the generator floor: scan again
 		}
 		if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 {
-			return nil, errRescan // a restore marker was written: the scan reports it
+			return nil, coordinator.ErrRescan // a restore marker was written: the scan reports it
 		}
 		return nil, errLostRace
 	}
@@ -322,7 +294,7 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 	registered = true
 	l := newLease(c, spec, k, cand.slot, sess, guardLease, rev, res, s.floor.value, s.pin.Incarnation)
 	c.log.Info("worker acquired", "generator", spec.Generator, "slot", cand.slot.String(),
-		"reserved", res.value, "floor", l.floor, "revision", rev, "take_back", cand.takeBack != nil)
+		"reserved", res.value, "floor", l.Floor(), "revision", rev, "take_back", cand.takeBack != nil)
 	return l, nil
 }
 

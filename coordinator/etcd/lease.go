@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -14,88 +13,39 @@ import (
 // lease is one acquisition of one slot. rev is the create revision of the
 // owner key this holder created: every write it makes is guarded by it.
 type lease struct {
-	c           *Coordinator
-	spec        coordinator.Spec
-	slot        coordinator.Slot
-	ownerKey    string
-	resKey      string
-	sess        *session
-	guardLease  clientv3.LeaseID // the etcd lease the owner key is bound to
-	rev         int64
-	readR       int64
-	genFloor    int64 // the generator floor read at acquisition (-1: none)
-	floor       int64
-	incarnation string
+	coordinator.LeaseCore
+	c          *Coordinator
+	ownerKey   string
+	resKey     string
+	sess       *session
+	guardLease clientv3.LeaseID // the etcd lease the owner key is bound to
+	rev        int64
 
 	writeMu sync.Mutex // one fenced write at a time; guards res
 	res     stored     // the reservation as this holder last read or wrote it
-	acked   atomic.Int64
-	done    chan struct{}
-	once    sync.Once
-	ctx     context.Context
-	cancel  context.CancelFunc
 }
 
 var _ coordinator.Lease = (*lease)(nil)
 
 func newLease(c *Coordinator, spec coordinator.Spec, k keys, slot coordinator.Slot, sess *session,
 	guardLease clientv3.LeaseID, rev int64, res stored, genFloor int64, incarnation string) *lease {
-	ctx, cancel := context.WithCancel(context.Background())
-	readR := res.value
-	l := &lease{
-		c: c, spec: spec, slot: slot, ownerKey: k.owner(slot), resKey: k.reserved(slot),
-		sess: sess, guardLease: guardLease, rev: rev, readR: readR, genFloor: genFloor, floor: max(readR, spec.LocalFloor, genFloor), incarnation: incarnation,
-		res: res, done: make(chan struct{}), ctx: ctx, cancel: cancel,
-	}
-	l.acked.Store(readR)
+	l := &lease{c: c, ownerKey: k.owner(slot), resKey: k.reserved(slot), sess: sess, guardLease: guardLease, rev: rev, res: res}
+	l.InitLeaseCore(spec, slot, res.value, genFloor, res.value, incarnation, c.log, func() { c.forget(l.ownerKey, l.rev) })
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		select {
 		case <-sess.done:
-			l.finish("etcd lease ended")
+			l.Finish("etcd lease ended")
 		case <-c.bg.Done():
-			l.finish("coordinator closed")
-		case <-ctx.Done():
+			l.Finish("coordinator closed")
+		case <-l.Ctx().Done():
 		}
 	}()
 	return l
 }
 
-func (l *lease) WorkerID() uint64            { return l.slot.Worker }
-func (l *lease) Datacenter() uint64          { return l.slot.Datacenter }
-func (l *lease) Slot() coordinator.Slot      { return l.slot }
-func (l *lease) ReadReserved() int64         { return l.readR }
-func (l *lease) GeneratorFloor() int64       { return l.genFloor }
-func (l *lease) Floor() int64                { return l.floor }
-func (l *lease) Incarnation() string         { return l.incarnation }
-func (l *lease) Reserved() int64             { return l.acked.Load() }
-func (l *lease) Done() <-chan struct{}       { return l.done }
-func (l *lease) Ctx() context.Context        { return l.ctx }
 func (l *lease) etcdLease() clientv3.LeaseID { return l.sess.id }
-
-func (l *lease) finish(why string) {
-	l.once.Do(func() {
-		l.cancel() // before Done closes: whoever sees Done sees Ctx ended
-		close(l.done)
-		l.c.forget(l.ownerKey, l.rev)
-		l.c.log.Info("worker lease ended", "generator", l.spec.Generator, "slot", l.slot.String(), "reason", why)
-	})
-}
-
-func (l *lease) isDone() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (l *lease) lost(why string) error {
-	l.finish(why)
-	return fmt.Errorf("%w: generator %q %s: %s", coordinator.ErrLeaseLost, l.spec.Generator, l.slot, why)
-}
 
 // maxWriteRounds bounds one Reserve or Release: a write, and after the
 // reservation was found changed behind the holder's back, a re-read and
@@ -114,7 +64,7 @@ func (l *lease) commit(ctx context.Context, op string, inner clientv3.Op) (*clie
 		cctx, cancel := l.c.call(ctx)
 		resp, err = l.c.cli.Txn(cctx).If(ownerGuard(l.ownerKey, l.rev, l.guardLease)...).Then(inner).Commit()
 		cancel()
-		if err == nil || ctx.Err() != nil || l.isDone() || isPermanent(err) {
+		if err == nil || ctx.Err() != nil || l.IsDone() || isPermanent(err) {
 			break
 		}
 	}
@@ -162,10 +112,10 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 	}
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
-	if l.isDone() {
-		return l.lost("lease already ended")
+	if l.IsDone() {
+		return l.Lost("lease already ended")
 	}
-	acked := l.acked.Load()
+	acked := l.Reserved()
 	v := max(until, acked)
 	rec := newOwnerRecord(hb)
 	var rolled *coordinator.RolledBackError
@@ -178,13 +128,13 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 		ops = append(ops, clientv3.OpPut(l.ownerKey, rec, clientv3.WithIgnoreLease()))
 		resp, err := l.commit(ctx, "reserve", l.resWrite(ops...))
 		if err != nil {
-			if l.isDone() {
-				return l.lost("lease ended during reserve")
+			if l.IsDone() {
+				return l.Lost("lease ended during reserve")
 			}
 			return err
 		}
 		if !resp.Succeeded {
-			return l.lost("owner key is gone, was re-created or is bound to another etcd lease (fence failed)")
+			return l.Lost("owner key is gone, was re-created or is bound to another etcd lease (fence failed)")
 		}
 		applied, cur, err := l.resAfter(resp)
 		if err != nil {
@@ -194,14 +144,14 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 		if !applied {
 			// Written behind this holder's back: decide on what is there.
 			if cur.value < acked && rolled == nil {
-				rolled = &coordinator.RolledBackError{Generator: l.spec.Generator, Slot: l.slot, Seen: cur.value, Acked: acked}
+				rolled = &coordinator.RolledBackError{Generator: l.Spec().Generator, Slot: l.Slot(), Seen: cur.value, Acked: acked}
 			}
 			continue
 		}
 		if cur.value < v || (raise && cur.value != v) {
 			return fmt.Errorf("etcd: reservation %s holds %d after the write of %d was acknowledged", l.resKey, cur.value, v)
 		}
-		l.acked.Store(v)
+		l.SetReserved(v)
 		if rolled != nil {
 			return rolled
 		}
@@ -218,11 +168,11 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 func (l *lease) Release(ctx context.Context, highest int64) error {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
-	if l.isDone() {
-		return l.lost("lease already ended")
+	if l.IsDone() {
+		return l.Lost("lease already ended")
 	}
-	v := max(highest, l.floor)
-	acked := l.acked.Load()
+	v := max(highest, l.Floor())
+	acked := l.Reserved()
 	for round := 0; round < maxWriteRounds; round++ {
 		set := v >= 0 && l.res.value <= max(acked, v) && l.res.value != v
 		ops := []clientv3.Op{clientv3.OpDelete(l.ownerKey)}
@@ -234,7 +184,7 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 			return err
 		}
 		if !resp.Succeeded {
-			return l.lost("owner key is gone, was re-created or is bound to another etcd lease (fence failed)")
+			return l.Lost("owner key is gone, was re-created or is bound to another etcd lease (fence failed)")
 		}
 		applied, cur, err := l.resAfter(resp)
 		if err != nil {
@@ -248,9 +198,9 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 			return fmt.Errorf("etcd: reservation %s holds %d after the write of %d was acknowledged", l.resKey, cur.value, v)
 		}
 		if v >= 0 {
-			l.acked.Store(v)
+			l.SetReserved(v)
 		}
-		l.finish("released")
+		l.Finish("released")
 		return nil
 	}
 	return fmt.Errorf("%w: etcd release: reservation %s kept changing (%d rounds)", coordinator.ErrUnavailable, l.resKey, maxWriteRounds)

@@ -303,20 +303,20 @@ func (c *Client) sessionLost(s *session, why string) {
 	}
 	c.mu.Unlock()
 	for _, l := range ls {
-		l.finish("session ended: " + why)
+		l.Finish("session ended: " + why)
 	}
 	c.log.Info("session given up", "session", s.id, "reason", why)
 }
 
 func (c *Client) register(l *lease) {
 	c.mu.Lock()
-	c.held[heldKey{l.spec.Generator, l.slot, l.token}] = l
+	c.held[heldKey{l.Spec().Generator, l.Slot(), l.token}] = l
 	c.mu.Unlock()
 }
 
 func (c *Client) unregister(l *lease) {
 	c.mu.Lock()
-	k := heldKey{l.spec.Generator, l.slot, l.token}
+	k := heldKey{l.Spec().Generator, l.Slot(), l.token}
 	if c.held[k] == l {
 		delete(c.held, k)
 	}
@@ -338,7 +338,7 @@ func (c *Client) finishAll(why string) {
 	}
 	c.mu.Unlock()
 	for _, l := range ls {
-		l.finish(why)
+		l.Finish(why)
 	}
 }
 
@@ -447,17 +447,13 @@ func (c *Client) Session() int64 {
 
 // --- acquisition ---------------------------------------------------------
 
-// maxAttempts bounds Acquire's retries after unavailability; the caller's
-// context bounds its time.
-const maxAttempts = 30
-
 // Acquire implements coordinator.Coordinator. One step under the store's
 // lock creates the pin when absent, deletes this client's stray owner
 // records (an acquisition whose reply was lost), scans the generator,
 // asks coordinator.Plan and takes its first candidate: the take is atomic,
 // so the first candidate is always taken. A failure matching
-// coordinator.ErrUnavailable is retried with backoff, as the etcd
-// backend does, until ctx ends.
+// coordinator.ErrUnavailable is retried with backoff
+// (coordinator.RetryAcquire, as every backend does), until ctx ends.
 func (c *Client) Acquire(ctx context.Context, spec coordinator.Spec, node coordinator.NodeInfo) (coordinator.Lease, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -466,24 +462,9 @@ func (c *Client) Acquire(ctx context.Context, spec coordinator.Spec, node coordi
 		return nil, fmt.Errorf("%w: NodeInfo needs a Name and an InstanceID (name %q, instance %q)",
 			coordinator.ErrInvalidSpec, node.Name, node.InstanceID)
 	}
-	var last error
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		l, err := c.acquireOnce(ctx, spec, node)
-		if err == nil {
-			return l, nil
-		}
-		if !errors.Is(err, coordinator.ErrUnavailable) || c.isClosed() {
-			return nil, err
-		}
-		last = err
-		if err := c.sleep(ctx, min(50*time.Millisecond<<attempt, 500*time.Millisecond)); err != nil {
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%w (last error: %w)", ctx.Err(), last)
-			}
-			return nil, last
-		}
-	}
-	return nil, last
+	return coordinator.RetryAcquire(ctx, "memory",
+		func(ctx context.Context) (coordinator.Lease, error) { return c.acquireOnce(ctx, spec, node) },
+		func(error) bool { return c.isClosed() }, c.sleep)
 }
 
 func (c *Client) acquireOnce(ctx context.Context, spec coordinator.Spec, node coordinator.NodeInfo) (coordinator.Lease, error) {
@@ -524,8 +505,8 @@ func (c *Client) acquireOnce(ctx context.Context, spec coordinator.Spec, node co
 	if err != nil {
 		return nil, err
 	}
-	c.log.Info("worker acquired", "generator", spec.Generator, "slot", l.slot.String(),
-		"reserved", l.readR, "floor", l.floor, "token", l.token)
+	c.log.Info("worker acquired", "generator", spec.Generator, "slot", l.Slot().String(),
+		"reserved", l.ReadReserved(), "floor", l.Floor(), "token", l.token)
 	return l, nil
 }
 

@@ -405,14 +405,14 @@ func (s *Store) ExpireLease(l coordinator.Lease) bool {
 	}
 	s.mu.Lock()
 	held := false
-	if g := s.st.gen(ml.spec.Generator, false); g != nil {
-		if o, ok := g.owners[ml.slot]; ok && o.token == ml.token && o.session == ml.guardSession {
+	if g := s.st.gen(ml.Spec().Generator, false); g != nil {
+		if o, ok := g.owners[ml.Slot()]; ok && o.token == ml.token && o.session == ml.guardSession {
 			s.st.rev++
-			s.deleteOwnerLocked(ml.spec.Generator, g, ml.slot)
+			s.deleteOwnerLocked(ml.Spec().Generator, g, ml.Slot())
 			held = true
 		}
 	}
 	s.mu.Unlock()
-	ml.finish("lease expired")
+	ml.Finish("lease expired")
 	return held
 }

@@ -7,20 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/firnid/firn/coordinator"
 )
 
-// maxAttempts bounds Acquire's retries after unavailability or lost races;
-// the caller's context bounds its time.
-const maxAttempts = 30
-
 var (
-	// errRescan asks Acquire's loop for a fresh scan at once.
-	errRescan = errors.New("zookeeper: rescan")
 	// errLostRace: someone else took the candidate slot first.
 	errLostRace = errors.New("zookeeper: lost the race for a slot")
 	// errTooFar: the candidate's reservation is past the taker's limit.
@@ -46,32 +39,14 @@ func (c *Coordinator) Acquire(ctx context.Context, spec coordinator.Spec, node c
 		return nil, fmt.Errorf("%w: NodeInfo needs a Name and an InstanceID (name %q, instance %q)",
 			coordinator.ErrInvalidSpec, node.Name, node.InstanceID)
 	}
-	var last error
-	for attempt := 0; attempt < maxAttempts; attempt++ {
-		if c.isClosed() {
-			return nil, fmt.Errorf("%w: zookeeper coordinator closed", coordinator.ErrUnavailable)
-		}
-		l, err := c.acquireOnce(ctx, spec, node)
-		switch {
-		case err == nil:
-			return l, nil
-		case errors.Is(err, errRescan):
-			continue
-		case !errors.Is(err, coordinator.ErrUnavailable) || isPermanent(err):
-			return nil, err
-		}
-		last = err
-		wait := min(50*time.Millisecond<<attempt, 500*time.Millisecond)
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: %w (last error: %w)", coordinator.ErrUnavailable, ctx.Err(), last)
-		case <-time.After(wait):
-		}
-	}
-	if last == nil {
-		last = fmt.Errorf("%w: zookeeper acquire: %d attempts lost races", coordinator.ErrUnavailable, maxAttempts)
-	}
-	return nil, last
+	return coordinator.RetryAcquire(ctx, "zookeeper",
+		func(ctx context.Context) (coordinator.Lease, error) {
+			if c.isClosed() {
+				return nil, fmt.Errorf("%w: zookeeper coordinator closed", coordinator.ErrUnavailable)
+			}
+			return c.acquireOnce(ctx, spec, node)
+		},
+		func(err error) bool { return isPermanent(err) || c.isClosed() }, coordinator.SleepCtx)
 }
 
 func (c *Coordinator) isClosed() bool {
@@ -156,11 +131,11 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 		case errors.Is(err, zk.ErrNodeExists):
 		case errors.Is(err, zk.ErrNoNode):
 			c.forgetGenerator(p) // its nodes were deleted behind our back
-			return nil, errRescan
+			return nil, coordinator.ErrRescan
 		default:
 			return nil, unavailable("create pin", err)
 		}
-		return nil, errRescan
+		return nil, coordinator.ErrRescan
 	}
 	if err != nil {
 		return nil, unavailable("read pin", err)
@@ -178,7 +153,7 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 		if err := c.create(ctx, p.cursor(), encodeValue(0), zk.FlagPersistent); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return nil, unavailable("create cursor", err)
 		}
-		return nil, errRescan
+		return nil, coordinator.ErrRescan
 	}
 	if err != nil {
 		return nil, unavailable("read cursor", err)
@@ -199,7 +174,7 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 		if err := c.create(ctx, p.floor(), neverReserved, zk.FlagPersistent); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return nil, unavailable("create generator floor", err)
 		}
-		return nil, errRescan
+		return nil, coordinator.ErrRescan
 	}
 	if err != nil {
 		return nil, unavailable("read generator floor", err)
@@ -212,7 +187,7 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 	names, err := c.children(ctx, p.owners())
 	if errors.Is(err, zk.ErrNoNode) {
 		c.forgetGenerator(p)
-		return nil, errRescan
+		return nil, coordinator.ErrRescan
 	}
 	if err != nil {
 		return nil, unavailable("list owners", err)
@@ -411,11 +386,11 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 			// No answer: the multi may or may not have been applied.
 			return c.confirmTake(ctx, p, spec, s, cand, rec, sid, r)
 		case i == 0:
-			return nil, errRescan // the pin changed: check it again
+			return nil, coordinator.ErrRescan // the pin changed: check it again
 		case i == 1:
-			return nil, errRescan // a bump raised the generator floor
+			return nil, coordinator.ErrRescan // a bump raised the generator floor
 		case i < ownerIdx:
-			return nil, errRescan // a restore marker stands: the scan reports it
+			return nil, coordinator.ErrRescan // a restore marker stands: the scan reports it
 		case i >= ownerIdx && i <= createIdx:
 			return nil, errLostRace
 		case i == resIdx:
@@ -466,7 +441,7 @@ func (c *Coordinator) confirmTake(ctx context.Context, p paths, spec coordinator
 		return nil, unavailable("acquire: outcome unknown", errors.Join(rerr, oerr))
 	}
 	if oerr != nil || ost.EphemeralOwner != sid || !bytes.Equal(odata, rec) {
-		return nil, errRescan // not applied (or applied and already gone)
+		return nil, coordinator.ErrRescan // not applied (or applied and already gone)
 	}
 	l := newLease(c, spec, p, cand.slot, sid, ost.Czxid, ost.Version, rst.Version, readR, s.floor, rdata, s.pin.Incarnation)
 	return c.started(l, cand), nil
@@ -495,9 +470,9 @@ func (c *Coordinator) adoptOwner(ctx context.Context, p paths, spec coordinator.
 
 func (c *Coordinator) started(l *lease, cand candidate) *lease {
 	c.register(l)
-	c.forgetLost(l.spec.Generator, l.slot)
-	c.log.Info("worker acquired", "generator", l.spec.Generator, "slot", l.slot.String(),
-		"reserved", l.readR, "floor", l.floor, "session", fmt.Sprintf("%#x", l.session),
+	c.forgetLost(l.Spec().Generator, l.Slot())
+	c.log.Info("worker acquired", "generator", l.Spec().Generator, "slot", l.Slot().String(),
+		"reserved", l.ReadReserved(), "floor", l.Floor(), "session", fmt.Sprintf("%#x", l.session),
 		"take_back", cand.takeBack != nil, "again", cand.again)
 	return l
 }

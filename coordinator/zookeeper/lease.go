@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/go-zookeeper/zk"
 
@@ -21,84 +20,33 @@ const maxWriteRounds = 4
 // created (czxid, in session); rv and ov are the versions of the
 // reservation and owner nodes as this holder last wrote or confirmed them.
 type lease struct {
-	c           *Coordinator
-	spec        coordinator.Spec
-	slot        coordinator.Slot
-	ownerPath   string
-	resPath     string
-	session     int64
-	owner       int64 // session owning the owner node (= session, but for the weak take-back)
-	czxid       int64
-	readR       int64
-	genFloor    int64 // the generator floor read at acquisition (-1: none)
-	floor       int64
-	incarnation string
+	coordinator.LeaseCore
+	c         *Coordinator
+	ownerPath string
+	resPath   string
+	session   int64
+	owner     int64 // session owning the owner node (= session, but for the weak take-back)
+	czxid     int64
 
 	writeMu sync.Mutex // one fenced write at a time; guards rv, ov
 	rv, ov  int32
-	acked   atomic.Int64
-	done    chan struct{}
-	once    sync.Once
-	ctx     context.Context
-	cancel  context.CancelFunc
 }
 
 var _ coordinator.Lease = (*lease)(nil)
 
 func newLease(c *Coordinator, spec coordinator.Spec, p paths, slot coordinator.Slot, session, czxid int64,
 	ov, rv int32, readR, genFloor int64, resBytes []byte, incarnation string) *lease {
-	ctx, cancel := context.WithCancel(context.Background())
-	l := &lease{
-		c: c, spec: spec, slot: slot, ownerPath: p.owner(slot), resPath: p.reserved(slot),
-		session: session, owner: session, czxid: czxid, readR: readR, genFloor: genFloor, floor: max(readR, spec.LocalFloor, genFloor),
-		incarnation: incarnation, rv: rv, ov: ov,
-		done: make(chan struct{}), ctx: ctx, cancel: cancel,
-	}
+	l := &lease{c: c, ownerPath: p.owner(slot), resPath: p.reserved(slot), session: session, owner: session, czxid: czxid, rv: rv, ov: ov}
 	acked := readR
 	if v, err := parseValue(resBytes); err == nil {
 		acked = max(acked, v)
 	}
-	l.acked.Store(acked)
+	l.InitLeaseCore(spec, slot, readR, genFloor, acked, incarnation, c.log, func() { c.unregister(l) })
 	return l
 }
 
-func (l *lease) WorkerID() uint64       { return l.slot.Worker }
-func (l *lease) Datacenter() uint64     { return l.slot.Datacenter }
-func (l *lease) Slot() coordinator.Slot { return l.slot }
-func (l *lease) ReadReserved() int64    { return l.readR }
-func (l *lease) GeneratorFloor() int64  { return l.genFloor }
-func (l *lease) Floor() int64           { return l.floor }
-func (l *lease) Incarnation() string    { return l.incarnation }
-func (l *lease) Reserved() int64        { return l.acked.Load() }
-func (l *lease) Done() <-chan struct{}  { return l.done }
-func (l *lease) Ctx() context.Context   { return l.ctx }
-
 // Session is the ZooKeeper session the lease's owner node belongs to.
 func (l *lease) Session() int64 { return l.session }
-
-func (l *lease) finish(why string) {
-	l.once.Do(func() {
-		// Ctx first: whoever sees Done closed finds Ctx cancelled.
-		l.cancel()
-		close(l.done)
-		l.c.unregister(l)
-		l.c.log.Info("worker lease ended", "generator", l.spec.Generator, "slot", l.slot.String(), "reason", why)
-	})
-}
-
-func (l *lease) isDone() bool {
-	select {
-	case <-l.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (l *lease) lost(why string) error {
-	l.finish(why)
-	return fmt.Errorf("%w: generator %q %s: %s", coordinator.ErrLeaseLost, l.spec.Generator, l.slot, why)
-}
 
 // reread reads the reservation, then the owner node. The order matters: if
 // the owner node is still this lease's (same creation zxid), nobody else
@@ -135,34 +83,34 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 	}
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
-	if l.isDone() {
-		return l.lost("lease already ended")
+	if l.IsDone() {
+		return l.Lost("lease already ended")
 	}
 	if sid := l.c.sid.Load(); sid != l.session {
-		return l.lost("zookeeper session ended")
+		return l.Lost("zookeeper session ended")
 	}
-	acked := l.acked.Load()
+	acked := l.Reserved()
 	v := max(until, acked)
 	rec := encodeOwner(hb)
 	var rolled *coordinator.RolledBackError
 	var last error
 	for round := 0; round < maxWriteRounds; round++ {
-		if round > 0 && l.isDone() {
-			return l.lost("zookeeper session expired")
+		if round > 0 && l.IsDone() {
+			return l.Lost("zookeeper session expired")
 		}
 		data := encodeValue(v)
 		ops, resIdx, ownerIdx := reserveOps(l.resPath, data, l.rv, l.ownerPath, rec, l.ov)
 		res, err := l.c.multi(ctx, ops)
 		if err == nil {
 			l.rv, l.ov = res[resIdx].Stat.Version, res[ownerIdx].Stat.Version
-			l.acked.Store(v)
+			l.SetReserved(v)
 			if rolled != nil {
 				return rolled
 			}
 			return nil
 		}
 		if errors.Is(err, zk.ErrSessionExpired) {
-			return l.lost("zookeeper session expired")
+			return l.Lost("zookeeper session expired")
 		}
 		if isPermanent(err) {
 			return unavailable("reserve", err)
@@ -174,8 +122,8 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 			// time remains (an expiry learned on reconnecting ends the
 			// lease meanwhile); the next call re-reads otherwise (its
 			// versions will not match if this one landed).
-			if l.isDone() {
-				return l.lost("zookeeper session expired")
+			if l.IsDone() {
+				return l.Lost("zookeeper session expired")
 			}
 			last = errors.Join(err, rerr)
 			if ctx.Err() != nil {
@@ -184,7 +132,7 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 			continue
 		}
 		if !l.ours(owner) {
-			return l.lost("owner node is gone or was re-created (fence failed)")
+			return l.Lost("owner node is gone or was re-created (fence failed)")
 		}
 		l.ov = owner.Version
 		if rst.Version == l.rv {
@@ -192,7 +140,7 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 		}
 		if bytes.Equal(cur, data) {
 			l.rv = rst.Version
-			l.acked.Store(v)
+			l.SetReserved(v)
 			if rolled != nil {
 				return rolled
 			}
@@ -205,7 +153,7 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 		}
 		l.rv = rst.Version
 		if seen < acked && rolled == nil {
-			rolled = &coordinator.RolledBackError{Generator: l.spec.Generator, Slot: l.slot, Seen: seen, Acked: acked}
+			rolled = &coordinator.RolledBackError{Generator: l.Spec().Generator, Slot: l.Slot(), Seen: seen, Acked: acked}
 		}
 		v = max(v, seen)
 	}
@@ -219,29 +167,29 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 func (l *lease) Release(ctx context.Context, highest int64) error {
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
-	if l.isDone() {
-		return l.lost("lease already ended")
+	if l.IsDone() {
+		return l.Lost("lease already ended")
 	}
 	if sid := l.c.sid.Load(); sid != l.session {
-		return l.lost("zookeeper session ended")
+		return l.Lost("zookeeper session ended")
 	}
-	acked := l.acked.Load()
-	target := max(highest, l.floor)
+	acked := l.Reserved()
+	target := max(highest, l.Floor())
 	var last error
 	for round := 0; round < maxWriteRounds; round++ {
-		if round > 0 && l.isDone() {
-			return l.lost("zookeeper session expired before release")
+		if round > 0 && l.IsDone() {
+			return l.Lost("zookeeper session expired before release")
 		}
 		data := encodeValue(target)
 		ops, _ := releaseOps(l.resPath, data, l.rv, l.ownerPath, l.ov)
 		_, err := l.c.multi(ctx, ops)
 		if err == nil {
-			l.acked.Store(target)
-			l.finish("released")
+			l.SetReserved(target)
+			l.Finish("released")
 			return nil
 		}
 		if errors.Is(err, zk.ErrSessionExpired) {
-			return l.lost("zookeeper session expired before release")
+			return l.Lost("zookeeper session expired before release")
 		}
 		if isPermanent(err) {
 			return unavailable("release", err)
@@ -249,8 +197,8 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 		last = err
 		cur, rst, owner, rerr := l.reread(ctx)
 		if rerr != nil {
-			if l.isDone() {
-				return l.lost("zookeeper session expired before release")
+			if l.IsDone() {
+				return l.Lost("zookeeper session expired before release")
 			}
 			last = errors.Join(err, rerr)
 			if ctx.Err() != nil {
@@ -260,11 +208,11 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 		}
 		if !l.ours(owner) {
 			if bytes.Equal(cur, data) {
-				l.acked.Store(target)
-				l.finish("released")
+				l.SetReserved(target)
+				l.Finish("released")
 				return nil // applied: the answer was lost
 			}
-			return l.lost("owner node is gone or was re-created before release (fence failed)")
+			return l.Lost("owner node is gone or was re-created before release (fence failed)")
 		}
 		l.ov = owner.Version
 		if rst.Version != l.rv {

@@ -246,7 +246,7 @@ func (c *Coordinator) finishAll(why string) {
 	}
 	c.mu.Unlock()
 	for _, l := range ls {
-		l.finish(why)
+		l.Finish(why)
 	}
 }
 
@@ -327,10 +327,10 @@ func (c *Coordinator) redial(old *gate, rounds int, refusedFor time.Duration) {
 			if c.lost == nil {
 				c.lost = map[string]map[coordinator.Slot]bool{}
 			}
-			if c.lost[l.spec.Generator] == nil {
-				c.lost[l.spec.Generator] = map[coordinator.Slot]bool{}
+			if c.lost[l.Spec().Generator] == nil {
+				c.lost[l.Spec().Generator] = map[coordinator.Slot]bool{}
 			}
-			c.lost[l.spec.Generator][l.slot] = true
+			c.lost[l.Spec().Generator][l.Slot()] = true
 		}
 		c.mu.Unlock()
 		c.sessionEnded(sid, "zookeeper session given up: the servers keep refusing it")
@@ -402,7 +402,7 @@ func (c *Coordinator) sessionEnded(id int64, why string) {
 	}
 	c.mu.Unlock()
 	for _, l := range ls {
-		l.finish(why)
+		l.Finish(why)
 	}
 }
 
@@ -423,7 +423,7 @@ func (c *Coordinator) register(l *lease) {
 	c.leases[l] = struct{}{}
 	c.mu.Unlock()
 	if c.sid.Load() != l.session {
-		l.finish("zookeeper session ended during acquisition")
+		l.Finish("zookeeper session ended during acquisition")
 	}
 }
 
