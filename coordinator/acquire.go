@@ -17,7 +17,8 @@ const MaxAcquireAttempts = 30
 
 // RetryAcquire is the acquisition loop every backend's Acquire runs:
 // attempt is one scan and take. It is tried again at once after
-// ErrRescan, after a pause (50 ms, doubling to 500 ms, through sleep) after
+// ErrRescan, after a pause (through sleep: 50 ms doubled for each attempt
+// made, rescans too, at most 500 ms) after
 // an error matching ErrUnavailable unless stop says the error or the
 // backend is final, and never after any other error. When ctx ends during
 // a pause the error matches ErrUnavailable and ctx's error, and names the
