@@ -17,12 +17,12 @@ const MaxAcquireAttempts = 30
 
 // RetryAcquire is the acquisition loop every backend's Acquire runs:
 // attempt is one scan and take. It is tried again at once after
-// ErrRescan, after a pause (through sleep: 50 ms doubled for each attempt
-// made, rescans too, at most 500 ms) after
-// an error matching ErrUnavailable unless stop says the error or the
-// backend is final, and never after any other error. When ctx ends during
-// a pause the error matches ErrUnavailable and ctx's error, and names the
-// last failure; after MaxAcquireAttempts it is the last failure.
+// ErrRescan; after an error matching ErrUnavailable, unless stop says the
+// error or the backend is final, after a pause (through sleep: 50 ms
+// doubled for each attempt made, rescans too, at most 500 ms); after any
+// other error, never. When ctx ends during a pause the error matches
+// ErrUnavailable and ctx's error, and names the last failure; after
+// MaxAcquireAttempts it is the last failure.
 func RetryAcquire(ctx context.Context, backend string, attempt func(context.Context) (Lease, error),
 	stop func(error) bool, sleep func(context.Context, time.Duration) error) (Lease, error) {
 	var last error
