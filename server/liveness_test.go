@@ -79,6 +79,27 @@ func (s *shortCalls) snapshot() (map[codes.Code]int, []uint64) {
 	return m, append([]uint64(nil), s.ids...)
 }
 
+// await waits until n calls were answered since the last reset (any
+// code), failing t after 10 s: a sleep in its place lets a slow machine
+// start a fault before any call is in flight, and check nothing.
+func (s *shortCalls) await(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		s.mu.Lock()
+		got := 0
+		for _, v := range s.codes {
+			got += v
+		}
+		s.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls answered in 10 s, want %d", got, n)
+		}
+	}
+}
+
 func (s *shortCalls) reset() {
 	s.mu.Lock()
 	s.codes, s.ids, s.msgs = map[codes.Code]int{}, nil, nil
@@ -148,7 +169,7 @@ func forwardStepHeldByNTP(t *testing.T, interval string) {
 	waitServing(t, n.ids, "", 10*time.Second)
 	load := startShortCalls(n.ids, 4, time.Second)
 	defer load.finish()
-	time.Sleep(time.Second)
+	load.await(t, 8)
 
 	n.setOffset(t, time.Hour)
 	waitReady(t, n, 503, 3*time.Second)
@@ -206,7 +227,7 @@ func TestForwardStepWithUnreachableNTPNotRequired(t *testing.T) {
 	waitServing(t, n.ids, "", 10*time.Second)
 	load := startShortCalls(n.ids, 2, time.Second)
 	defer load.finish()
-	time.Sleep(500 * time.Millisecond)
+	load.await(t, 4)
 
 	n.setOffset(t, time.Hour)
 	waitReady(t, n, 503, 2*time.Second)
@@ -250,7 +271,7 @@ func TestForwardStepAmongPeers(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	load := startShortCalls(a.ids, 3, time.Second)
 	defer load.finish()
-	time.Sleep(300 * time.Millisecond)
+	load.await(t, 6)
 
 	a.setOffset(t, time.Hour)
 	waitReady(t, a, 503, time.Second)
@@ -330,6 +351,9 @@ func TestCoordinatorFreezeRefusesBeforeExpiry(t *testing.T) {
 	got, _ := load.snapshot()
 	if got[codes.DeadlineExceeded] > 0 {
 		t.Fatalf("during the freeze %d calls ran to their deadline (%v; %v)", got[codes.DeadlineExceeded], got, load.msgs)
+	}
+	if got[codes.Unavailable] == 0 {
+		t.Fatalf("no call refused during the freeze (%v): the check saw none", got)
 	}
 	procs.Members[0].Thaw(t)
 	thawed = true

@@ -3,6 +3,7 @@ package server_test
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,6 +136,7 @@ func TestWideLeaseLossLeavesOthersServing(t *testing.T) {
 	var errs []error
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var calls atomic.Int64 // answered, any outcome
 	for range 3 {
 		wg.Add(1)
 		go func() {
@@ -150,6 +152,7 @@ func TestWideLeaseLossLeavesOthersServing(t *testing.T) {
 				default:
 				}
 				resp, err := n.ids.NextRange(ctx(t), &firnv1.NextRangeRequest{Count: 20_000})
+				calls.Add(1)
 				if err != nil {
 					mu.Lock()
 					errs = append(errs, err)
@@ -164,7 +167,7 @@ func TestWideLeaseLossLeavesOthersServing(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	awaitCalls(t, &calls, 3) // calls flowing before the loss
 	l, _ := generator.Preset("snowflake")
 	lost := uint64(ws[1])
 	slot := coordinator.Slot{Datacenter: lost >> l.WorkerBits, Worker: lost & (l.WorkerLimit() - 1)}
@@ -195,7 +198,7 @@ func TestWideLeaseLossLeavesOthersServing(t *testing.T) {
 	for len(n.genInfo(t, "default").GetWorkers()) < 3 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond)
+	awaitCalls(t, &calls, calls.Load()+3) // and after the workers are back
 	close(stop)
 	wg.Wait()
 	if len(errs) > 0 {
@@ -338,5 +341,17 @@ func TestWideSeqAboveWorkerOrder(t *testing.T) {
 	}
 	if len(workersSeen) != 2 {
 		t.Fatalf("IDs of workers %v: want both workers to have served", workersSeen)
+	}
+}
+
+// awaitCalls waits until calls reaches n, failing t after 10 s: a sleep in
+// its place lets a slow machine run the fault, or end the load, before any
+// call of the phase was made.
+func awaitCalls(t *testing.T, calls *atomic.Int64, n int64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); calls.Load() < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls answered in 10 s, want %d", calls.Load(), n)
+		}
 	}
 }
