@@ -106,6 +106,45 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, fmt.Errorf("%w: embedded coordinator needs a data dir", coordinator.ErrInvalidSpec)
 	}
+	cfg.setDefaults()
+	log := cfg.Logger.With("coordinator", "embedded")
+	for _, a := range []struct{ name, addr string }{{"client", cfg.ClientAddr}, {"peer", cfg.PeerAddr}} {
+		if err := checkLoopback(a.addr); err != nil {
+			return nil, fmt.Errorf("%w: embedded %s address: %w", coordinator.ErrInvalidSpec, a.name, err)
+		}
+	}
+	abs, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	dir := filepath.Join(abs, "embedded")
+	id, err := cfg.recordedIdentity(abs, dir, log)
+	if err != nil {
+		return nil, err
+	}
+	ecfg, err := etcdConfig(id, dir)
+	if err != nil {
+		return nil, err
+	}
+	e, err := embed.StartEtcd(ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: starting etcd on %s: %w", id.ClientURL, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded: etcd failed: %w", err)
+	case <-time.After(cfg.ReadyTimeout):
+		e.Close()
+		return nil, fmt.Errorf("embedded: etcd not ready after %v", cfg.ReadyTimeout)
+	}
+	log.Info("embedded coordinator started", "client_url", id.ClientURL, "data_dir", abs)
+	return &Server{etcd: e, clientURL: id.ClientURL, instance: id.InstanceID, log: log}, nil
+}
+
+// setDefaults fills in what cfg leaves unset.
+func (cfg *Config) setDefaults() {
 	if cfg.ClientAddr == "" {
 		cfg.ClientAddr = "127.0.0.1:0"
 	}
@@ -118,31 +157,27 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
-	log = log.With("coordinator", "embedded")
-	for _, a := range []struct{ name, addr string }{{"client", cfg.ClientAddr}, {"peer", cfg.PeerAddr}} {
-		if err := checkLoopback(a.addr); err != nil {
-			return nil, fmt.Errorf("%w: embedded %s address: %w", coordinator.ErrInvalidSpec, a.name, err)
-		}
-	}
-	abs, err := filepath.Abs(cfg.DataDir)
-	if err != nil {
-		return nil, fmt.Errorf("embedded: %w", err)
-	}
+}
+
+// recordedIdentity is the member's identity recorded in dir (the data dir
+// abs's embedded/): created with fresh URLs on the first start; on a
+// later one compared with this machine, instance and path, and refused
+// when the data dir was copied or moved unless cfg.AcceptMoved (then
+// rewritten).
+func (cfg *Config) recordedIdentity(abs, dir string, log *slog.Logger) (identity, error) {
 	st, err := datadir.Open(abs)
 	if err != nil {
-		return nil, err
+		return identity{}, err
 	}
 	machine, err := cfg.MachineID()
 	if err != nil {
-		return nil, err
+		return identity{}, err
 	}
-	dir := filepath.Join(abs, "embedded")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("embedded: %w", err)
+		return identity{}, fmt.Errorf("embedded: %w", err)
 	}
 	idPath := filepath.Join(dir, "identity.json")
 	now := identity{InstanceID: st.InstanceID(), MachineID: machine, DataDir: abs}
@@ -150,31 +185,35 @@ func Start(cfg Config) (*Server, error) {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		if now.ClientURL, err = pickURL(cfg.ClientAddr); err != nil {
-			return nil, err
+			return identity{}, err
 		}
 		if now.PeerURL, err = pickURL(cfg.PeerAddr); err != nil {
-			return nil, err
+			return identity{}, err
 		}
 		if err := saveIdentity(idPath, now); err != nil {
-			return nil, err
+			return identity{}, err
 		}
-		id = now
 		log.Info("embedded coordinator initialised", "data_dir", abs, "machine_id", machine, "instance", now.InstanceID)
+		return now, nil
 	case err != nil:
-		return nil, err
-	default:
-		if merr := compare(id, now); merr != nil {
-			if !cfg.AcceptMoved {
-				return nil, merr
-			}
-			log.Warn("accepting a copied or moved data dir", "reason", merr.Error())
-			id.InstanceID, id.MachineID, id.DataDir = now.InstanceID, now.MachineID, now.DataDir
-			if err := saveIdentity(idPath, id); err != nil {
-				return nil, err
-			}
+		return identity{}, err
+	}
+	if merr := compare(id, now); merr != nil {
+		if !cfg.AcceptMoved {
+			return identity{}, merr
+		}
+		log.Warn("accepting a copied or moved data dir", "reason", merr.Error())
+		id.InstanceID, id.MachineID, id.DataDir = now.InstanceID, now.MachineID, now.DataDir
+		if err := saveIdentity(idPath, id); err != nil {
+			return identity{}, err
 		}
 	}
+	return id, nil
+}
 
+// etcdConfig is the single member's configuration: its recorded URLs, its
+// data under dir/etcd, hourly compaction and the idle timing.
+func etcdConfig(id identity, dir string) (*embed.Config, error) {
 	ecfg := embed.NewConfig()
 	ecfg.Name = "firn"
 	ecfg.Dir = filepath.Join(dir, "etcd")
@@ -197,21 +236,7 @@ func Start(cfg Config) (*Server, error) {
 	// wake-ups keep an idle node idle (see idleTiming).
 	ecfg.TickMs, ecfg.ElectionMs = idleTiming.tick, idleTiming.election
 	ecfg.BackendBatchInterval = idleTiming.batch
-	e, err := embed.StartEtcd(ecfg)
-	if err != nil {
-		return nil, fmt.Errorf("embedded: starting etcd on %s: %w", id.ClientURL, err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		return nil, fmt.Errorf("embedded: etcd failed: %w", err)
-	case <-time.After(cfg.ReadyTimeout):
-		e.Close()
-		return nil, fmt.Errorf("embedded: etcd not ready after %v", cfg.ReadyTimeout)
-	}
-	log.Info("embedded coordinator started", "client_url", id.ClientURL, "data_dir", abs)
-	return &Server{etcd: e, clientURL: id.ClientURL, instance: id.InstanceID, log: log}, nil
+	return ecfg, nil
 }
 
 // ClientURL is the member's client URL: a second local node joins with
