@@ -141,12 +141,6 @@ func startNode(t *testing.T, endpoints []string, dir string, opts ...func(*serve
 	return startNamedNode(t, "node-"+t.Name(), endpoints, dir, opts...)
 }
 
-// startNodeWith is startNode with options of the node's own.
-func startNodeWith(t *testing.T, endpoints []string, dir string, nodeOpts []server.Option, opts ...func(*server.Config)) *tnode {
-	t.Helper()
-	return startNodeOpts(t, "node-"+t.Name(), endpoints, dir, nodeOpts, opts...)
-}
-
 // startNamedNode is startNode with the node's name.
 func startNamedNode(t *testing.T, name string, endpoints []string, dir string, opts ...func(*server.Config)) *tnode {
 	t.Helper()

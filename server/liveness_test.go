@@ -35,6 +35,8 @@ type shortCalls struct {
 	codes map[codes.Code]int
 	ids   []uint64
 	msgs  []string
+	// answered counts every answer since the load started (reset or not).
+	answered atomic.Int64
 }
 
 func startShortCalls(cli firnv1.IDServiceClient, callers int, deadline time.Duration) *shortCalls {
@@ -52,6 +54,7 @@ func startShortCalls(cli firnv1.IDServiceClient, callers int, deadline time.Dura
 				c, cancel := context.WithTimeout(context.Background(), deadline)
 				r, err := cli.NextIDs(c, &firnv1.NextIDsRequest{Count: 1000})
 				cancel()
+				s.answered.Add(1)
 				s.mu.Lock()
 				s.codes[status.Code(err)]++
 				if err == nil {
@@ -79,25 +82,12 @@ func (s *shortCalls) snapshot() (map[codes.Code]int, []uint64) {
 	return m, append([]uint64(nil), s.ids...)
 }
 
-// await waits until n calls were answered since the last reset (any
-// code), failing t after 10 s: a sleep in its place lets a slow machine
-// start a fault before any call is in flight, and check nothing.
+// await waits until n calls were answered since the load started (any
+// code): a sleep in its place lets a slow machine start a fault before
+// any call is in flight, and check nothing.
 func (s *shortCalls) await(t *testing.T, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		s.mu.Lock()
-		got := 0
-		for _, v := range s.codes {
-			got += v
-		}
-		s.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls answered in 10 s, want %d", got, n)
-		}
-	}
+	awaitCalls(t, &s.answered, int64(n))
 }
 
 func (s *shortCalls) reset() {
@@ -391,7 +381,7 @@ func TestJournalFailuresKeepTheNodeOut(t *testing.T) {
 	j.failFirst.Store(4)
 	wrap := server.WithCoreOptions(server.WithJournalWrap(func(inner coordinator.Journal) coordinator.Journal { j.inner = inner; return j }))
 	e := etcdtest.StartEmbedded(t)
-	n := startNodeWith(t, e.Endpoints, t.TempDir(), []server.Option{wrap}, func(c *server.Config) { c.ShutdownTimeout = 3 * time.Second })
+	n := startNodeOpts(t, "node-"+t.Name(), e.Endpoints, t.TempDir(), []server.Option{wrap}, func(c *server.Config) { c.ShutdownTimeout = 3 * time.Second })
 	sawReason := false
 	start := time.Now()
 	for time.Since(start) < 5*time.Second {
