@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/generator"
@@ -30,31 +33,64 @@ func TestAdmissionRefusesAtOnce(t *testing.T) {
 	// compact: max batch 128 (64 per 1 s unit × 2 units of lead), queue
 	// bound max(64 IDs/s × 3 s, 128) = 192.
 
-	// Requests of 128 in a row: once the buffered IDs and the lead are
-	// used up, each waits about two seconds for its IDs, in the queue.
-	first := make(chan error, 1)
+	// Requests of 128 in a row, one after another until the checks are
+	// done: once the buffered IDs and the lead are used up, each waits
+	// about two seconds for its IDs, in the queue. Between two of them
+	// the queue is briefly empty, and a check that lands there is
+	// admitted (and the load's next request may then be refused): each
+	// check below tries again when its request was admitted, and a node
+	// that never refuses fails all its tries.
+	load, stopLoad := context.WithCancel(context.Background())
+	loadDone := make(chan error, 1)
 	go func() {
-		for range 4 {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			start := time.Now()
-			_, err := n.ids.NextIDs(ctx, &firnv1.NextIDsRequest{Count: 128})
+		served := 0
+		for load.Err() == nil {
+			c, cancel := context.WithTimeout(load, 10*time.Second)
+			_, err := n.ids.NextIDs(c, &firnv1.NextIDsRequest{Count: 128})
 			cancel()
-			if err != nil || time.Since(start) > time.Second {
-				first <- err
+			switch {
+			case err == nil:
+				served++
+			case load.Err() != nil, status.Code(err) == codes.ResourceExhausted:
+			default:
+				loadDone <- err
 				return
 			}
 		}
-		first <- nil
-	}()
-	for start := time.Now(); value(t, scrape(t, n.httpc, n.base), "firn_queue_ids", map[string]string{"generator": "default"}) < 128; time.Sleep(10 * time.Millisecond) {
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("the first request never entered the queue")
+		if served == 0 {
+			loadDone <- errors.New("none of its requests was served")
 		}
+		loadDone <- nil
+	}()
+	defer stopLoad()
+	awaitQueued := func() {
+		t.Helper()
+		for start := time.Now(); value(t, scrape(t, n.httpc, n.base), "firn_queue_ids", map[string]string{"generator": "default"}) < 128; time.Sleep(10 * time.Millisecond) {
+			if time.Since(start) > 5*time.Second {
+				t.Fatal("the load's request never entered the queue")
+			}
+		}
+	}
+	// refused runs try with 128 IDs queued until it is not admitted.
+	refused := func(what string, try func() (admitted bool)) {
+		t.Helper()
+		for range 5 {
+			awaitQueued()
+			if !try() {
+				return
+			}
+			t.Logf("%s: admitted (the queue had drained before it came); again", what)
+		}
+		t.Fatalf("%s: admitted five times with 128 IDs queued", what)
 	}
 
 	// With 128 queued: 128 more would pass the bound, refused at once
 	// (a request that waited would be served: the code tells them apart).
-	_, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 128})
+	var err error
+	refused("NextIDs beyond the queue", func() bool {
+		_, err = n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 128})
+		return err == nil
+	})
 	wantCode(t, "NextIDs beyond the queue", err, codes.ResourceExhausted, "overloaded", "--max-queue 192")
 	retry := wantInfo(t, "NextIDs beyond the queue", err, "OVERLOADED", map[string]string{"generator": "default", "limit": "192"})
 	if retry == nil || retry.GetRetryDelay().AsDuration() <= 0 || retry.GetRetryDelay().AsDuration() > 3*time.Second {
@@ -62,17 +98,30 @@ func TestAdmissionRefusesAtOnce(t *testing.T) {
 	}
 	// 16 more fit the bound, but the 128 ahead take two seconds and the
 	// caller gives 300 ms: refused at once too (RESOURCE_EXHAUSTED naming
-	// the deadline, where a wait would end DEADLINE_EXCEEDED).
-	dctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	_, err = n.ids.NextIDs(dctx, &firnv1.NextIDsRequest{Count: 16})
+	// the deadline, where a wait would end DEADLINE_EXCEEDED, or be
+	// served when the queue had drained).
+	refused("NextIDs that cannot meet its deadline", func() bool {
+		dctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err = n.ids.NextIDs(dctx, &firnv1.NextIDsRequest{Count: 16})
+		return err == nil || status.Code(err) == codes.DeadlineExceeded
+	})
 	wantCode(t, "NextIDs that cannot meet its deadline", err, codes.ResourceExhausted, "deadline")
-	h := wantHTTP(t, n, "/v1/ids?count=128", 429, "OVERLOADED", "overloaded")
+	var h httpErr
+	refused("HTTP beyond the queue", func() bool {
+		resp, body := httpDo(t, n, "/v1/ids?count=128")
+		if resp.StatusCode == 200 {
+			return true
+		}
+		h = checkHTTP(t, "/v1/ids?count=128", resp, body, 429, "OVERLOADED", "overloaded")
+		return false
+	})
 	if h.Error.RetryAfterMS <= 0 {
 		t.Fatalf("HTTP 429 without retry_after_ms: %+v", h)
 	}
-	if err := <-first; err != nil {
-		t.Fatalf("the admitted request: %v", err)
+	stopLoad()
+	if err := <-loadDone; err != nil {
+		t.Fatalf("the load: %v", err)
 	}
 	fams := scrape(t, n.httpc, n.base)
 	if v := value(t, fams, "firn_requests_shed_total", map[string]string{"generator": "default", "reason": "queue_full"}); v < 2 {
@@ -81,8 +130,10 @@ func TestAdmissionRefusesAtOnce(t *testing.T) {
 	if v := value(t, fams, "firn_requests_shed_total", map[string]string{"generator": "default", "reason": "deadline"}); v != 1 {
 		t.Errorf("firn_requests_shed_total{deadline} = %v, want 1", v)
 	}
-	if code, page := httpGet(t, n.httpc, n.base+"/"); code != 200 || !strings.Contains(page, "limit 192); shed 3") {
-		t.Errorf("the status page does not show the queue and the shed requests")
+	shed := value(t, fams, "firn_requests_shed_total", map[string]string{"generator": "default", "reason": "queue_full"}) +
+		value(t, fams, "firn_requests_shed_total", map[string]string{"generator": "default", "reason": "deadline"})
+	if code, page := httpGet(t, n.httpc, n.base+"/"); code != 200 || !strings.Contains(page, fmt.Sprintf("limit 192); shed %v", shed)) {
+		t.Errorf("the status page does not show the queue and the %v shed requests", shed)
 	}
 	// The node still serves.
 	if _, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{}); err != nil {

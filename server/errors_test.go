@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -85,12 +86,28 @@ type httpErr struct {
 // reason whose message holds every one of parts.
 func wantHTTP(t *testing.T, n *tnode, path string, status int, reason string, parts ...string) httpErr {
 	t.Helper()
+	resp, body := httpDo(t, n, path)
+	return checkHTTP(t, path, resp, body, status, reason, parts...)
+}
+
+// httpDo GETs path from n and reads the whole body.
+func httpDo(t *testing.T, n *tnode, path string) (*http.Response, []byte) {
+	t.Helper()
 	resp, err := n.httpc.Get(n.base + path)
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: reading the body: %v", path, err)
+	}
+	return resp, body
+}
+
+// checkHTTP is wantHTTP for an answer already read.
+func checkHTTP(t *testing.T, path string, resp *http.Response, body []byte, status int, reason string, parts ...string) httpErr {
+	t.Helper()
 	if resp.StatusCode != status {
 		t.Fatalf("GET %s: %d %s, want %d", path, resp.StatusCode, body, status)
 	}
