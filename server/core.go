@@ -17,6 +17,7 @@ import (
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
 	"github.com/firnid/firn/server/admission"
+	"github.com/firnid/firn/server/clockpolicy"
 )
 
 // Core is a node without its listeners: its generators with their ring
@@ -35,7 +36,7 @@ type Core struct {
 	gens   []*genRuntime
 	byName map[string]*genRuntime
 
-	policy *clockPolicy
+	policy *clockpolicy.Policy
 	hm     holderMetrics
 	steps  *clockguard.StepDetector
 	ntp    ntpRunner
@@ -219,6 +220,7 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock
 		wide.Hold(true)
 		rt := &genRuntime{
 			cfg:       gc,
+			clock:     clock,
 			local:     lg,
 			isDefault: i == 0,
 			maxBatch:  cfg.MaxBatchFor(gc),
@@ -245,7 +247,11 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock
 		c.gens = append(c.gens, rt)
 		c.byName[gc.Name] = rt
 	}
-	c.policy = newClockPolicy(policyConfig{
+	views := make([]clockpolicy.Generator, len(c.gens))
+	for i, rt := range c.gens {
+		views[i] = policyGen{rt}
+	}
+	c.policy = clockpolicy.New(clockpolicy.Config{
 		MaxClockOffset:   cfg.MaxClockOffset,
 		MaxPeerSkew:      cfg.MaxPeerSkew,
 		NTP:              len(cfg.NTP) > 0,
@@ -253,7 +259,7 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock
 		RollbackRecovery: cfg.RollbackRecovery,
 		RefuseUnchecked:  uncheckedWhy(cfg) == "",
 		UncheckedWhy:     uncheckedWhy(cfg),
-	}, clock, log, c.gens)
+	}, clock, log, views)
 	c.hm = newHolderMetrics(c.gens)
 	for _, rt := range c.gens {
 		rt.policy = c.policy
@@ -266,6 +272,18 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock
 		})
 	}
 	return c, nil
+}
+
+// uncheckedWhy is why a node with cfg serves on an unchecked clock, ""
+// when it does not (clockpolicy.Config.UncheckedWhy).
+func uncheckedWhy(cfg Config) string {
+	switch {
+	case cfg.PrivateCoordinator:
+		return "accepted on this node's own embedded coordinator"
+	case cfg.UncheckedClockOK:
+		return "accepted by --unchecked-clock-ok"
+	}
+	return ""
 }
 
 // lookup finds a generator; "" is the default.
@@ -321,18 +339,18 @@ func (c *Core) start() error {
 	}
 	var err error
 	c.steps, err = clockguard.NewStepDetector(c.clock, clockguard.DefaultStepConfig(),
-		clockguard.WithStepCallback(c.policy.onStep), clockguard.WithStepLogger(c.log))
+		clockguard.WithStepCallback(c.policy.OnStep), clockguard.WithStepLogger(c.log))
 	if err != nil {
 		return err
 	}
-	c.policy.pollSteps = func() { c.steps.Poll() }
+	c.policy.PollSteps = func() { c.steps.Poll() }
 	if err := c.steps.Start(); err != nil {
 		return err
 	}
 	if err := c.startNTP(); err != nil {
 		return err
 	}
-	c.policy.waitFirstPeers()
+	c.policy.WaitFirstPeers()
 	for _, hd := range holders {
 		c.goRun(func() { hd.run(hd.ctx(ctx)) })
 	}
@@ -349,7 +367,7 @@ func (c *Core) start() error {
 		}
 	}
 	c.goRun(func() { c.peerLoop(ctx) })
-	c.goRun(func() { c.policy.run(ctx) })
+	c.goRun(func() { c.policy.Run(ctx) })
 	return nil
 }
 
@@ -412,11 +430,11 @@ func (c *Core) startNTP() error {
 		}
 	}
 	var err error
-	if c.ntp, err = newNTP(c.policy.onNTP); err != nil {
+	if c.ntp, err = newNTP(c.policy.OnNTP); err != nil {
 		return err
 	}
-	c.policy.askNTP = c.ntp.Trigger
-	c.policy.waitFirstNTP()
+	c.policy.AskNTP = c.ntp.Trigger
+	c.policy.WaitFirstNTP()
 	return c.ntp.Start()
 }
 
@@ -444,7 +462,8 @@ func (c *Core) peerLoop(ctx context.Context) {
 			}
 			continue
 		}
-		c.policy.onPeers(c.nodeInfo.InstanceID, beats, first)
+		countInUse(c.gens, beats)
+		c.policy.OnPeers(c.nodeInfo.InstanceID, beats, first)
 		first = false
 		t.Reset(time.Second)
 	}
@@ -484,5 +503,5 @@ func (c *Core) Resume(generatorName string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return c.policy.resume(rt)
+	return c.policy.Resume(policyGen{rt})
 }

@@ -16,8 +16,8 @@
 //     coordinator.Reserver keeps the reservation one window ahead, release,
 //     acquire again; members.go: a generator of several workers, which
 //     serves while any of them does, from a generator.Wide over them, and
-//     --workers auto), the clock policy (clockpolicy.go: the forward-step
-//     gate, rollback recovery, NTP verdicts, the peer median) fed by the
+//     --workers auto), the clock policy (the subpackage clockpolicy: the
+//     forward-step gate, rollback recovery, NTP verdicts, the peer median) fed by the
 //     step detector, the NTP checker and the peers' heartbeats, and the
 //     data-dir journal with its deadline (journal.go). NewCore runs one
 //     without listeners, for embedding and for simulation. What a request

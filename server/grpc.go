@@ -75,9 +75,9 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 		Cluster:         n.cfg.Cluster,
 		Coordinator:     n.coordName,
 	}
-	resp.ClockUnchecked, resp.ClockCheck = n.policy.clockCheck()
+	resp.ClockUnchecked, resp.ClockCheck = n.policy.ClockCheck()
 	wall, _ := n.clock.Now()
-	ntpOffset, ntpOK := n.policy.lastNTPOffset()
+	ntpOffset, ntpOK := n.policy.LastNTPOffset()
 	for _, rt := range n.gens {
 		st := rt.status(wall)
 		gi := &firnv1.GeneratorInfo{

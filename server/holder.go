@@ -14,6 +14,7 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/server/clockpolicy"
 )
 
 // holder runs one generator's worker leases for the node's life: acquire a
@@ -28,7 +29,7 @@ type holder struct {
 	// journal is rt's data-dir journal (Core.journalFor).
 	journal coordinator.Journal
 	clock   clockguard.Clock
-	policy  *clockPolicy
+	policy  *clockpolicy.Policy
 	log     *slog.Logger
 	m       holderMetrics
 	node    coordinator.NodeInfo
@@ -321,8 +322,8 @@ func (hd *holder) acquire(ctx context.Context) (*holding, error) {
 func (hd *holder) awaitCheckedClock(ctx context.Context, lease coordinator.Lease) error {
 	_, beat := hd.clock.Now()
 	for {
-		hd.policy.gateCheck()
-		if !hd.clockInDoubt() && !hd.policy.gateHeld() {
+		hd.policy.GateCheck()
+		if !hd.clockInDoubt() && !hd.policy.GateHeld() {
 			return nil
 		}
 		if wall, mono := hd.clock.Now(); mono-beat >= hd.cfg.RefreshInterval {
@@ -526,7 +527,7 @@ func (hd *holder) newReserver(h *holding, after func(error, time.Duration)) (*co
 		RetryInterval: 200 * time.Millisecond,
 		CallTimeout:   2 * hd.cfg.CoordinatorTimeout,
 		Wake:          h.wake,
-		BeforeStep:    hd.policy.pollSteps,
+		BeforeStep:    hd.policy.PollSteps,
 		AfterStep:     after,
 		Logger:        hd.log,
 	})
@@ -541,8 +542,8 @@ func (hd *holder) newReserver(h *holding, after func(error, time.Duration)) (*co
 // after the correction, for that hour. The heartbeat still flows with the
 // held reservation.
 func (hd *holder) holdReserved(h *holding, wanted int64) int64 {
-	hd.policy.gateCheck()
-	if hd.policy.gateHeld() || hd.clockInDoubt() {
+	hd.policy.GateCheck()
+	if hd.policy.GateHeld() || hd.clockInDoubt() {
 		return min(wanted, max(h.reserved.Load(), 0))
 	}
 	return wanted
@@ -662,8 +663,8 @@ func (hd *holder) armExpiryAt(h *holding, atLeast time.Duration) {
 	if r < 0 {
 		return
 	}
-	hd.policy.gateCheck()
-	if hd.policy.gateHeld() {
+	hd.policy.GateCheck()
+	if hd.policy.GateHeld() {
 		// A forward step unconfirmed: the generator does not serve, and
 		// the reservation held below the step is given one margin.
 		atLeast = max(atLeast, hd.expiryMargin(h))

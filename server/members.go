@@ -300,6 +300,43 @@ func (rt *genRuntime) lead(wall time.Time) (time.Duration, bool) {
 	return l, true
 }
 
+// countInUse records, per generator, how many worker slots have a live
+// owner in the cluster (firn_worker_ids_in_use): one beat per live owner.
+func countInUse(gens []*genRuntime, beats []coordinator.PeerBeat) {
+	live := map[string]map[coordinator.Slot]bool{}
+	for _, b := range beats {
+		if live[b.Generator] == nil {
+			live[b.Generator] = map[coordinator.Slot]bool{}
+		}
+		live[b.Generator][b.Slot] = true
+	}
+	for _, rt := range gens {
+		rt.inUse.Store(int64(len(live[rt.cfg.Name])))
+	}
+}
+
+// policyGen is a generator as the clock policy sees it.
+type policyGen struct{ rt *genRuntime }
+
+func (g policyGen) Name() string                    { return g.rt.cfg.Name }
+func (g policyGen) State() *clockguard.ServingState { return g.rt.state }
+func (g policyGen) MaxLead() time.Duration          { return g.rt.cfg.MaxLead }
+func (g policyGen) Layout() generator.Layout        { return g.rt.cfg.Layout }
+func (g policyGen) Lead(wall time.Time) (time.Duration, bool) {
+	return g.rt.lead(wall)
+}
+func (g policyGen) Wake() { g.rt.wakeAll() }
+func (g policyGen) WriteNow() {
+	if g.rt.stepped != nil {
+		g.rt.stepped()
+	}
+}
+func (g policyGen) ConfirmClock() {
+	for _, h := range g.rt.liveHoldings() {
+		h.gen.ConfirmClock()
+	}
+}
+
 // wakeAll makes every wait in the generator's source re-read the clock.
 func (rt *genRuntime) wakeAll() {
 	for _, h := range rt.liveHoldings() {

@@ -31,7 +31,7 @@ func newMetrics(n *Node) *metrics {
 	}
 	n.reg.MustRegister(m.grpc, m.transitions, &nodeCollector{n: n},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	n.reg.MustRegister(n.policy.m.collectors()...)
+	n.reg.MustRegister(n.policy.Collectors()...)
 	n.reg.MustRegister(n.hm.collectors()...)
 	return m
 }
@@ -142,7 +142,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- g(descMaxOffset, prometheus.GaugeValue, n.cfg.MaxClockOffset.Seconds())
 	ch <- g(descMaxPeerSkew, prometheus.GaugeValue, n.cfg.MaxPeerSkew.Seconds())
 	ch <- g(descWindow, prometheus.GaugeValue, n.cfg.Timing.ReservationWindow.Seconds())
-	off, ok := n.policy.lastNTPOffset()
+	off, ok := n.policy.LastNTPOffset()
 	if ok {
 		ch <- g(descNTPOffset, prometheus.GaugeValue, off.Seconds())
 	} else {

@@ -15,6 +15,7 @@ import (
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
 	"github.com/firnid/firn/server/admission"
+	"github.com/firnid/firn/server/clockpolicy"
 )
 
 // genRuntime is one named generator of the node: its serving state, its
@@ -22,6 +23,7 @@ import (
 // current holding.
 type genRuntime struct {
 	cfg       GeneratorConfig
+	clock     clockguard.Clock
 	local     *datadir.Gen // the data-dir record of this generator
 	isDefault bool
 	maxBatch  int
@@ -59,15 +61,11 @@ type genRuntime struct {
 
 	// policy is the node's clock policy; stepped, set by the holder, is
 	// its call after a step of the clock.
-	policy  *clockPolicy
+	policy  *clockpolicy.Policy
 	stepped func()
 
-	// rollback: the step size reported while the clock-rollback reason is
-	// held (for recovery and the status page).
-	mu          sync.Mutex
-	rollbackErr string
-	manualHold  bool
-	events      []event // recent state changes, newest last
+	mu     sync.Mutex
+	events []event // recent state changes, newest last
 	// hist is the last two minutes of rate and lead, for the status page.
 	hist       history
 	rateHave   bool
@@ -346,13 +344,13 @@ func (rt *genRuntime) sourceErr(err error, produced bool, t *sourceTries) (retry
 	var fs *generator.ForwardStepError
 	if errors.As(err, &fs) && !produced && t.step == 0 {
 		t.step++
-		rt.policy.forwardRefused(fs)
+		rt.policy.ForwardRefused(fs)
 		if err := rt.refusal(); err != nil {
 			return false, err
 		}
 		return true, nil
 	}
-	rt.policy.noteError(rt, err)
+	rt.policy.NoteError(policyGen{rt}, err)
 	return false, err
 }
 
@@ -366,7 +364,7 @@ func (rt *genRuntime) refusal() error {
 	}
 	e := &NotServingError{Generator: rt.cfg.Name, Reason: r.Reason, Code: r.Code, Limit: r.Limit, Measured: r.Measured}
 	if !r.RetryAt.IsZero() {
-		if wall, _ := rt.policy.clock.Now(); r.RetryAt.After(wall) {
+		if wall, _ := rt.clock.Now(); r.RetryAt.After(wall) {
 			e.RetryAfter = r.RetryAt.Sub(wall)
 		}
 	}

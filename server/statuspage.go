@@ -89,12 +89,12 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if n.offset != nil {
 		data.FaultOffset = n.offset.CurrentOffset()
 	}
-	if off, ok := n.policy.lastNTPOffset(); ok {
+	if off, ok := n.policy.LastNTPOffset(); ok {
 		data.NTP = fmt.Sprintf("offset %v (limit --max-clock-offset %v)", off.Round(time.Microsecond), n.cfg.MaxClockOffset)
 	} else if len(n.cfg.NTP) > 0 {
 		data.NTP = fmt.Sprintf("no usable answer yet (limit --max-clock-offset %v)", n.cfg.MaxClockOffset)
 	}
-	if checked, count, skew := n.policy.peerStatus(); checked {
+	if checked, count, skew := n.policy.PeerStatus(); checked {
 		nodes := "nodes"
 		if count == 1 {
 			nodes = "node (this one)"
@@ -104,7 +104,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	} else {
 		data.Peers = "not checked yet"
 	}
-	data.Unchecked, data.ClockCheck = n.policy.clockCheck()
+	data.Unchecked, data.ClockCheck = n.policy.ClockCheck()
 	for _, rt := range n.gens {
 		st := rt.status(wall)
 		if !st.Serving {

@@ -1,6 +1,6 @@
 //go:build firn_weakstep
 
-package server
+package clockpolicy
 
 import "github.com/firnid/firn/clockguard"
 

@@ -1,4 +1,4 @@
-package server
+package clockpolicy
 
 import (
 	"errors"
@@ -19,12 +19,32 @@ import (
 type policyRig struct {
 	t        *testing.T
 	clock    *clockguard.Fake
-	p        *clockPolicy
-	rt       *genRuntime
+	p        *Policy
+	rt       *testGen
 	ntpAsked int
 }
 
-func newPolicyRig(t *testing.T, cfg policyConfig) *policyRig {
+// testGen is one generator as the policy sees it: a real generator and
+// serving state, without holders.
+type testGen struct {
+	state   *clockguard.ServingState
+	gen     *generator.Generator
+	layout  generator.Layout
+	written int // WriteNow calls
+}
+
+func (g *testGen) Name() string                    { return "g" }
+func (g *testGen) State() *clockguard.ServingState { return g.state }
+func (g *testGen) MaxLead() time.Duration          { return time.Second }
+func (g *testGen) Layout() generator.Layout        { return g.layout }
+func (g *testGen) Lead(wall time.Time) (time.Duration, bool) {
+	return g.gen.Lead(wall), true
+}
+func (g *testGen) Wake()         { g.gen.Wake() }
+func (g *testGen) WriteNow()     { g.written++ }
+func (g *testGen) ConfirmClock() { g.gen.ConfirmClock() }
+
+func newPolicyRig(t *testing.T, cfg Config) *policyRig {
 	t.Helper()
 	clock := clockguard.NewFake(time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC))
 	if cfg.MaxClockOffset == 0 {
@@ -40,21 +60,16 @@ func newPolicyRig(t *testing.T, cfg policyConfig) *policyRig {
 	if !ok {
 		t.Fatal("no snowflake preset")
 	}
-	rt := &genRuntime{
-		cfg:   GeneratorConfig{Name: "g", Layout: l, MaxLead: time.Second, MaxStaleness: 100 * time.Millisecond},
-		state: clockguard.NewServingState("g", clockguard.WithStateClock(clock)),
-	}
 	g, err := generator.New(generator.Config{Layout: l, Worker: 1, Clock: clock, Floor: -1,
 		Reserved: generator.NoReservation, MaxLead: time.Second, MaxForwardStep: cfg.MaxClockOffset})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt.setLive([]*holding{{gen: g}})
+	rt := &testGen{state: clockguard.NewServingState("g", clockguard.WithStateClock(clock)), gen: g, layout: l}
 	rt.state.Ready()
 	r := &policyRig{t: t, clock: clock, rt: rt}
-	r.p = newClockPolicy(cfg, clock, slog.New(slog.NewTextHandler(io.Discard, nil)), []*genRuntime{rt})
-	rt.policy = r.p
-	r.p.askNTP = func() { r.ntpAsked++ }
+	r.p = New(cfg, clock, slog.New(slog.NewTextHandler(io.Discard, nil)), []Generator{rt})
+	r.p.AskNTP = func() { r.ntpAsked++ }
 	return r
 }
 
@@ -63,7 +78,7 @@ func newPolicyRig(t *testing.T, cfg policyConfig) *policyRig {
 func (r *policyRig) step(d time.Duration) {
 	r.clock.Step(d)
 	wall, mono := r.clock.Now()
-	r.p.onStep(clockguard.Step{Size: -d, Wall: wall, Mono: mono})
+	r.p.OnStep(clockguard.Step{Size: -d, Wall: wall, Mono: mono})
 }
 
 func (r *policyRig) reason() string { return r.rt.state.Reason() }
@@ -78,49 +93,49 @@ func (r *policyRig) wantServing(want bool, what string) {
 // An NTP verdict as from a check begun now.
 func (r *policyRig) ntpOK() {
 	_, mono := r.clock.Now()
-	r.p.onNTP(clockguard.NTPResult{OK: true, StartMono: mono}, nil)
+	r.p.OnNTP(clockguard.NTPResult{OK: true, StartMono: mono}, nil)
 }
 
 func TestPolicyForwardStepConfirmedByNTP(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{NTP: true, NTPRequired: true})
+	r := newPolicyRig(t, Config{NTP: true, NTPRequired: true})
 	_, before := r.clock.Now()
 	r.clock.Advance(time.Second)
 	r.step(time.Hour)
 	r.wantServing(false, "after +1h")
-	if !strings.Contains(r.reason(), "stepped forward 1h0m0s") || r.ntpAsked == 0 || !r.p.gateHeld() {
-		t.Fatalf("reason %q, NTP asked %d, held %v", r.reason(), r.ntpAsked, r.p.gateHeld())
+	if !strings.Contains(r.reason(), "stepped forward 1h0m0s") || r.ntpAsked == 0 || !r.p.GateHeld() {
+		t.Fatalf("reason %q, NTP asked %d, held %v", r.reason(), r.ntpAsked, r.p.GateHeld())
 	}
 	// A verdict from a check begun before the step confirms nothing.
-	r.p.onNTP(clockguard.NTPResult{OK: true, StartMono: before}, nil)
+	r.p.OnNTP(clockguard.NTPResult{OK: true, StartMono: before}, nil)
 	r.wantServing(false, "after a verdict older than the step")
 	// One begun after it does, and the generator follows the clock.
 	r.ntpOK()
 	r.wantServing(true, "after NTP agreed")
-	if _, err := r.rt.held.Load().gen.TryBatch(make([]uint64, 1)); err != nil {
+	if _, err := r.rt.gen.TryBatch(make([]uint64, 1)); err != nil {
 		t.Fatalf("the generator still refuses the confirmed clock: %v", err)
 	}
 }
 
 func TestPolicyForwardStepCorrected(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{NTP: true, NTPRequired: true})
+	r := newPolicyRig(t, Config{NTP: true, NTPRequired: true})
 	r.clock.Advance(time.Second)
 	r.step(time.Hour)
 	r.wantServing(false, "after +1h")
 	// Unreachable NTP confirms nothing.
-	r.p.onNTP(clockguard.NTPResult{}, errors.New("unreachable"))
-	r.p.onNTP(clockguard.NTPResult{OK: true}, nil) // a verdict from before the step
+	r.p.OnNTP(clockguard.NTPResult{}, errors.New("unreachable"))
+	r.p.OnNTP(clockguard.NTPResult{OK: true}, nil) // a verdict from before the step
 	r.wantServing(false, "with NTP unreachable")
 	r.step(-time.Hour)
-	if r.p.gateHeld() || strings.Contains(r.reason(), "stepped") {
+	if r.p.GateHeld() || strings.Contains(r.reason(), "stepped") {
 		t.Fatalf("the correction did not close the gate: %q", r.reason())
 	}
 }
 
 func TestPolicyForwardStepAcceptedWithNothingToAsk(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{})
+	r := newPolicyRig(t, Config{})
 	r.step(10 * time.Second)
 	r.wantServing(true, "a lone node without NTP")
-	if r.p.gateHeld() {
+	if r.p.GateHeld() {
 		t.Fatal("reservations held with nothing to confirm the step")
 	}
 }
@@ -129,8 +144,8 @@ func TestPolicyForwardStepAcceptedWithNothingToAsk(t *testing.T) {
 // generator idle through them sees their sum at its next call, refuses it,
 // and the policy, which followed them, tells it to follow the clock.
 func TestPolicySmallStepsFollowed(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{NTP: true})
-	gen := r.rt.held.Load().gen
+	r := newPolicyRig(t, Config{NTP: true})
+	gen := r.rt.gen
 	if _, err := gen.TryBatch(make([]uint64, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +158,7 @@ func TestPolicySmallStepsFollowed(t *testing.T) {
 	if !errors.As(err, &fs) {
 		t.Fatalf("the idle generator: %v; want it to refuse the 400ms it did not see", err)
 	}
-	r.p.forwardRefused(fs)
+	r.p.ForwardRefused(fs)
 	r.wantServing(true, "after the refusal")
 	if n, err := gen.TryBatch(make([]uint64, 1)); err != nil || n != 1 {
 		t.Fatalf("after the policy's answer: %d, %v", n, err)
@@ -159,24 +174,24 @@ func (r *policyRig) beat(id string, offset time.Duration) coordinator.PeerBeat {
 }
 
 func TestPolicyPeersConfirmOnlyWithBeatsAfterTheStep(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{})
+	r := newPolicyRig(t, Config{})
 	old := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
-	r.p.onPeers("self", old, true) // live peers: the gate has someone to ask
+	r.p.OnPeers("self", old, true) // live peers: the gate has someone to ask
 	r.clock.Advance(100 * time.Millisecond)
 	r.step(time.Hour)
 	r.wantServing(false, "after +1h among three")
 	// Heartbeats received before the step say nothing of it, however often
 	// they are read.
 	for range 3 {
-		r.p.onPeers("self", old, false)
+		r.p.OnPeers("self", old, false)
 	}
 	r.wantServing(false, "on heartbeats from before the step")
 	// Beats received after the step, with the peers an hour behind: the
 	// median disagrees; the node is the outlier.
 	r.clock.Advance(time.Second)
 	stepped := []coordinator.PeerBeat{r.beat("a", -time.Hour), r.beat("b", -time.Hour)}
-	r.p.onPeers("self", stepped, false)
-	r.p.onPeers("self", stepped, false)
+	r.p.OnPeers("self", stepped, false)
+	r.p.OnPeers("self", stepped, false)
 	r.wantServing(false, "while the peers disagree")
 	if !strings.Contains(r.reason(), "peer median") {
 		t.Fatalf("reason %q does not name the peer median", r.reason())
@@ -184,42 +199,42 @@ func TestPolicyPeersConfirmOnlyWithBeatsAfterTheStep(t *testing.T) {
 }
 
 func TestPolicyPeersConfirmOnTwoReadings(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{})
-	r.p.onPeers("self", []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}, true)
+	r := newPolicyRig(t, Config{})
+	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}, true)
 	r.step(2 * time.Second)
 	r.wantServing(false, "after +2s")
 	r.clock.Advance(time.Second)
 	agree := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
-	r.p.onPeers("self", agree, false)
+	r.p.OnPeers("self", agree, false)
 	r.wantServing(false, "after one agreeing reading")
-	r.p.onPeers("self", agree, false)
+	r.p.OnPeers("self", agree, false)
 	r.wantServing(true, "after two agreeing readings")
 }
 
 func TestPolicyPeerOutlierTwoReadings(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{})
+	r := newPolicyRig(t, Config{})
 	fine := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
-	r.p.onPeers("self", fine, true)
+	r.p.OnPeers("self", fine, true)
 	r.wantServing(true, "among agreeing peers")
 	far := []coordinator.PeerBeat{r.beat("a", -3*time.Second), r.beat("b", -3*time.Second)}
-	r.p.onPeers("self", far, false)
+	r.p.OnPeers("self", far, false)
 	r.wantServing(true, "after one reading beyond the limit")
-	r.p.onPeers("self", far, false)
+	r.p.OnPeers("self", far, false)
 	r.wantServing(false, "after two readings beyond the limit")
-	r.p.onPeers("self", fine, false)
+	r.p.OnPeers("self", fine, false)
 	r.wantServing(true, "back within the limit")
 	// At start one reading beyond the limit plus a heartbeat's age is
 	// enough.
-	r2 := newPolicyRig(t, policyConfig{})
-	r2.p.onPeers("self", []coordinator.PeerBeat{r2.beat("a", -3*time.Second), r2.beat("b", -3*time.Second)}, true)
+	r2 := newPolicyRig(t, Config{})
+	r2.p.OnPeers("self", []coordinator.PeerBeat{r2.beat("a", -3*time.Second), r2.beat("b", -3*time.Second)}, true)
 	r2.wantServing(false, "started 3s off")
 }
 
 func TestPolicyRollbackAndRecovery(t *testing.T) {
 	for _, mode := range []string{"auto", "manual"} {
 		t.Run(mode, func(t *testing.T) {
-			r := newPolicyRig(t, policyConfig{RollbackRecovery: mode})
-			gen := r.rt.held.Load().gen
+			r := newPolicyRig(t, Config{RollbackRecovery: mode})
+			gen := r.rt.gen
 			if _, err := gen.TryBatch(make([]uint64, 1)); err != nil {
 				t.Fatal(err)
 			}
@@ -238,34 +253,34 @@ func TestPolicyRollbackAndRecovery(t *testing.T) {
 				return
 			}
 			r.wantServing(false, "manual: until resumed")
-			if held, err := r.p.resume(r.rt); err != nil || !held {
-				t.Fatalf("resume: held %v, %v; want a hold ended", held, err)
+			if held, err := r.p.Resume(r.rt); err != nil || !held {
+				t.Fatalf("Resume: held %v, %v; want a hold ended", held, err)
 			}
-			r.wantServing(true, "after resume")
-			if held, err := r.p.resume(r.rt); err != nil || held {
-				t.Fatalf("resume again: held %v, %v; want nothing held", held, err)
+			r.wantServing(true, "after Resume")
+			if held, err := r.p.Resume(r.rt); err != nil || held {
+				t.Fatalf("Resume again: held %v, %v; want nothing held", held, err)
 			}
 		})
 	}
 }
 
 func TestPolicyNTPVerdicts(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{NTP: true, NTPRequired: true})
-	r.p.waitFirstNTP()
+	r := newPolicyRig(t, Config{NTP: true, NTPRequired: true})
+	r.p.WaitFirstNTP()
 	r.wantServing(false, "before the first verdict")
-	r.p.onNTP(clockguard.NTPResult{Offset: time.Second}, &clockguard.OffsetError{Offset: time.Second, Limit: 250 * time.Millisecond})
+	r.p.OnNTP(clockguard.NTPResult{Offset: time.Second}, &clockguard.OffsetError{Offset: time.Second, Limit: 250 * time.Millisecond})
 	if !strings.Contains(r.reason(), "NTP offset 1s beyond --max-clock-offset 250ms") {
 		t.Fatalf("reason %q", r.reason())
 	}
-	r.p.onNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
+	r.p.OnNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
 	if !strings.Contains(r.reason(), "NTP required and unreachable") {
 		t.Fatalf("reason %q", r.reason())
 	}
 	r.ntpOK()
 	r.wantServing(true, "NTP agrees")
 
-	loose := newPolicyRig(t, policyConfig{NTP: true, NTPRequired: false})
-	loose.p.onNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
+	loose := newPolicyRig(t, Config{NTP: true, NTPRequired: false})
+	loose.p.OnNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
 	loose.wantServing(true, "NTP unreachable, not required")
 }
 
@@ -273,13 +288,13 @@ func TestPolicyNTPVerdicts(t *testing.T) {
 // when none is live at the moment (after a restore every node is held out
 // and no heartbeat flows); one that never saw another accepts it.
 func TestPolicyOncePeeredWaits(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{})
-	r.p.onPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
-	r.p.onPeers("self", nil, false) // the peer is gone, for now
+	r := newPolicyRig(t, Config{})
+	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
+	r.p.OnPeers("self", nil, false) // the peer is gone, for now
 	r.clock.Advance(time.Second)
 	r.step(time.Hour)
 	r.wantServing(false, "after +1h with no live peer, having seen one")
-	if !r.p.gateHeld() {
+	if !r.p.GateHeld() {
 		t.Fatal("reservations not held")
 	}
 }
@@ -288,9 +303,9 @@ func TestPolicyOncePeeredWaits(t *testing.T) {
 // node was not told to serve on it: every generator is held out, CLOCK_UNCHECKED,
 // judged again at every peer reading (3 → 2 → 3) and NTP verdict.
 func TestPolicyUncheckedClock(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{RefuseUnchecked: true})
-	r.p.waitFirstPeers()
-	r.p.onPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
+	r := newPolicyRig(t, Config{RefuseUnchecked: true})
+	r.p.WaitFirstPeers()
+	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
 	r.wantServing(false, "no NTP, two live nodes")
 	sn := r.rt.state.Snapshot()
 	if ref := sn.Refusal(); ref.Code != clockguard.CodeClockUnchecked || ref.Limit != "3 live nodes" || ref.Measured != "2 live nodes" {
@@ -301,31 +316,31 @@ func TestPolicyUncheckedClock(t *testing.T) {
 			t.Fatalf("reason %q does not name %q", r.reason(), want)
 		}
 	}
-	if u, text := r.p.clockCheck(); !u || !strings.Contains(text, "unchecked: not serving") {
+	if u, text := r.p.ClockCheck(); !u || !strings.Contains(text, "unchecked: not serving") {
 		t.Fatalf("clock check %v %q", u, text)
 	}
 	three := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
-	r.p.onPeers("self", three, false)
+	r.p.OnPeers("self", three, false)
 	r.wantServing(true, "three live nodes")
-	if u, text := r.p.clockCheck(); u || text != "peers (3 live nodes)" {
+	if u, text := r.p.ClockCheck(); u || text != "peers (3 live nodes)" {
 		t.Fatalf("clock check %v %q", u, text)
 	}
-	r.p.onPeers("self", three[:1], false)
+	r.p.OnPeers("self", three[:1], false)
 	r.wantServing(false, "down to two")
-	r.p.onPeers("self", three, false)
+	r.p.OnPeers("self", three, false)
 	r.wantServing(true, "three again")
 
 	// Serving never flickers on the way in: the unchecked hold is set
 	// before the start's peers reason is cleared.
-	r2 := newPolicyRig(t, policyConfig{RefuseUnchecked: true})
-	r2.p.waitFirstPeers()
+	r2 := newPolicyRig(t, Config{RefuseUnchecked: true})
+	r2.p.WaitFirstPeers()
 	served := false
 	r2.rt.state.Subscribe(func(tr clockguard.Transition) {
 		if tr.To == clockguard.StateServing {
 			served = true
 		}
 	})
-	r2.p.onPeers("self", nil, true)
+	r2.p.OnPeers("self", nil, true)
 	r2.wantServing(false, "alone")
 	if served {
 		t.Fatal("the generator served for a moment between the start's peers reason and the unchecked one")
@@ -335,23 +350,23 @@ func TestPolicyUncheckedClock(t *testing.T) {
 // NTP checks the clock while it answers; NTP that is not required and
 // unreachable is no check.
 func TestPolicyUncheckedClockNTP(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{NTP: true, RefuseUnchecked: true})
-	r.p.onPeers("self", nil, true)
+	r := newPolicyRig(t, Config{NTP: true, RefuseUnchecked: true})
+	r.p.OnPeers("self", nil, true)
 	r.wantServing(true, "NTP configured, no verdict yet")
-	r.p.onNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
+	r.p.OnNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
 	r.wantServing(false, "NTP not required and unreachable, alone")
 	if !strings.Contains(r.reason(), "NTP unreachable (--ntp-required=false)") {
 		t.Fatalf("reason %q", r.reason())
 	}
 	r.ntpOK()
 	r.wantServing(true, "NTP answers")
-	if _, text := r.p.clockCheck(); text != "NTP" {
+	if _, text := r.p.ClockCheck(); text != "NTP" {
 		t.Fatalf("clock check %q", text)
 	}
 	// Required NTP that is unreachable says so itself.
-	req := newPolicyRig(t, policyConfig{NTP: true, NTPRequired: true, RefuseUnchecked: true})
-	req.p.onPeers("self", nil, true)
-	req.p.onNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
+	req := newPolicyRig(t, Config{NTP: true, NTPRequired: true, RefuseUnchecked: true})
+	req.p.OnPeers("self", nil, true)
+	req.p.OnNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
 	if ref := req.rt.state.Snapshot().Refusal(); ref.Code != clockguard.CodeNTPUnreachable || len(req.rt.state.Snapshot().Causes) != 1 {
 		t.Fatalf("required NTP unreachable: %+v, causes %+v", ref, req.rt.state.Snapshot().Causes)
 	}
@@ -359,10 +374,10 @@ func TestPolicyUncheckedClockNTP(t *testing.T) {
 
 // Told to accept it, the node serves on the unchecked clock and says so.
 func TestPolicyUncheckedClockAccepted(t *testing.T) {
-	r := newPolicyRig(t, policyConfig{UncheckedWhy: "accepted by --unchecked-clock-ok"})
-	r.p.onPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
+	r := newPolicyRig(t, Config{UncheckedWhy: "accepted by --unchecked-clock-ok"})
+	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
 	r.wantServing(true, "with --unchecked-clock-ok")
-	if u, text := r.p.clockCheck(); !u || !strings.HasPrefix(text, "unchecked, accepted by --unchecked-clock-ok") {
+	if u, text := r.p.ClockCheck(); !u || !strings.HasPrefix(text, "unchecked, accepted by --unchecked-clock-ok") {
 		t.Fatalf("clock check %v %q", u, text)
 	}
 }

@@ -1,4 +1,11 @@
-package server
+// Package clockpolicy owns the node's clock policy (docs/design.md, Clock
+// policy): what a node does when its wall clock steps back or forward,
+// when NTP or its peers disagree with it, and when nothing checks it. It
+// decides from events (a step, an NTP verdict, the peers' heartbeats, a
+// forward step a generator refused, the passing of time) and acts only
+// through the serving states and the few requests of Generator; the node
+// core (server/core) feeds it and owns the generators.
+package clockpolicy
 
 import (
 	"context"
@@ -17,27 +24,32 @@ import (
 	"github.com/firnid/firn/generator"
 )
 
-// clockPolicy is the node's clock policy (docs/design.md, Clock policy) as
+// Policy is the node's clock policy (docs/design.md, Clock policy) as
 // a component of its own. Its inputs are events — a step of the clock
-// (onStep), an NTP verdict (onNTP), the peers' heartbeats (onPeers), a
-// forward step a generator refused (forwardRefused), the passing of time
+// (OnStep), an NTP verdict (OnNTP), the peers' heartbeats (OnPeers), a
+// forward step a generator refused (ForwardRefused), the passing of time
 // (probe) — and its outputs are the reasons it sets and clears in the
 // generators' serving states, plus what it asks of their generators and
 // holders (hold, wake, confirm the clock, reserve now). It reads the time
 // only from its clock, so tests drive it with clockguard.Fake.
-type clockPolicy struct {
-	cfg   policyConfig
+type Policy struct {
+	cfg   Config
 	clock clockguard.Clock
 	log   *slog.Logger
-	gens  []*genRuntime
-	m     policyMetrics
+	gens  []Generator
+	m     metrics
 
-	// askNTP asks for an NTP check now (nil without NTP); pollSteps reads
+	// AskNTP asks for an NTP check now (nil without NTP); PollSteps reads
 	// the step detector now (nil in tests that feed steps themselves).
-	askNTP    func()
-	pollSteps func()
+	AskNTP    func()
+	PollSteps func()
 
 	gate fwdGate
+
+	// manual: the generators held for a rollback under
+	// --rollback-recovery manual, until Resume.
+	manualMu sync.Mutex
+	manual   map[string]bool
 
 	ntpMu   sync.Mutex
 	ntpLast clockguard.NTPResult
@@ -62,8 +74,30 @@ type clockPolicy struct {
 	kick chan struct{}
 }
 
-// policyConfig is what the clock policy reads of the node's configuration.
-type policyConfig struct {
+// Generator is one of the node's generators as the policy sees it: a
+// serving state to set and clear its reasons in, the bounds it judges the
+// clock by, and the requests it makes of the generator's source and
+// holders.
+type Generator interface {
+	Name() string
+	State() *clockguard.ServingState
+	MaxLead() time.Duration
+	Layout() generator.Layout
+	// Lead is how far the generator's logical time stands ahead of wall,
+	// false while it holds no worker.
+	Lead(wall time.Time) (time.Duration, bool)
+	// Wake makes every wait on the clock in its source read it again.
+	Wake()
+	// WriteNow asks its holders to size their reservation-expiry timers
+	// again and write their reservations at once.
+	WriteNow()
+	// ConfirmClock makes its running sources follow the clock as it reads
+	// now (a forward step was accepted).
+	ConfirmClock()
+}
+
+// Config is what the clock policy reads of the node's configuration.
+type Config struct {
 	MaxClockOffset   time.Duration
 	MaxPeerSkew      time.Duration
 	NTP              bool // --ntp is set
@@ -81,20 +115,8 @@ type policyConfig struct {
 // check needs to tell an outlier: with two, neither knows which is off.
 const peerCheckNodes = 3
 
-// uncheckedWhy is why a node with cfg serves on an unchecked clock, ""
-// when it does not (policyConfig.UncheckedWhy).
-func uncheckedWhy(cfg Config) string {
-	switch {
-	case cfg.PrivateCoordinator:
-		return "accepted on this node's own embedded coordinator"
-	case cfg.UncheckedClockOK:
-		return "accepted by --unchecked-clock-ok"
-	}
-	return ""
-}
-
-// policyMetrics are the policy's own metrics; the node registers them.
-type policyMetrics struct {
+// metrics are the policy's own metrics; the node registers them.
+type metrics struct {
 	steps       *prometheus.CounterVec
 	lastStep    prometheus.Gauge
 	ntpFailures prometheus.Counter
@@ -102,8 +124,8 @@ type policyMetrics struct {
 	unchecked   prometheus.Gauge
 }
 
-func newPolicyMetrics() policyMetrics {
-	m := policyMetrics{
+func newMetrics() metrics {
+	m := metrics{
 		steps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_clock_steps_total",
 			Help: "Steps of the wall clock against the monotonic clock, by direction."}, []string{"direction"}),
 		lastStep: prometheus.NewGauge(prometheus.GaugeOpts{Name: "firn_clock_last_step_seconds",
@@ -121,12 +143,16 @@ func newPolicyMetrics() policyMetrics {
 	return m
 }
 
-func (m policyMetrics) collectors() []prometheus.Collector {
+// Collectors are the policy's own metrics, for the node to register.
+func (p *Policy) Collectors() []prometheus.Collector {
+	m := p.m
 	return []prometheus.Collector{m.steps, m.lastStep, m.ntpFailures, m.peerSkew, m.unchecked}
 }
 
-func newClockPolicy(cfg policyConfig, clock clockguard.Clock, log *slog.Logger, gens []*genRuntime) *clockPolicy {
-	p := &clockPolicy{cfg: cfg, clock: clock, log: log, gens: gens, m: newPolicyMetrics(), kick: make(chan struct{}, 1)}
+// New is the clock policy of gens, reading clock; nothing runs until Run.
+func New(cfg Config, clock clockguard.Clock, log *slog.Logger, gens []Generator) *Policy {
+	p := &Policy{cfg: cfg, clock: clock, log: log, gens: gens, m: newMetrics(),
+		kick: make(chan struct{}, 1), manual: map[string]bool{}}
 	wall, mono := clock.Now()
 	p.gate.top = clockOffset(wall, mono)
 	return p
@@ -134,9 +160,9 @@ func newClockPolicy(cfg policyConfig, clock clockguard.Clock, log *slog.Logger, 
 
 // --- steps and rollbacks ----------------------------------------------------
 
-// onStep reacts to a step of the wall clock seen by the step detector,
+// OnStep reacts to a step of the wall clock seen by the step detector,
 // also while no call arrives.
-func (p *clockPolicy) onStep(st clockguard.Step) {
+func (p *Policy) OnStep(st clockguard.Step) {
 	if st.Backward() {
 		p.m.steps.WithLabelValues("backward").Inc()
 	} else {
@@ -145,17 +171,15 @@ func (p *clockPolicy) onStep(st clockguard.Step) {
 	p.m.lastStep.Set(-st.Size.Seconds())
 	p.log.Warn("clock step", "step", st.String(), "size", -st.Size)
 	if holdsOnRollback(st) {
-		for _, rt := range p.gens {
-			lead, ok := rt.lead(st.Wall)
-			if !ok || st.Size <= rt.cfg.MaxLead {
+		for _, gen := range p.gens {
+			lead, ok := gen.Lead(st.Wall)
+			if !ok || st.Size <= gen.MaxLead() {
 				continue
 			}
-			if lead > rt.cfg.MaxLead {
-				p.setRollback(rt, &generator.RollbackError{Step: st.Size, Limit: rt.cfg.MaxLead})
+			if lead > gen.MaxLead() {
+				p.setRollback(gen, &generator.RollbackError{Step: st.Size, Limit: gen.MaxLead()})
 				if p.cfg.RollbackRecovery == "manual" {
-					rt.mu.Lock()
-					rt.manualHold = true
-					rt.mu.Unlock()
+					p.setManual(gen.Name(), true)
 				}
 			}
 		}
@@ -164,26 +188,30 @@ func (p *clockPolicy) onStep(st clockguard.Step) {
 	// once, every wait sized from the old clock is woken, and the holders
 	// size their reservation-expiry timers again and write at once.
 	p.gateReading(st.Wall, st.Mono)
-	if p.askNTP != nil {
-		p.askNTP()
+	if p.AskNTP != nil {
+		p.AskNTP()
 	}
-	for _, rt := range p.gens {
-		rt.wakeAll()
-		if rt.stepped != nil {
-			rt.stepped()
-		}
+	for _, gen := range p.gens {
+		gen.Wake()
+		gen.WriteNow()
 	}
 }
 
-// setRollback holds rt out for a backward step beyond max-lead (from the
+// setManual sets or clears gen's manual hold and reports whether it was
+// set.
+func (p *Policy) setManual(name string, on bool) bool {
+	p.manualMu.Lock()
+	defer p.manualMu.Unlock()
+	was := p.manual[name]
+	p.manual[name] = on
+	return was
+}
+
+// setRollback holds gen out for a backward step beyond max-lead (from the
 // step detector, or a generator's RollbackError) and makes the probe loop
 // check for recovery often.
-func (p *clockPolicy) setRollback(rt *genRuntime, rb *generator.RollbackError) {
-	reason := rb.Error()
-	rt.mu.Lock()
-	rt.rollbackErr = reason
-	rt.mu.Unlock()
-	rt.state.SetCause(clockguard.SourceClockRollback, reason,
+func (p *Policy) setRollback(gen Generator, rb *generator.RollbackError) {
+	gen.State().SetCause(clockguard.SourceClockRollback, rb.Error(),
 		clockguard.Detail{Limit: rb.Limit.String(), Measured: rb.Step.Round(time.Millisecond).String()})
 	select {
 	case p.kick <- struct{}{}:
@@ -191,15 +219,15 @@ func (p *clockPolicy) setRollback(rt *genRuntime, rb *generator.RollbackError) {
 	}
 }
 
-// noteError feeds the serving state from a generator's typed errors on the
+// NoteError feeds the serving state from a generator's typed errors on the
 // request path.
-func (p *clockPolicy) noteError(rt *genRuntime, err error) {
+func (p *Policy) NoteError(gen Generator, err error) {
 	var rb *generator.RollbackError
 	switch {
 	case errors.As(err, &rb):
-		p.setRollback(rt, rb)
+		p.setRollback(gen, rb)
 	case errors.Is(err, generator.ErrClockRange):
-		rt.state.Set(clockguard.SourceClockRange, err.Error())
+		gen.State().Set(clockguard.SourceClockRange, err.Error())
 	}
 }
 
@@ -210,8 +238,8 @@ const (
 	probeFast = 100 * time.Millisecond
 )
 
-// run probes until ctx ends.
-func (p *clockPolicy) run(ctx context.Context) {
+// Run probes every generator's lead against the clock until ctx ends.
+func (p *Policy) Run(ctx context.Context) {
 	t := time.NewTimer(probeSlow)
 	defer t.Stop()
 	for {
@@ -222,8 +250,8 @@ func (p *clockPolicy) run(ctx context.Context) {
 		case <-p.kick:
 		}
 		held := false
-		for _, rt := range p.gens {
-			if p.probe(rt) {
+		for _, gen := range p.gens {
+			if p.probe(gen) {
 				held = true
 			}
 		}
@@ -241,57 +269,54 @@ func (p *clockPolicy) run(ctx context.Context) {
 	}
 }
 
-// probe holds rt out of service while its logical time is more than
+// probe holds gen out of service while its logical time is more than
 // max-lead ahead of the clock after a backward step beyond it, lets it
 // serve again once the clock caught up (auto recovery), and holds it out
 // while the clock lies outside the layout's range. It reports whether a
 // rollback hold is still waiting.
-func (p *clockPolicy) probe(rt *genRuntime) bool {
+func (p *Policy) probe(gen Generator) bool {
 	wall, _ := p.clock.Now()
-	if _, held := rt.state.Holds(clockguard.SourceClockRollback); held {
-		lead, ok := rt.lead(wall)
+	if _, held := gen.State().Holds(clockguard.SourceClockRollback); held {
+		lead, ok := gen.Lead(wall)
 		if !ok {
 			return true
 		}
-		rt.mu.Lock()
-		manual := rt.manualHold
-		rt.mu.Unlock()
-		if lead <= rt.cfg.MaxLead && p.cfg.RollbackRecovery == "auto" && !manual {
-			rt.state.Clear(clockguard.SourceClockRollback)
-			p.log.Info("clock caught up after a rollback; serving again", "generator", rt.cfg.Name, "lead", lead)
+		p.manualMu.Lock()
+		manual := p.manual[gen.Name()]
+		p.manualMu.Unlock()
+		if lead <= gen.MaxLead() && p.cfg.RollbackRecovery == "auto" && !manual {
+			gen.State().Clear(clockguard.SourceClockRollback)
+			p.log.Info("clock caught up after a rollback; serving again", "generator", gen.Name(), "lead", lead)
 			return false
 		}
 		return true
 	}
-	if u := rt.cfg.Layout.Units(wall); u < 0 || u > rt.cfg.Layout.MaxTime() {
-		rt.state.Set(clockguard.SourceClockRange, (&generator.RangeError{Clock: wall, Epoch: rt.cfg.Layout.Epoch, End: rt.cfg.Layout.End()}).Error())
+	if u := gen.Layout().Units(wall); u < 0 || u > gen.Layout().MaxTime() {
+		gen.State().Set(clockguard.SourceClockRange, (&generator.RangeError{Clock: wall, Epoch: gen.Layout().Epoch, End: gen.Layout().End()}).Error())
 	} else {
-		rt.state.Clear(clockguard.SourceClockRange)
+		gen.State().Clear(clockguard.SourceClockRange)
 	}
 	return false
 }
 
-// resume ends a manual-recovery hold (POST /admin/resume), refusing while
+// Resume ends a manual-recovery hold (POST /admin/resume), refusing while
 // the clock is still behind the last ID by more than max-lead, and reports
 // whether there was a hold to end.
-func (p *clockPolicy) resume(rt *genRuntime) (bool, error) {
+func (p *Policy) Resume(gen Generator) (bool, error) {
 	wall, _ := p.clock.Now()
-	if lead, ok := rt.lead(wall); ok {
-		if lead > rt.cfg.MaxLead {
-			return false, fmt.Errorf("clock still %v behind the last ID (max-lead %v): not resumed", lead.Round(time.Millisecond), rt.cfg.MaxLead)
+	if lead, ok := gen.Lead(wall); ok {
+		if lead > gen.MaxLead() {
+			return false, fmt.Errorf("clock still %v behind the last ID (max-lead %v): not resumed", lead.Round(time.Millisecond), gen.MaxLead())
 		}
 	}
-	rt.mu.Lock()
-	held := rt.manualHold
-	rt.manualHold = false
-	rt.mu.Unlock()
+	held := p.setManual(gen.Name(), false)
 	for _, src := range []clockguard.Source{clockguard.SourceClockRollback, clockguard.SourceManual} {
-		if _, ok := rt.state.Holds(src); ok {
+		if _, ok := gen.State().Holds(src); ok {
 			held = true
 		}
 	}
-	rt.state.Clear(clockguard.SourceClockRollback)
-	rt.state.Clear(clockguard.SourceManual)
+	gen.State().Clear(clockguard.SourceClockRollback)
+	gen.State().Clear(clockguard.SourceManual)
 	return held, nil
 }
 
@@ -331,7 +356,7 @@ func clockOffset(wall time.Time, mono time.Duration) time.Duration {
 // gateReading applies one clock reading (after a step either way, or the
 // offset a generator refused): a forward jump beyond the limit opens the
 // gate, a reading back within the limit of the accepted offset closes it.
-func (p *clockPolicy) gateReading(wall time.Time, mono time.Duration) {
+func (p *Policy) gateReading(wall time.Time, mono time.Duration) {
 	off := clockOffset(wall, mono)
 	g := &p.gate
 	g.mu.Lock()
@@ -367,23 +392,23 @@ func (p *clockPolicy) gateReading(wall time.Time, mono time.Duration) {
 	g.mu.Unlock()
 	p.log.Warn("forward clock step: not serving, reservations held, until NTP or the peer median confirms the clock", "size", jump)
 	p.setGateReason(jump)
-	if p.askNTP != nil {
-		p.askNTP()
+	if p.AskNTP != nil {
+		p.AskNTP()
 	}
 }
 
-func (p *clockPolicy) setGateReason(size time.Duration) {
+func (p *Policy) setGateReason(size time.Duration) {
 	reason := fmt.Sprintf("clock stepped forward %v, beyond --max-clock-offset %v: not serving until NTP or the peer median confirms the clock, or it comes back",
 		size.Round(time.Millisecond), p.cfg.MaxClockOffset)
-	for _, rt := range p.gens {
-		rt.state.SetCause(clockguard.SourceClockStep, reason,
+	for _, gen := range p.gens {
+		gen.State().SetCause(clockguard.SourceClockStep, reason,
 			clockguard.Detail{Limit: p.cfg.MaxClockOffset.String(), Measured: size.Round(time.Millisecond).String()})
 	}
 }
 
 // confirmGate accepts the pending step, if the evidence was taken after it
 // (fromMono: the monotonic reading when the evidence began).
-func (p *clockPolicy) confirmGate(fromMono time.Duration, why string) {
+func (p *Policy) confirmGate(fromMono time.Duration, why string) {
 	g := &p.gate
 	g.mu.Lock()
 	if !g.pending || fromMono < g.stepMono {
@@ -402,37 +427,35 @@ func (p *clockPolicy) confirmGate(fromMono time.Duration, why string) {
 }
 
 // gateClosed clears the gate's reason and wakes every generator.
-func (p *clockPolicy) gateClosed() {
-	for _, rt := range p.gens {
-		rt.state.Clear(clockguard.SourceClockStep)
-		rt.wakeAll()
+func (p *Policy) gateClosed() {
+	for _, gen := range p.gens {
+		gen.State().Clear(clockguard.SourceClockStep)
+		gen.Wake()
 	}
 }
 
 // confirmGenerators makes every running generator follow the clock as it
 // reads now.
-func (p *clockPolicy) confirmGenerators() {
-	for _, rt := range p.gens {
-		for _, h := range rt.liveHoldings() {
-			h.gen.ConfirmClock()
-		}
+func (p *Policy) confirmGenerators() {
+	for _, gen := range p.gens {
+		gen.ConfirmClock()
 	}
 }
 
 // gatePending reports whether a forward step awaits confirmation, and the
 // wall reading taken right after it.
-func (p *clockPolicy) gatePending() (bool, time.Time) {
+func (p *Policy) gatePending() (bool, time.Time) {
 	p.gate.mu.Lock()
 	defer p.gate.mu.Unlock()
 	return p.gate.pending, p.gate.stepWall
 }
 
-// gateHeld reports whether reservations are held below a pending step.
-func (p *clockPolicy) gateHeld() bool { return p.gate.held.Load() }
+// GateHeld reports whether reservations are held below a pending step.
+func (p *Policy) GateHeld() bool { return p.gate.held.Load() }
 
 // gatePeerReading counts one peer reading made only of heartbeats received
 // after the step: two agreeing readings in a row confirm it.
-func (p *clockPolicy) gatePeerReading(agrees bool) {
+func (p *Policy) gatePeerReading(agrees bool) {
 	g := &p.gate
 	g.mu.Lock()
 	if !g.pending {
@@ -451,7 +474,7 @@ func (p *clockPolicy) gatePeerReading(agrees bool) {
 	}
 }
 
-// forwardRefused is a generator's report of a forward step it would not
+// ForwardRefused is a generator's report of a forward step it would not
 // follow: the policy decides on the reading (a step the detector may not
 // have polled yet, or small steps that add up).
 //
@@ -460,9 +483,9 @@ func (p *clockPolicy) gatePeerReading(agrees bool) {
 // small steps the node followed one by one. When the policy holds no step
 // pending after the reading, the clock is what the node accepts, and the
 // generators are told to follow it.
-func (p *clockPolicy) forwardRefused(*generator.ForwardStepError) {
-	if p.pollSteps != nil {
-		p.pollSteps()
+func (p *Policy) ForwardRefused(*generator.ForwardStepError) {
+	if p.PollSteps != nil {
+		p.PollSteps()
 	}
 	wall, mono := p.clock.Now()
 	p.gateReading(wall, mono)
@@ -471,11 +494,11 @@ func (p *clockPolicy) forwardRefused(*generator.ForwardStepError) {
 	}
 }
 
-// gateCheck takes a fresh reading to the gate when it shows a forward
+// GateCheck takes a fresh reading to the gate when it shows a forward
 // jump the gate has not seen: whoever sizes something from the clock (a
 // reservation, the expiry timer) checks first, so that a step between two
 // polls of the detector cannot slip into it.
-func (p *clockPolicy) gateCheck() {
+func (p *Policy) GateCheck() {
 	wall, mono := p.clock.Now()
 	p.gate.mu.Lock()
 	jump := clockOffset(wall, mono) - p.gate.top
@@ -488,15 +511,15 @@ func (p *clockPolicy) gateCheck() {
 
 // --- NTP ------------------------------------------------------------------
 
-// waitFirstNTP holds every generator out until the first NTP verdict.
-func (p *clockPolicy) waitFirstNTP() {
-	for _, rt := range p.gens {
-		rt.state.SetCause(clockguard.SourceNTP, "waiting for the first NTP check", clockguard.Detail{Code: clockguard.CodeStarting})
+// WaitFirstNTP holds every generator out until the first NTP verdict.
+func (p *Policy) WaitFirstNTP() {
+	for _, gen := range p.gens {
+		gen.State().SetCause(clockguard.SourceNTP, "waiting for the first NTP check", clockguard.Detail{Code: clockguard.CodeStarting})
 	}
 }
 
-// onNTP takes an NTP verdict.
-func (p *clockPolicy) onNTP(res clockguard.NTPResult, err error) {
+// OnNTP takes an NTP verdict.
+func (p *Policy) OnNTP(res clockguard.NTPResult, err error) {
 	p.ntpMu.Lock()
 	p.ntpLast, p.ntpErr, p.ntpHave = res, err, true
 	p.ntpMu.Unlock()
@@ -521,11 +544,11 @@ func (p *clockPolicy) onNTP(res clockguard.NTPResult, err error) {
 	// Whether the clock is checked at all, judged before NTP's own reason
 	// is cleared: the generator must not serve for a moment in between.
 	p.judgeClock()
-	for _, rt := range p.gens {
+	for _, gen := range p.gens {
 		if reason == "" {
-			p.clearDoubt(rt, clockguard.SourceNTP)
+			p.clearDoubt(gen, clockguard.SourceNTP)
 		} else {
-			rt.state.SetCause(clockguard.SourceNTP, reason, d)
+			gen.State().SetCause(clockguard.SourceNTP, reason, d)
 		}
 	}
 	// The forward-step gate: a check begun after the step that agrees
@@ -537,8 +560,8 @@ func (p *clockPolicy) onNTP(res clockguard.NTPResult, err error) {
 	}
 }
 
-// lastNTPOffset is the offset of the last usable NTP verdict.
-func (p *clockPolicy) lastNTPOffset() (time.Duration, bool) {
+// LastNTPOffset is the offset of the last usable NTP verdict.
+func (p *Policy) LastNTPOffset() (time.Duration, bool) {
 	p.ntpMu.Lock()
 	defer p.ntpMu.Unlock()
 	if !p.ntpHave || p.ntpErr != nil {
@@ -549,12 +572,12 @@ func (p *clockPolicy) lastNTPOffset() (time.Duration, bool) {
 
 // --- peers ------------------------------------------------------------------
 
-// waitFirstPeers holds every generator out until the clock was compared
+// WaitFirstPeers holds every generator out until the clock was compared
 // with the live peers once: a node started far off their clocks never
 // serves.
-func (p *clockPolicy) waitFirstPeers() {
-	for _, rt := range p.gens {
-		rt.state.SetCause(clockguard.SourcePeers, "checking the clock against live peers' heartbeats", clockguard.Detail{Code: clockguard.CodeStarting})
+func (p *Policy) WaitFirstPeers() {
+	for _, gen := range p.gens {
+		gen.State().SetCause(clockguard.SourcePeers, "checking the clock against live peers' heartbeats", clockguard.Detail{Code: clockguard.CodeStarting})
 	}
 }
 
@@ -567,22 +590,22 @@ const peerBeatAge = time.Second
 // node: a node deployed alone. A node that has seen peers waits for them
 // to confirm a step even while none holds a worker (after a restore, say,
 // when every node is held out and no heartbeat flows).
-func (p *clockPolicy) alone() bool {
+func (p *Policy) alone() bool {
 	p.peerMu.Lock()
 	defer p.peerMu.Unlock()
 	return p.peerMost <= 1
 }
 
-// peerStatus is the last peer comparison, for the status page: whether
+// PeerStatus is the last peer comparison, for the status page: whether
 // there was one, the live nodes counted (this one included) and this
 // clock's skew from their median.
-func (p *clockPolicy) peerStatus() (checked bool, count int, skew time.Duration) {
+func (p *Policy) PeerStatus() (checked bool, count int, skew time.Duration) {
 	p.peerMu.Lock()
 	defer p.peerMu.Unlock()
 	return p.peerChecked, p.peerCount, p.peerSkew
 }
 
-// onPeers takes one reading of the live holders' heartbeats: the workers
+// OnPeers takes one reading of the live holders' heartbeats: the workers
 // in use per generator, the peer clock check, and the forward-step gate.
 //
 // The check takes the median clock offset over all live nodes, this one
@@ -593,8 +616,7 @@ func (p *clockPolicy) peerStatus() (checked bool, count int, skew time.Duration)
 // than received may add), so that a node started far off never serves, and
 // otherwise lets the node serve; later checks act on two readings in a row
 // beyond the limit.
-func (p *clockPolicy) onPeers(self string, beats []coordinator.PeerBeat, first bool) {
-	countInUse(p.gens, beats)
+func (p *Policy) OnPeers(self string, beats []coordinator.PeerBeat, first bool) {
 	latest := map[string]coordinator.PeerBeat{}
 	for _, b := range beats {
 		id := b.Heartbeat.Node.InstanceID
@@ -643,11 +665,11 @@ func (p *clockPolicy) onPeers(self string, beats []coordinator.PeerBeat, first b
 	// clears the start's), so that an unchecked node never serves for a
 	// moment in between.
 	p.judgeClock()
-	for _, rt := range p.gens {
+	for _, gen := range p.gens {
 		if reason == "" {
-			p.clearDoubt(rt, clockguard.SourcePeers)
+			p.clearDoubt(gen, clockguard.SourcePeers)
 		} else {
-			rt.state.SetCause(clockguard.SourcePeers, reason, d)
+			gen.State().SetCause(clockguard.SourcePeers, reason, d)
 		}
 	}
 }
@@ -655,14 +677,12 @@ func (p *clockPolicy) onPeers(self string, beats []coordinator.PeerBeat, first b
 // clearDoubt clears a clock check's reason; when one was held, the
 // holder's reservations were held with it, and it is asked to write at
 // once rather than at its next tick.
-func (p *clockPolicy) clearDoubt(rt *genRuntime, src clockguard.Source) {
-	if _, held := rt.state.Holds(src); !held {
+func (p *Policy) clearDoubt(gen Generator, src clockguard.Source) {
+	if _, held := gen.State().Holds(src); !held {
 		return
 	}
-	rt.state.Clear(src)
-	if rt.stepped != nil {
-		rt.stepped()
-	}
+	gen.State().Clear(src)
+	gen.WriteNow()
 }
 
 // peerGateReading feeds the forward-step gate a peer reading made only of
@@ -672,7 +692,7 @@ func (p *clockPolicy) clearDoubt(rt *genRuntime, src clockguard.Source) {
 // is enough here: the question is not whether to stop a serving node but
 // whether to believe a step, and one peer that agrees on two readings is
 // evidence, one that disagrees is reason enough to wait.
-func (p *clockPolicy) peerGateReading(latest map[string]coordinator.PeerBeat) {
+func (p *Policy) peerGateReading(latest map[string]coordinator.PeerBeat) {
 	pending, stepWall := p.gatePending()
 	if !pending {
 		return
@@ -690,21 +710,6 @@ func (p *clockPolicy) peerGateReading(latest map[string]coordinator.PeerBeat) {
 	p.gatePeerReading(max(skew, -skew) <= p.cfg.MaxPeerSkew)
 }
 
-// countInUse records, per generator, how many worker slots have a live
-// owner in the cluster (firn_worker_ids_in_use): one beat per live owner.
-func countInUse(gens []*genRuntime, beats []coordinator.PeerBeat) {
-	live := map[string]map[coordinator.Slot]bool{}
-	for _, b := range beats {
-		if live[b.Generator] == nil {
-			live[b.Generator] = map[coordinator.Slot]bool{}
-		}
-		live[b.Generator][b.Slot] = true
-	}
-	for _, rt := range gens {
-		rt.inUse.Store(int64(len(live[rt.cfg.Name])))
-	}
-}
-
 // median of a non-empty slice (sorted in place); the mean of the middle two
 // for an even count.
 func median(d []time.Duration) time.Duration {
@@ -718,10 +723,10 @@ func median(d []time.Duration) time.Duration {
 // --- the unchecked clock ------------------------------------------------------
 
 // ntpChecks reports whether NTP checks the clock now: it is configured,
-// and either required (unreachable is then its own reason, held by onNTP)
+// and either required (unreachable is then its own reason, held by OnNTP)
 // or its last check got usable answers. Before the first verdict NTP
 // holds the generators itself.
-func (p *clockPolicy) ntpChecks() bool {
+func (p *Policy) ntpChecks() bool {
 	if !p.cfg.NTP {
 		return false
 	}
@@ -743,7 +748,7 @@ func (p *clockPolicy) ntpChecks() bool {
 // reservations with it (holder.clockInDoubt). Nothing is judged before the
 // first peer reading: the peers' start reason holds the generators until
 // then.
-func (p *clockPolicy) judgeClock() {
+func (p *Policy) judgeClock() {
 	p.judgeMu.Lock()
 	defer p.judgeMu.Unlock()
 	p.peerMu.Lock()
@@ -774,18 +779,18 @@ func (p *clockPolicy) judgeClock() {
 	reason := "clock unchecked: " + p.uncheckedCause(count) +
 		": configure --ntp, run three nodes, or serve on an unchecked clock with --unchecked-clock-ok"
 	d := clockguard.Detail{Code: clockguard.CodeClockUnchecked, Limit: nodes(peerCheckNodes), Measured: nodes(count)}
-	for _, rt := range p.gens {
+	for _, gen := range p.gens {
 		if unchecked {
-			rt.state.SetCause(clockguard.SourceClockUnchecked, reason, d)
+			gen.State().SetCause(clockguard.SourceClockUnchecked, reason, d)
 		} else {
-			p.clearDoubt(rt, clockguard.SourceClockUnchecked)
+			p.clearDoubt(gen, clockguard.SourceClockUnchecked)
 		}
 	}
 }
 
 // uncheckedCause says why nothing checks the clock, given the live nodes
 // counted.
-func (p *clockPolicy) uncheckedCause(count int) string {
+func (p *Policy) uncheckedCause(count int) string {
 	ntp := "no NTP configured"
 	if p.cfg.NTP {
 		ntp = "NTP unreachable (--ntp-required=false)"
@@ -801,9 +806,9 @@ func nodes(n int) string {
 	return fmt.Sprintf("%d live nodes", n)
 }
 
-// clockCheck says how the clock is checked now, for the status page and
+// ClockCheck says how the clock is checked now, for the status page and
 // Info: unchecked is true when nothing checks it.
-func (p *clockPolicy) clockCheck() (unchecked bool, text string) {
+func (p *Policy) ClockCheck() (unchecked bool, text string) {
 	p.peerMu.Lock()
 	checked, count := p.peerChecked, p.peerCount
 	p.peerMu.Unlock()
@@ -817,7 +822,7 @@ func (p *clockPolicy) clockCheck() (unchecked bool, text string) {
 	return unchecked, p.checkText(unchecked, count)
 }
 
-func (p *clockPolicy) checkText(unchecked bool, count int) string {
+func (p *Policy) checkText(unchecked bool, count int) string {
 	switch {
 	case unchecked && p.cfg.RefuseUnchecked:
 		return "unchecked: not serving (" + p.uncheckedCause(count) + "; --unchecked-clock-ok would serve on it)"
