@@ -16,7 +16,7 @@ import (
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // Admission: a generator asked for more than --max-queue's worth of IDs
@@ -28,7 +28,7 @@ import (
 func TestAdmissionRefusesAtOnce(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	n := startNode(t, e.Endpoints, t.TempDir(), generators("default=compact"),
-		func(c *server.Config) { c.MaxQueue = 3 * time.Second })
+		func(c *core.Config) { c.MaxQueue = 3 * time.Second })
 	waitServing(t, n.ids, "", 10*time.Second)
 	// compact: max batch 128 (64 per 1 s unit × 2 units of lead), queue
 	// bound max(64 IDs/s × 3 s, 128) = 192.
@@ -150,7 +150,7 @@ func TestFairShareServesSmallCallers(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	n := startNode(t, e.Endpoints, t.TempDir(),
 		generators("default=time=41,worker=10,seq=10,unit=100ms,epoch=2024-01-01T00:00:00Z"),
-		func(c *server.Config) { c.MaxQueue = 2 * time.Second; c.RingSize = 128 })
+		func(c *core.Config) { c.MaxQueue = 2 * time.Second; c.RingSize = 128 })
 	waitServing(t, n.ids, "", 10*time.Second)
 
 	ctx, stop := context.WithCancel(context.Background())
@@ -196,7 +196,7 @@ func TestFairShareServesSmallCallers(t *testing.T) {
 // bound, and a count above the burst is a bad request.
 func TestClientRate(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.ClientRate = 10; c.ClientBurst = 100 })
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.ClientRate = 10; c.ClientBurst = 100 })
 	waitServing(t, n.ids, "", 10*time.Second)
 	if _, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 100}); err != nil {
 		t.Fatalf("the burst: %v", err)
@@ -248,7 +248,7 @@ func TestRangeAboveQueueBoundServedWhenIdle(t *testing.T) {
 // bound is 250 ms of what it really produces.
 func TestAutoWorkersSizeAdmissionForTheServing(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.WorkersAuto = true })
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.WorkersAuto = true })
 	waitServing(t, n.ids, "", 10*time.Second)
 	if ws := n.genInfo(t, "default").GetWorkers(); len(ws) != 1 {
 		t.Fatalf("workers %v at start under auto, want 1", ws)

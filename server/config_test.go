@@ -1,63 +1,59 @@
 package server_test
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // Finish refuses bad values with ErrConfig, naming the flag and the bound.
 func TestConfigRefusals(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		mod  func(*server.Config)
+		mod  func(*core.Config)
 		want []string
 	}{
-		{"max-batch 0", func(c *server.Config) { c.MaxBatch = 0 }, []string{"--max-batch", "[1, 1000000]"}},
-		{"max-batch too large", func(c *server.Config) { c.MaxBatch = 1_000_001 }, []string{"--max-batch", "[1, 1000000]"}},
+		{"max-batch 0", func(c *core.Config) { c.MaxBatch = 0 }, []string{"--max-batch", "[1, 1000000]"}},
+		{"max-batch too large", func(c *core.Config) { c.MaxBatch = 1_000_001 }, []string{"--max-batch", "[1, 1000000]"}},
 		{"layout running out", generators("user=time=20,worker=10,seq=12,unit=1ms,epoch=2020-01-01T00:00:00Z"),
 			[]string{"--generator", "user", "within 10 years"}},
-		{"generator without name", func(c *server.Config) {
+		{"generator without name", func(c *core.Config) {
 			l, _ := generator.Preset("snowflake")
-			c.Generators = []server.GeneratorConfig{{Layout: l}}
+			c.Generators = []core.GeneratorConfig{{Layout: l}}
 		}, []string{"--generator", "name"}},
 		{"generator name with a slash", generators("a/b=snowflake"), []string{"--generator", "a/b"}},
 		{"generator twice", generators("a=snowflake", "a=compact"), []string{"--generator", `"a" given twice`}},
-		{"max-lead below 2 units", func(c *server.Config) {
+		{"max-lead below 2 units", func(c *core.Config) {
 			generators("u=compact")(c)
 			c.MaxLead = time.Second
 		}, []string{"--max-lead", "2 time units"}},
-		{"datacenter too wide", func(c *server.Config) { c.Datacenter = 32 }, []string{"--datacenter", "max 31"}},
-		{"ring size", func(c *server.Config) { c.RingSize = 64 }, []string{"--ring-size", "power of two"}},
-		{"lease ttl", func(c *server.Config) { c.Timing.LeaseTTL = 1500 * time.Millisecond }, []string{"--lease-ttl", "at least 2s"}},
-		{"timeout not below the ttl", func(c *server.Config) { c.Timing.Timeout = 5 * time.Second }, []string{"--coordinator-timeout", "below the --lease-ttl 5s"}},
-		{"short window", func(c *server.Config) { c.Timing.ReservationWindow = 2 * time.Second },
+		{"datacenter too wide", func(c *core.Config) { c.Datacenter = 32 }, []string{"--datacenter", "max 31"}},
+		{"ring size", func(c *core.Config) { c.RingSize = 64 }, []string{"--ring-size", "power of two"}},
+		{"lease ttl", func(c *core.Config) { c.Timing.LeaseTTL = 1500 * time.Millisecond }, []string{"--lease-ttl", "at least 2s"}},
+		{"timeout not below the ttl", func(c *core.Config) { c.Timing.Timeout = 5 * time.Second }, []string{"--coordinator-timeout", "below the --lease-ttl 5s"}},
+		{"short window", func(c *core.Config) { c.Timing.ReservationWindow = 2 * time.Second },
 			[]string{"--reservation-window", "2 × --coordinator-timeout 1s + 1.5s"}},
-		{"rollback recovery", func(c *server.Config) { c.RollbackRecovery = "sometimes" }, []string{"--rollback-recovery", "auto or manual"}},
-		{"manual without mTLS off loopback", func(c *server.Config) { c.RollbackRecovery, c.HTTPAddr = "manual", "0.0.0.0:0" },
+		{"rollback recovery", func(c *core.Config) { c.RollbackRecovery = "sometimes" }, []string{"--rollback-recovery", "auto or manual"}},
+		{"manual without mTLS off loopback", func(c *core.Config) { c.RollbackRecovery, c.HTTPAddr = "manual", "0.0.0.0:0" },
 			[]string{"--rollback-recovery", "--admin-names", "loopback --http-addr"}},
-		{"manual with mTLS but no admin", func(c *server.Config) {
+		{"manual with mTLS but no admin", func(c *core.Config) {
 			c.RollbackRecovery, c.TLS = "manual", &tls.Config{Certificates: []tls.Certificate{{}}, ClientAuth: tls.RequireAndVerifyClientCert}
 		}, []string{"--rollback-recovery", "--admin-names"}},
-		{"admin names without mTLS", func(c *server.Config) { c.AdminNames = []string{"ops"} }, []string{"--admin-names", "mTLS"}},
-		{"TLS without a certificate", func(c *server.Config) { c.TLS = &tls.Config{} }, []string{"--tls-cert", "no certificate"}},
-		{"fault offset", func(c *server.Config) { c.FaultClockOffset = time.Second }, []string{"--fault-clock-offset", "--enable-fault-injection"}},
-		{"ntp bad port", func(c *server.Config) { c.NTP = []string{"127.0.0.1:0"} }, []string{"--ntp", "1..65535"}},
-		{"ntp twice", func(c *server.Config) { c.NTP = []string{"127.0.0.1:123", "127.0.0.1"} }, []string{"--ntp", "twice"}},
-		{"ntp interval", func(c *server.Config) { c.NTPInterval = 10 * time.Millisecond }, []string{"--ntp-interval", "1s"}},
+		{"admin names without mTLS", func(c *core.Config) { c.AdminNames = []string{"ops"} }, []string{"--admin-names", "mTLS"}},
+		{"TLS without a certificate", func(c *core.Config) { c.TLS = &tls.Config{} }, []string{"--tls-cert", "no certificate"}},
+		{"fault offset", func(c *core.Config) { c.FaultClockOffset = time.Second }, []string{"--fault-clock-offset", "--enable-fault-injection"}},
+		{"ntp bad port", func(c *core.Config) { c.NTP = []string{"127.0.0.1:0"} }, []string{"--ntp", "1..65535"}},
+		{"ntp twice", func(c *core.Config) { c.NTP = []string{"127.0.0.1:123", "127.0.0.1"} }, []string{"--ntp", "twice"}},
+		{"ntp interval", func(c *core.Config) { c.NTPInterval = 10 * time.Millisecond }, []string{"--ntp-interval", "1s"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := nodeConfig(c.mod)
-			if !errors.Is(err, server.ErrConfig) {
+			if !errors.Is(err, core.ErrConfig) {
 				t.Fatalf("error %v, want ErrConfig", err)
 			}
 			for _, w := range c.want {
@@ -68,7 +64,7 @@ func TestConfigRefusals(t *testing.T) {
 		})
 	}
 	// The test-only lift of the window relations.
-	if _, err := nodeConfig(func(c *server.Config) {
+	if _, err := nodeConfig(func(c *core.Config) {
 		c.Timing.ReservationWindow = 200 * time.Millisecond
 		c.Timing.AllowShortWindow = true
 	}); err != nil {
@@ -90,30 +86,4 @@ func TestConfigDefaults(t *testing.T) {
 	if g := cfg.Generators[0]; g.MaxLead != time.Second || g.MaxStaleness != 100*time.Millisecond {
 		t.Fatalf("max-lead %v, max-staleness %v; want 1s and 100ms", g.MaxLead, g.MaxStaleness)
 	}
-}
-
-// Start refuses fault injection without the Offset clock before it binds
-// anything: the addresses stay free.
-func TestStartRefusalBindsNothing(t *testing.T) {
-	addr := freeAddr(t)
-	cfg, err := nodeConfig(faultInjection, func(c *server.Config) { c.GRPCAddr = addr })
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := datadir.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := server.New(cfg, nil, st, clockguard.NewSystem(), "n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(context.Background()); !errors.Is(err, server.ErrConfig) {
-		t.Fatalf("Start without the Offset clock: %v, want ErrConfig", err)
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("the refused Start left %s bound: %v", addr, err)
-	}
-	l.Close()
 }

@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -18,19 +16,7 @@ import (
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
 	"github.com/firnid/firn/server/admission"
-)
-
-// Errors the handlers return before they reach a generator.
-var (
-	// ErrUnknownGenerator: the request names a generator this node does
-	// not run.
-	ErrUnknownGenerator = errors.New("unknown generator")
-	// ErrNotServing: the generator is not serving; the wrapping
-	// NotServingError carries the reason.
-	ErrNotServing = errors.New("not serving")
-	// ErrBadRequest: a request field is out of bounds; the message names
-	// the field and the bound.
-	ErrBadRequest = errors.New("invalid argument")
+	"github.com/firnid/firn/server/core"
 )
 
 // The reasons of the API's ErrorInfo that are about the request rather
@@ -44,75 +30,17 @@ const (
 // ErrorDomain is the domain of every ErrorInfo the node sends.
 const ErrorDomain = "firn"
 
-// NotServingError says why a generator refuses: the human reason and the
-// machine-readable cause (docs/design.md, Errors).
-type NotServingError struct {
-	Generator string
-	Reason    string
-	// Code, Limit, Measured: the cause, the bound and the value that broke
-	// it (empty when the cause has none).
-	Code            clockguard.Code
-	Limit, Measured string
-	// RetryAfter is when the generator expects to serve again, from the
-	// refusal; 0 when the node cannot know.
-	RetryAfter time.Duration
-}
-
-func (e *NotServingError) Error() string {
-	return fmt.Sprintf("generator %q not serving: %s", e.Generator, e.Reason)
-}
-
-func (e *NotServingError) Is(target error) bool { return target == ErrNotServing }
-
-// RequestError is a request field out of bounds.
-type RequestError struct {
-	Field, Value, Limit string
-	Msg                 string
-}
-
-func (e *RequestError) Error() string { return ErrBadRequest.Error() + ": " + e.Msg }
-
-func (e *RequestError) Is(target error) bool { return target == ErrBadRequest }
-
-// badField is a RequestError; the message names the field and the bound.
-// The value, and every string among args, is cut to echoMax bytes (echo):
-// the caller's input comes back bounded.
-func badField(field, value, limit, format string, args ...any) error {
-	for i, a := range args {
-		if s, ok := a.(string); ok {
-			args[i] = echo(s)
-		}
-	}
-	return &RequestError{Field: echo(field), Value: echo(value), Limit: limit, Msg: fmt.Sprintf(format, args...)}
-}
-
-// echoMax is the most bytes of a caller's input an error repeats.
-const echoMax = 64
-
-// echo is s as an error may repeat it: at most echoMax bytes (cut on a
-// rune boundary), followed by how long it was when cut.
-func echo(s string) string {
-	if len(s) <= echoMax {
-		return s
-	}
-	cut := echoMax
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
-}
-
 // code maps an error to its gRPC code: the one table of the node. HTTP
 // status codes derive from it (httpStatus).
 func code(err error) codes.Code {
 	switch {
 	case err == nil:
 		return codes.OK
-	case errors.Is(err, ErrBadRequest):
+	case errors.Is(err, core.ErrBadRequest):
 		return codes.InvalidArgument
-	case errors.Is(err, ErrUnknownGenerator):
+	case errors.Is(err, core.ErrUnknownGenerator):
 		return codes.NotFound
-	case errors.Is(err, ErrNotServing),
+	case errors.Is(err, core.ErrNotServing),
 		errors.Is(err, generator.ErrRollback),
 		errors.Is(err, generator.ErrClockRange),
 		errors.Is(err, generator.ErrReservation),
@@ -152,10 +80,10 @@ func describe(err error) (d detail, ok bool) {
 		}
 		return m
 	}
-	var ns *NotServingError
+	var ns *core.NotServingError
 	var oe *admission.OverloadedError
-	var re *RequestError
-	var ue *unknownGeneratorError
+	var re *core.RequestError
+	var ue *core.UnknownGeneratorError
 	var rb *generator.RollbackError
 	switch {
 	case errors.As(err, &ns):
@@ -170,10 +98,10 @@ func describe(err error) (d detail, ok bool) {
 	case errors.As(err, &re):
 		return detail{reasonBadRequest, meta("field", re.Field, "value", re.Value, "limit", re.Limit), 0}, true
 	case errors.As(err, &ue):
-		return detail{reasonNotFound, meta("generator", ue.name, "known", ue.known), 0}, true
-	case errors.Is(err, ErrBadRequest):
+		return detail{reasonNotFound, meta("generator", ue.Name, "known", ue.Known), 0}, true
+	case errors.Is(err, core.ErrBadRequest):
 		return detail{reasonBadRequest, meta(), 0}, true
-	case errors.Is(err, ErrUnknownGenerator):
+	case errors.Is(err, core.ErrUnknownGenerator):
 		return detail{reasonNotFound, meta(), 0}, true
 	case errors.As(err, &rb):
 		return detail{clockguard.CodeClockRollback, meta("limit", rb.Limit.String(), "measured", rb.Step.Round(time.Millisecond).String()), 0}, true
@@ -192,18 +120,6 @@ func describe(err error) (d detail, ok bool) {
 	}
 	return detail{}, false
 }
-
-// unknownGeneratorError names the generator asked for and those the node
-// runs.
-type unknownGeneratorError struct {
-	name, known string
-}
-
-func (e *unknownGeneratorError) Error() string {
-	return fmt.Sprintf("%v %q (this node runs %s)", ErrUnknownGenerator, e.name, e.known)
-}
-
-func (e *unknownGeneratorError) Is(target error) bool { return target == ErrUnknownGenerator }
 
 // grpcError turns an error into a gRPC status error carrying
 // google.rpc.ErrorInfo (domain firn) and, when the node knows when it will

@@ -17,7 +17,7 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/internal/testing/ntptest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // wantCode fails unless err is a gRPC status with code c whose message
@@ -155,7 +155,7 @@ func TestErrorReasonsMatchTheProto(t *testing.T) {
 // Every error code of the API, gRPC and HTTP, on a serving node.
 func TestErrorCodes(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.MaxBatch = 1000 },
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.MaxBatch = 1000 },
 		generators("default=snowflake", "user=compact"))
 	waitServing(t, n.ids, "default", 10*time.Second)
 	waitServing(t, n.ids, "user", 10*time.Second)
@@ -313,7 +313,7 @@ func TestRefusalCarriesRetryInfo(t *testing.T) {
 	n1.stop()
 
 	n2 := startNamedNode(t, "retry", e.Endpoints, dir, faultInjection,
-		func(c *server.Config) { c.FaultClockOffset = -8 * time.Second })
+		func(c *core.Config) { c.FaultClockOffset = -8 * time.Second })
 	var retry *errdetails.RetryInfo
 	for start := time.Now(); retry == nil; time.Sleep(20 * time.Millisecond) {
 		if time.Since(start) > 5*time.Second {

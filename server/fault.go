@@ -7,6 +7,7 @@ package server
 
 import (
 	"fmt"
+	"github.com/firnid/firn/server/core"
 	"net/http"
 	"time"
 )
@@ -17,7 +18,7 @@ func (n *Node) faultHandler() http.Handler {
 		s := r.FormValue("offset")
 		d, err := time.ParseDuration(s)
 		if err != nil {
-			writeErr(w, badField("offset", s, "a Go duration", "offset %q is not a Go duration (e.g. -5s, 300ms, 0)", s))
+			writeErr(w, core.BadField("offset", s, "a Go duration", "offset %q is not a Go duration (e.g. -5s, 300ms, 0)", s))
 			return
 		}
 		old := n.offset.CurrentOffset()

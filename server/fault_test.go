@@ -18,7 +18,7 @@ import (
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 var rollbackRe = regexp.MustCompile(`clock rolled back ([0-9.]+[a-zµ]+), limit ([0-9.]+[a-zµ]+)`)
@@ -193,7 +193,7 @@ func TestFaultClockOffset(t *testing.T) {
 func TestFaultClockOffsetFromStart(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection,
-		func(c *server.Config) { c.FaultClockOffset = -3 * time.Second })
+		func(c *core.Config) { c.FaultClockOffset = -3 * time.Second })
 	waitServing(t, n.ids, "", 10*time.Second)
 	resp, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{})
 	if err != nil {
@@ -219,7 +219,7 @@ func TestFaultClockOffsetFromStart(t *testing.T) {
 func TestFaultListenerAbsentWithoutFlag(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	addr := freeAddr(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.FaultAddr = addr })
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.FaultAddr = addr })
 	waitServing(t, n.ids, "", 10*time.Second)
 	if a := n.node.FaultAddr(); a != "" {
 		t.Fatalf("FaultAddr %q without the flag", a)
@@ -233,8 +233,8 @@ func TestFaultListenerAbsentWithoutFlag(t *testing.T) {
 		t.Fatalf("firn_fault_injection_enabled %v without the flag", v)
 	}
 
-	_, err := nodeConfig(func(c *server.Config) { c.FaultClockOffset = -5 * time.Second })
-	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "--fault-clock-offset") ||
+	_, err := nodeConfig(func(c *core.Config) { c.FaultClockOffset = -5 * time.Second })
+	if !errors.Is(err, core.ErrConfig) || !strings.Contains(err.Error(), "--fault-clock-offset") ||
 		!strings.Contains(err.Error(), "--enable-fault-injection") {
 		t.Fatalf("--fault-clock-offset without the flag: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/server/core"
 )
 
 // idService implements firn.v1.IDService over the node's generators.
@@ -19,7 +20,7 @@ type idService struct {
 var _ firnv1.IDServiceServer = (*idService)(nil)
 
 func (s *idService) NextID(ctx context.Context, req *firnv1.NextIDRequest) (*firnv1.NextIDResponse, error) {
-	id, err := s.node.NextID(ctx, req.GetGenerator())
+	id, err := s.node.core.NextID(ctx, req.GetGenerator())
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -27,7 +28,7 @@ func (s *idService) NextID(ctx context.Context, req *firnv1.NextIDRequest) (*fir
 }
 
 func (s *idService) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*firnv1.NextIDsResponse, error) {
-	ids, err := s.node.IDs(ctx, req.GetGenerator(), int64(req.GetCount()))
+	ids, err := s.node.core.IDs(ctx, req.GetGenerator(), int64(req.GetCount()))
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -35,7 +36,7 @@ func (s *idService) NextIDs(ctx context.Context, req *firnv1.NextIDsRequest) (*f
 }
 
 func (s *idService) NextRange(ctx context.Context, req *firnv1.NextRangeRequest) (*firnv1.NextRangeResponse, error) {
-	runs, err := s.node.NextRange(ctx, req.GetGenerator(), req.GetCount())
+	runs, err := s.node.core.NextRange(ctx, req.GetGenerator(), req.GetCount())
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -49,13 +50,13 @@ func (s *idService) NextRange(ctx context.Context, req *firnv1.NextRangeRequest)
 }
 
 func (s *idService) Decode(ctx context.Context, req *firnv1.DecodeRequest) (*firnv1.DecodeResponse, error) {
-	rt, err := s.node.lookup(req.GetGenerator())
+	rt, err := s.node.core.Lookup(req.GetGenerator())
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	p, err := rt.cfg.Layout.Decode(req.GetId())
+	p, err := rt.Config().Layout.Decode(req.GetId())
 	if err != nil {
-		return nil, grpcError(badField("id", strconv.FormatUint(req.GetId(), 10), "", "%v", err))
+		return nil, grpcError(core.BadField("id", strconv.FormatUint(req.GetId(), 10), "", "%v", err))
 	}
 	return &firnv1.DecodeResponse{
 		Time:       timestamppb.New(p.Time),
@@ -68,8 +69,8 @@ func (s *idService) Decode(ctx context.Context, req *firnv1.DecodeRequest) (*fir
 func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.InfoResponse, error) {
 	n := s.node
 	resp := &firnv1.InfoResponse{
-		NodeName:        n.nodeInfo.Name,
-		InstanceId:      n.nodeInfo.InstanceID,
+		NodeName:        n.NodeInfo().Name,
+		InstanceId:      n.NodeInfo().InstanceID,
 		Version:         n.cfg.Version,
 		EmbeddedEtcdUrl: n.embeddedURL,
 		Cluster:         n.cfg.Cluster,
@@ -79,7 +80,7 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 	wall, _ := n.clock.Now()
 	ntpOffset, ntpOK := n.policy.LastNTPOffset()
 	for _, rt := range n.gens {
-		st := rt.status(wall)
+		st := rt.Status(wall)
 		gi := &firnv1.GeneratorInfo{
 			Name:            st.Name,
 			Layout:          st.Layout,

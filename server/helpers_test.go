@@ -30,6 +30,7 @@ import (
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // logBuf collects a node's log lines; they are printed only when the test
@@ -61,8 +62,8 @@ func (l *logBuf) String() string {
 // test whose subject is a take on a shared coordinator. Most tests run one
 // or two nodes without NTP and are not about the clock check either:
 // --unchecked-clock-ok; those that are pass checkedClock.
-func nodeConfig(opts ...func(*server.Config)) (server.Config, error) {
-	cfg := server.DefaultConfig()
+func nodeConfig(opts ...func(*core.Config)) (core.Config, error) {
+	cfg := core.DefaultConfig()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.PrivateCoordinator = true
 	cfg.UncheckedClockOK = true
@@ -75,12 +76,12 @@ func nodeConfig(opts ...func(*server.Config)) (server.Config, error) {
 // sharedCoordinator runs the node as on a coordinator other nodes share
 // (and a restore could go back underneath): every take waits the restore
 // guard.
-func sharedCoordinator(c *server.Config) { c.PrivateCoordinator = false }
+func sharedCoordinator(c *core.Config) { c.PrivateCoordinator = false }
 
 // generators sets the node's generators from name=layout specs (a preset
 // or a canonical layout string); the first is the default.
-func generators(specs ...string) func(*server.Config) {
-	return func(c *server.Config) {
+func generators(specs ...string) func(*core.Config) {
+	return func(c *core.Config) {
 		c.Generators = nil
 		for _, s := range specs {
 			name, layout, _ := strings.Cut(s, "=")
@@ -88,7 +89,7 @@ func generators(specs ...string) func(*server.Config) {
 			if err != nil {
 				panic(fmt.Sprintf("generators(%q): %v", s, err))
 			}
-			c.Generators = append(c.Generators, server.GeneratorConfig{Name: name, Layout: l})
+			c.Generators = append(c.Generators, core.GeneratorConfig{Name: name, Layout: l})
 		}
 	}
 }
@@ -96,18 +97,18 @@ func generators(specs ...string) func(*server.Config) {
 // checkedClock runs the node as `firn serve` does on a shared coordinator
 // by default: without --unchecked-clock-ok, it refuses to serve while
 // nothing checks its clock (and every take waits the restore guard).
-func checkedClock(c *server.Config) { c.UncheckedClockOK, c.PrivateCoordinator = false, false }
+func checkedClock(c *core.Config) { c.UncheckedClockOK, c.PrivateCoordinator = false, false }
 
 // faultInjection turns fault injection on, its listener on a free
 // loopback port.
-func faultInjection(c *server.Config) {
+func faultInjection(c *core.Config) {
 	c.EnableFaultInjection = true
 	c.FaultAddr = "127.0.0.1:0"
 }
 
 // ntpServers points the node at NTP servers, checked every interval.
-func ntpServers(interval time.Duration, addrs ...string) func(*server.Config) {
-	return func(c *server.Config) {
+func ntpServers(interval time.Duration, addrs ...string) func(*core.Config) {
+	return func(c *core.Config) {
 		c.NTP = addrs
 		c.NTPRequired = true
 		c.NTPInterval = interval
@@ -118,7 +119,7 @@ func ntpServers(interval time.Duration, addrs ...string) func(*server.Config) {
 type tnode struct {
 	t      *testing.T
 	node   *server.Node
-	cfg    server.Config
+	cfg    core.Config
 	dir    string
 	coord  coordinator.Coordinator
 	offset *clockguard.Offset
@@ -136,20 +137,20 @@ type tnode struct {
 // startNode starts a node named after the test on the etcd endpoints with
 // data dir dir and the configuration nodeConfig(opts...) builds. With TLS
 // the clients are left unset: the test dials itself.
-func startNode(t *testing.T, endpoints []string, dir string, opts ...func(*server.Config)) *tnode {
+func startNode(t *testing.T, endpoints []string, dir string, opts ...func(*core.Config)) *tnode {
 	t.Helper()
 	return startNamedNode(t, "node-"+t.Name(), endpoints, dir, opts...)
 }
 
 // startNamedNode is startNode with the node's name.
-func startNamedNode(t *testing.T, name string, endpoints []string, dir string, opts ...func(*server.Config)) *tnode {
+func startNamedNode(t *testing.T, name string, endpoints []string, dir string, opts ...func(*core.Config)) *tnode {
 	t.Helper()
 	return startNodeOpts(t, name, endpoints, dir, nil, opts...)
 }
 
 // startNodeOpts starts a node named name on endpoints, with extra node
 // options and config changes.
-func startNodeOpts(t *testing.T, name string, endpoints []string, dir string, extra []server.Option, opts ...func(*server.Config)) *tnode {
+func startNodeOpts(t *testing.T, name string, endpoints []string, dir string, extra []server.Option, opts ...func(*core.Config)) *tnode {
 	t.Helper()
 	cfg, err := nodeConfig(opts...)
 	if err != nil {

@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"github.com/firnid/firn/server/core"
 	"html/template"
 	"strings"
 	"sync"
@@ -60,9 +61,9 @@ func (n *Node) sampleHistory(ctx context.Context) {
 	for {
 		wall, mono := n.clock.Now()
 		for _, rt := range n.gens {
-			lead, _ := rt.lead(wall)
+			lead, _ := rt.Lead(wall)
 			lead = max(lead, 0)
-			rt.hist.add(mono, rt.issued.Load(), lead)
+			n.hist[rt.Name()].add(mono, rt.Issued(), lead)
 		}
 		select {
 		case <-ctx.Done():
@@ -98,8 +99,8 @@ func sparkline(id string, values []float64, top, limit float64, title string) te
 }
 
 // charts renders the two charts of a generator.
-func (rt *genRuntime) charts() (rate, lead template.HTML) {
-	s := rt.hist.snapshot()
+func (n *Node) charts(rt *core.Generator) (rate, lead template.HTML) {
+	s := n.hist[rt.Name()].snapshot()
 	rates := make([]float64, len(s))
 	leads := make([]float64, len(s))
 	var lastRate float64
@@ -108,9 +109,9 @@ func (rt *genRuntime) charts() (rate, lead template.HTML) {
 		rates[i], leads[i] = x.rate, x.lead.Seconds()
 		lastRate, lastLead = x.rate, x.lead
 	}
-	name := rt.cfg.Name
+	name := rt.Name()
 	rate = sparkline("rate-"+name, rates, 0, 0, fmt.Sprintf("IDs/s over the last %d s; now %.0f/s", len(s), lastRate))
-	lead = sparkline("lead-"+name, leads, rt.cfg.MaxLead.Seconds(), rt.cfg.MaxLead.Seconds(),
-		fmt.Sprintf("clock lead over the last %d s; now %v (dashed: max-lead %v)", len(s), lastLead.Round(time.Millisecond), rt.cfg.MaxLead))
+	lead = sparkline("lead-"+name, leads, rt.Config().MaxLead.Seconds(), rt.Config().MaxLead.Seconds(),
+		fmt.Sprintf("clock lead over the last %d s; now %v (dashed: max-lead %v)", len(s), lastLead.Round(time.Millisecond), rt.Config().MaxLead))
 	return rate, lead
 }

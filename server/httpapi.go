@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/firnid/firn/server/admission"
+	"github.com/firnid/firn/server/core"
 )
 
 // httpTLS is the HTTP listener's TLS configuration: like gRPC's, except
@@ -105,10 +106,10 @@ func apiFallback(mux *http.ServeMux, routes map[string]http.Handler) http.Handle
 				Message: fmt.Sprintf("request target of %d bytes: at most %d", len(r.RequestURI), maxRequestURI)}})
 			return
 		}
-		path := echo(r.URL.Path)
+		path := core.Echo(r.URL.Path)
 		if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
 			writeJSON(w, http.StatusNotFound, httpError{Error: httpErrorBody{Code: codeName(codes.NotFound),
-				Message: fmt.Sprintf("no path %s: did you mean %s?", path, echo(clean))}})
+				Message: fmt.Sprintf("no path %s: did you mean %s?", path, core.Echo(clean))}})
 			return
 		}
 		if _, pattern := mux.Handler(r); routes[pattern] != nil {
@@ -122,10 +123,10 @@ func apiFallback(mux *http.ServeMux, routes map[string]http.Handler) http.Handle
 			allow := rec.header.Get("Allow")
 			w.Header().Set("Allow", allow)
 			writeJSON(w, rec.status, httpError{Error: httpErrorBody{Code: codeName(codes.Unimplemented),
-				Message: fmt.Sprintf("%s %s: this path takes %s", echo(r.Method), path, allow)}})
+				Message: fmt.Sprintf("%s %s: this path takes %s", core.Echo(r.Method), path, allow)}})
 		case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
 			writeJSON(w, http.StatusNotFound, httpError{Error: httpErrorBody{Code: codeName(codes.NotFound),
-				Message: fmt.Sprintf("no path %s: did you mean %s?", path, echo(rec.header.Get("Location")))}})
+				Message: fmt.Sprintf("no path %s: did you mean %s?", path, core.Echo(rec.header.Get("Location")))}})
 		default:
 			writeJSON(w, http.StatusNotFound, httpError{Error: httpErrorBody{Code: codeName(codes.NotFound),
 				Message: fmt.Sprintf("no path %s (the API: GET /v1/ids, GET /v1/decode/{id}, GET /readyz, GET /healthz, GET /metrics, POST /admin/resume, GET /)", path)}})
@@ -182,7 +183,7 @@ type queryParams map[string]bool
 func strictQuery(raw string, params queryParams) (map[string]string, error) {
 	vals, err := url.ParseQuery(raw)
 	if err != nil {
-		return nil, badField("query", raw, "", "the query %q does not parse: %v", raw, err)
+		return nil, core.BadField("query", raw, "", "the query %q does not parse: %v", raw, err)
 	}
 	known := slices.Sorted(maps.Keys(params))
 	out := make(map[string]string, len(vals))
@@ -191,11 +192,11 @@ func strictQuery(raw string, params queryParams) (map[string]string, error) {
 		emptyOK, ok := params[k]
 		switch {
 		case !ok:
-			return nil, badField(k, strings.Join(v, ","), strings.Join(known, ","), "unknown parameter %q: this endpoint takes %s", k, strings.Join(known, ", "))
+			return nil, core.BadField(k, strings.Join(v, ","), strings.Join(known, ","), "unknown parameter %q: this endpoint takes %s", k, strings.Join(known, ", "))
 		case len(v) > 1:
-			return nil, badField(k, strings.Join(v, ","), "once", "parameter %q given %d times: give it once", k, len(v))
+			return nil, core.BadField(k, strings.Join(v, ","), "once", "parameter %q given %d times: give it once", k, len(v))
 		case v[0] == "" && !emptyOK:
-			return nil, badField(k, "", "not empty", "parameter %q is empty: give a value or leave it out", k)
+			return nil, core.BadField(k, "", "not empty", "parameter %q is empty: give a value or leave it out", k)
 		}
 		out[k] = v[0]
 	}
@@ -238,16 +239,16 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 	count := int64(1)
 	if s, ok := q["count"]; ok {
 		if count, err = strconv.ParseInt(s, 10, 64); err != nil {
-			rt, err := n.lookup(q["generator"]) // an unknown generator first, as for a count out of bounds
+			rt, err := n.core.Lookup(q["generator"]) // an unknown generator first, as for a count out of bounds
 			if err == nil {
-				err = badField("count", s, fmt.Sprintf("[1, %d]", rt.maxBatch), "count %q is not an integer in [1, %d]", s, rt.maxBatch)
+				err = core.BadField("count", s, fmt.Sprintf("[1, %d]", rt.MaxBatch()), "count %q is not an integer in [1, %d]", s, rt.MaxBatch())
 			}
 			writeErr(w, err)
 			return
 		}
 	}
 	if r.Method == http.MethodHead {
-		if _, err := n.forBatch(q["generator"], count); err != nil {
+		if _, err := n.core.CheckBatch(q["generator"], count); err != nil {
 			writeErr(w, err)
 			return
 		}
@@ -258,7 +259,7 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 	// The server's own deadline: an HTTP client may have none.
 	ctx, cancel := context.WithTimeout(admission.WithHTTPFlowKey(r.Context(), r), n.cfg.HTTPRequestTimeout)
 	defer cancel()
-	ids, err := n.IDs(ctx, q["generator"], count)
+	ids, err := n.core.IDs(ctx, q["generator"], count)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -296,7 +297,7 @@ func (n *Node) handleDecode(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	rt, err := n.lookup(q["generator"])
+	rt, err := n.core.Lookup(q["generator"])
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -304,15 +305,15 @@ func (n *Node) handleDecode(w http.ResponseWriter, r *http.Request) {
 	s := r.PathValue("id")
 	id, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		writeErr(w, badField("id", s, "[0, 2^64)", "id %q is not a decimal 64-bit unsigned integer", s))
+		writeErr(w, core.BadField("id", s, "[0, 2^64)", "id %q is not a decimal 64-bit unsigned integer", s))
 		return
 	}
-	p, err := rt.cfg.Layout.Decode(id)
+	p, err := rt.Config().Layout.Decode(id)
 	if err != nil {
-		writeErr(w, badField("id", s, "", "%v", err))
+		writeErr(w, core.BadField("id", s, "", "%v", err))
 		return
 	}
-	writeJSON(w, 200, decodeJSON{ID: s, Generator: rt.cfg.Name, Time: p.Time.UTC(), Datacenter: p.Datacenter, Worker: p.Worker, Sequence: p.Sequence})
+	writeJSON(w, 200, decodeJSON{ID: s, Generator: rt.Name(), Time: p.Time.UTC(), Datacenter: p.Datacenter, Worker: p.Worker, Sequence: p.Sequence})
 }
 
 type readyGen struct {
@@ -333,11 +334,11 @@ func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
 		Generators []readyGen `json:"generators"`
 	}
 	for _, rt := range n.gens {
-		out.Generators = append(out.Generators, readyGen{Name: rt.cfg.Name, Default: rt.isDefault,
-			Serving: rt.state.Serving(), State: rt.state.State().String(), Reason: rt.state.Reason(),
-			Cause: string(rt.state.Snapshot().Refusal().Code)})
+		out.Generators = append(out.Generators, readyGen{Name: rt.Name(), Default: rt.IsDefault(),
+			Serving: rt.State().Serving(), State: rt.State().State().String(), Reason: rt.State().Reason(),
+			Cause: string(rt.State().Snapshot().Refusal().Code)})
 	}
-	out.Ready = n.gens[0].state.Serving()
+	out.Ready = n.gens[0].State().Serving()
 	status := 200
 	if !out.Ready {
 		status = 503
@@ -366,7 +367,7 @@ func (n *Node) adminAllowed(r *http.Request) (bool, string) {
 		}
 		return false, fmt.Sprintf("client certificate %q is not in --admin-names", leaf.Subject.CommonName)
 	}
-	if host, _, err := net.SplitHostPort(n.httpLis.Addr().String()); err == nil && LoopbackHost(host) {
+	if host, _, err := net.SplitHostPort(n.httpLis.Addr().String()); err == nil && core.LoopbackHost(host) {
 		return true, ""
 	}
 	return false, "admin endpoints need mTLS (--tls-client-ca with --admin-names), or an HTTP listener on loopback"
@@ -392,7 +393,7 @@ func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 4096))
 	if err != nil {
-		writeErr(w, badField("body", "", "4096 bytes", "the body: %v", err))
+		writeErr(w, core.BadField("body", "", "4096 bytes", "the body: %v", err))
 		return
 	}
 	form, err := strictQuery(string(body), queryParams{"generator": true})
@@ -403,7 +404,7 @@ func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 	gen, inQuery := q["generator"]
 	if g, ok := form["generator"]; ok {
 		if inQuery {
-			writeErr(w, badField("generator", g, "once", "generator given in both the query and the body: give it once"))
+			writeErr(w, core.BadField("generator", g, "once", "generator given in both the query and the body: give it once"))
 			return
 		}
 		gen = g
@@ -411,10 +412,10 @@ func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 	var names []string
 	if gen == "" {
 		for _, rt := range n.gens {
-			names = append(names, rt.cfg.Name)
+			names = append(names, rt.Name())
 		}
 	} else {
-		if _, err := n.lookup(gen); err != nil {
+		if _, err := n.core.Lookup(gen); err != nil {
 			writeErr(w, err)
 			return
 		}
@@ -423,7 +424,7 @@ func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 	resumed, notHeld := []string{}, []string{}
 	failed := map[string]string{}
 	for _, name := range names {
-		held, err := n.Resume(name)
+		held, err := n.core.Resume(name)
 		switch {
 		case err != nil:
 			failed[name] = err.Error()
@@ -451,7 +452,7 @@ func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 		why = append(why, name+": "+failed[name])
 	}
 	n.log.Warn("manual recovery: resume refused", "generators", slices.Sorted(maps.Keys(failed)), "client", client)
-	writeErr(w, fmt.Errorf("%w: %s (resumed: %s; not held: %s)", ErrBadRequest, strings.Join(why, "; "),
+	writeErr(w, fmt.Errorf("%w: %s (resumed: %s; not held: %s)", core.ErrBadRequest, strings.Join(why, "; "),
 		listOrNone(resumed), listOrNone(notHeld)))
 }
 
@@ -471,7 +472,7 @@ func listOrNone(names []string) string {
 // The CLI and curl send neither.
 func (n *Node) browserRefusal(r *http.Request) string {
 	if o := r.Header.Get("Origin"); o != "" {
-		return fmt.Sprintf("refused for a request from a web page (Origin %q): use curl or the CLI", echo(o))
+		return fmt.Sprintf("refused for a request from a web page (Origin %q): use curl or the CLI", core.Echo(o))
 	}
 	if n.cfg.MutualTLS() {
 		return ""
@@ -480,8 +481,8 @@ func (n *Node) browserRefusal(r *http.Request) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	if host == "localhost" || LoopbackHost(host) {
+	if host == "localhost" || core.LoopbackHost(host) {
 		return ""
 	}
-	return fmt.Sprintf("refused for Host %q: on a listener without mTLS, address the node by a loopback address or localhost", echo(r.Host))
+	return fmt.Sprintf("refused for Host %q: on a listener without mTLS, address the node by a loopback address or localhost", core.Echo(r.Host))
 }

@@ -13,7 +13,7 @@ import (
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // httpErrorBody is the API's JSON error, as a test reads it.
@@ -180,7 +180,7 @@ func TestHTTPFallbackJSON(t *testing.T) {
 // --http-idle-timeout is closed by the node.
 func TestHTTPIdleConnectionClosed(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.HTTPIdleTimeout = 300 * time.Millisecond })
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.HTTPIdleTimeout = 300 * time.Millisecond })
 	waitServing(t, n.ids, "", 10*time.Second)
 	conn, err := net.Dial("tcp", n.node.HTTPAddr())
 	if err != nil {
@@ -212,7 +212,7 @@ func TestHTTPIdleConnectionClosed(t *testing.T) {
 // so a new connection per request does not escape it.
 func TestHTTPClientRateByHost(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.ClientRate, c.ClientBurst = 10, 100 })
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.ClientRate, c.ClientBurst = 10, 100 })
 	waitServing(t, n.ids, "", 10*time.Second)
 	fresh := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	if code, body := httpGet(t, fresh, n.base+"/v1/ids?count=100"); code != 200 {
@@ -231,7 +231,7 @@ func TestHTTPClientRateByHost(t *testing.T) {
 func TestAdminResumeEdges(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	n := startNode(t, e.Endpoints, t.TempDir(), generators("default=snowflake", "msg=snowflake"), faultInjection,
-		func(c *server.Config) { c.RollbackRecovery = "manual" })
+		func(c *core.Config) { c.RollbackRecovery = "manual" })
 	waitServing(t, n.ids, "default", 10*time.Second)
 	waitServing(t, n.ids, "msg", 10*time.Second)
 	resume := func(query, body string, header map[string]string, host string) (int, string) {

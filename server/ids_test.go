@@ -10,7 +10,7 @@ import (
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // caller is one client that records every ID it received, in order.
@@ -87,7 +87,7 @@ func TestSuccessiveIDsIncrease(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	// A small ring that a modest demand fills (the fill target is the
 	// demand rate × max-staleness/2, at most the ring).
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.RingSize, c.MaxStaleness = 128, 2*time.Second })
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.RingSize, c.MaxStaleness = 128, 2*time.Second })
 	waitServing(t, n.ids, "", 10*time.Second)
 	c := &caller{t: t, n: n}
 
@@ -142,7 +142,7 @@ func TestSuccessiveIDsIncrease(t *testing.T) {
 // two callers.
 func TestConcurrentCallersIncreaseAndDiffer(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.RingSize = 1024 })
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.RingSize = 1024 })
 	waitServing(t, n.ids, "", 10*time.Second)
 	const callers = 4
 	var wg sync.WaitGroup

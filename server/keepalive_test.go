@@ -12,7 +12,7 @@ import (
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // A client pinging faster than the keepalive policy (grpcopt: at most one
@@ -111,11 +111,11 @@ wait:
 // (the client's channel leaves READY), and the client's next call connects
 // anew and succeeds; the node's default (5 min) is not 0.
 func TestMaxConnectionAgeRebalances(t *testing.T) {
-	if server.DefaultConfig().GRPCMaxConnectionAge <= 0 {
+	if core.DefaultConfig().GRPCMaxConnectionAge <= 0 {
 		t.Fatal("no default connection age: long-lived clients would never rebalance")
 	}
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.GRPCMaxConnectionAge = time.Second })
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.GRPCMaxConnectionAge = time.Second })
 	waitServing(t, n.ids, "", 10*time.Second)
 	if _, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{}); err != nil {
 		t.Fatal(err)

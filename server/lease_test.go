@@ -6,7 +6,7 @@ import (
 
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // A lost lease takes only that generator out of serving; it acquires again
@@ -17,7 +17,7 @@ func TestLostLeaseTakesOneGeneratorOut(t *testing.T) {
 	// A short window keeps the wait for the node's own last reservation
 	// (window − max-lead) short.
 	n := startNode(t, e.Endpoints, t.TempDir(), generators("default=snowflake", "other=snowflake"),
-		func(c *server.Config) {
+		func(c *core.Config) {
 			c.Timing.Timeout, c.Timing.ReservationWindow = 500*time.Millisecond, 2500*time.Millisecond
 		})
 	waitServing(t, n.ids, "default", 10*time.Second)

@@ -20,6 +20,7 @@ import (
 	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/internal/testing/ntptest"
 	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // The liveness rules (README, Guarantees; docs/clock-policy.md): ready means it
@@ -213,7 +214,7 @@ func TestForwardStepWithUnreachableNTPNotRequired(t *testing.T) {
 	ntp := ntptest.NewServer(t)
 	ntp.SetSilent(true)
 	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection, ntpServers(time.Second, ntp.Addr()),
-		func(c *server.Config) { c.NTPRequired = false })
+		func(c *core.Config) { c.NTPRequired = false })
 	waitServing(t, n.ids, "", 10*time.Second)
 	load := startShortCalls(n.ids, 2, time.Second)
 	defer load.finish()
@@ -293,7 +294,7 @@ func TestForwardStepAmongPeers(t *testing.T) {
 // serves again once the coordinator is back.
 func TestCoordinatorFreezeRefusesBeforeExpiry(t *testing.T) {
 	procs := etcdtest.StartCluster(t, 1)
-	n := startNode(t, procs.Endpoints(), t.TempDir(), func(c *server.Config) { c.Timing.LeaseTTL, c.Timing.ReservationWindow = 10*time.Second, 4*time.Second })
+	n := startNode(t, procs.Endpoints(), t.TempDir(), func(c *core.Config) { c.Timing.LeaseTTL, c.Timing.ReservationWindow = 10*time.Second, 4*time.Second })
 	waitServing(t, n.ids, "", 10*time.Second)
 	load := startShortCalls(n.ids, 3, 500*time.Millisecond)
 	defer load.finish()
@@ -379,9 +380,9 @@ func (s *stallJournal) Acked(slot coordinator.Slot, r int64) { s.inner.Acked(slo
 func TestJournalFailuresKeepTheNodeOut(t *testing.T) {
 	j := &stallJournal{release: make(chan struct{})}
 	j.failFirst.Store(4)
-	wrap := server.WithCoreOptions(server.WithJournalWrap(func(inner coordinator.Journal) coordinator.Journal { j.inner = inner; return j }))
+	wrap := server.WithCoreOptions(core.WithJournalWrap(func(inner coordinator.Journal) coordinator.Journal { j.inner = inner; return j }))
 	e := etcdtest.StartEmbedded(t)
-	n := startNodeOpts(t, "node-"+t.Name(), e.Endpoints, t.TempDir(), []server.Option{wrap}, func(c *server.Config) { c.ShutdownTimeout = 3 * time.Second })
+	n := startNodeOpts(t, "node-"+t.Name(), e.Endpoints, t.TempDir(), []server.Option{wrap}, func(c *core.Config) { c.ShutdownTimeout = 3 * time.Second })
 	sawReason := false
 	start := time.Now()
 	for time.Since(start) < 5*time.Second {
@@ -420,7 +421,7 @@ func TestJournalFailuresKeepTheNodeOut(t *testing.T) {
 // calls plus 2 s (before: the full --shutdown-timeout with one watcher).
 func TestDrainEndsHealthWatches(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.ShutdownTimeout = 20 * time.Second })
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.ShutdownTimeout = 20 * time.Second })
 	waitServing(t, n.ids, "", 10*time.Second)
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -477,11 +478,11 @@ func TestFaultRefusesBrowsers(t *testing.T) {
 // start naming the values (before, the largest batch overflowed to 0).
 func TestMaxBatchOverflowRefused(t *testing.T) {
 	const wide = "wide=time=49,worker=1,seq=13,unit=1us,epoch=2026-01-01T00:00:00Z"
-	_, err := nodeConfig(generators(wide), func(c *server.Config) { c.MaxLead = 2_500_000 * time.Hour })
-	if !errors.Is(err, server.ErrConfig) || !strings.Contains(err.Error(), "--max-lead") || !strings.Contains(err.Error(), "overflow") {
+	_, err := nodeConfig(generators(wide), func(c *core.Config) { c.MaxLead = 2_500_000 * time.Hour })
+	if !errors.Is(err, core.ErrConfig) || !strings.Contains(err.Error(), "--max-lead") || !strings.Contains(err.Error(), "overflow") {
 		t.Fatalf("got %v", err)
 	}
-	cfg, err := nodeConfig(generators(wide), func(c *server.Config) { c.MaxLead = time.Second })
+	cfg, err := nodeConfig(generators(wide), func(c *core.Config) { c.MaxLead = time.Second })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -501,7 +502,7 @@ func TestClockWaitBeyondDeadlineIsUnavailable(t *testing.T) {
 	// more whole unit (a wait of a second or more, after at most one
 	// shorter wait for the unit in progress).
 	n := startNode(t, e.Endpoints, t.TempDir(), generators("user=compact"),
-		func(c *server.Config) { c.HTTPRequestTimeout = 300 * time.Millisecond })
+		func(c *core.Config) { c.HTTPRequestTimeout = 300 * time.Millisecond })
 	waitServing(t, n.ids, "user", 10*time.Second)
 	// Take whole batches until the generator stands at its lead limit
 	// (Info's clock_lead): the next 128 need a whole unit more, a wait of

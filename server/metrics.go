@@ -32,7 +32,7 @@ func newMetrics(n *Node) *metrics {
 	n.reg.MustRegister(m.grpc, m.transitions, &nodeCollector{n: n},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.reg.MustRegister(n.policy.Collectors()...)
-	n.reg.MustRegister(n.hm.collectors()...)
+	n.reg.MustRegister(n.core.Collectors()...)
 	return m
 }
 
@@ -96,8 +96,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	wall, _ := n.clock.Now()
 	g := prometheus.MustNewConstMetric
 	for _, rt := range n.gens {
-		name := rt.cfg.Name
-		st := rt.status(wall)
+		name := rt.Name()
+		st := rt.Status(wall)
 		ch <- g(descIssued, prometheus.CounterValue, float64(st.Issued), name)
 		ch <- g(descRingCap, prometheus.GaugeValue, float64(st.Ring.Capacity), name)
 		ch <- g(descRingAvail, prometheus.GaugeValue, float64(st.Ring.Available), name)
@@ -106,16 +106,16 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- g(descRingStale, prometheus.CounterValue, float64(st.Ring.DroppedStale), name)
 		ch <- g(descRingRefills, prometheus.CounterValue, float64(st.Ring.Refills), name)
 		ch <- g(descServing, prometheus.GaugeValue, b2f(st.Serving), name)
-		q := float64(rt.fair.Queued())
+		q := float64(rt.Fair().Queued())
 		ch <- g(descQueueIDs, prometheus.GaugeValue, q, name)
-		ch <- g(descQueueSeconds, prometheus.GaugeValue, q/rt.capacity(), name)
+		ch <- g(descQueueSeconds, prometheus.GaugeValue, q/rt.Capacity(), name)
 		ch <- g(descWorkers, prometheus.GaugeValue, float64(len(st.Wide.Workers)), name)
 		ch <- g(descWorkersWant, prometheus.GaugeValue, float64(st.Wide.Wanted), name)
-		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.fair.MaxQueue()), name)
+		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.Fair().MaxQueue()), name)
 		for i, r := range admission.ShedReasons {
-			ch <- g(descShed, prometheus.CounterValue, float64(rt.fair.Shed(i)), name, r)
+			ch <- g(descShed, prometheus.CounterValue, float64(rt.Fair().Shed(i)), name, r)
 		}
-		snap := rt.state.Snapshot()
+		snap := rt.State().Snapshot()
 		held := snap.Held()
 		for _, code := range clockguard.Codes {
 			ch <- g(descNotServing, prometheus.GaugeValue, b2f(held[code]), name, string(code))
@@ -132,11 +132,11 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- g(descWorker, prometheus.GaugeValue, w, name)
 		ch <- g(descDatacenter, prometheus.GaugeValue, dc, name)
-		ch <- g(descInUse, prometheus.GaugeValue, float64(rt.inUse.Load()), name)
-		ch <- g(descLimit, prometheus.GaugeValue, float64(rt.cfg.Layout.WorkerLimit()*rt.slotsPerWorker()), name)
+		ch <- g(descInUse, prometheus.GaugeValue, float64(rt.InUse()), name)
+		ch <- g(descLimit, prometheus.GaugeValue, float64(rt.Config().Layout.WorkerLimit()*rt.SlotsPerWorker()), name)
 		ch <- g(descResLeft, prometheus.GaugeValue, resLeft, name)
 		ch <- g(descLead, prometheus.GaugeValue, st.ClockLead.Seconds(), name)
-		ch <- g(descMaxLead, prometheus.GaugeValue, rt.cfg.MaxLead.Seconds(), name)
+		ch <- g(descMaxLead, prometheus.GaugeValue, rt.Config().MaxLead.Seconds(), name)
 		ch <- g(descLayoutLeft, prometheus.GaugeValue, st.LayoutEnd.Sub(wall).Seconds(), name)
 	}
 	ch <- g(descMaxOffset, prometheus.GaugeValue, n.cfg.MaxClockOffset.Seconds())
@@ -155,6 +155,6 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		fo = n.offset.CurrentOffset()
 	}
 	ch <- g(descFaultOffset, prometheus.GaugeValue, fo.Seconds())
-	ch <- g(descBuild, prometheus.GaugeValue, 1, n.cfg.Cluster, n.nodeInfo.Name, n.cfg.Version, n.cfg.Revision,
+	ch <- g(descBuild, prometheus.GaugeValue, 1, n.cfg.Cluster, n.NodeInfo().Name, n.cfg.Version, n.cfg.Revision,
 		strconv.FormatBool(n.cfg.Modified), runtime.Version())
 }

@@ -13,7 +13,7 @@ import (
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // /metrics exposes the firn_* series of the node, with values that match
@@ -21,7 +21,7 @@ import (
 func TestMetrics(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection,
-		func(c *server.Config) { c.Cluster, c.RingSize = "metrics", 256 })
+		func(c *core.Config) { c.Cluster, c.RingSize = "metrics", 256 })
 	waitServing(t, n.ids, "", 10*time.Second)
 	g := map[string]string{"generator": "default"}
 

@@ -23,6 +23,8 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/datadir"
+	"github.com/firnid/firn/server/clockpolicy"
+	"github.com/firnid/firn/server/core"
 	"github.com/firnid/firn/server/grpcopt"
 )
 
@@ -42,19 +44,25 @@ func WithCoordinatorName(s string) Option { return func(n *Node) { n.coordName =
 // was built with must be this one).
 func WithOffsetClock(o *clockguard.Offset) Option { return func(n *Node) { n.offset = o } }
 
-// WithCoreOptions passes options to the node's Core.
-func WithCoreOptions(opts ...CoreOption) Option {
+// WithCoreOptions passes options to the node's core.
+func WithCoreOptions(opts ...core.Option) Option {
 	return func(n *Node) { n.coreOpts = append(n.coreOpts, opts...) }
 }
 
-// Node is one firn node: a Core (its generators, their leases and ring
-// buffers, the clock policy) and the gRPC, HTTP and fault listeners, the
-// health service and the metrics registry around it.
+// Node is one firn node: a core.Core (its generators, their leases and
+// ring buffers, the clock policy) and the gRPC, HTTP and fault listeners,
+// the health service and the metrics registry around it.
 type Node struct {
-	*Core
+	core   *core.Core
+	cfg    core.Config
+	clock  clockguard.Clock
+	gens   []*core.Generator   // core.Generators
+	policy *clockpolicy.Policy // core.Policy
+	hist   map[string]*history // per generator, for the status page
+
 	log         *slog.Logger
 	offset      *clockguard.Offset
-	coreOpts    []CoreOption // WithCoreOptions
+	coreOpts    []core.Option // WithCoreOptions
 	embeddedURL string
 	coordName   string
 
@@ -84,9 +92,11 @@ type Node struct {
 // reservations, fsynced before each Reserve). cfg must have passed Finish.
 // Required collaborators are positional; clock is the node's clock source
 // (an Offset clock when fault injection is on).
-func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clockguard.Clock, name string, opts ...Option) (*Node, error) {
+func New(cfg core.Config, coord coordinator.Coordinator, st *datadir.State, clock clockguard.Clock, name string, opts ...Option) (*Node, error) {
 	wall, _ := clock.Now()
 	n := &Node{
+		cfg:     cfg,
+		clock:   clock,
 		log:     slog.Default(),
 		reg:     prometheus.NewRegistry(),
 		health:  health.NewServer(),
@@ -97,11 +107,15 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 		o(n)
 	}
 	info := coordinator.NodeInfo{Name: name, InstanceID: st.InstanceID(), Address: cfg.GRPCAddr, StartTime: wall}
-	core, err := newCore(cfg, coord, st, clock, info, n.log, n.coreOpts...)
+	c, err := core.New(cfg, coord, st, clock, info, append([]core.Option{core.WithLogger(n.log)}, n.coreOpts...)...)
 	if err != nil {
 		return nil, err
 	}
-	n.Core = core
+	n.core, n.gens, n.policy = c, c.Generators(), c.Policy()
+	n.hist = map[string]*history{}
+	for _, g := range n.gens {
+		n.hist[g.Name()] = &history{}
+	}
 	n.drainCtx, n.drainCancel = context.WithCancel(context.Background())
 	n.metrics = newMetrics(n)
 	return n, nil
@@ -111,7 +125,7 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 
 // NodeInfo is what the node writes in its owner records.
-func (n *Node) NodeInfo() coordinator.NodeInfo { return n.nodeInfo }
+func (n *Node) NodeInfo() coordinator.NodeInfo { return n.core.NodeInfo() }
 
 // GRPCAddr and HTTPAddr are the bound listener addresses (after Start).
 func (n *Node) GRPCAddr() string { return n.grpcLis.Addr().String() }
@@ -134,12 +148,12 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.watchStates()
 	n.serveAPIs()
-	if err := n.Core.start(); err != nil {
+	if err := n.core.Start(); err != nil {
 		return err
 	}
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.sampleHistory(n.drainCtx) }()
-	n.log.Info("firn node started", "node", n.nodeInfo.Name, "instance", n.nodeInfo.InstanceID,
+	n.log.Info("firn node started", "node", n.NodeInfo().Name, "instance", n.NodeInfo().InstanceID,
 		"grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "cluster", n.cfg.Cluster,
 		"coordinator", n.coordName, "embedded_etcd", n.embeddedURL)
 	return nil
@@ -150,7 +164,7 @@ func (n *Node) listen() error {
 	var err error
 	n.tlsConf = n.cfg.TLS.Clone()
 	if n.cfg.EnableFaultInjection && n.offset == nil {
-		return fmt.Errorf("%w: fault injection needs the node's Offset clock", ErrConfig)
+		return fmt.Errorf("%w: fault injection needs the node's Offset clock", core.ErrConfig)
 	}
 	if n.grpcLis, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
@@ -168,30 +182,29 @@ func (n *Node) listen() error {
 		n.log.Warn("FAULT INJECTION ENABLED: this node's clock can be shifted over HTTP; never run it in production",
 			"fault_addr", n.faultLis.Addr().String(), "offset", n.offset.CurrentOffset())
 	}
-	n.nodeInfo.Address = n.grpcLis.Addr().String()
+	n.core.SetAddress(n.grpcLis.Addr().String())
 	return nil
 }
 
 // watchStates makes every transition of a generator's state a health
-// status, a metric and an event on the status page (the log line is the
-// state's own).
+// status and a metric (the log line is the state's own; the status
+// page's event, the core's).
 func (n *Node) watchStates() {
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	for _, rt := range n.gens {
-		n.health.SetServingStatus(rt.cfg.Name, healthpb.HealthCheckResponse_NOT_SERVING)
-		rt.state.Subscribe(func(t clockguard.Transition) {
+		n.health.SetServingStatus(rt.Name(), healthpb.HealthCheckResponse_NOT_SERVING)
+		rt.State().Subscribe(func(t clockguard.Transition) {
 			st := healthpb.HealthCheckResponse_NOT_SERVING
 			if t.To == clockguard.StateServing {
 				st = healthpb.HealthCheckResponse_SERVING
 			}
-			n.health.SetServingStatus(rt.cfg.Name, st)
-			if rt.isDefault {
+			n.health.SetServingStatus(rt.Name(), st)
+			if rt.IsDefault() {
 				n.health.SetServingStatus("", st)
 			}
 			if t.From != t.To {
-				n.metrics.transitions.WithLabelValues(rt.cfg.Name, t.To.String()).Inc()
+				n.metrics.transitions.WithLabelValues(rt.Name(), t.To.String()).Inc()
 			}
-			rt.recordEvent(event{At: t.At, From: t.From.String(), To: t.To.String(), Reason: t.Reason})
 		})
 	}
 }
@@ -257,7 +270,7 @@ func (n *Node) serve(f func()) {
 // release their leases, lowering reservations to what was produced, so a
 // restart serves at once.
 func (n *Node) Shutdown(ctx context.Context) error {
-	n.drain("shutting down")
+	n.core.Drain("shutting down")
 	n.health.Shutdown()
 	n.drainCancel()
 	done := make(chan struct{})
@@ -272,9 +285,9 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		n.faultSrv.Shutdown(ctx)
 	}
 	n.wg.Wait()
-	n.Core.stop()
+	n.core.Stop()
 	close(n.stopped)
-	n.log.Info("firn node stopped", "node", n.nodeInfo.Name)
+	n.log.Info("firn node stopped", "node", n.NodeInfo().Name)
 	return nil
 }
 

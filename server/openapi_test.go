@@ -25,6 +25,7 @@ import (
 	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/internal/testing/ntptest"
 	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // openAPIFile is the HTTP API's description.
@@ -68,13 +69,13 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	// --client-rate 1/s with bursts of 5 on the serving node: 3 IDs, then
 	// 5 at once is 429.
-	serving := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.ClientRate, c.ClientBurst = 1, 5 })
+	serving := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.ClientRate, c.ClientBurst = 1, 5 })
 	ntp := ntptest.NewServer(t)
 	ntp.SetOffset(2 * time.Second)
 	out := startNamedNode(t, "out", e.Endpoints, t.TempDir(), ntpServers(time.Second, ntp.Addr()))
 	certs := etcdtest.MakeCerts(t, "firn-operator")
 	mtls := startNamedNode(t, "mtls", e.Endpoints, t.TempDir(), serveTLS(t, certs, true), faultInjection,
-		func(c *server.Config) { c.AdminNames = []string{"firn-operator"} })
+		func(c *core.Config) { c.AdminNames = []string{"firn-operator"} })
 	waitServing(t, serving.ids, "", 10*time.Second)
 	good, anon := httpsClient(certs.ClientTLS(t)), httpsClient(roots(t, certs))
 	mbase := "https://" + mtls.node.HTTPAddr()

@@ -10,7 +10,7 @@ import (
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // Two regions, each with its own coordinator, pinned to datacenters 1 and
@@ -22,7 +22,7 @@ func TestRegionsWithDistinctDatacentersNeverMeet(t *testing.T) {
 	for dc := int64(1); dc <= 2; dc++ {
 		e := etcdtest.StartEmbedded(t)
 		n := startNamedNode(t, "region-"+string(rune('0'+dc)), e.Endpoints, t.TempDir(),
-			func(c *server.Config) { c.Datacenter = dc; c.MaxBatch = 10_000 })
+			func(c *core.Config) { c.Datacenter = dc; c.MaxBatch = 10_000 })
 		waitServing(t, n.ids, "", 10*time.Second)
 		regions = append(regions, n)
 	}

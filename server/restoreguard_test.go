@@ -8,7 +8,7 @@ import (
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // The restore guard (docs/design.md, Restores): on a shared coordinator a
@@ -23,7 +23,7 @@ func TestRestoreGuard(t *testing.T) {
 	for _, shared := range []bool{true, false} {
 		t.Run(map[bool]string{true: "shared", false: "private"}[shared], func(t *testing.T) {
 			e := etcdtest.StartEmbedded(t)
-			opts := []func(*server.Config){func(c *server.Config) {
+			opts := []func(*core.Config){func(c *core.Config) {
 				c.Timing.Timeout, c.Timing.ReservationWindow = 500*time.Millisecond, 2500*time.Millisecond
 				c.MaxPeerSkew = 500 * time.Millisecond
 			}}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/server/admission"
+	"github.com/firnid/firn/server/core"
 )
 
 var statusTmpl = template.Must(template.New("status").Funcs(template.FuncMap{
@@ -35,7 +36,7 @@ small{color:#555}
 <p>Peers: {{.Peers}}</p>
 <p id="clock-check"{{if .Unchecked}} class="warn"{{end}}>Clock check: {{.ClockCheck}}</p>
 {{range .Gens}}
-<h2>Generator {{.Name}}{{if .IsDefault}} (default){{end}}: {{if .Serving}}<span class="serving" id="state-{{.Name}}">SERVING</span>{{else}}<span class="down" id="state-{{.Name}}">NOT SERVING</span>{{end}}</h2>
+<h2>core.Generator {{.Name}}{{if .IsDefault}} (default){{end}}: {{if .Serving}}<span class="serving" id="state-{{.Name}}">SERVING</span>{{else}}<span class="down" id="state-{{.Name}}">NOT SERVING</span>{{end}}</h2>
 {{if not .Serving}}<p class="down" id="reason-{{.Name}}">Why: {{.Reason}}</p>{{end}}
 <table>
 <tr><th>state</th><td>{{.State}}</td></tr>
@@ -60,18 +61,18 @@ small{color:#555}
 </body></html>`))
 
 type statusGen struct {
-	GeneratorStatus
+	core.GeneratorStatus
 	Rate float64
 	// RateChart and LeadChart draw the last two minutes (inline SVG).
 	RateChart, LeadChart template.HTML
 	// Admission: the queue, its bound and the requests shed.
 	Queued, MaxQueue int64
 	Shed             uint64
-	Events           []statusEvent // newest first; shadows GeneratorStatus.Events
+	Events           []statusEvent // newest first; shadows core.GeneratorStatus.Events
 }
 
 type statusEvent struct {
-	event
+	core.Event
 	Ago string
 }
 
@@ -83,8 +84,8 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		Fault, NoNTP, AllServing, Unchecked                                                bool
 		FaultOffset                                                                        time.Duration
 		Gens                                                                               []statusGen
-	}{Node: n.nodeInfo.Name, Cluster: n.cfg.Cluster, Coordinator: n.coordName, Version: n.cfg.Version,
-		Instance: n.nodeInfo.InstanceID, EmbeddedURL: n.embeddedURL, Now: wall,
+	}{Node: n.NodeInfo().Name, Cluster: n.cfg.Cluster, Coordinator: n.coordName, Version: n.cfg.Version,
+		Instance: n.NodeInfo().InstanceID, EmbeddedURL: n.embeddedURL, Now: wall,
 		Fault: n.cfg.EnableFaultInjection, NoNTP: len(n.cfg.NTP) == 0, AllServing: true}
 	if n.offset != nil {
 		data.FaultOffset = n.offset.CurrentOffset()
@@ -106,19 +107,19 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Unchecked, data.ClockCheck = n.policy.ClockCheck()
 	for _, rt := range n.gens {
-		st := rt.status(wall)
+		st := rt.Status(wall)
 		if !st.Serving {
 			data.AllServing = false
 		}
-		sg := statusGen{GeneratorStatus: st, Rate: rt.recentRate(mono)}
-		sg.RateChart, sg.LeadChart = rt.charts()
-		sg.Queued, sg.MaxQueue = rt.fair.Queued(), rt.fair.MaxQueue()
+		sg := statusGen{GeneratorStatus: st, Rate: rt.RecentRate(mono)}
+		sg.RateChart, sg.LeadChart = n.charts(rt)
+		sg.Queued, sg.MaxQueue = rt.Fair().Queued(), rt.Fair().MaxQueue()
 		for i := range admission.NumShed {
-			sg.Shed += rt.fair.Shed(i)
+			sg.Shed += rt.Fair().Shed(i)
 		}
 		for i := len(st.Events) - 1; i >= 0; i-- {
 			e := st.Events[i]
-			sg.Events = append(sg.Events, statusEvent{event: e, Ago: wall.Sub(e.At).Round(100*time.Millisecond).String() + " ago"})
+			sg.Events = append(sg.Events, statusEvent{Event: e, Ago: wall.Sub(e.At).Round(100*time.Millisecond).String() + " ago"})
 		}
 		data.Gens = append(data.Gens, sg)
 	}

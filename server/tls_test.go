@@ -17,7 +17,7 @@ import (
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // roots is a client TLS configuration trusting the CA only (no client
@@ -37,7 +37,7 @@ func roots(t *testing.T, c *etcdtest.Certs) *tls.Config {
 
 // serveTLS gives the node the server certificate of c, as `firn serve
 // --tls-cert --tls-key` loads it; mutual adds --tls-client-ca (c's CA).
-func serveTLS(t *testing.T, c *etcdtest.Certs, mutual bool) func(*server.Config) {
+func serveTLS(t *testing.T, c *etcdtest.Certs, mutual bool) func(*core.Config) {
 	t.Helper()
 	cert, err := tls.LoadX509KeyPair(c.ServerCert, c.ServerKey)
 	if err != nil {
@@ -48,7 +48,7 @@ func serveTLS(t *testing.T, c *etcdtest.Certs, mutual bool) func(*server.Config)
 		tc.ClientCAs = roots(t, c).RootCAs
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return func(cfg *server.Config) { cfg.TLS = tc }
+	return func(cfg *core.Config) { cfg.TLS = tc }
 }
 
 func httpsClient(tc *tls.Config) *http.Client {
@@ -136,7 +136,7 @@ func TestTLS(t *testing.T) {
 // on its own host.
 func TestAdminOffWithoutMTLSOffLoopback(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *server.Config) { c.HTTPAddr = "0.0.0.0:0" })
+	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.HTTPAddr = "0.0.0.0:0" })
 	waitServing(t, n.ids, "", 10*time.Second)
 	_, port, _ := net.SplitHostPort(n.node.HTTPAddr())
 	code, body, err := post(&http.Client{Timeout: 5 * time.Second}, "http://127.0.0.1:"+port+"/admin/resume")
@@ -153,7 +153,7 @@ func TestMTLSAndAdminResume(t *testing.T) {
 	certs := etcdtest.MakeCerts(t, "firn-operator")
 	other := etcdtest.MakeCerts(t, "stranger")
 	n := startNode(t, e.Endpoints, t.TempDir(), serveTLS(t, certs, true), faultInjection,
-		func(c *server.Config) { c.RollbackRecovery, c.AdminNames = "manual", []string{"firn-operator"} })
+		func(c *core.Config) { c.RollbackRecovery, c.AdminNames = "manual", []string{"firn-operator"} })
 	good := certs.ClientTLS(t)
 	conn := dialGRPC(t, n.node.GRPCAddr(), tlsCreds(good))
 	cli := firnv1.NewIDServiceClient(conn)
@@ -233,7 +233,7 @@ func TestAdminNamesSeparateAdminsFromIDCallers(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	certs := etcdtest.MakeCerts(t, "orders-service")
 	n := startNode(t, e.Endpoints, t.TempDir(), serveTLS(t, certs, true),
-		func(c *server.Config) { c.AdminNames = []string{"firn-operator", "ops.example"} })
+		func(c *core.Config) { c.AdminNames = []string{"firn-operator", "ops.example"} })
 	caller := httpsClient(certs.ClientTLS(t))
 	base := "https://" + n.node.HTTPAddr()
 	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {

@@ -10,7 +10,7 @@ import (
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // The unchecked clock (docs/design.md, Clock policy): a node on an
@@ -24,7 +24,7 @@ import (
 func TestUncheckedClockRefused(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	n := startNode(t, e.Endpoints, t.TempDir(), checkedClock, faultInjection,
-		func(c *server.Config) { c.FaultClockOffset = time.Hour })
+		func(c *core.Config) { c.FaultClockOffset = time.Hour })
 	waitNotServing(t, n.ids, "", 10*time.Second)
 	// The first reading holds it: not STARTING but the cause itself, at
 	// once.
@@ -128,12 +128,12 @@ func TestUncheckedClockAccepted(t *testing.T) {
 	}
 }
 
-// The node's own embedded coordinator (server.Config.PrivateCoordinator,
+// The node's own embedded coordinator (core.Config.PrivateCoordinator,
 // set by `firn serve` when it started the embedded etcd) serves on an
 // unchecked clock without the flag, as before.
 func TestUncheckedClockPrivateCoordinator(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), checkedClock, func(c *server.Config) { c.PrivateCoordinator = true })
+	n := startNode(t, e.Endpoints, t.TempDir(), checkedClock, func(c *core.Config) { c.PrivateCoordinator = true })
 	waitServing(t, n.ids, "", 10*time.Second)
 	resp, err := n.ids.Info(ctx(t), &firnv1.InfoRequest{})
 	if err != nil {

@@ -12,10 +12,10 @@ import (
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/internal/testing/ntptest"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
-func workers(k int) func(*server.Config) { return func(c *server.Config) { c.Workers = k } }
+func workers(k int) func(*core.Config) { return func(c *core.Config) { c.Workers = k } }
 
 // rangeIDs asks NextRange for k IDs and expands the runs, checking that
 // they add up to k and increase.
@@ -119,7 +119,7 @@ func TestWideGenerator(t *testing.T) {
 // says which worker is out, and takes a worker again.
 func TestWideLeaseLossLeavesOthersServing(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), workers(3), func(c *server.Config) {
+	n := startNode(t, e.Endpoints, t.TempDir(), workers(3), func(c *core.Config) {
 		c.Timing.Timeout, c.Timing.ReservationWindow = 500*time.Millisecond, 2500*time.Millisecond
 	})
 	waitServing(t, n.ids, "default", 10*time.Second)
@@ -236,7 +236,7 @@ func TestWideLeaseLossLeavesOthersServing(t *testing.T) {
 func TestWideMembersRejoinServing(t *testing.T) {
 	procs := etcdtest.StartCluster(t, 1)
 	ntp := ntptest.NewServer(t)
-	n := startNode(t, procs.Endpoints(), t.TempDir(), workers(2), ntpServers(time.Second, ntp.Addr()), func(c *server.Config) {
+	n := startNode(t, procs.Endpoints(), t.TempDir(), workers(2), ntpServers(time.Second, ntp.Addr()), func(c *core.Config) {
 		c.Timing.LeaseTTL, c.Timing.Timeout, c.Timing.ReservationWindow = 10*time.Second, 500*time.Millisecond, 2500*time.Millisecond
 	})
 	waitServing(t, n.ids, "default", 10*time.Second)

@@ -15,7 +15,7 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/generator"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // adminFlags are the flags of an admin command that reaches the
@@ -234,7 +234,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	c.register(fs, "", "the generator to bump, as NAME (default: every generator of the cluster); its layout, which gives the time unit and the layout's end, is read from its pin; NAME=LAYOUT is refused when LAYOUT differs from the pin and is needed only for a generator the coordinator has no pin for")
 	by := fs.Duration("by", 0, "after restoring the coordinator from a snapshot: raise every reservation of the generator, and the floor of every worker first used later, by this much (at least the time between the snapshot and the last write before the restore, plus the reservation window; at least the gap a restore marker recorded)")
 	maxLead := fs.Duration("max-lead", 0, "the nodes' --max-lead, to say when they serve again and how far ahead a busy node reserves (0: max(1s, 2 units) per generator)")
-	maxSkew := fs.Duration("max-skew", server.DefaultConfig().MaxPeerSkew, "how far the nodes' clocks may stand ahead of this one (the default is the nodes' default --max-peer-skew): a reservation beyond this clock plus the reservation window, max-lead and this was written by a clock ahead, and the bump refuses, naming the worker and its node, unless --include-ahead")
+	maxSkew := fs.Duration("max-skew", core.DefaultConfig().MaxPeerSkew, "how far the nodes' clocks may stand ahead of this one (the default is the nodes' default --max-peer-skew): a reservation beyond this clock plus the reservation window, max-lead and this was written by a clock ahead, and the bump refuses, naming the worker and its node, unless --include-ahead")
 	includeAhead := fs.Bool("include-ahead", false, "bump also over reservations ahead of this clock (see --max-skew): the generator floor then follows them, and every node of the generator waits for it")
 	if err := c.parse(args[1:], os.Getenv); err != nil {
 		if isHelp(err) {

@@ -154,7 +154,7 @@ func finishServe(t *testing.T, args ...string) error {
 // What the binary checks before the node sees its configuration — the
 // coordinator flags, the listeners' loopback rule, the TLS files, the
 // --generator syntax — is refused naming the flag; what the node checks
-// (server.Config.Finish) too.
+// (core.Config.Finish) too.
 func TestServeConfigRefusals(t *testing.T) {
 	dir := t.TempDir()
 	notPEM := filepath.Join(dir, "ca.pem")

@@ -16,7 +16,7 @@ import (
 	"github.com/firnid/firn/coordinator/embedded"
 	"github.com/firnid/firn/coordinator/etcd"
 	"github.com/firnid/firn/coordinator/zookeeper"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // coordConfig is the coordinator as the flags, the environment and the
@@ -128,11 +128,11 @@ func (c *coordConfig) validate() error {
 		return err
 	}
 	t := c.timing()
-	if err := t.ValidateNamed(server.TimingFlags); err != nil {
+	if err := t.ValidateNamed(core.TimingFlags); err != nil {
 		return timingErr(err)
 	}
 	if len(c.ZooKeeper) > 0 {
-		if err := t.ValidateSession(t.LeaseTTL, "ZooKeeper session timeout (--lease-ttl)", server.TimingFlags); err != nil {
+		if err := t.ValidateSession(t.LeaseTTL, "ZooKeeper session timeout (--lease-ttl)", core.TimingFlags); err != nil {
 			return timingErr(err)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // loopbackRule is the rule, written once, that keeps a listener on
@@ -34,7 +34,7 @@ func (r loopbackRule) check(flag, addr string) error {
 	return flagErr(flag, "%s is not loopback; %s", addr, r.why)
 }
 
-func isLoopbackHost(host string) bool { return server.LoopbackHost(host) }
+func isLoopbackHost(host string) bool { return core.LoopbackHost(host) }
 
 // flagErr is a refused flag value: "--flag: what is wrong and the bound".
 func flagErr(flag, format string, args ...any) error {

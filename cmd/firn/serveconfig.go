@@ -12,17 +12,17 @@ import (
 
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/certfile"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // serveConfig is everything `firn serve` reads from its flags, the FIRN_*
 // environment and the --config file: what the node consumes
-// (server.Config), the coordinator (shared with the admin commands), and
+// (core.Config), the coordinator (shared with the admin commands), and
 // what the binary itself uses (data dir, node name, files, log level, the
 // rules that lift loopback-only listeners). finish turns it into the
-// node's server.Config.
+// node's core.Config.
 type serveConfig struct {
-	node  server.Config
+	node  core.Config
 	coord coordConfig
 
 	// config is the --config file.
@@ -62,9 +62,9 @@ type serveConfig struct {
 var repeatableServeFlags = map[string]bool{"generator": true}
 
 // defaultServeConfig returns the defaults of `firn serve`: the node's own
-// (server.DefaultConfig) and those of the binary.
+// (core.DefaultConfig) and those of the binary.
 func defaultServeConfig() serveConfig {
-	node := server.DefaultConfig()
+	node := core.DefaultConfig()
 	b := readBuild()
 	node.Version, node.Revision, node.Modified = b.Version, b.Revision, b.Modified
 	return serveConfig{
@@ -139,10 +139,10 @@ func serveFlagNames() map[string]bool {
 
 // finish checks what the binary owns (data dir, listeners' loopback rule,
 // TLS files, the coordinator flags), turns the flags into the node's
-// configuration, and has the node validate the rest (server.Config.Finish);
+// configuration, and has the node validate the rest (core.Config.Finish);
 // now is the clock reading layouts are validated against. Every refusal
 // names the flag.
-func (sc *serveConfig) finish(now time.Time) (server.Config, error) {
+func (sc *serveConfig) finish(now time.Time) (core.Config, error) {
 	c := sc.node
 	switch w := sc.workers; {
 	case w == "auto":
@@ -181,7 +181,7 @@ func (sc *serveConfig) finish(now time.Time) (server.Config, error) {
 		if err != nil {
 			return c, flagErr("generator", "%s: %v", name, err)
 		}
-		c.Generators = append(c.Generators, server.GeneratorConfig{Name: name, Layout: l})
+		c.Generators = append(c.Generators, core.GeneratorConfig{Name: name, Layout: l})
 	}
 	if !sc.ntpRequiredSet {
 		c.NTPRequired = len(c.NTP) > 0

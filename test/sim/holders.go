@@ -12,7 +12,7 @@ import (
 // The holder-interval check. Each holder logs the interval it serves —
 // "holder interval opened" with its floor, "holder interval closed" with
 // its floor, the reservation it had acknowledged and the highest time it
-// issued (server/holder.go) — and the simulator reads those events as they
+// issued (server/core/holder.go) — and the simulator reads those events as they
 // are written. A holder's IDs lie above its floor and at or below what it
 // acknowledged, and the intervals (floor, highest] of one worker's holders
 // never overlap, whichever node held them (docs/design.md, Invariants).

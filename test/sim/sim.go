@@ -1,5 +1,5 @@
 // Package sim runs whole firn nodes — the real holders, generators, ring
-// buffers, clock policy and serving states (server.Core) — on the memory
+// buffers, clock policy and serving states (core.Core) — on the memory
 // coordinator, with fake NTP sources and injected clocks, through a fault
 // schedule drawn from a seed, and checks firn's promises while it runs:
 //
@@ -57,8 +57,8 @@ import (
 	"github.com/firnid/firn/coordinator/memory"
 	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
-	"github.com/firnid/firn/server"
 	"github.com/firnid/firn/server/admission"
+	"github.com/firnid/firn/server/core"
 )
 
 // Options configure one run.
@@ -313,7 +313,7 @@ type node struct {
 
 	mu      sync.Mutex
 	client  *memory.Client
-	core    *server.Core
+	core    *core.Core
 	ntp     *fakeNTP
 	up      bool
 	frozen  bool
@@ -352,14 +352,14 @@ func (n *node) startNode(wipe bool) error {
 		n.dir = fmt.Sprintf("%s/%s-%d", w.dir, n.name, n.life)
 	}
 	n.life++
-	cfg := server.DefaultConfig()
+	cfg := core.DefaultConfig()
 	cfg.Cluster = "sim"
 	cfg.RingSize = 1024
 	// A coarser freshness tick (a quarter of max-staleness) than the
 	// default's 25 ms: the ring's filler wakes on it while it holds IDs,
 	// and those wake-ups are most of a run's events.
 	cfg.MaxStaleness = time.Second
-	cfg.Generators = []server.GeneratorConfig{{Name: generatorName, Layout: w.layout}}
+	cfg.Generators = []core.GeneratorConfig{{Name: generatorName, Layout: w.layout}}
 	cfg.Workers = w.workers
 	if w.ntp {
 		cfg.NTP = []string{"127.0.0.1:123"}
@@ -397,31 +397,31 @@ func (n *node) startNode(wipe bool) error {
 	n.client = w.store.Connect(n.clock)
 	info := coordinator.NodeInfo{Name: n.name, InstanceID: st.InstanceID(), Address: n.name + ":7300", StartTime: wall}
 	log := slog.New(&holderLog{w: w, node: n.name, next: w.log.Handler()}).With("node", n.name)
-	opts := []server.CoreOption{server.WithCoreLogger(log)}
+	opts := []core.Option{core.WithLogger(log)}
 	if w.ntp {
-		opts = append(opts, server.WithNTPRunner(func(report func(clockguard.NTPResult, error)) (server.NTPRunner, error) {
+		opts = append(opts, core.WithNTPRunner(func(report func(clockguard.NTPResult, error)) (core.NTPRunner, error) {
 			n.ntp = &fakeNTP{n: n, report: report, trigger: make(chan struct{}, 1)}
 			return n.ntp, nil
 		}))
 	}
-	core, err := server.NewCore(cfg, n.client, st, n.clock, info, opts...)
+	nc, err := core.New(cfg, n.client, st, n.clock, info, opts...)
 	if err != nil {
 		n.client.Close()
 		return err
 	}
 	hist := &stateLog{}
-	if err := hist.watch(core); err != nil {
+	if err := hist.watch(nc); err != nil {
 		n.client.Close()
 		return err
 	}
-	if err := core.Start(); err != nil {
+	if err := nc.Start(); err != nil {
 		return err
 	}
-	n.core, n.up, n.frozen = core, true, false
+	n.core, n.up, n.frozen = nc, true, false
 	n.stop = make(chan struct{})
 	for c := range 2 {
 		n.callers.Add(1)
-		go n.caller(fmt.Sprintf("%s/%d/c%d", n.name, n.life, c), core, hist, n.stop, n.life)
+		go n.caller(fmt.Sprintf("%s/%d/c%d", n.name, n.life, c), nc, hist, n.stop, n.life)
 	}
 	return nil
 }
@@ -435,19 +435,19 @@ func (n *node) stopNode(graceful bool) {
 	}
 	n.up = false
 	close(n.stop)
-	core, client, frozen := n.core, n.client, n.frozen
+	nc, client, frozen := n.core, n.client, n.frozen
 	n.mu.Unlock()
 	if frozen {
 		client.Thaw()
 	}
 	n.callers.Wait()
 	if graceful {
-		core.Stop()
+		nc.Stop()
 		client.Close()
 		return
 	}
 	client.Kill()
-	core.Crash()
+	nc.Crash()
 	client.Close()
 }
 
@@ -457,7 +457,7 @@ func (n *node) stopNode(graceful bool) {
 // max_batch, NextRange of exactly max_range and of sizes between the
 // admission queue's bound and max_range — and some ask NextRange for the
 // ordinary counts: one caller's IDs increase across both.
-func (n *node) caller(id string, core *server.Core, hist *stateLog, stop <-chan struct{}, life int) {
+func (n *node) caller(id string, nc *core.Core, hist *stateLog, stop <-chan struct{}, life int) {
 	defer n.callers.Done()
 	w := n.w
 	var last uint64
@@ -468,7 +468,7 @@ func (n *node) caller(id string, core *server.Core, hist *stateLog, stop <-chan 
 	h := fnv.New64a()
 	h.Write([]byte(id))
 	xr := rand.New(rand.NewSource(w.o.Seed*104729 ^ int64(h.Sum64()>>1)))
-	st, err := core.Status(generatorName)
+	st, err := nc.Status(generatorName)
 	if err != nil {
 		w.violate("%s: Status: %v", id, err)
 		return
@@ -476,7 +476,7 @@ func (n *node) caller(id string, core *server.Core, hist *stateLog, stop <-chan 
 	maxBatch, maxRange := st.MaxBatch, st.MaxRange
 	// The admission queue's bound (--max-queue of the widest output, at
 	// least one max batch: Config.MaxQueueFor).
-	queueBound := uint64(max(int64(w.layout.Rate()*float64(w.workers)*server.DefaultConfig().MaxQueue.Seconds()), int64(maxBatch)))
+	queueBound := uint64(max(int64(w.layout.Rate()*float64(w.workers)*core.DefaultConfig().MaxQueue.Seconds()), int64(maxBatch)))
 	var buf []uint64   // reused: received keeps pieces, not the slice
 	var pieces []piece // reused
 	var cut piecer
@@ -528,7 +528,7 @@ func (n *node) caller(id string, core *server.Core, hist *stateLog, stop <-chan 
 		// The states of the call: from mark on, what its transitions
 		// record; pre, the state it starts in.
 		mark := hist.mark()
-		pre, err := core.StateSnapshot(generatorName)
+		pre, err := nc.StateSnapshot(generatorName)
 		if err != nil {
 			w.violate("%s: StateSnapshot: %v", id, err)
 			return
@@ -544,13 +544,13 @@ func (n *node) caller(id string, core *server.Core, hist *stateLog, stop <-chan 
 		var runs []generator.Run
 		var dst []uint64
 		if ranged {
-			runs, err = core.NextRange(ctx, generatorName, count)
+			runs, err = nc.NextRange(ctx, generatorName, count)
 		} else {
 			if uint64(cap(buf)) < count {
 				buf = make([]uint64, count)
 			}
 			dst = buf[:count]
-			err = core.NextIDs(ctx, generatorName, dst)
+			err = nc.NextIDs(ctx, generatorName, dst)
 		}
 		took := time.Since(began)
 		cancel()
@@ -570,7 +570,7 @@ func (n *node) caller(id string, core *server.Core, hist *stateLog, stop <-chan 
 		w.mu.Unlock()
 		if err != nil {
 			n.checkRefusal(refusal{who: id, what: what, err: err, took: took, frozen: frozenNow || frozen, up: upNow,
-				bound: bound, idle: idle, core: core, hist: hist, pre: entryOf(pre), mark: mark})
+				bound: bound, idle: idle, core: nc, hist: hist, pre: entryOf(pre), mark: mark})
 			continue
 		}
 		if took > bound && !frozenNow {
@@ -619,7 +619,7 @@ type refusal struct {
 	idle bool
 	// The generator's states: pre, read just before the call, and those
 	// recorded in hist from mark on.
-	core *server.Core
+	core *core.Core
 	hist *stateLog
 	pre  stateEntry
 	mark int
@@ -642,9 +642,9 @@ func (n *node) checkRefusal(r refusal) {
 		return // a stopped process's calls say nothing
 	}
 	id, err := r.who, r.err
-	var ns *server.NotServingError
+	var ns *core.NotServingError
 	var ov *admission.OverloadedError
-	var bad *server.RequestError
+	var bad *core.RequestError
 	switch {
 	case errors.As(err, &ns):
 		if strings.TrimSpace(ns.Reason) == "" {
@@ -681,7 +681,7 @@ func (n *node) checkRefusal(r refusal) {
 
 // checkHeld requires a refusal "not serving" to name a cause the
 // generator's state held during the call: its code and its reason.
-func (n *node) checkHeld(r refusal, ns *server.NotServingError) {
+func (n *node) checkHeld(r refusal, ns *core.NotServingError) {
 	w := n.w
 	states := r.hist.callStates(r.core, r.pre, r.mark, 1000)
 	if servedThroughout(states) {
@@ -824,13 +824,13 @@ func (w *world) settle() {
 	deadline := time.Now().Add(bound)
 	for _, n := range w.nodes {
 		n.mu.Lock()
-		up, core := n.up, n.core
+		up, nc := n.up, n.core
 		n.mu.Unlock()
 		if !up {
 			continue
 		}
 		for {
-			st, _ := core.Status(generatorName)
+			st, _ := nc.Status(generatorName)
 			if st.Serving {
 				break
 			}

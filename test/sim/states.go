@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/server"
+	"github.com/firnid/firn/server/core"
 )
 
 // The refusal check. Each node life records its generator's serving
@@ -56,10 +56,10 @@ type stateLog struct {
 	entries []stateEntry
 }
 
-// watch records every transition of core's generator.
-func (h *stateLog) watch(core *server.Core) error {
-	_, err := core.Watch(generatorName, func(tr clockguard.Transition) {
-		sn, err := core.StateSnapshot(generatorName)
+// watch records every transition of nc's generator.
+func (h *stateLog) watch(nc *core.Core) error {
+	_, err := nc.Watch(generatorName, func(tr clockguard.Transition) {
+		sn, err := nc.StateSnapshot(generatorName)
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if err == nil && sn.State == tr.To && sn.Reason == tr.Reason {
@@ -107,8 +107,8 @@ func (h *stateLog) caughtUp(sn clockguard.Snapshot) bool {
 // callStates are the states of one call: the one read just before it,
 // those recorded while it ran, and the one read after its answer, once
 // the deliveries of the changes before that reading are in.
-func (h *stateLog) callStates(core *server.Core, pre stateEntry, mark int, spins int) []stateEntry {
-	post, err := core.StateSnapshot(generatorName)
+func (h *stateLog) callStates(nc *core.Core, pre stateEntry, mark int, spins int) []stateEntry {
+	post, err := nc.StateSnapshot(generatorName)
 	for i := 0; i < spins && err == nil && !h.caughtUp(post); i++ {
 		runtime.Gosched()
 	}

@@ -1,4 +1,4 @@
-package server
+package core
 
 import (
 	"crypto/tls"
@@ -40,7 +40,7 @@ type GeneratorConfig struct {
 // refusals name the `firn serve` flag of the field at fault.
 //
 // The coordinator a node runs on, its data dir and its name are given to
-// New (or NewCore) already opened: choosing and opening them is the
+// server.New or New already opened: choosing and opening them is the
 // caller's (cmd/firn's coordinator opener).
 type Config struct {
 	// GRPCAddr and HTTPAddr are the listeners (host:port; port 0 picks a

@@ -1,4 +1,4 @@
-package server
+package core
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 // loss (docs/design.md, Why duplicates cannot happen; Liveness rules). One
 // lease and the generator built for it are a holding, for life.
 type holder struct {
-	rt    *genRuntime
+	rt    *Generator
 	coord coordinator.Coordinator
 	// journal is rt's data-dir journal (Core.journalFor).
 	journal coordinator.Journal
@@ -75,7 +75,7 @@ type holderMetrics struct {
 	restores *prometheus.CounterVec
 }
 
-func newHolderMetrics(gens []*genRuntime) holderMetrics {
+func newHolderMetrics(gens []*Generator) holderMetrics {
 	m := holderMetrics{
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "firn_coordinator_operation_duration_seconds",
 			Help:    "Latency of coordinator operations.",

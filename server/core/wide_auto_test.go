@@ -1,4 +1,4 @@
-package server
+package core
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 func TestAutoWorkers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l, _ := generator.Preset("snowflake")
-		rt := &genRuntime{cfg: GeneratorConfig{Name: "g", Layout: l}, maxWorkers: 5, auto: true}
+		rt := &Generator{cfg: GeneratorConfig{Name: "g", Layout: l}, maxWorkers: 5, auto: true}
 		rt.wantW.Store(1)
 		var grew []int
 		grow := func(k int) {

@@ -1,4 +1,4 @@
-package server
+package core
 
 import (
 	"context"
@@ -43,7 +43,7 @@ type leaseState interface {
 
 // directState is a single-worker generator's leaseState: the serving
 // state and the ring, directly.
-type directState struct{ rt *genRuntime }
+type directState struct{ rt *Generator }
 
 func (d directState) SetCause(src clockguard.Source, reason string, det clockguard.Detail) {
 	d.rt.state.SetCause(src, reason, det)
@@ -71,7 +71,7 @@ func (d directState) leave(h *holding) {
 
 // member is one holder of a wide generator, and its lease's state.
 type member struct {
-	rt     *genRuntime
+	rt     *Generator
 	hd     *holder
 	slot   int    // creation order: the first member is slot 0
 	cancel func() // stops the holder (releasing its lease)
@@ -139,7 +139,7 @@ var leaseSources = []clockguard.Source{clockguard.SourceLease, clockguard.Source
 // syncMembers makes the generator's source and serving state follow its
 // members: the Wide's members are the serving holdings; the generator
 // serves while one does, and otherwise carries the first member's reason.
-func (rt *genRuntime) syncMembers() {
+func (rt *Generator) syncMembers() {
 	rt.wmu.Lock()
 	defer rt.wmu.Unlock()
 	var live []*holding
@@ -257,7 +257,7 @@ func sameHoldings(a, b []*holding) bool {
 // setLive publishes the serving holdings; held is the first of them.
 // Admission and the fair share's turns are sized for them: a generator
 // serving one of its sixteen workers queues and turns one worker's share.
-func (rt *genRuntime) setLive(hs []*holding) {
+func (rt *Generator) setLive(hs []*holding) {
 	rt.live.Store(&hs)
 	if k := max(len(hs), 1); rt.fair != nil {
 		l := rt.cfg.Layout
@@ -272,18 +272,18 @@ func (rt *genRuntime) setLive(hs []*holding) {
 
 // liveHoldings are the holdings serving the generator's source,
 // ascending by worker.
-func (rt *genRuntime) liveHoldings() []*holding {
+func (rt *Generator) liveHoldings() []*holding {
 	if p := rt.live.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-// lead is how far the generator's logical time stands ahead of wall: the
+// Lead is how far the generator's logical time stands ahead of wall: the
 // largest of its holdings' and of the last ID its Wide source issued (a
 // worker that issued it may have left; the order rests on it still) —
 // false when it holds none.
-func (rt *genRuntime) lead(wall time.Time) (time.Duration, bool) {
+func (rt *Generator) Lead(wall time.Time) (time.Duration, bool) {
 	hs := rt.liveHoldings()
 	if len(hs) == 0 {
 		return 0, false
@@ -302,7 +302,7 @@ func (rt *genRuntime) lead(wall time.Time) (time.Duration, bool) {
 
 // countInUse records, per generator, how many worker slots have a live
 // owner in the cluster (firn_worker_ids_in_use): one beat per live owner.
-func countInUse(gens []*genRuntime, beats []coordinator.PeerBeat) {
+func countInUse(gens []*Generator, beats []coordinator.PeerBeat) {
 	live := map[string]map[coordinator.Slot]bool{}
 	for _, b := range beats {
 		if live[b.Generator] == nil {
@@ -316,14 +316,14 @@ func countInUse(gens []*genRuntime, beats []coordinator.PeerBeat) {
 }
 
 // policyGen is a generator as the clock policy sees it.
-type policyGen struct{ rt *genRuntime }
+type policyGen struct{ rt *Generator }
 
 func (g policyGen) Name() string                    { return g.rt.cfg.Name }
 func (g policyGen) State() *clockguard.ServingState { return g.rt.state }
 func (g policyGen) MaxLead() time.Duration          { return g.rt.cfg.MaxLead }
 func (g policyGen) Layout() generator.Layout        { return g.rt.cfg.Layout }
 func (g policyGen) Lead(wall time.Time) (time.Duration, bool) {
-	return g.rt.lead(wall)
+	return g.rt.Lead(wall)
 }
 func (g policyGen) Wake() { g.rt.wakeAll() }
 func (g policyGen) WriteNow() {
@@ -338,7 +338,7 @@ func (g policyGen) ConfirmClock() {
 }
 
 // wakeAll makes every wait in the generator's source re-read the clock.
-func (rt *genRuntime) wakeAll() {
+func (rt *Generator) wakeAll() {
 	for _, h := range rt.liveHoldings() {
 		h.gen.Wake()
 	}
@@ -347,9 +347,9 @@ func (rt *genRuntime) wakeAll() {
 	}
 }
 
-// capacity is what the generator produces at most, in IDs/s: the layout's
+// Capacity is what the generator produces at most, in IDs/s: the layout's
 // rate for each worker serving (one while it serves none).
-func (rt *genRuntime) capacity() float64 {
+func (rt *Generator) Capacity() float64 {
 	return rt.cfg.Layout.Rate() * float64(max(len(rt.liveHoldings()), 1))
 }
 
@@ -367,7 +367,7 @@ type WorkersStatus struct {
 	Degraded string
 }
 
-func (rt *genRuntime) workersStatus() WorkersStatus {
+func (rt *Generator) workersStatus() WorkersStatus {
 	ws := WorkersStatus{Wanted: int(rt.wantW.Load()), Max: rt.maxWorkers, Auto: rt.auto}
 	for _, h := range rt.liveHoldings() {
 		ws.Workers = append(ws.Workers, h.gen.Datacenter()*rt.cfg.Layout.WorkerLimit()+h.gen.Worker())
@@ -382,7 +382,7 @@ func (rt *genRuntime) workersStatus() WorkersStatus {
 // acquisition to the end of the holding: an acquisition never takes one
 // (coordinator.Spec.Held), so two holders of one node never hold one
 // worker, even while one of them has not yet noticed its lease ended.
-func (rt *genRuntime) heldSlots() map[coordinator.Slot]bool {
+func (rt *Generator) heldSlots() map[coordinator.Slot]bool {
 	rt.wmu.Lock()
 	defer rt.wmu.Unlock()
 	if len(rt.slots) == 0 {
@@ -396,7 +396,7 @@ func (rt *genRuntime) heldSlots() map[coordinator.Slot]bool {
 }
 
 // holdSlot records that a holder took (on) or gave up a slot.
-func (rt *genRuntime) holdSlot(s coordinator.Slot, on bool) {
+func (rt *Generator) holdSlot(s coordinator.Slot, on bool) {
 	rt.wmu.Lock()
 	defer rt.wmu.Unlock()
 	if on {
@@ -410,10 +410,10 @@ func (rt *genRuntime) holdSlot(s coordinator.Slot, on bool) {
 }
 
 // isWide: the generator may hold more than one worker.
-func (rt *genRuntime) isWide() bool { return rt.maxWorkers > 1 || rt.auto }
+func (rt *Generator) isWide() bool { return rt.maxWorkers > 1 || rt.auto }
 
 // dropMembers stops the n newest members: each releases its lease.
-func (rt *genRuntime) dropMembers(n int) {
+func (rt *Generator) dropMembers(n int) {
 	rt.wmu.Lock()
 	ms := rt.members[max(len(rt.members)-n, 1):]
 	var cancels []func()
@@ -431,7 +431,7 @@ func (rt *genRuntime) dropMembers(n int) {
 // issueRuns returns n IDs as runs of consecutive IDs, increasing: what
 // the ring holds first (as issue would hand it out), then the source's
 // output in turns of the fair share, without an ID per slot.
-func (rt *genRuntime) issueRuns(ctx context.Context, n uint64) ([]generator.Run, error) {
+func (rt *Generator) issueRuns(ctx context.Context, n uint64) ([]generator.Run, error) {
 	f, err := rt.enter(ctx, int(n))
 	if err != nil {
 		return nil, err
@@ -505,7 +505,7 @@ func (rt *genRuntime) issueRuns(ctx context.Context, n uint64) ([]generator.Run,
 }
 
 // issueSmall is issue for a request the ring serves.
-func (rt *genRuntime) issueSmall(ctx context.Context, n int) ([]uint64, error) {
+func (rt *Generator) issueSmall(ctx context.Context, n int) ([]uint64, error) {
 	dst := make([]uint64, n)
 	if err := rt.fill(ctx, nil, dst); err != nil {
 		return nil, err
@@ -537,7 +537,7 @@ func appendIDRuns(runs []generator.Run, ids []uint64) []generator.Run {
 // produce, it doubles them (up to --max-workers: saturated, the rate says
 // only that demand is at least the capacity); once the rate has fitted in
 // fewer workers for autoIdle, it releases the extras, down to one.
-func (rt *genRuntime) autoWorkers(ctx context.Context, clock clockguard.Clock, add func(n int), remove func(n int)) {
+func (rt *Generator) autoWorkers(ctx context.Context, clock clockguard.Clock, add func(n int), remove func(n int)) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	per := rt.cfg.Layout.Rate()
@@ -551,7 +551,7 @@ func (rt *genRuntime) autoWorkers(ctx context.Context, clock clockguard.Clock, a
 		case <-t.C:
 		}
 		_, mono := clock.Now()
-		r := rt.recentRate(mono)
+		r := rt.RecentRate(mono)
 		rt.wmu.Lock()
 		n := len(rt.members)
 		rt.wmu.Unlock()

@@ -1,4 +1,4 @@
-package server
+package core
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
@@ -33,8 +35,8 @@ type Core struct {
 	log      *slog.Logger
 	nodeInfo coordinator.NodeInfo
 
-	gens   []*genRuntime
-	byName map[string]*genRuntime
+	gens   []*Generator
+	byName map[string]*Generator
 
 	policy *clockpolicy.Policy
 	hm     holderMetrics
@@ -63,146 +65,40 @@ type NTPRunner interface {
 	Trigger()
 }
 
-// CoreOption configures optional collaborators of a Core.
-type CoreOption func(*Core)
+// Option configures optional collaborators of a Core.
+type Option func(*Core)
 
-// WithCoreLogger sets the core's logger (default slog.Default()).
-func WithCoreLogger(l *slog.Logger) CoreOption { return func(c *Core) { c.log = l } }
+// WithLogger sets the core's logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *Core) { c.log = l } }
 
 // WithNTPRunner replaces the NTP checker of --ntp (which queries its
 // servers over UDP) with the runner newNTP builds; its verdicts go to
 // report. Used when --ntp is set.
-func WithNTPRunner(newNTP func(report func(clockguard.NTPResult, error)) (NTPRunner, error)) CoreOption {
+func WithNTPRunner(newNTP func(report func(clockguard.NTPResult, error)) (NTPRunner, error)) Option {
 	return func(c *Core) { c.newNTP = newNTP }
 }
 
 // WithJournalWrap wraps each generator's data-dir journal in what wrap
 // returns: to observe the writes a node fsyncs before each reservation,
 // or to stall or fail them.
-func WithJournalWrap(wrap func(coordinator.Journal) coordinator.Journal) CoreOption {
+func WithJournalWrap(wrap func(coordinator.Journal) coordinator.Journal) Option {
 	return func(c *Core) { c.wrapJournal = wrap }
 }
 
-// NewCore builds a node's core — generators, holders, clock policy — over
+// New builds a node's core — generators, holders, clock policy — over
 // a coordinator, the data-dir state and a clock, with no listener: for
 // embedding firn in a process of one's own, and for the simulator. cfg must
 // have passed Finish. Start runs it; Stop ends it, releasing its leases;
 // Crash ends it as a killed process would, leaving them to expire.
-func NewCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clockguard.Clock, info coordinator.NodeInfo, opts ...CoreOption) (*Core, error) {
-	c, err := newCore(cfg, coord, st, clock, info, slog.Default(), opts...)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// Start runs the core; see start.
-func (c *Core) Start() error { return c.start() }
-
-// Stop drains the core (every generator refuses at once with "shutting
-// down") and ends it: the holders release their leases, lowering each
-// reservation to the highest time produced.
-func (c *Core) Stop() {
-	c.drain("shutting down")
-	c.stop()
-}
-
-// Crash ends the core as a killed process would: nothing is released and
-// nothing more is written (leases are left to expire), and the data dir
-// keeps what it had.
-func (c *Core) Crash() {
-	c.crashed.Store(true)
-	c.drain("crashed")
-	c.stop()
-}
-
-// The requests for IDs, one method per kind, which the gRPC and HTTP APIs
-// (and programs embedding a Core) call: each looks the generator up ("" is
-// the default), checks the count against the generator's bound, and
-// issues — increasing, refused at once with the cause when the generator
-// does not serve.
-
-// NextID returns one ID of the named generator.
-func (c *Core) NextID(ctx context.Context, generator string) (uint64, error) {
-	rt, err := c.lookup(generator)
-	if err != nil {
-		return 0, err
-	}
-	return rt.issueOne(ctx)
-}
-
-// IDs returns count IDs of the named generator; count runs from 1 to the
-// generator's max_batch (GeneratorStatus.MaxBatch).
-func (c *Core) IDs(ctx context.Context, generator string, count int64) ([]uint64, error) {
-	rt, err := c.forBatch(generator, count)
-	if err != nil {
-		return nil, err
-	}
-	return rt.issueN(ctx, int(count))
-}
-
-// NextIDs is IDs into dst: len(dst) IDs, in a buffer the caller keeps.
-func (c *Core) NextIDs(ctx context.Context, generator string, dst []uint64) error {
-	rt, err := c.forBatch(generator, int64(len(dst)))
-	if err != nil {
-		return err
-	}
-	return rt.issue(ctx, dst)
-}
-
-// NextRange returns count IDs of the named generator as runs of
-// consecutive IDs: the same IDs, in the same order, IDs would return;
-// count runs from 1 to the generator's max_range
-// (GeneratorStatus.MaxRange).
-func (c *Core) NextRange(ctx context.Context, generator string, count uint64) ([]generator.Run, error) {
-	rt, err := c.lookup(generator)
-	if err != nil {
-		return nil, err
-	}
-	if count < 1 || count > rt.maxRange {
-		return nil, badField("count", strconv.FormatUint(count, 10), fmt.Sprintf("[1, %d]", rt.maxRange),
-			"count %d outside [1, %d] for generator %q (sequence per unit × units in max-lead × workers)", count, rt.maxRange, rt.cfg.Name)
-	}
-	return rt.issueRuns(ctx, count)
-}
-
-// forBatch looks the named generator up and checks a batch's count
-// against its max_batch: what a request for count IDs checks before it
-// issues (and all that an HTTP HEAD does).
-func (c *Core) forBatch(generator string, count int64) (*genRuntime, error) {
-	rt, err := c.lookup(generator)
-	if err != nil {
-		return nil, err
-	}
-	if count < 1 || count > int64(rt.maxBatch) {
-		return nil, badField("count", strconv.FormatInt(count, 10), fmt.Sprintf("[1, %d]", rt.maxBatch),
-			"count %d outside [1, %d] for generator %q (min(--max-batch, sequence per unit × units in max-lead))",
-			count, rt.maxBatch, rt.cfg.Name)
-	}
-	return rt, nil
-}
-
-// Status is a snapshot of one generator ("" is the default), as Info and
-// the status page show it.
-func (c *Core) Status(generator string) (GeneratorStatus, error) {
-	rt, err := c.lookup(generator)
-	if err != nil {
-		return GeneratorStatus{}, err
-	}
-	wall, _ := c.clock.Now()
-	return rt.status(wall), nil
-}
-
-// newCore builds the core's generators; log is its logger.
-func newCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clockguard.Clock, info coordinator.NodeInfo, log *slog.Logger, opts ...CoreOption) (*Core, error) {
+func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clockguard.Clock, info coordinator.NodeInfo, opts ...Option) (*Core, error) {
 	if len(cfg.Generators) == 0 {
 		return nil, fmt.Errorf("%w: no generators (call Config.Finish)", ErrConfig)
 	}
-	c := &Core{cfg: cfg, coord: coord, local: st, clock: clock, log: log, nodeInfo: info, byName: map[string]*genRuntime{}}
+	c := &Core{cfg: cfg, coord: coord, local: st, clock: clock, log: slog.Default(), nodeInfo: info, byName: map[string]*Generator{}}
 	for _, o := range opts {
 		o(c)
 	}
-	log = c.log
+	log := c.log
 	for i, gc := range cfg.Generators {
 		ring, err := ringbuffer.New(ringbuffer.Config{Size: cfg.RingSize, MaxStaleness: gc.MaxStaleness, Clock: clock})
 		if err != nil {
@@ -218,7 +114,7 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock
 		// takes the source's hold (docs/design.md, Liveness rules).
 		wide := generator.NewWide(gc.Layout, clock, gc.MaxLead)
 		wide.Hold(true)
-		rt := &genRuntime{
+		rt := &Generator{
 			cfg:       gc,
 			clock:     clock,
 			local:     lg,
@@ -264,15 +160,131 @@ func newCore(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock
 	for _, rt := range c.gens {
 		rt.policy = c.policy
 		// A generator leaving serving ends every wait for a turn: the
-		// waiters are refused with the cause.
+		// waiters are refused with the cause. Every transition is an event
+		// of its status.
 		rt.state.Subscribe(func(t clockguard.Transition) {
 			if t.From == clockguard.StateServing && t.To != clockguard.StateServing {
 				rt.fair.Interrupt()
 			}
+			rt.recordEvent(Event{At: t.At, From: t.From.String(), To: t.To.String(), Reason: t.Reason})
 		})
 	}
 	return c, nil
 }
+
+// Start runs the core; see start.
+func (c *Core) Start() error { return c.start() }
+
+// Stop drains the core (every generator refuses at once with "shutting
+// down") and ends it: the holders release their leases, lowering each
+// reservation to the highest time produced.
+func (c *Core) Stop() {
+	c.Drain("shutting down")
+	c.stop()
+}
+
+// Crash ends the core as a killed process would: nothing is released and
+// nothing more is written (leases are left to expire), and the data dir
+// keeps what it had.
+func (c *Core) Crash() {
+	c.crashed.Store(true)
+	c.Drain("crashed")
+	c.stop()
+}
+
+// The requests for IDs, one method per kind, which the gRPC and HTTP APIs
+// (and programs embedding a Core) call: each looks the generator up ("" is
+// the default), checks the count against the generator's bound, and
+// issues — increasing, refused at once with the cause when the generator
+// does not serve.
+
+// NextID returns one ID of the named generator.
+func (c *Core) NextID(ctx context.Context, generator string) (uint64, error) {
+	rt, err := c.Lookup(generator)
+	if err != nil {
+		return 0, err
+	}
+	return rt.issueOne(ctx)
+}
+
+// IDs returns count IDs of the named generator; count runs from 1 to the
+// generator's max_batch (GeneratorStatus.MaxBatch).
+func (c *Core) IDs(ctx context.Context, generator string, count int64) ([]uint64, error) {
+	rt, err := c.CheckBatch(generator, count)
+	if err != nil {
+		return nil, err
+	}
+	return rt.issueN(ctx, int(count))
+}
+
+// NextIDs is IDs into dst: len(dst) IDs, in a buffer the caller keeps.
+func (c *Core) NextIDs(ctx context.Context, generator string, dst []uint64) error {
+	rt, err := c.CheckBatch(generator, int64(len(dst)))
+	if err != nil {
+		return err
+	}
+	return rt.issue(ctx, dst)
+}
+
+// NextRange returns count IDs of the named generator as runs of
+// consecutive IDs: the same IDs, in the same order, IDs would return;
+// count runs from 1 to the generator's max_range
+// (GeneratorStatus.MaxRange).
+func (c *Core) NextRange(ctx context.Context, generator string, count uint64) ([]generator.Run, error) {
+	rt, err := c.Lookup(generator)
+	if err != nil {
+		return nil, err
+	}
+	if count < 1 || count > rt.maxRange {
+		return nil, BadField("count", strconv.FormatUint(count, 10), fmt.Sprintf("[1, %d]", rt.maxRange),
+			"count %d outside [1, %d] for generator %q (sequence per unit × units in max-lead × workers)", count, rt.maxRange, rt.cfg.Name)
+	}
+	return rt.issueRuns(ctx, count)
+}
+
+// CheckBatch looks the named generator up and checks a batch's count
+// against its max_batch: what a request for count IDs checks before it
+// issues (and all that an HTTP HEAD does).
+func (c *Core) CheckBatch(generator string, count int64) (*Generator, error) {
+	rt, err := c.Lookup(generator)
+	if err != nil {
+		return nil, err
+	}
+	if count < 1 || count > int64(rt.maxBatch) {
+		return nil, BadField("count", strconv.FormatInt(count, 10), fmt.Sprintf("[1, %d]", rt.maxBatch),
+			"count %d outside [1, %d] for generator %q (min(--max-batch, sequence per unit × units in max-lead))",
+			count, rt.maxBatch, rt.cfg.Name)
+	}
+	return rt, nil
+}
+
+// Status is a snapshot of one generator ("" is the default), as Info and
+// the status page show it.
+func (c *Core) Status(generator string) (GeneratorStatus, error) {
+	rt, err := c.Lookup(generator)
+	if err != nil {
+		return GeneratorStatus{}, err
+	}
+	wall, _ := c.clock.Now()
+	return rt.Status(wall), nil
+}
+
+// Generators are the node's generators, the default first.
+func (c *Core) Generators() []*Generator { return c.gens }
+
+// Policy is the node's clock policy, for what the transports show of it.
+func (c *Core) Policy() *clockpolicy.Policy { return c.policy }
+
+// Collectors are the core's own metrics (the holders'), for the node to
+// register.
+func (c *Core) Collectors() []prometheus.Collector { return c.hm.collectors() }
+
+// NodeInfo is what the node writes in its owner records.
+func (c *Core) NodeInfo() coordinator.NodeInfo { return c.nodeInfo }
+
+// SetAddress records the node's bound gRPC address in its owner records;
+// before Start.
+func (c *Core) SetAddress(addr string) { c.nodeInfo.Address = addr }
 
 // uncheckedWhy is why a node with cfg serves on an unchecked clock, ""
 // when it does not (clockpolicy.Config.UncheckedWhy).
@@ -286,8 +298,8 @@ func uncheckedWhy(cfg Config) string {
 	return ""
 }
 
-// lookup finds a generator; "" is the default.
-func (c *Core) lookup(name string) (*genRuntime, error) {
+// Lookup finds a generator; "" is the default.
+func (c *Core) Lookup(name string) (*Generator, error) {
 	if name == "" {
 		return c.gens[0], nil
 	}
@@ -297,7 +309,7 @@ func (c *Core) lookup(name string) (*genRuntime, error) {
 		for _, g := range c.gens {
 			names = append(names, g.cfg.Name)
 		}
-		return nil, &unknownGeneratorError{name: echo(name), known: strings.Join(names, ",")}
+		return nil, &UnknownGeneratorError{Name: Echo(name), Known: strings.Join(names, ",")}
 	}
 	return rt, nil
 }
@@ -372,7 +384,7 @@ func (c *Core) start() error {
 }
 
 // newHolder is a holder of one worker lease of rt.
-func (c *Core) newHolder(rt *genRuntime) *holder {
+func (c *Core) newHolder(rt *Generator) *holder {
 	return &holder{rt: rt, coord: c.coord, journal: c.journalFor(rt), clock: c.clock, policy: c.policy, log: c.log, m: c.hm, node: c.nodeInfo, crashed: &c.crashed,
 		cfg: holderConfig{Datacenter: c.cfg.Datacenter, ReservationWindow: c.cfg.Timing.ReservationWindow,
 			RefreshInterval: c.cfg.Timing.RefreshInterval, CoordinatorTimeout: c.cfg.Timing.Timeout,
@@ -381,7 +393,7 @@ func (c *Core) newHolder(rt *genRuntime) *holder {
 
 // newMember adds a holder to wide generator rt, with a context of its
 // own under ctx (cancelling it releases the lease: dropMembers).
-func (c *Core) newMember(ctx context.Context, rt *genRuntime) *member {
+func (c *Core) newMember(ctx context.Context, rt *Generator) *member {
 	hd := c.newHolder(rt)
 	mctx, cancel := context.WithCancel(ctx)
 	rt.wmu.Lock()
@@ -469,9 +481,9 @@ func (c *Core) peerLoop(ctx context.Context) {
 	}
 }
 
-// drain takes every generator out of service for good (shutdown began):
+// Drain takes every generator out of service for good (shutdown began):
 // calls waiting in one are refused with the reason at once.
-func (c *Core) drain(reason string) {
+func (c *Core) Drain(reason string) {
 	for _, rt := range c.gens {
 		rt.state.Drain(reason)
 	}
@@ -499,7 +511,7 @@ func (c *Core) stop() {
 // Resume ends a manual-recovery hold (POST /admin/resume) and reports
 // whether the generator was held; a generator not held is left alone.
 func (c *Core) Resume(generatorName string) (bool, error) {
-	rt, err := c.lookup(generatorName)
+	rt, err := c.Lookup(generatorName)
 	if err != nil {
 		return false, err
 	}

@@ -1,4 +1,4 @@
-package server
+package core
 
 import (
 	"context"
@@ -75,7 +75,7 @@ func runBounded(ctx context.Context, f func() error) error {
 
 // journalFor is the data-dir journal of one generator, wrapped as
 // WithJournalWrap asks.
-func (c *Core) journalFor(rt *genRuntime) coordinator.Journal {
+func (c *Core) journalFor(rt *Generator) coordinator.Journal {
 	if c.wrapJournal != nil {
 		return c.wrapJournal(rt.local)
 	}

@@ -1,4 +1,4 @@
-package server
+package core
 
 import (
 	"context"
@@ -18,10 +18,10 @@ import (
 	"github.com/firnid/firn/server/clockpolicy"
 )
 
-// genRuntime is one named generator of the node: its serving state, its
+// Generator is one named generator of the node: its serving state, its
 // ring buffer (for the node's life; Reset on each new lease) and the
 // current holding.
-type genRuntime struct {
+type Generator struct {
 	cfg       GeneratorConfig
 	clock     clockguard.Clock
 	local     *datadir.Gen // the data-dir record of this generator
@@ -64,17 +64,17 @@ type genRuntime struct {
 	policy  *clockpolicy.Policy
 	stepped func()
 
-	mu     sync.Mutex
-	events []event // recent state changes, newest last
-	// hist is the last two minutes of rate and lead, for the status page.
-	hist       history
+	mu         sync.Mutex
+	events     []Event // recent state changes, newest last
 	rateHave   bool
 	rateAt     time.Duration // monotonic reading of the rate sample
 	rateIssued uint64
 	rate       float64
 }
 
-type event struct {
+// Event is one change of a generator's serving state, for the status
+// page.
+type Event struct {
 	At     time.Time
 	From   string
 	To     string
@@ -83,19 +83,49 @@ type event struct {
 
 const maxEvents = 20
 
-// slotsPerWorker is how many slots share one worker value: the datacenter
+// The generator as the transports read it: its name, definition and
+// serving state, the figures of Status, and what the metrics and the
+// status page show beside them.
+
+// Name is the generator's name.
+func (rt *Generator) Name() string { return rt.cfg.Name }
+
+// Config is the generator's definition.
+func (rt *Generator) Config() GeneratorConfig { return rt.cfg }
+
+// State is the generator's serving state.
+func (rt *Generator) State() *clockguard.ServingState { return rt.state }
+
+// IsDefault reports whether the generator is the node's default (the
+// first), which a request naming none is served from.
+func (rt *Generator) IsDefault() bool { return rt.isDefault }
+
+// MaxBatch is the most IDs one batch request may ask for.
+func (rt *Generator) MaxBatch() int { return rt.maxBatch }
+
+// Fair is the generator's admission: its queue and the requests it shed.
+func (rt *Generator) Fair() *admission.FairShare { return rt.fair }
+
+// Issued is how many IDs the generator has issued since the node started.
+func (rt *Generator) Issued() uint64 { return rt.issued.Load() }
+
+// InUse is how many worker slots of the generator had a live owner in the
+// cluster at the last reading of the peers' heartbeats.
+func (rt *Generator) InUse() int64 { return rt.inUse.Load() }
+
+// SlotsPerWorker is how many slots share one worker value: the datacenter
 // values, unless the datacenter is fixed.
-func (rt *genRuntime) slotsPerWorker() uint64 {
+func (rt *Generator) SlotsPerWorker() uint64 {
 	if rt.datacenterFixed {
 		return 1
 	}
 	return rt.cfg.Layout.DatacenterLimit()
 }
 
-// recentRate is the issue rate (IDs/s) over the last few seconds, given
+// RecentRate is the issue rate (IDs/s) over the last few seconds, given
 // the node clock's monotonic reading: a sample is kept and replaced once it
 // is 2 s old.
-func (rt *genRuntime) recentRate(mono time.Duration) float64 {
+func (rt *Generator) RecentRate(mono time.Duration) float64 {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	now := rt.issued.Load()
@@ -110,7 +140,7 @@ func (rt *genRuntime) recentRate(mono time.Duration) float64 {
 	return rt.rate
 }
 
-func (rt *genRuntime) recordEvent(e event) {
+func (rt *Generator) recordEvent(e Event) {
 	rt.mu.Lock()
 	rt.events = append(rt.events, e)
 	if len(rt.events) > maxEvents {
@@ -119,16 +149,16 @@ func (rt *genRuntime) recordEvent(e event) {
 	rt.mu.Unlock()
 }
 
-func (rt *genRuntime) recentEvents() []event {
+func (rt *Generator) recentEvents() []Event {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return append([]event(nil), rt.events...)
+	return append([]Event(nil), rt.events...)
 }
 
 // admit enters n IDs of the caller's flow in the generator's queue, or
 // refuses at once (admission.FairShare.Admit).
-func (rt *genRuntime) admit(ctx context.Context, n int) (*admission.Flow, error) {
-	f, err := rt.fair.Admit(ctx, admission.FlowKey(ctx), n, rt.capacity())
+func (rt *Generator) admit(ctx context.Context, n int) (*admission.Flow, error) {
+	f, err := rt.fair.Admit(ctx, admission.FlowKey(ctx), n, rt.Capacity())
 	if err != nil {
 		err.(*admission.OverloadedError).Generator = rt.cfg.Name
 		return nil, err
@@ -137,14 +167,14 @@ func (rt *genRuntime) admit(ctx context.Context, n int) (*admission.Flow, error)
 }
 
 // limit spends n IDs of the caller's --client-rate.
-func (rt *genRuntime) limit(ctx context.Context, n int) error {
+func (rt *Generator) limit(ctx context.Context, n int) error {
 	wait, ok := rt.limits.Take(admission.FlowKey(ctx), n)
 	if ok {
 		return nil
 	}
 	if wait < 0 {
 		b := rt.limits.Burst()
-		return badField("count", strconv.Itoa(n), fmt.Sprintf("[1, %d]", b),
+		return BadField("count", strconv.Itoa(n), fmt.Sprintf("[1, %d]", b),
 			"count %d exceeds --client-burst %d of generator %q: it could never pass --client-rate", n, b, rt.cfg.Name)
 	}
 	rt.fair.NoteShed(admission.ShedClientRate)
@@ -157,7 +187,7 @@ func (rt *genRuntime) limit(ctx context.Context, n int) error {
 // caller never sees the ring's ErrEmpty and never an ID older than one it
 // got before from this node. A request the ring cannot fill goes through
 // admission first.
-func (rt *genRuntime) issue(ctx context.Context, dst []uint64) error {
+func (rt *Generator) issue(ctx context.Context, dst []uint64) error {
 	f, err := rt.enter(ctx, len(dst))
 	if err != nil {
 		return err
@@ -167,7 +197,7 @@ func (rt *genRuntime) issue(ctx context.Context, dst []uint64) error {
 
 // issueN is issue into a new slice of n, made only once the request is
 // admitted: a refusal costs no allocation.
-func (rt *genRuntime) issueN(ctx context.Context, n int) ([]uint64, error) {
+func (rt *Generator) issueN(ctx context.Context, n int) ([]uint64, error) {
 	f, err := rt.enter(ctx, n)
 	if err != nil {
 		return nil, err
@@ -183,7 +213,7 @@ func (rt *genRuntime) issueN(ctx context.Context, n int) ([]uint64, error) {
 // caller's --client-rate and, when the ring cannot fill it or it is larger
 // than one turn, admission (f non-nil: its IDs are in the queue until fill
 // returns).
-func (rt *genRuntime) enter(ctx context.Context, n int) (f *admission.Flow, err error) {
+func (rt *Generator) enter(ctx context.Context, n int) (f *admission.Flow, err error) {
 	if err := rt.refusal(); err != nil {
 		return nil, err
 	}
@@ -199,7 +229,7 @@ func (rt *genRuntime) enter(ctx context.Context, n int) (f *admission.Flow, err 
 }
 
 // fill is issue once entered.
-func (rt *genRuntime) fill(ctx context.Context, f *admission.Flow, dst []uint64) error {
+func (rt *Generator) fill(ctx context.Context, f *admission.Flow, dst []uint64) error {
 	if f != nil {
 		defer rt.fair.Leave(f, len(dst))
 	}
@@ -226,7 +256,7 @@ func (rt *genRuntime) fill(ctx context.Context, f *admission.Flow, dst []uint64)
 }
 
 // issueOne is issue for a single ID without a slice.
-func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
+func (rt *Generator) issueOne(ctx context.Context) (uint64, error) {
 	if err := rt.refusal(); err != nil {
 		return 0, err
 	}
@@ -258,7 +288,7 @@ func (rt *genRuntime) issueOne(ctx context.Context) (uint64, error) {
 // turn (or the filler's lock), and it leaves the last unit of the lead to
 // the small calls (generator.TryBulk), so that a single ID asked beside a
 // flood waits for the turn in progress, not for the clock.
-func (rt *genRuntime) generateFair(ctx context.Context, f *admission.Flow, dst []uint64) error {
+func (rt *Generator) generateFair(ctx context.Context, f *admission.Flow, dst []uint64) error {
 	bulk := len(dst) > rt.fair.Turn()
 	var tries sourceTries
 	for n := 0; n < len(dst); {
@@ -303,7 +333,7 @@ func (rt *genRuntime) generateFair(ctx context.Context, f *admission.Flow, dst [
 // (generator.Hold) the moment its state leaves serving. A forward step the
 // generator refused goes to the clock policy first, and the call is tried
 // once more if the generator still serves (sourceErr).
-func (rt *genRuntime) generate(ctx context.Context, dst []uint64, tries *sourceTries) (int, error) {
+func (rt *Generator) generate(ctx context.Context, dst []uint64, tries *sourceTries) (int, error) {
 	for {
 		n, err := rt.ring.Generate(ctx, dst)
 		if err == nil {
@@ -331,7 +361,7 @@ const maxHeldRetries = 3
 // refused goes to the clock policy first and, when nothing was produced
 // and no step was retried before, is tried again if the generator still
 // serves.
-func (rt *genRuntime) sourceErr(err error, produced bool, t *sourceTries) (retry bool, _ error) {
+func (rt *Generator) sourceErr(err error, produced bool, t *sourceTries) (retry bool, _ error) {
 	if errors.Is(err, generator.ErrHeld) {
 		if err := rt.refusal(); err != nil {
 			return false, err
@@ -357,7 +387,7 @@ func (rt *genRuntime) sourceErr(err error, produced bool, t *sourceTries) (retry
 // refusal is the call's refusal while the generator does not serve, with
 // the cause its state holds (one snapshot decides both); nil while it
 // serves.
-func (rt *genRuntime) refusal() error {
+func (rt *Generator) refusal() error {
 	r := rt.state.Snapshot().Refusal()
 	if r.Code == "" {
 		return nil
@@ -395,14 +425,14 @@ type GeneratorStatus struct {
 	MaxBatch        int
 	Issued          uint64
 	Ring            ringbuffer.Stats
-	Events          []event
+	Events          []Event
 	LayoutEnd       time.Time
 	MaxRange        uint64
 	// Wide: the workers the generator holds.
 	Wide WorkersStatus
 }
 
-func (rt *genRuntime) status(wall time.Time) GeneratorStatus {
+func (rt *Generator) Status(wall time.Time) GeneratorStatus {
 	s := GeneratorStatus{
 		Name:            rt.cfg.Name,
 		Layout:          rt.cfg.Layout.String(),
