@@ -222,36 +222,9 @@ func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, e
 	skipTo := int64(-1)
 	for got < want {
 		if w.idx >= len(w.members) {
-			if w.seqShift != 0 && w.passIssued && w.seq < w.maxSeq {
-				// SeqNode: every member had its turn at seq; the next
-				// sequence value, from the first member.
-				w.seq, w.idx, w.passIssued = w.seq+1, 0, false
-				continue
+			if wt, stop := w.passEnded(&empty, &skipTo); stop {
+				return got, wt, nil
 			}
-			if w.served {
-				// Every member is done with this unit: the next one. The
-				// members' lead checks stop the cursor at the lead limit.
-				w.moveTo(w.cur + 1)
-				continue
-			}
-			empty++
-			switch {
-			case len(w.members) == 0 || empty > 2:
-				// No member (or none that can serve): wait for a change
-				// of members, a raise or a Wake.
-				return got, wait{kind: waitReservation, need: w.cur}, nil
-			case skipTo > w.cur:
-				// Every member that could serve here has its floor ahead
-				// (it joined late) or waits for its reservation: go to
-				// the first unit one of them accepts, as peek does, so
-				// that AwaitBulk never returns while this issues nothing.
-				w.moveTo(skipTo)
-			case w.waitRes:
-				return got, wait{kind: waitReservation, need: w.cur}, nil
-			default:
-				w.moveTo(w.cur + 1)
-			}
-			skipTo = -1
 			continue
 		}
 		most := want - got
@@ -317,6 +290,45 @@ func (w *Wide) produce(s *sink, want uint64, lead int64) (got uint64, wt wait, e
 		}
 	}
 	return got, wait{}, nil
+}
+
+// passEnded moves on once every member had its turn at the cursor: to
+// the next sequence value (SeqNode), to the next unit once one issued
+// here, else — a pass that issued nothing, counted in empty — to the
+// first unit a member that could serve accepts (skipTo), or it stops with
+// what to wait for.
+func (w *Wide) passEnded(empty *int, skipTo *int64) (wt wait, stop bool) {
+	if w.seqShift != 0 && w.passIssued && w.seq < w.maxSeq {
+		// SeqNode: every member had its turn at seq; the next sequence
+		// value, from the first member.
+		w.seq, w.idx, w.passIssued = w.seq+1, 0, false
+		return wait{}, false
+	}
+	if w.served {
+		// Every member is done with this unit: the next one. The
+		// members' lead checks stop the cursor at the lead limit.
+		w.moveTo(w.cur + 1)
+		return wait{}, false
+	}
+	*empty++
+	switch {
+	case len(w.members) == 0 || *empty > 2:
+		// No member (or none that can serve): wait for a change of
+		// members, a raise or a Wake.
+		return wait{kind: waitReservation, need: w.cur}, true
+	case *skipTo > w.cur:
+		// Every member that could serve here has its floor ahead (it
+		// joined late) or waits for its reservation: go to the first unit
+		// one of them accepts, as peek does, so that AwaitBulk never
+		// returns while this issues nothing.
+		w.moveTo(*skipTo)
+	case w.waitRes:
+		return wait{kind: waitReservation, need: w.cur}, true
+	default:
+		w.moveTo(w.cur + 1)
+	}
+	*skipTo = -1
+	return wait{}, false
 }
 
 // moveTo starts unit u.

@@ -119,36 +119,15 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 	} else if ev != nil {
 		return &scanned{marker: ev}, nil
 	}
-	data, st, err := c.get(ctx, p.pin())
-	if errors.Is(err, zk.ErrNoNode) {
-		want := coordinator.NewPin(spec)
-		b, _ := json.Marshal(want)
-		err := c.create(ctx, p.pin(), b, zk.FlagPersistent)
-		switch {
-		case err == nil:
-			c.log.Info("generator pinned", "generator", spec.Generator, "layout", spec.Layout,
-				"datacenter", spec.Datacenter, "incarnation", want.Incarnation)
-		case errors.Is(err, zk.ErrNodeExists):
-		case errors.Is(err, zk.ErrNoNode):
-			c.forgetGenerator(p) // its nodes were deleted behind our back
-			return nil, coordinator.ErrRescan
-		default:
-			return nil, unavailable("create pin", err)
-		}
-		return nil, coordinator.ErrRescan
-	}
+	s, err := c.readPin(ctx, p, spec)
 	if err != nil {
-		return nil, unavailable("read pin", err)
-	}
-	s := &scanned{pinVersion: st.Version, owners: map[string]ownerState{}, reserved: map[string]bool{}}
-	if err := json.Unmarshal(data, &s.pin); err != nil {
-		return nil, fmt.Errorf("zookeeper: pin %s is not readable: %w", p.pin(), err)
+		return nil, err
 	}
 	if s.pin.Check(spec) != nil {
 		return s, nil // the plan refuses it: nothing more needs reading
 	}
 
-	data, st, err = c.get(ctx, p.cursor())
+	data, st, err := c.get(ctx, p.cursor())
 	if errors.Is(err, zk.ErrNoNode) {
 		if err := c.create(ctx, p.cursor(), encodeValue(0), zk.FlagPersistent); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return nil, unavailable("create cursor", err)
@@ -184,13 +163,53 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 	}
 	s.floorVer = st.Version
 
-	names, err := c.children(ctx, p.owners())
+	if err := c.readOwners(ctx, p, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// readPin reads the generator's pin into a new scanned; it creates the pin
+// when absent (of two first nodes exactly one wins) and asks for a rescan.
+func (c *Coordinator) readPin(ctx context.Context, p paths, spec coordinator.Spec) (*scanned, error) {
+	data, st, err := c.get(ctx, p.pin())
 	if errors.Is(err, zk.ErrNoNode) {
-		c.forgetGenerator(p)
+		want := coordinator.NewPin(spec)
+		b, _ := json.Marshal(want)
+		err := c.create(ctx, p.pin(), b, zk.FlagPersistent)
+		switch {
+		case err == nil:
+			c.log.Info("generator pinned", "generator", spec.Generator, "layout", spec.Layout,
+				"datacenter", spec.Datacenter, "incarnation", want.Incarnation)
+		case errors.Is(err, zk.ErrNodeExists):
+		case errors.Is(err, zk.ErrNoNode):
+			c.forgetGenerator(p) // its nodes were deleted behind our back
+			return nil, coordinator.ErrRescan
+		default:
+			return nil, unavailable("create pin", err)
+		}
 		return nil, coordinator.ErrRescan
 	}
 	if err != nil {
-		return nil, unavailable("list owners", err)
+		return nil, unavailable("read pin", err)
+	}
+	s := &scanned{pinVersion: st.Version, owners: map[string]ownerState{}, reserved: map[string]bool{}}
+	if err := json.Unmarshal(data, &s.pin); err != nil {
+		return nil, fmt.Errorf("zookeeper: pin %s is not readable: %w", p.pin(), err)
+	}
+	return s, nil
+}
+
+// readOwners reads the generator's live owners into s (an orphan, left by
+// an ended session, is dropped) and the names of its reservation nodes.
+func (c *Coordinator) readOwners(ctx context.Context, p paths, s *scanned) error {
+	names, err := c.children(ctx, p.owners())
+	if errors.Is(err, zk.ErrNoNode) {
+		c.forgetGenerator(p)
+		return coordinator.ErrRescan
+	}
+	if err != nil {
+		return unavailable("list owners", err)
 	}
 	sort.Strings(names)
 	for _, name := range names {
@@ -199,7 +218,7 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 			continue
 		}
 		if err != nil {
-			return nil, unavailable("read owner", err)
+			return unavailable("read owner", err)
 		}
 		if c.dropOrphan(ctx, p.owners()+"/"+name, d, st) {
 			continue
@@ -209,12 +228,12 @@ func (c *Coordinator) scan(ctx context.Context, p paths, spec coordinator.Spec) 
 	}
 	res, err := c.children(ctx, p.reservations())
 	if err != nil {
-		return nil, unavailable("list reservations", err)
+		return unavailable("list reservations", err)
 	}
 	for _, name := range res {
 		s.reserved[name] = true
 	}
-	return s, nil
+	return nil
 }
 
 type candidate struct {

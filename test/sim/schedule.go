@@ -104,9 +104,7 @@ func (w *world) plan() *schedule {
 // fault adds one fault at time at, and says how long it lasts.
 func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Duration {
 	r := w.rng
-	add := func(at time.Duration, what string, do func(*world)) {
-		s.actions = append(s.actions, action{at: at, what: what, do: do})
-	}
+	add := s.add
 	dur := time.Duration(1+r.Intn(20)) * time.Second
 	switch kind {
 	case 0, 1, 2: // a clock step, then back
@@ -152,38 +150,7 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 		add(at, fmt.Sprintf("the next %d write replies are lost", k), func(w *world) { w.store.Faults().LoseReplies(memory.OpWrites, k) })
 		dur = 0
 	case 8: // a restore to a snapshot taken earlier, then the operator's bump
-		gap := time.Duration(2+r.Intn(20)) * time.Second
-		var snap *memory.Snapshot
-		add(at, "snapshot of the coordinator", func(w *world) { snap = w.store.Snapshot() })
-		// A fresh node (an empty data dir) reaches the restored
-		// coordinator right after the restore, before any holder noticed
-		// it: a worker taken since the snapshot looks free to it. Its
-		// take must start above anything the worker's holder may have
-		// issued (docs/design.md, Restarts, shutdown, restores).
-		fresh := w.freshNode()
-		add(at+gap, fmt.Sprintf("coordinator restored to the snapshot of %v ago; %s starts with an empty data dir", gap, fresh.name), func(w *world) {
-			w.store.Restore(snap)
-			w.mu.Lock()
-			w.restores++
-			w.restoredAt = time.Now()
-			w.mu.Unlock()
-			w.nodes = append(w.nodes, fresh)
-			if err := fresh.startNode(false); err != nil {
-				w.violate("%s: start: %v", fresh.name, err)
-			}
-		})
-		// It stays (to the settle, where every node must serve) now and
-		// then when the layout has workers to spare, else it ends later,
-		// killed or stopped.
-		if w.layout.WorkerLimit()*w.layout.DatacenterLimit() < 64 || w.xr.Intn(5) != 0 {
-			end := gap + time.Duration(5+w.xr.Intn(40))*time.Second
-			kill := w.xr.Intn(2) == 0
-			add(at+end, fmt.Sprintf("%s stopped (killed: %v)", fresh.name, kill), func(*world) { fresh.stopNode(!kill) })
-		}
-		by := gap + 6*time.Second
-		add(at+gap+time.Duration(r.Intn(3000))*time.Millisecond, fmt.Sprintf("operator bumps by %v", by), func(w *world) { w.bump(by) })
-		dur = gap + 10*time.Second
-		add(at+dur, "operator bumps any marker left", func(w *world) { w.bumpMarkers() })
+		dur = s.restore(w, at)
 	case 9: // frozen past its lease TTL, then thawed
 		dur = time.Duration(2+r.Intn(10)) * time.Second
 		add(at, fmt.Sprintf("%s frozen", n.name), func(*world) { n.freeze(true) })
@@ -198,23 +165,7 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 			}
 		})
 	case 13: // a zombie: frozen while a replacement takes its worker back, then thawed
-		add(at, fmt.Sprintf("%s frozen; a replacement starts on its data dir", n.name), func(*world) { n.freeze(true) })
-		rep := &node{w: w, name: n.name + "'", dir: "", clock: n.clock}
-		add(at+2500*time.Millisecond, fmt.Sprintf("%s' starts on %s's data dir (takes its worker back)", n.name, n.name), func(w *world) {
-			n.mu.Lock()
-			up, dir := n.up, n.dir
-			n.mu.Unlock()
-			if !up {
-				return
-			}
-			rep.dir = dir
-			if err := rep.startNode(false); err != nil {
-				w.violate("%s: start: %v", rep.name, err)
-			}
-		})
-		add(at+3500*time.Millisecond, fmt.Sprintf("%s thawed (a zombie beside %s')", n.name, n.name), func(*world) { n.freeze(false) })
-		dur = 10 * time.Second
-		add(at+dur, fmt.Sprintf("%s' killed", n.name), func(*world) { rep.stopNode(false) })
+		dur = s.zombie(w, at, n)
 	case 11: // a burst of large batches
 		add(at, fmt.Sprintf("%s callers burst", n.name), func(*world) { n.set(func() { n.burst = true }) })
 		add(at+dur, fmt.Sprintf("%s callers calm", n.name), func(*world) { n.set(func() { n.burst = false }) })
@@ -234,6 +185,74 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 		}
 	}
 	return dur
+}
+
+// restore schedules a restore of the coordinator to a snapshot taken at
+// at, a fresh node started on it, and the operator's bump; it returns how
+// long the fault lasts.
+func (s *schedule) restore(w *world, at time.Duration) time.Duration {
+	r := w.rng
+	gap := time.Duration(2+r.Intn(20)) * time.Second
+	var snap *memory.Snapshot
+	s.add(at, "snapshot of the coordinator", func(w *world) { snap = w.store.Snapshot() })
+	// A fresh node (an empty data dir) reaches the restored
+	// coordinator right after the restore, before any holder noticed
+	// it: a worker taken since the snapshot looks free to it. Its
+	// take must start above anything the worker's holder may have
+	// issued (docs/design.md, Restarts, shutdown, restores).
+	fresh := w.freshNode()
+	s.add(at+gap, fmt.Sprintf("coordinator restored to the snapshot of %v ago; %s starts with an empty data dir", gap, fresh.name), func(w *world) {
+		w.store.Restore(snap)
+		w.mu.Lock()
+		w.restores++
+		w.restoredAt = time.Now()
+		w.mu.Unlock()
+		w.nodes = append(w.nodes, fresh)
+		if err := fresh.startNode(false); err != nil {
+			w.violate("%s: start: %v", fresh.name, err)
+		}
+	})
+	// It stays (to the settle, where every node must serve) now and
+	// then when the layout has workers to spare, else it ends later,
+	// killed or stopped.
+	if w.layout.WorkerLimit()*w.layout.DatacenterLimit() < 64 || w.xr.Intn(5) != 0 {
+		end := gap + time.Duration(5+w.xr.Intn(40))*time.Second
+		kill := w.xr.Intn(2) == 0
+		s.add(at+end, fmt.Sprintf("%s stopped (killed: %v)", fresh.name, kill), func(*world) { fresh.stopNode(!kill) })
+	}
+	by := gap + 6*time.Second
+	s.add(at+gap+time.Duration(r.Intn(3000))*time.Millisecond, fmt.Sprintf("operator bumps by %v", by), func(w *world) { w.bump(by) })
+	dur := gap + 10*time.Second
+	s.add(at+dur, "operator bumps any marker left", func(w *world) { w.bumpMarkers() })
+	return dur
+}
+
+// zombie schedules n frozen while a replacement on its data dir takes its
+// worker back, then thawed beside it; it returns how long the fault lasts.
+func (s *schedule) zombie(w *world, at time.Duration, n *node) time.Duration {
+	s.add(at, fmt.Sprintf("%s frozen; a replacement starts on its data dir", n.name), func(*world) { n.freeze(true) })
+	rep := &node{w: w, name: n.name + "'", dir: "", clock: n.clock}
+	s.add(at+2500*time.Millisecond, fmt.Sprintf("%s' starts on %s's data dir (takes its worker back)", n.name, n.name), func(w *world) {
+		n.mu.Lock()
+		up, dir := n.up, n.dir
+		n.mu.Unlock()
+		if !up {
+			return
+		}
+		rep.dir = dir
+		if err := rep.startNode(false); err != nil {
+			w.violate("%s: start: %v", rep.name, err)
+		}
+	})
+	s.add(at+3500*time.Millisecond, fmt.Sprintf("%s thawed (a zombie beside %s')", n.name, n.name), func(*world) { n.freeze(false) })
+	dur := 10 * time.Second
+	s.add(at+dur, fmt.Sprintf("%s' killed", n.name), func(*world) { rep.stopNode(false) })
+	return dur
+}
+
+// add schedules do at at.
+func (s *schedule) add(at time.Duration, what string, do func(*world)) {
+	s.actions = append(s.actions, action{at: at, what: what, do: do})
 }
 
 // run plays the schedule in (virtual) time.

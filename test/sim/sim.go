@@ -496,28 +496,7 @@ func (n *node) caller(id string, nc *core.Core, hist *stateLog, stop <-chan stru
 		if paused || frozen {
 			continue
 		}
-		count := uint64([]int{1, 1, 10, 100, 1000}[rng.Intn(5)])
-		if burst {
-			count = 4096
-		}
-		// One call in 200 asks for a size Info advertises, one in 13 for
-		// the ordinary counts as a range.
-		ranged := false
-		switch k := xr.Intn(800); {
-		case k == 0:
-			count = uint64(maxBatch)
-		case k == 1:
-			count = 1 + uint64(xr.Intn(maxBatch))
-		case k == 2:
-			count, ranged = maxRange, true
-		case k == 3:
-			count, ranged = maxRange, true
-			if queueBound+1 < maxRange {
-				count = queueBound + 1 + uint64(xr.Int63n(int64(maxRange-queueBound-1)))
-			}
-		case k < 64:
-			ranged = true
-		}
+		count, ranged := callShape(rng, xr, burst, maxBatch, maxRange, queueBound)
 		what := fmt.Sprintf("NextIDs(%d)", count)
 		if ranged {
 			what = fmt.Sprintf("NextRange(%d)", count)
@@ -533,11 +512,7 @@ func (n *node) caller(id string, nc *core.Core, hist *stateLog, stop <-chan stru
 			w.violate("%s: StateSnapshot: %v", id, err)
 			return
 		}
-		n.mu.Lock()
-		others, starts := n.inflight, n.starts
-		n.inflight++
-		n.starts++
-		n.mu.Unlock()
+		others, starts := n.callBegins()
 		bound := answerBound + w.production(count)
 		ctx, cancel := context.WithTimeout(context.Background(), callDeadline+w.production(count))
 		began := time.Now()
@@ -554,20 +529,8 @@ func (n *node) caller(id string, nc *core.Core, hist *stateLog, stop <-chan stru
 		}
 		took := time.Since(began)
 		cancel()
-		n.mu.Lock()
-		n.inflight--
-		// Idle: no other call of this node's callers was in flight at any
-		// moment of this one, so nothing else was queued.
-		idle := others == 0 && n.starts == starts+1
-		frozenNow, upNow := n.frozen, n.up
-		n.mu.Unlock()
-		w.mu.Lock()
-		w.calls++
-		// A holder's reservation acknowledged before a restore stands
-		// above what the restored coordinator shows until the holder's
-		// next write (a second) finds it out.
-		restored := w.restores != epoch || (!w.restoredAt.IsZero() && time.Since(w.restoredAt) < 5*time.Second)
-		w.mu.Unlock()
+		idle, frozenNow, upNow := n.callEnds(others, starts)
+		restored := w.callDone(epoch)
 		if err != nil {
 			n.checkRefusal(refusal{who: id, what: what, err: err, took: took, frozen: frozenNow || frozen, up: upNow,
 				bound: bound, idle: idle, core: nc, hist: hist, pre: entryOf(pre), mark: mark})
@@ -578,35 +541,109 @@ func (n *node) caller(id string, nc *core.Core, hist *stateLog, stop <-chan stru
 		}
 		pieces = pieces[:0]
 		if ranged {
-			got := uint64(0)
-			bad := false
-			for _, r := range runs {
-				if (r.Count == 0 || r.First <= last) && !bad {
-					bad = true
-					w.violate("%s: %s: run of %d from %d after ID %d (not increasing per caller)", id, what, r.Count, r.First, last)
-				}
-				if r.Count > 0 {
-					last = r.First + r.Count - 1
-				}
-				got += r.Count
-			}
-			if got != count {
-				w.violate("%s: %s returned %d IDs", id, what, got)
-			}
+			last = w.checkRuns(id, what, last, count, runs)
 			pieces = w.shape.runPieces(&cut, pieces, runs)
 		} else {
-			for _, x := range dst {
-				if x <= last {
-					w.violate("%s: %s: ID %d after %d (not increasing per caller)", id, what, x, last)
-					break
-				}
-				last = x
-			}
-			last = max(last, dst[len(dst)-1])
+			last = w.checkIDs(id, what, last, dst)
 			pieces = w.shape.idPieces(&cut, pieces, dst)
 		}
 		w.received(id, pieces, restored)
 	}
+}
+
+// callBegins counts a call of the node's callers in flight; it returns
+// how many others were, and how many had begun before it.
+func (n *node) callBegins() (others int, starts uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	others, starts = n.inflight, n.starts
+	n.inflight++
+	n.starts++
+	return others, starts
+}
+
+// callEnds counts the call out (callBegins' others and starts): idle when
+// no other call of the node's callers was in flight at any moment of it,
+// so nothing else was queued; and whether the node is frozen and up now.
+func (n *node) callEnds(others int, starts uint64) (idle, frozen, up bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.inflight--
+	return others == 0 && n.starts == starts+1, n.frozen, n.up
+}
+
+// callDone counts a call answered; restored is whether a restore of the
+// coordinator happened since epoch (w.restores when the call began) or
+// less than 5 s ago: a holder's reservation acknowledged before it stands
+// above what the restored coordinator shows until the holder's next write
+// (a second) finds it out.
+func (w *world) callDone(epoch int) (restored bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls++
+	return w.restores != epoch || (!w.restoredAt.IsZero() && time.Since(w.restoredAt) < 5*time.Second)
+}
+
+// callShape draws one call's count and whether it asks NextRange: 1 to
+// 1000 IDs (4096 in a burst) from rng; from xr, one call in 200 asks for
+// a size Info advertises (max_batch, up to max_batch, max_range, between
+// the queue bound and max_range), one in 13 for the ordinary counts as a
+// range.
+func callShape(rng, xr *rand.Rand, burst bool, maxBatch int, maxRange, queueBound uint64) (count uint64, ranged bool) {
+	count = uint64([]int{1, 1, 10, 100, 1000}[rng.Intn(5)])
+	if burst {
+		count = 4096
+	}
+	switch k := xr.Intn(800); {
+	case k == 0:
+		count = uint64(maxBatch)
+	case k == 1:
+		count = 1 + uint64(xr.Intn(maxBatch))
+	case k == 2:
+		count, ranged = maxRange, true
+	case k == 3:
+		count, ranged = maxRange, true
+		if queueBound+1 < maxRange {
+			count = queueBound + 1 + uint64(xr.Int63n(int64(maxRange-queueBound-1)))
+		}
+	case k < 64:
+		ranged = true
+	}
+	return count, ranged
+}
+
+// checkRuns checks one NextRange answer of caller id: count IDs, every
+// run above the caller's last ID before it; it returns the new last.
+func (w *world) checkRuns(id, what string, last, count uint64, runs []generator.Run) uint64 {
+	got := uint64(0)
+	bad := false
+	for _, r := range runs {
+		if (r.Count == 0 || r.First <= last) && !bad {
+			bad = true
+			w.violate("%s: %s: run of %d from %d after ID %d (not increasing per caller)", id, what, r.Count, r.First, last)
+		}
+		if r.Count > 0 {
+			last = r.First + r.Count - 1
+		}
+		got += r.Count
+	}
+	if got != count {
+		w.violate("%s: %s returned %d IDs", id, what, got)
+	}
+	return last
+}
+
+// checkIDs checks one NextIDs answer of caller id: increasing, above the
+// caller's last ID before it; it returns the new last.
+func (w *world) checkIDs(id, what string, last uint64, dst []uint64) uint64 {
+	for _, x := range dst {
+		if x <= last {
+			w.violate("%s: %s: ID %d after %d (not increasing per caller)", id, what, x, last)
+			break
+		}
+		last = x
+	}
+	return max(last, dst[len(dst)-1])
 }
 
 // refusal is one failed call, with what its check needs.
