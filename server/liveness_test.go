@@ -258,8 +258,22 @@ func TestForwardStepAmongPeers(t *testing.T) {
 	for _, x := range []*tnode{a, b, c} {
 		waitServing(t, x.ids, "", 10*time.Second)
 	}
-	// Heartbeats flow once a second; let every node see the other two.
-	time.Sleep(2500 * time.Millisecond)
+	// Heartbeats flow once a second: every node must count the other two
+	// in its peer check before the step.
+	for _, x := range []*tnode{a, b, c} {
+		for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+			resp, err := x.ids.Info(ctx(t), &firnv1.InfoRequest{})
+			if err != nil {
+				t.Fatalf("Info: %v", err)
+			}
+			if strings.Contains(resp.GetClockCheck(), "3 live nodes") {
+				break
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("a node never counted three live nodes: clock check %q", resp.GetClockCheck())
+			}
+		}
+	}
 	load := startShortCalls(a.ids, 3, time.Second)
 	defer load.finish()
 	load.await(t, 6)
@@ -298,7 +312,7 @@ func TestCoordinatorFreezeRefusesBeforeExpiry(t *testing.T) {
 	waitServing(t, n.ids, "", 10*time.Second)
 	load := startShortCalls(n.ids, 3, 500*time.Millisecond)
 	defer load.finish()
-	time.Sleep(1500 * time.Millisecond)
+	load.await(t, 6)
 	until := n.genInfo(t, "").GetReservedUntil().AsTime()
 
 	procs.Members[0].Freeze(t)
