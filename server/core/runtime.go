@@ -401,7 +401,7 @@ func (rt *Generator) refusal() error {
 	return e
 }
 
-// Info is a snapshot of one generator for Info, /readyz and the status
+// GeneratorStatus is a snapshot of one generator for Info, /readyz and the status
 // page.
 type GeneratorStatus struct {
 	Name      string
@@ -432,6 +432,7 @@ type GeneratorStatus struct {
 	Wide WorkersStatus
 }
 
+// Status is the generator as it stands at wall.
 func (rt *Generator) Status(wall time.Time) GeneratorStatus {
 	s := GeneratorStatus{
 		Name:            rt.cfg.Name,
