@@ -341,7 +341,7 @@ func TestClockPaths(t *testing.T) {
 			}
 			done <- err
 		}()
-		time.Sleep(5 * time.Millisecond)
+		awaitWaits(t, r.g, 1)
 		r.g.SetReserved(start) // lowering is ignored
 		if r.g.Reserved() != start+1 {
 			t.Fatalf("SetReserved lowered the bound")

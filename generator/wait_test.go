@@ -208,7 +208,7 @@ func TestHoldEndsWaits(t *testing.T) {
 	r.g.SetReserved(r.now() + 5)
 	r.clock.Step(time.Hour) // needs a reservation that will not come
 	done := batchAsync(r.g, context.Background(), 4)
-	time.Sleep(20 * time.Millisecond)
+	awaitWaits(t, r.g, 1) // the batch waits (else Hold would only refuse it)
 	r.g.Hold(true)
 	select {
 	case x := <-done:
@@ -225,5 +225,16 @@ func TestHoldEndsWaits(t *testing.T) {
 	r.g.Hold(false)
 	if n, err := r.g.NextBatch(context.Background(), make([]uint64, 4)); err != nil || n == 0 {
 		t.Fatalf("after release: %d, %v", n, err)
+	}
+}
+
+// awaitWaits returns once g has counted n waits on its reservation: a call
+// started in a goroutine is then inside its wait.
+func awaitWaits(t *testing.T, g *Generator, n uint64) {
+	t.Helper()
+	for start := time.Now(); g.ReservationWaits() < n; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("%d reservation waits after 5 s, want %d", g.ReservationWaits(), n)
+		}
 	}
 }

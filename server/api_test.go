@@ -245,8 +245,12 @@ func TestHealth(t *testing.T) {
 		}
 	}
 	waitNotServing(t, n.ids, "default", 5*time.Second)
-	// Give the lease time to be taken: NTP alone must keep it out.
-	time.Sleep(300 * time.Millisecond)
+	// Once both leases are taken, NTP alone keeps the generators out.
+	for start := time.Now(); strings.Count(n.logs.String(), `msg="worker acquired"`) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the two generators' workers were never acquired")
+		}
+	}
 	want(healthpb.HealthCheckResponse_NOT_SERVING)
 	if _, err := n.health.Check(ctx(t), &healthpb.HealthCheckRequest{Service: "nope"}); status.Code(err) != codes.NotFound {
 		t.Fatalf("health of an unknown service: %v, want NotFound", err)

@@ -98,7 +98,7 @@ func TestFaultClockOffset(t *testing.T) {
 
 	// −300ms, within max-lead 1s: no call fails.
 	l := startLoad(t, n.ids, 3)
-	time.Sleep(300 * time.Millisecond)
+	awaitCalls(t, &l.calls, 6) // under load before the fault
 	n.setOffset(t, -300*time.Millisecond)
 	time.Sleep(1200 * time.Millisecond)
 	l.finish()

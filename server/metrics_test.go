@@ -36,11 +36,15 @@ func TestMetrics(t *testing.T) {
 	if code, body := httpGet(t, n.httpc, n.base+"/v1/ids?count=9"); code != 200 {
 		t.Fatalf("/v1/ids: %d %s", code, body)
 	}
-	// Let at least one reservation round complete after the first, and the
-	// peer watch (about once a second) count the live owners.
-	time.Sleep(1200 * time.Millisecond)
+	// Wait for a reservation round after the first, and for the peer watch
+	// (about once a second) to count the live owners; the checks below
+	// say what is missing after 5 s.
 	fams := scrape(t, n.httpc, n.base)
-	for start := time.Now(); value(t, fams, "firn_worker_ids_in_use", g) < 1 && time.Since(start) < 5*time.Second; {
+	ready := func() bool {
+		m, ok := sample(fams, "firn_coordinator_operation_duration_seconds", map[string]string{"op": "reserve"})
+		return ok && m.GetHistogram().GetSampleCount() >= 2 && value(t, fams, "firn_worker_ids_in_use", g) >= 1
+	}
+	for start := time.Now(); !ready() && time.Since(start) < 5*time.Second; {
 		time.Sleep(100 * time.Millisecond)
 		fams = scrape(t, n.httpc, n.base)
 	}

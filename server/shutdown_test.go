@@ -92,7 +92,7 @@ func TestShutdownUnderLoad(t *testing.T) {
 	waitServing(t, n.ids, "", 10*time.Second)
 	conn := dialGRPC(t, n.node.GRPCAddr(), insecure.NewCredentials())
 	l := startLoad(t, firnv1.NewIDServiceClient(conn), 3)
-	time.Sleep(300 * time.Millisecond)
+	awaitCalls(t, &l.calls, 6) // under load before the fault
 	start := time.Now()
 	n.stop()
 	took := time.Since(start)
