@@ -43,13 +43,7 @@ func (p *Policy) OnNTP(res clockguard.NTPResult, err error) {
 	// Whether the clock is checked at all, judged before NTP's own reason
 	// is cleared: the generator must not serve for a moment in between.
 	p.judgeClock()
-	for _, gen := range p.gens {
-		if reason == "" {
-			p.clearDoubt(gen, clockguard.SourceNTP)
-		} else {
-			gen.State().SetCause(clockguard.SourceNTP, reason, d)
-		}
-	}
+	p.setReason(clockguard.SourceNTP, reason, d)
 	// The forward-step gate: a check begun after the step that agrees
 	// confirms it. Unreachable NTP confirms nothing, required or not: the
 	// gate then holds until NTP answers, the peers agree, or the clock
@@ -164,11 +158,17 @@ func (p *Policy) OnPeers(self string, beats []coordinator.PeerBeat, first bool) 
 	// clears the start's), so that an unchecked node never serves for a
 	// moment in between.
 	p.judgeClock()
+	p.setReason(clockguard.SourcePeers, reason, d)
+}
+
+// setReason sets a clock check's reason on every generator, or clears it
+// (clearDoubt) when reason is "".
+func (p *Policy) setReason(src clockguard.Source, reason string, d clockguard.Detail) {
 	for _, gen := range p.gens {
 		if reason == "" {
-			p.clearDoubt(gen, clockguard.SourcePeers)
+			p.clearDoubt(gen, src)
 		} else {
-			gen.State().SetCause(clockguard.SourcePeers, reason, d)
+			gen.State().SetCause(src, reason, d)
 		}
 	}
 }
@@ -275,16 +275,13 @@ func (p *Policy) judgeClock() {
 	if !p.cfg.RefuseUnchecked {
 		return
 	}
-	reason := "clock unchecked: " + p.uncheckedCause(count) +
-		": configure --ntp, run three nodes, or serve on an unchecked clock with --unchecked-clock-ok"
-	d := clockguard.Detail{Code: clockguard.CodeClockUnchecked, Limit: nodes(peerCheckNodes), Measured: nodes(count)}
-	for _, gen := range p.gens {
-		if unchecked {
-			gen.State().SetCause(clockguard.SourceClockUnchecked, reason, d)
-		} else {
-			p.clearDoubt(gen, clockguard.SourceClockUnchecked)
-		}
+	var reason string
+	if unchecked {
+		reason = "clock unchecked: " + p.uncheckedCause(count) +
+			": configure --ntp, run three nodes, or serve on an unchecked clock with --unchecked-clock-ok"
 	}
+	d := clockguard.Detail{Code: clockguard.CodeClockUnchecked, Limit: nodes(peerCheckNodes), Measured: nodes(count)}
+	p.setReason(clockguard.SourceClockUnchecked, reason, d)
 }
 
 // uncheckedCause says why nothing checks the clock, given the live nodes
