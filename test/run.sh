@@ -76,17 +76,32 @@ step "a chaos scenario against nodes with weakened fences must go red, for its r
 # takes its worker back, then thawed) passes above against the real
 # binary; built with -tags firn_weakfence, on each backend, the checker
 # must find the zombie's holder interval overlapping the replacement's
-# (or the IDs they both issued).
-out=$(FIRN_CHAOS_TAGS=firn_weakfence go test -json -count=1 -timeout 10m -run 'TestChaos/beside/zombie' ./test/cluster/ 2>&1 || true)
+# (or the IDs they both issued). It may take more than one try: on
+# ZooKeeper the thawed zombie's first write can also find the reservation
+# its replacement's (weakened) take-back wrote, lower than what the zombie
+# had acknowledged, and stop as after a restore before it issues anything
+# the replacement will — another rule holding, which proves nothing of the
+# checker. Each backend gets three tries to go red for the checker's
+# reason; the step fails when none does. The first try runs both.
+zombie() { FIRN_CHAOS_TAGS=firn_weakfence go test -json -count=1 -timeout 10m -run "TestChaos/beside/zombie/$1" ./test/cluster/ 2>&1 || true; }
+first=$(zombie '')
 for b in etcd zookeeper; do
-	sub=$(printf '%s\n' "$out" | grep -E '"Test":"TestChaos/beside/zombie[^"]*/'"$b"'"' || true)
-	if printf '%s\n' "$sub" | grep -q '"Action":"fail"' &&
-		printf '%s\n' "$sub" | grep -q -E 'overlaps the next|DUPLICATE ID|lies in no holder interval'; then
-		echo "ok: the zombie scenario on $b goes red under -tags firn_weakfence: $(printf '%s\n' "$sub" | grep -o -m1 -E 'holder on [^"]*overlaps the next on [a-z0-9]*|DUPLICATE ID [0-9]*|ID [0-9]* [^"]*lies in no holder interval')"
-	else
-		printf '%s\n' "$sub" | sed -n 's/.*"Output":"\(.*\)\\n".*/\1/p' | tail -30
-		echo "the zombie scenario on $b did not go red for its reason under -tags firn_weakfence"; exit 1
+	red=""
+	for try in 1 2 3; do
+		if [ "$try" = 1 ]; then out=$first; else out=$(zombie "$b\$"); fi
+		sub=$(printf '%s\n' "$out" | grep -E '"Test":"TestChaos/beside/zombie[^"]*/'"$b"'"' || true)
+		if printf '%s\n' "$sub" | grep -q '"Action":"fail"' &&
+			printf '%s\n' "$sub" | grep -q -E 'overlaps the next|DUPLICATE ID|lies in no holder interval'; then
+			red=$(printf '%s\n' "$sub" | grep -o -m1 -E 'holder on [^"]*overlaps the next on [a-z0-9]*|DUPLICATE ID [0-9]*|ID [0-9]* [^"]*lies in no holder interval')
+			break
+		fi
+		printf '%s\n' "$sub" | sed -n 's/.*"Output":"\(.*\)\\n".*/\1/p' | grep -v '^ *{' | tail -15
+		echo "try $try: the zombie scenario on $b did not go red for the checker's reason"
+	done
+	if [ -z "$red" ]; then
+		echo "the zombie scenario on $b did not go red for its reason under -tags firn_weakfence in three tries"; exit 1
 	fi
+	echo "ok: the zombie scenario on $b goes red under -tags firn_weakfence (try $try): $red"
 done
 
 step "client module: vet and tests (its own go.mod; not covered by ./...)"
