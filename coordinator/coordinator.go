@@ -614,8 +614,9 @@ type Admin interface {
 }
 
 // Backend is what every backend (etcd, ZooKeeper, memory, and Lazy over
-// any of them) implements: both parts.
+// any of them) implements: the three parts.
 type Backend interface {
 	Coordinator
 	Admin
+	Counters
 }

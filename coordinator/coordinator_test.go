@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/firnid/firn/segment"
 )
 
 func TestSpecSlotOrder(t *testing.T) {
@@ -168,6 +170,12 @@ func (closeRecorder) MarkRestored(context.Context, RestoreEvidence) error    { r
 func (closeRecorder) Generators(context.Context) ([]GeneratorState, error)   { return nil, nil }
 func (closeRecorder) Peers(context.Context) ([]PeerBeat, error)              { return nil, nil }
 func (c closeRecorder) Close() error                                         { close(c.ch); return nil }
+func (closeRecorder) ReadCounter(context.Context, CounterSpec) (CounterRecord, error) {
+	return CounterRecord{}, nil
+}
+func (closeRecorder) SwapCounter(context.Context, CounterSpec, CounterRecord, segment.Counter) (CounterRecord, error) {
+	return CounterRecord{}, nil
+}
 
 func TestRestoreEvidence(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)

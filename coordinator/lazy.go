@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/firnid/firn/segment"
 )
 
 // Lazy is a Backend whose connection is made in the background, again
@@ -130,6 +132,24 @@ func (l *Lazy) MarkRestored(ctx context.Context, ev RestoreEvidence) error {
 		return err
 	}
 	return c.MarkRestored(ctx, ev)
+}
+
+// ReadCounter implements Counters.
+func (l *Lazy) ReadCounter(ctx context.Context, spec CounterSpec) (CounterRecord, error) {
+	c, err := l.get()
+	if err != nil {
+		return CounterRecord{}, err
+	}
+	return c.ReadCounter(ctx, spec)
+}
+
+// SwapCounter implements Counters.
+func (l *Lazy) SwapCounter(ctx context.Context, spec CounterSpec, prev CounterRecord, next segment.Counter) (CounterRecord, error) {
+	c, err := l.get()
+	if err != nil {
+		return CounterRecord{}, err
+	}
+	return c.SwapCounter(ctx, spec, prev, next)
 }
 
 // Generators implements Admin.

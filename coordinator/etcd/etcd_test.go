@@ -43,6 +43,8 @@ func TestHarnessCluster(t *testing.T) {
 
 func TestFenceReacquire(t *testing.T) { coordtest.FenceReacquire(t, embeddedBackend(t)) }
 
+func TestFenceCounter(t *testing.T) { coordtest.FenceCounter(t, embeddedBackend(t)) }
+
 func TestFenceTakeBackFrozen(t *testing.T) { coordtest.FenceTakeBackFrozen(t, embeddedBackend(t)) }
 
 // TestFenceTakeBackFrozenCluster runs the take-back fence on the 3-member

@@ -2,7 +2,11 @@
 
 package etcd
 
-import clientv3 "go.etcd.io/etcd/client/v3"
+import (
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/firnid/firn/coordinator"
+)
 
 // ownerGuard is the compare every write after acquisition carries: the
 // owner key still has the create revision at which this holder created it,
@@ -21,4 +25,15 @@ func ownerGuard(ownerKey string, rev int64, lease clientv3.LeaseID) []clientv3.C
 		clientv3.Compare(clientv3.CreateRevision(ownerKey), "=", rev),
 		clientv3.Compare(clientv3.LeaseValue(ownerKey), "=", lease),
 	}
+}
+
+// counterGuard is the fence of a segment generator's counter write: the
+// stored counter is still, byte for byte, the record the writer read.
+// Every write raises the counter's seq, so equal bytes mean no write came
+// between. The mod revision alone is not enough: a restore that reuses
+// revision numbers can give a counter written since the revision of one
+// read before it (build tag firn_weakfence_lease compares the revision
+// alone, and TestFenceLeaseCounterRestore fails).
+func counterGuard(key string, prev coordinator.CounterRecord) []clientv3.Cmp {
+	return []clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", string(prev.Raw))}
 }

@@ -94,7 +94,7 @@
 // applied: Store.Holders, Store.Reserved, Store.Revision, Store.Sessions.
 //
 // Op selects kinds of operations (OpAcquire, OpReserve, OpRelease,
-// OpRenew, OpMark, OpPeers, OpAdmin; OpWrites, OpAll). Latency delays an
+// OpRenew, OpMark, OpPeers, OpAdmin, OpCounter; OpWrites, OpAll). Latency delays an
 // operation before it is applied; its context ending first fails it with
 // coordinator.ErrUnavailable, unapplied. Hanging fails an operation after
 // its context ends or Config.Timeout passes, Refusing at once, both with

@@ -30,17 +30,19 @@ const (
 	OpPeers
 	// OpAdmin is Workers, ForceRelease, Bump and Generators.
 	OpAdmin
+	// OpCounter is a segment generator's ReadCounter and SwapCounter.
+	OpCounter
 
-	// OpWrites are the holder writes whose replies LoseReplies can lose.
-	OpWrites = OpAcquire | OpReserve | OpRelease
+	// OpWrites are the writes whose replies LoseReplies can lose.
+	OpWrites = OpAcquire | OpReserve | OpRelease | OpCounter
 	// OpAll is every kind.
-	OpAll = OpAcquire | OpReserve | OpRelease | OpRenew | OpMark | OpPeers | OpAdmin
+	OpAll = OpAcquire | OpReserve | OpRelease | OpRenew | OpMark | OpPeers | OpAdmin | OpCounter
 )
 
 // numOps is the number of single kinds.
-const numOps = 7
+const numOps = 8
 
-var opNames = [numOps]string{"acquire", "reserve", "release", "renew", "mark", "peers", "admin"}
+var opNames = [numOps]string{"acquire", "reserve", "release", "renew", "mark", "peers", "admin", "counter"}
 
 func (o Op) String() string {
 	if o == 0 {

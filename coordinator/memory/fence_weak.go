@@ -2,6 +2,8 @@
 
 package memory
 
+import "github.com/firnid/firn/coordinator"
+
 // weakTakeBack, under build tag firn_weakfence only (for the fence tests):
 // a take-back writes over the old owner record, keeping its token and its
 // session, and holder writes compare only the session. Each TestFence test
@@ -9,3 +11,8 @@ package memory
 const weakTakeBack = true
 
 func guard(o owner, _, session int64) bool { return o.session == session }
+
+// counterGuard, under build tag firn_weakfence, compares nothing: a
+// counter write lands whatever came between its read and it, and
+// TestFenceCounter fails.
+func counterGuard([]byte, int64, coordinator.CounterRecord) bool { return true }

@@ -123,6 +123,8 @@ func TestHarnessVirtual(t *testing.T) {
 
 func TestFenceReacquire(t *testing.T) { coordtest.FenceReacquire(t, backend{ttl: testTTL}) }
 
+func TestFenceCounter(t *testing.T) { coordtest.FenceCounter(t, backend{ttl: testTTL}) }
+
 func TestFenceTakeBackFrozen(t *testing.T) { coordtest.FenceTakeBackFrozen(t, backend{ttl: testTTL}) }
 
 // TestFenceTakeBackFrozenVirtual is the take-back fence in virtual time.

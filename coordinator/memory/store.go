@@ -62,6 +62,10 @@ type genState struct {
 	marker   *coordinator.RestoreEvidence
 	owners   map[coordinator.Slot]owner
 	reserved map[coordinator.Slot]int64
+	// counter is a segment generator's stored counter (nil: none) and the
+	// revision of its last write.
+	counter    []byte
+	counterRev int64
 }
 
 // owner is one owner record: the holder, bound to a session, created at
@@ -269,7 +273,7 @@ func (st *state) clone() *state {
 		out.sessions[id] = dl
 	}
 	for name, g := range st.gens {
-		c := &genState{cursor: g.cursor, floor: g.floor,
+		c := &genState{cursor: g.cursor, floor: g.floor, counter: g.counter, counterRev: g.counterRev,
 			owners: make(map[coordinator.Slot]owner, len(g.owners)), reserved: make(map[coordinator.Slot]int64, len(g.reserved))}
 		if g.pin != nil {
 			p := *g.pin

@@ -39,3 +39,12 @@ func releaseOps(resPath string, res []byte, rv int32, ownerPath string, ov int32
 		&zk.DeleteRequest{Path: ownerPath, Version: ov},
 	}, 0
 }
+
+// counterOp is the fenced write of a segment generator's counter: a
+// SetData at the version the writer read. (ZooKeeper compares no values:
+// a restore that puts the version back lets a write read before it land
+// on a counter written since, which only the nodes' own memory of the
+// counter's seq can notice; docs/design.md, Segment generators.)
+func counterOp(path string, data []byte, version int32) any {
+	return &zk.SetDataRequest{Path: path, Data: data, Version: version}
+}

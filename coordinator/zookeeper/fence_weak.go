@@ -32,3 +32,10 @@ func releaseOps(resPath string, res []byte, _ int32, ownerPath string, ov int32)
 		&zk.DeleteRequest{Path: ownerPath, Version: -1},
 	}, 1
 }
+
+// counterOp, under build tag firn_weakfence, writes the counter at any
+// version: whatever came between its read and it, and TestFenceCounter
+// fails.
+func counterOp(path string, data []byte, _ int32) any {
+	return &zk.SetDataRequest{Path: path, Data: data, Version: -1}
+}

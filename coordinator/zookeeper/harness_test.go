@@ -38,6 +38,8 @@ func TestHarnessEnsemble(t *testing.T) {
 
 func TestFenceReacquire(t *testing.T) { coordtest.FenceReacquire(t, standalone(t)) }
 
+func TestFenceCounter(t *testing.T) { coordtest.FenceCounter(t, standalone(t)) }
+
 func TestFenceReacquireEnsemble(t *testing.T) {
 	b, _ := ensemble(t)
 	coordtest.FenceReacquire(t, b)

@@ -24,7 +24,7 @@ type Case struct {
 // runs them (for a backend that runs each one its own way, such as in a
 // testing/synctest bubble).
 func Cases() []Case {
-	return []Case{
+	return append([]Case{
 		{"SequentialWrapAround", SequentialWrapAround},
 		{"FixedDatacenter", FixedDatacenter},
 		{"ReuseRules", ReuseRules},
@@ -50,7 +50,7 @@ func Cases() []Case {
 		{"GeneratorsListed", GeneratorsListed},
 		{"Peers", Peers},
 		{"FrozenHolderPastTTL", FrozenHolderPastTTL},
-	}
+	}, CounterCases()...)
 }
 
 // Run runs every shared case that is not a fence case as a subtest, each on

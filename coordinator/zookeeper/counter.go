@@ -1,0 +1,111 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/segment"
+)
+
+// ReadCounter implements coordinator.Counters: the marker, the pin and the
+// counter, read in that order; the pin and a counter at the definition's
+// start are created together (one multi) when neither exists.
+func (c *Coordinator) ReadCounter(ctx context.Context, spec coordinator.CounterSpec) (coordinator.CounterRecord, error) {
+	if err := spec.Validate(); err != nil {
+		return coordinator.CounterRecord{}, err
+	}
+	p := c.paths(spec.Generator)
+	if err := c.ensurePath(ctx, p.base); err != nil {
+		return coordinator.CounterRecord{}, err
+	}
+	for {
+		rec, err := c.readCounter(ctx, p, spec)
+		if !errors.Is(err, zk.ErrNoNode) {
+			return rec, err
+		}
+		want := coordinator.NewPin(spec.PinSpec())
+		b, _ := json.Marshal(want)
+		_, err = c.multi(ctx, []any{
+			&zk.CreateRequest{Path: p.pin(), Data: b, Acl: c.acl, Flags: zk.FlagPersistent},
+			&zk.CreateRequest{Path: p.counter(), Data: segment.NewCounter(spec.Definition).Encode(), Acl: c.acl, Flags: zk.FlagPersistent},
+		})
+		switch {
+		case err == nil:
+			c.log.Info("generator pinned", "generator", spec.Generator, "definition", spec.Definition.String(),
+				"incarnation", want.Incarnation)
+		case errors.Is(err, zk.ErrNodeExists): // another first node won
+		default:
+			return coordinator.CounterRecord{}, unavailable("create counter", err)
+		}
+	}
+}
+
+// readCounter reads the marker, the pin and the counter; zk.ErrNoNode
+// (unwrapped) when there is no pin yet.
+func (c *Coordinator) readCounter(ctx context.Context, p paths, spec coordinator.CounterSpec) (coordinator.CounterRecord, error) {
+	if ev, err := c.readMarker(ctx, p); err != nil {
+		return coordinator.CounterRecord{}, err
+	} else if ev != nil {
+		return coordinator.CounterRecord{}, &coordinator.RestoredError{Evidence: *ev}
+	}
+	data, _, err := c.get(ctx, p.pin())
+	if errors.Is(err, zk.ErrNoNode) {
+		return coordinator.CounterRecord{}, zk.ErrNoNode
+	}
+	if err != nil {
+		return coordinator.CounterRecord{}, unavailable("read pin", err)
+	}
+	var pin coordinator.Pin
+	if err := json.Unmarshal(data, &pin); err != nil {
+		return coordinator.CounterRecord{}, fmt.Errorf("zookeeper: pin %s is not readable: %w", p.pin(), err)
+	}
+	if err := pin.Check(spec.PinSpec()); err != nil {
+		return coordinator.CounterRecord{}, err
+	}
+	data, st, err := c.get(ctx, p.counter())
+	if errors.Is(err, zk.ErrNoNode) {
+		return coordinator.CounterRecord{}, fmt.Errorf("%w: generator %q is pinned to %q but %s is absent",
+			segment.ErrCounter, spec.Generator, pin.Layout, p.counter())
+	}
+	if err != nil {
+		return coordinator.CounterRecord{}, unavailable("read counter", err)
+	}
+	return coordinator.DecodeCounterRecord(p.counter(), spec, data, int64(st.Version))
+}
+
+// SwapCounter implements coordinator.Counters: one multi that fails while
+// a restore marker exists (markerAbsentOps) and writes next at the
+// version prev was read at (counterOp). A refused multi reads the counter
+// again for the retry.
+func (c *Coordinator) SwapCounter(ctx context.Context, spec coordinator.CounterSpec, prev coordinator.CounterRecord, next segment.Counter) (coordinator.CounterRecord, error) {
+	if err := spec.Validate(); err != nil {
+		return coordinator.CounterRecord{}, err
+	}
+	if err := next.Validate(spec.Definition); err != nil {
+		return coordinator.CounterRecord{}, fmt.Errorf("%w: %v", coordinator.ErrInvalidSpec, err)
+	}
+	p := c.paths(spec.Generator)
+	raw := next.Encode()
+	ops := append(c.markerAbsentOps(p), counterOp(p.counter(), raw, int32(prev.Version)))
+	res, err := c.multi(ctx, ops)
+	if err == nil {
+		st := res[len(res)-1].Stat
+		if st == nil {
+			return coordinator.CounterRecord{}, unavailable("swap counter", errors.New("multi answered without the counter's stat"))
+		}
+		return coordinator.CounterRecord{State: next, Raw: raw, Version: int64(st.Version)}, nil
+	}
+	if !errors.Is(err, zk.ErrBadVersion) && !errors.Is(err, zk.ErrNodeExists) && !errors.Is(err, zk.ErrNoNode) {
+		return coordinator.CounterRecord{}, unavailable("swap counter", err)
+	}
+	rec, rerr := c.readCounter(ctx, p, spec)
+	if rerr != nil {
+		return coordinator.CounterRecord{}, rerr
+	}
+	return rec, fmt.Errorf("%w: generator %q", coordinator.ErrCounterMoved, spec.Generator)
+}

@@ -1,0 +1,333 @@
+package coordtest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/segment"
+)
+
+// The cases of a segment generator's counter (coordinator.Counters).
+
+// CounterCases are the shared counter cases that are not fence cases.
+func CounterCases() []Case {
+	return []Case{
+		{"CounterFirstRead", CounterFirstRead},
+		{"CounterClaimsDisjoint", CounterClaimsDisjoint},
+		{"CounterHandBack", CounterHandBack},
+		{"CounterExhaustion", CounterExhaustion},
+		{"CounterPinMismatch", CounterPinMismatch},
+		{"CounterMarkerRefuses", CounterMarkerRefuses},
+		{"CounterRolledBack", CounterRolledBack},
+		{"CounterInvalid", CounterInvalid},
+	}
+}
+
+// CounterSpec is a segment generator's spec for the cases.
+func CounterSpec(generator string, start, max uint64) coordinator.CounterSpec {
+	return coordinator.CounterSpec{Generator: generator, Definition: segment.Definition{Start: start, Max: max}}
+}
+
+func mustClaim(t testing.TB, c coordinator.Counters, spec coordinator.CounterSpec, n, above uint64, acked segment.Counter) coordinator.Claim {
+	t.Helper()
+	cl, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, n, above, acked)
+	if err != nil {
+		t.Fatalf("claim of %d: %v", n, err)
+	}
+	return cl
+}
+
+// CounterFirstRead: the first read pins the definition and creates the
+// counter at its start; every client reads the same record.
+func CounterFirstRead(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c1, c2 := cl.Connect(t, sysClock), cl.Connect(t, sysClock)
+	spec := CounterSpec("orders", 1000, segment.MaxID)
+	r1, err := c1.ReadCounter(ctxT(t, 10*time.Second), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.State.Next != 1000 || r1.State.Seq != 0 || len(r1.State.Free) != 0 {
+		t.Fatalf("first read: %+v, want next 1000 seq 0", r1.State)
+	}
+	r2, err := c2.ReadCounter(ctxT(t, 10*time.Second), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(r2.Raw) != string(r1.Raw) || r2.Version != r1.Version {
+		t.Fatalf("second client read %s (version %d), first %s (version %d)", r2.Raw, r2.Version, r1.Raw, r1.Version)
+	}
+	gs, err := c2.Generators(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, g := range gs {
+		if g.Name == "orders" && g.Pin.Layout == spec.Definition.String() {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("Generators %+v lacks orders pinned to %q", gs, spec.Definition)
+	}
+}
+
+// CounterClaimsDisjoint: claims from 8 clients at once, each client's
+// claims increasing, are disjoint and leave no gap: together they are
+// exactly [start, next), and seq counts them.
+func CounterClaimsDisjoint(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	spec := CounterSpec("dense", 1, segment.MaxID)
+	const clients, each = 8, 12
+	var mu sync.Mutex
+	var got []segment.Range
+	var errs []error
+	var wg sync.WaitGroup
+	for i := range clients {
+		c := cl.Connect(t, sysClock)
+		wg.Go(func() {
+			var above uint64
+			var acked segment.Counter
+			for j := range each {
+				claim, err := coordinator.ClaimSegment(ctxT(t, 60*time.Second), c, spec, uint64(1+(i*each+j)%37), above, acked)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("client %d claim %d: %w", i, j, err))
+					mu.Unlock()
+					return
+				}
+				got = append(got, claim.Range)
+				mu.Unlock()
+				if claim.Range.First < above {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("client %d: claim %v below its last %d", i, claim.Range, above))
+					mu.Unlock()
+				}
+				above, acked = claim.Range.Last+1, claim.Record.State
+			}
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d failures: %v", len(errs), errs)
+	}
+	slices.SortFunc(got, func(a, b segment.Range) int { return int(a.First) - int(b.First) })
+	next := uint64(1)
+	for _, r := range got {
+		if r.First != next {
+			t.Fatalf("claims %v: %v follows %d (overlap or gap)", got, r, next-1)
+		}
+		next = r.Last + 1
+	}
+	rec, err := cl.Connect(t, sysClock).ReadCounter(ctxT(t, 10*time.Second), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State.Next != next || rec.State.Seq != clients*each {
+		t.Fatalf("counter %+v, want next %d seq %d", rec.State, next, clients*each)
+	}
+}
+
+// CounterHandBack: a remainder handed back below other claims is given to
+// the next claimer that claimed nothing before it; one ending at the
+// counter lowers it; a hand-back of what was never claimed is refused.
+func CounterHandBack(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c := cl.Connect(t, sysClock)
+	spec := CounterSpec("handback", 1, segment.MaxID)
+	a := mustClaim(t, c, spec, 100, 0, segment.Counter{})
+	b2 := mustClaim(t, c, spec, 100, 0, segment.Counter{})
+	if a.Range != (segment.Range{First: 1, Last: 100}) || b2.Range != (segment.Range{First: 101, Last: 200}) {
+		t.Fatalf("claims %v %v", a.Range, b2.Range)
+	}
+	ctx := ctxT(t, 10*time.Second)
+	// The first claim used 1..40: its remainder goes back.
+	if dropped, _, err := coordinator.HandBackSegment(ctx, c, spec, segment.Range{First: 41, Last: 100}, b2.Record.State); err != nil || dropped != 0 {
+		t.Fatalf("hand-back: %d dropped, %v", dropped, err)
+	}
+	// The second used 101..150: its remainder lowers the counter.
+	_, rec, err := coordinator.HandBackSegment(ctx, c, spec, segment.Range{First: 151, Last: 200}, b2.Record.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State.Next != 151 || !slices.Equal(rec.State.Free, []segment.Range{{First: 41, Last: 100}}) {
+		t.Fatalf("after the hand-backs: %+v", rec.State)
+	}
+	// A claimer above 100 skips the free range; a new one takes it.
+	if got := mustClaim(t, c, spec, 30, 151, rec.State).Range; got != (segment.Range{First: 151, Last: 180}) {
+		t.Fatalf("claim above 151: %v", got)
+	}
+	if got := mustClaim(t, c, spec, 30, 0, segment.Counter{}).Range; got != (segment.Range{First: 41, Last: 70}) {
+		t.Fatalf("claim of a new node: %v, want the free range first", got)
+	}
+	if _, _, err := coordinator.HandBackSegment(ctx, c, spec, segment.Range{First: 500, Last: 600}, segment.Counter{}); !errors.Is(err, segment.ErrCounter) {
+		t.Fatalf("hand-back of what was never claimed: %v, want segment.ErrCounter", err)
+	}
+}
+
+// CounterExhaustion: the last claim is cut at max, the next refused with
+// segment.ErrExhausted naming max; nothing is written by it.
+func CounterExhaustion(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c := cl.Connect(t, sysClock)
+	spec := CounterSpec("small", 5, 14)
+	mustClaim(t, c, spec, 6, 0, segment.Counter{})
+	if got := mustClaim(t, c, spec, 6, 11, segment.Counter{}).Range; got != (segment.Range{First: 11, Last: 14}) {
+		t.Fatalf("claim at max: %v, want [11, 14]", got)
+	}
+	_, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 1, 15, segment.Counter{})
+	if !errors.Is(err, segment.ErrExhausted) || !strings.Contains(err.Error(), "max=14") || !strings.Contains(err.Error(), "small") {
+		t.Fatalf("claim past max: %v, want ErrExhausted naming the generator and max=14", err)
+	}
+	rec, err := c.ReadCounter(ctxT(t, 10*time.Second), spec)
+	if err != nil || rec.State.Next != 15 || rec.State.Seq != 2 {
+		t.Fatalf("counter after the refusal: %+v %v", rec.State, err)
+	}
+}
+
+// CounterPinMismatch: a second definition of one generator is refused
+// naming both; so are a snowflake generator on a segment generator's
+// name and the other way round.
+func CounterPinMismatch(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c := cl.Connect(t, sysClock)
+	ctx := ctxT(t, 30*time.Second)
+	first := CounterSpec("pinned", 1, segment.MaxID)
+	if _, err := c.ReadCounter(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	other := CounterSpec("pinned", 1, segment.JSMaxID)
+	_, err := c.ReadCounter(ctx, other)
+	var lm *coordinator.LayoutMismatchError
+	if !errors.As(err, &lm) || lm.Pinned != first.Definition.String() || lm.Wanted != other.Definition.String() {
+		t.Fatalf("another definition: %v, want LayoutMismatchError naming both", err)
+	}
+	if _, err := c.Acquire(ctx, Spec("pinned", 4), Node("snow")); !errors.As(err, &lm) || lm.Pinned != first.Definition.String() {
+		t.Fatalf("a snowflake generator on a segment generator's name: %v, want LayoutMismatchError", err)
+	}
+	mustAcquire(t, c, Spec("snow", 4), Node("snow"))
+	if _, err := c.ReadCounter(ctx, CounterSpec("snow", 1, segment.MaxID)); !errors.As(err, &lm) || lm.Pinned != Spec("snow", 4).Layout {
+		t.Fatalf("a segment generator on a snowflake generator's name: %v, want LayoutMismatchError", err)
+	}
+}
+
+// CounterMarkerRefuses: while a restore marker stands, reads and swaps
+// are refused with the evidence.
+func CounterMarkerRefuses(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c := cl.Connect(t, sysClock)
+	spec := CounterSpec("marked", 1, segment.MaxID)
+	claim := mustClaim(t, c, spec, 10, 0, segment.Counter{})
+	rb := &coordinator.CounterRolledBackError{Generator: spec.Generator, Seen: segment.Counter{Next: 1}, Acked: claim.Record.State}
+	ev := rb.Evidence(Node("witness"), time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
+	if err := c.MarkRestored(ctxT(t, 10*time.Second), ev); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.ReadCounter(ctxT(t, 10*time.Second), spec)
+	wantRestored(t, err, ev)
+	_, next, err := claim.Record.State.Claim(spec.Definition, 10, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.SwapCounter(ctxT(t, 10*time.Second), spec, claim.Record, next)
+	wantRestored(t, err, ev)
+}
+
+// CounterRolledBack: a counter whose seq lies below the one a node saw
+// acknowledged (written behind its back, or restored) is reported by the
+// node's next claim and hand-back, and nothing is written.
+func CounterRolledBack(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c, behind := cl.Connect(t, sysClock), cl.Connect(t, sysClock)
+	spec := CounterSpec("rolled", 1, segment.MaxID)
+	mustClaim(t, c, spec, 10, 0, segment.Counter{})
+	claim := mustClaim(t, c, spec, 10, 11, segment.Counter{})
+	// Behind the node's back: the counter as it stood before both claims.
+	rec, err := behind.ReadCounter(ctxT(t, 10*time.Second), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := behind.SwapCounter(ctxT(t, 10*time.Second), spec, rec, segment.NewCounter(spec.Definition)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 10, 21, claim.Record.State)
+	var rb *coordinator.CounterRolledBackError
+	if !errors.As(err, &rb) || !errors.Is(err, coordinator.ErrRolledBack) || rb.Seen.Seq != 0 || rb.Acked.Seq != 2 {
+		t.Fatalf("claim after a rollback: %v, want CounterRolledBackError seen seq 0, acked 2", err)
+	}
+	if _, _, err := coordinator.HandBackSegment(ctxT(t, 10*time.Second), c, spec, segment.Range{First: 15, Last: 20}, claim.Record.State); !errors.As(err, &rb) {
+		t.Fatalf("hand-back after a rollback: %v, want CounterRolledBackError", err)
+	}
+	now, err := c.ReadCounter(ctxT(t, 10*time.Second), spec)
+	if err != nil || now.State.Seq != 0 || now.State.Next != 1 {
+		t.Fatalf("counter after the refusals: %+v %v, want it untouched", now.State, err)
+	}
+}
+
+// CounterInvalid: a bad name, definition or state is refused naming it,
+// and nothing is written.
+func CounterInvalid(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c := cl.Connect(t, sysClock)
+	ctx := ctxT(t, 10*time.Second)
+	for _, spec := range []coordinator.CounterSpec{CounterSpec("", 1, 10), CounterSpec("a/b", 1, 10), CounterSpec("bad", 10, 10)} {
+		if _, err := c.ReadCounter(ctx, spec); !errors.Is(err, coordinator.ErrInvalidSpec) {
+			t.Errorf("ReadCounter(%+v): %v, want ErrInvalidSpec", spec, err)
+		}
+	}
+	spec := CounterSpec("valid", 1, 100)
+	rec, err := c.ReadCounter(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.SwapCounter(ctx, spec, rec, segment.Counter{Next: 500, Seq: 1})
+	if !errors.Is(err, coordinator.ErrInvalidSpec) || !strings.Contains(err.Error(), "next 500") {
+		t.Fatalf("a counter past max: %v, want ErrInvalidSpec naming next", err)
+	}
+	if again, err := c.ReadCounter(ctx, spec); err != nil || string(again.Raw) != string(rec.Raw) {
+		t.Fatalf("after the refusal: %s %v, want %s", again.Raw, err, rec.Raw)
+	}
+}
+
+// FenceCounter (a fence case): two writers read the same counter; the
+// first write lands, the second is refused with ErrCounterMoved and the
+// record now stored, so their claims cannot overlap. A write that does not
+// compare what it read lets both land, claiming the same IDs twice.
+func FenceCounter(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c1, c2 := cl.Connect(t, sysClock), cl.Connect(t, sysClock)
+	spec := CounterSpec("fence-counter", 1, segment.MaxID)
+	ctx := ctxT(t, 10*time.Second)
+	r1, err := c1.ReadCounter(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := c2.ReadCounter(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, nextA, _ := r1.State.Claim(spec.Definition, 100, 0)
+	_, nextB, _ := r2.State.Claim(spec.Definition, 50, 0)
+	written, err := c1.SwapCounter(ctx, spec, r1, nextA)
+	if err != nil {
+		t.Fatalf("first write: %v", err)
+	}
+	now, err := c2.SwapCounter(ctx, spec, r2, nextB)
+	if !errors.Is(err, coordinator.ErrCounterMoved) {
+		t.Fatalf("second write from the same read: %v, want ErrCounterMoved (both claimed from %d)", err, a.First)
+	}
+	if now.State.Next != 101 || string(now.Raw) != string(written.Raw) {
+		t.Fatalf("the refusal returned %+v, want the first write's record (next 101)", now.State)
+	}
+	// The retry from what the refusal returned claims above the first.
+	b2, nextB, _ := now.State.Claim(spec.Definition, 50, 0)
+	if _, err := c2.SwapCounter(ctx, spec, now, nextB); err != nil || b2.First != 101 {
+		t.Fatalf("retry: %v %v", b2, err)
+	}
+}
