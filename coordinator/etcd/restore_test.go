@@ -379,3 +379,17 @@ func TestNumbersComparedAsNumbers(t *testing.T) {
 		t.Fatalf("canonical 42 under an acked 100: Reserve(200) = %v, stored %q; want a rollback 42 < 100 and 200 stored", err, read(key))
 	}
 }
+
+// TestFenceLeaseCounterRestore: coordtest.FenceLeaseCounterRestore on
+// Debian's etcd restored from a snapshot without --bump-revision, which
+// reuses revision numbers (see TestFenceLeaseRestore).
+func TestFenceLeaseCounterRestore(t *testing.T) {
+	p := etcdtest.StartCluster(t, 1)
+	m := p.Members[0]
+	base := quietConfig(p.Endpoints(), "counter-restore")
+	pre, a, b := newCoord(t, base), newCoord(t, base), newCoord(t, base)
+	snap := filepath.Join(t.TempDir(), "snapshot.db")
+	coordtest.FenceLeaseCounterRestore(t, pre, a, b,
+		func() { m.SaveSnapshot(t, snap) },
+		func() { p.RestoreSnapshot(t, m, snap) })
+}

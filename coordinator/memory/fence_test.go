@@ -101,3 +101,18 @@ func TestFenceLeaseRestore(t *testing.T) {
 func TestFenceReacquireVirtual(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) { coordtest.FenceReacquire(t, backend{ttl: testTTL}) })
 }
+
+// TestFenceLeaseCounterRestore: coordtest.FenceLeaseCounterRestore on the
+// store's Snapshot and Restore (a restore puts the revision counter back).
+func TestFenceLeaseCounterRestore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := memory.New(memory.Config{TTL: time.Minute})
+		clock := clockguard.NewSystem()
+		pre, a, b := s.Connect(clock), s.Connect(clock), s.Connect(clock)
+		defer pre.Close()
+		defer a.Close()
+		defer b.Close()
+		var snap *memory.Snapshot
+		coordtest.FenceLeaseCounterRestore(t, pre, a, b, func() { snap = s.Snapshot() }, func() { s.Restore(snap) })
+	})
+}

@@ -18,4 +18,6 @@ func guard(o owner, token, _ int64) bool { return o.token == token }
 // counter's revision alone: after a Restore a counter written since can
 // carry the revision of one read before, and TestFenceLeaseCounterRestore
 // fails.
-func counterGuard(_ []byte, rev int64, prev coordinator.CounterRecord) bool { return rev == prev.Version }
+func counterGuard(_ []byte, rev int64, prev coordinator.CounterRecord) bool {
+	return rev == prev.Version
+}

@@ -331,3 +331,44 @@ func FenceCounter(t *testing.T, b Backend) {
 		t.Fatalf("retry: %v %v", b2, err)
 	}
 }
+
+// FenceLeaseCounterRestore (a fence case of the restore half, run under
+// build tag firn_weakfence_lease): a restore that reuses revision numbers
+// gives a counter written after it the version of one read before it.
+// Writer A claims after the snapshot and keeps the record it wrote; the
+// coordinator is restored; writer B claims, and the counter it writes
+// carries A's version with other contents. A's next write, from its
+// record, must be refused (ErrCounterMoved): it would claim IDs B holds.
+// A fence that compares the version alone lets it land. snapshot and
+// restore act on the coordinator behind pre, a and b, which are clients
+// of their own; a's writes are retried while they find the coordinator
+// unavailable (reconnecting to the restored one).
+func FenceLeaseCounterRestore(t *testing.T, pre, a, b coordinator.Counters, snapshot, restore func()) {
+	spec := CounterSpec("fence-counter-restore", 1, segment.MaxID)
+	if _, err := pre.ReadCounter(ctxT(t, 20*time.Second), spec); err != nil {
+		t.Fatal(err)
+	}
+	snapshot()
+	ca := mustClaim(t, a, spec, 10, 0, segment.Counter{})
+	restore()
+	cb := mustClaim(t, b, spec, 20, 0, segment.Counter{})
+	if cb.Record.Version != ca.Record.Version || string(cb.Record.Raw) == string(ca.Record.Raw) {
+		t.Fatalf("the premise does not hold: A wrote %s at version %d, B %s at version %d; want the same version, other contents",
+			ca.Record.Raw, ca.Record.Version, cb.Record.Raw, cb.Record.Version)
+	}
+	_, next, err := ca.Record.State.Claim(spec.Definition, 30, ca.Range.Last+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for try := 0; ; try++ {
+		_, err = a.SwapCounter(ctxT(t, 10*time.Second), spec, ca.Record, next)
+		if !errors.Is(err, coordinator.ErrUnavailable) || try == 60 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if !errors.Is(err, coordinator.ErrCounterMoved) {
+		t.Fatalf("A's write from its record after the restore, against B's counter of the same version: %v, want ErrCounterMoved (B holds %v, A would claim from %d)",
+			err, cb.Range, ca.Range.Last+1)
+	}
+}
