@@ -1,0 +1,418 @@
+// Package source owns the serving side of a segment generator on one
+// node: it claims segments of the generator's counter from the
+// coordinator (coordinator.ClaimSegment) ahead of demand — the next one
+// while the current one is still being used, sized from the rate at which
+// IDs are taken — and hands out their IDs in increasing order. A graceful
+// Stop hands the unused remainders back. A counter whose seq went below
+// one the source saw acknowledged (a restored coordinator) stops it for
+// good, with the evidence written as the generator's restore marker.
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/segment"
+)
+
+// Defaults of Config.
+const (
+	DefaultMinStep  = 1_000
+	DefaultMaxStep  = 10_000_000
+	DefaultInterval = 2 * time.Second
+)
+
+// Config is one segment generator's source.
+type Config struct {
+	Spec     coordinator.CounterSpec
+	Counters coordinator.Counters
+	// Mark writes the generator's restore marker (the coordinator's
+	// MarkRestored); nil: not written (tests).
+	Mark func(context.Context, coordinator.RestoreEvidence) error
+	// Node is named in the restore marker.
+	Node coordinator.NodeInfo
+	// Clock reads the time for the demand rate (monotonic) and the
+	// marker (wall).
+	Clock clockguard.Clock
+	// MinStep and MaxStep bound a claim's size; Interval is how long a
+	// claim should last at the measured rate, so that under steady load a
+	// node writes the counter about once per Interval (more often only
+	// where MaxStep binds).
+	MinStep, MaxStep uint64
+	Interval         time.Duration
+	// Acked is the counter this node saw acknowledged before (its data
+	// dir's record, after a restart); a counter shown below it is a
+	// restore. The zero Counter: none.
+	Acked segment.Counter
+	// Record is called with each claim's written counter before any ID of
+	// the claim is handed out (the data dir's record of Acked); an error
+	// discards the claim (its IDs are skipped). Nil: none.
+	Record func(segment.Counter) error
+	// Timeout bounds one coordinator call (default 2 s); RetryEvery is the
+	// pause after a failed claim (default 200 ms).
+	Timeout    time.Duration
+	RetryEvery time.Duration
+	Log        *slog.Logger
+}
+
+// Stats is what a source has done.
+type Stats struct {
+	Claimed    uint64 // IDs claimed
+	Issued     uint64 // IDs handed out
+	HandedBack uint64 // IDs handed back at Stop
+	Dropped    uint64 // IDs a hand-back could not keep (free list full) or a failed Record discarded
+	Claims     uint64 // counter writes that claimed
+	Step       uint64 // the size of the next claim
+	Available  uint64 // IDs claimed and not yet handed out
+	Counter    segment.Counter
+}
+
+// ErrStopped: the source was stopped.
+var ErrStopped = errors.New("segment source stopped")
+
+// Source hands out the IDs of claimed segments, in increasing order.
+type Source struct {
+	cfg Config
+
+	mu      sync.Mutex
+	segs    []segment.Range // claimed, not handed out; increasing
+	avail   uint64
+	above   uint64 // one past the highest ID claimed (0: none)
+	acked   segment.Counter
+	step    uint64
+	fail    error // why no claim succeeded last (nil: none)
+	fatal   error // a restore, or the definition used up: no more claims
+	stopped bool
+	changed chan struct{} // closed and replaced when segs or fail change
+	wake    chan struct{}
+
+	// Demand: IDs taken since the window began at winStart (monotonic).
+	winStart time.Duration
+	winTaken uint64
+	rate     float64 // IDs per second, smoothed
+
+	stats Stats
+	done  chan struct{}
+	stop  context.CancelFunc
+}
+
+// New starts the source: its first claim is made at once.
+func New(cfg Config) (*Source, error) {
+	if cfg.Counters == nil || cfg.Clock == nil {
+		return nil, fmt.Errorf("segment source: Counters and Clock are required")
+	}
+	if err := cfg.Spec.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MinStep == 0 {
+		cfg.MinStep = DefaultMinStep
+	}
+	if cfg.MaxStep == 0 {
+		cfg.MaxStep = DefaultMaxStep
+	}
+	if cfg.MaxStep < cfg.MinStep {
+		return nil, fmt.Errorf("segment source: MaxStep %d below MinStep %d", cfg.MaxStep, cfg.MinStep)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.RetryEvery <= 0 {
+		cfg.RetryEvery = 200 * time.Millisecond
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	_, mono := cfg.Clock.Now()
+	s := &Source{cfg: cfg, acked: cfg.Acked, step: cfg.MinStep, changed: make(chan struct{}),
+		wake: make(chan struct{}, 1), winStart: mono, done: make(chan struct{}), stop: cancel}
+	go s.run(ctx)
+	return s, nil
+}
+
+// Take appends to runs n IDs (n >= 1) as runs of consecutive IDs, in
+// increasing order, all above every ID this source handed out before. It
+// waits for a claim only while the source holds fewer than n IDs and a
+// claim is under way, until ctx ends; with fewer than n IDs and the last
+// claim failed, or the source stopped for good, it refuses at once with
+// the cause.
+func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]segment.Range, error) {
+	if n == 0 {
+		return runs, fmt.Errorf("segment source: a take of 0 IDs")
+	}
+	s.mu.Lock()
+	for s.avail < n {
+		err := s.refusalLocked()
+		if err != nil {
+			s.mu.Unlock()
+			return runs, err
+		}
+		s.askLocked()
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return runs, fmt.Errorf("segment source: generator %q: waiting for a claim of the counter: %w", s.cfg.Spec.Generator, ctx.Err())
+		}
+		s.mu.Lock()
+	}
+	runs = s.takeLocked(n, runs)
+	s.mu.Unlock()
+	return runs, nil
+}
+
+// refusalLocked is why a take that lacks IDs is refused at once (nil: it
+// may wait for the claim under way).
+func (s *Source) refusalLocked() error {
+	switch {
+	case s.stopped:
+		return fmt.Errorf("%w: generator %q", ErrStopped, s.cfg.Spec.Generator)
+	case s.fatal != nil:
+		return s.fatal
+	case s.fail != nil:
+		return fmt.Errorf("segment source: generator %q: no claimed IDs left and the last claim failed: %w", s.cfg.Spec.Generator, s.fail)
+	}
+	return nil
+}
+
+// takeLocked hands out n IDs from the claimed segments (s.avail >= n).
+func (s *Source) takeLocked(n uint64, runs []segment.Range) []segment.Range {
+	left := n
+	for left > 0 {
+		seg := &s.segs[0]
+		k := min(left, seg.Len())
+		runs = append(runs, segment.Range{First: seg.First, Last: seg.First + k - 1})
+		left -= k
+		if k == seg.Len() {
+			s.segs = s.segs[1:]
+		} else {
+			seg.First += k
+		}
+	}
+	s.avail -= n
+	s.stats.Issued += n
+	s.winTaken += n
+	if s.avail < s.lowLocked() {
+		s.askLocked()
+	}
+	return runs
+}
+
+// lowLocked is the low-water mark: fewer IDs than this left, the next
+// claim starts (half a step: at a steady rate it lands while half of the
+// current claim remains).
+func (s *Source) lowLocked() uint64 { return max(s.step/2, 1) }
+
+// askLocked wakes the claim loop.
+func (s *Source) askLocked() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// signalLocked tells waiting takes that segs or the failure changed.
+func (s *Source) signalLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// run is the claim loop: a claim whenever fewer than the low-water mark
+// of IDs are left, retried after a failure, until ctx ends or a fatal
+// error.
+func (s *Source) run(ctx context.Context) {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		need := !s.stopped && s.fatal == nil && s.avail < s.lowLocked()
+		s.mu.Unlock()
+		if need {
+			if err := s.claim(ctx); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.mu.Lock()
+				fatal := s.fatal != nil
+				s.mu.Unlock()
+				if fatal {
+					return
+				}
+				t := time.NewTimer(s.cfg.RetryEvery)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+				continue
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		}
+	}
+}
+
+// claim makes one claim of the current step.
+func (s *Source) claim(ctx context.Context) error {
+	s.mu.Lock()
+	step := s.sizeLocked()
+	above, acked := s.above, s.acked
+	s.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	c, err := coordinator.ClaimSegment(cctx, s.cfg.Counters, s.cfg.Spec, step, above, acked)
+	cancel()
+	if err == nil && s.cfg.Record != nil {
+		if rerr := s.cfg.Record(c.Record.State); rerr != nil {
+			s.mu.Lock()
+			s.stats.Dropped += c.Range.Len()
+			s.mu.Unlock()
+			err = fmt.Errorf("recording the claim %v in the data dir (its IDs are skipped): %w", c.Range, rerr)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.failLocked(ctx, err)
+		return err
+	}
+	s.fail = nil
+	s.segs = append(s.segs, c.Range)
+	s.avail += c.Range.Len()
+	s.above = c.Range.Last + 1
+	s.acked = c.Record.State
+	s.stats.Claimed += c.Range.Len()
+	s.stats.Claims++
+	s.signalLocked()
+	return nil
+}
+
+// failLocked records a failed claim: a restore or the definition used up
+// ends the claims for good.
+func (s *Source) failLocked(ctx context.Context, err error) {
+	var rb *coordinator.CounterRolledBackError
+	switch {
+	case errors.As(err, &rb):
+		s.fatal = err
+		if s.cfg.Mark != nil {
+			wall, _ := s.cfg.Clock.Now()
+			ev := rb.Evidence(s.cfg.Node, wall)
+			go func() {
+				mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
+				defer cancel()
+				if merr := s.cfg.Mark(mctx, ev); merr != nil {
+					s.cfg.Log.Error("restore marker not written", "generator", s.cfg.Spec.Generator, "err", merr)
+				}
+			}()
+		}
+		s.cfg.Log.Error("segment counter rolled back: this generator stops; no node serves it until `firn coordinator bump`",
+			"generator", s.cfg.Spec.Generator, "err", err)
+	case errors.Is(err, segment.ErrExhausted), errors.Is(err, coordinator.ErrRestored),
+		errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, segment.ErrCounter):
+		s.fatal = err
+		s.cfg.Log.Error("segment source stops claiming", "generator", s.cfg.Spec.Generator, "err", err)
+	default:
+		s.fail = err
+		s.cfg.Log.Warn("segment claim failed; retrying", "generator", s.cfg.Spec.Generator, "err", err)
+	}
+	s.signalLocked()
+}
+
+// sizeLocked is the next claim's size: the IDs the measured rate takes in
+// Interval, within [MinStep, MaxStep]. The rate is smoothed over windows
+// of at least a tenth of Interval.
+func (s *Source) sizeLocked() uint64 {
+	_, mono := s.cfg.Clock.Now()
+	if el := mono - s.winStart; el >= s.cfg.Interval/10 && el > 0 {
+		r := float64(s.winTaken) / el.Seconds()
+		if s.rate == 0 || r > s.rate {
+			s.rate = r // rises at once: a burst must not stall
+		} else {
+			s.rate = 0.7*s.rate + 0.3*r
+		}
+		s.winStart, s.winTaken = mono, 0
+	}
+	want := uint64(s.rate * s.cfg.Interval.Seconds())
+	s.step = min(max(want, s.cfg.MinStep), s.cfg.MaxStep)
+	s.stats.Step = s.step
+	return s.step
+}
+
+// Stats reports what the source has done.
+func (s *Source) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Available, st.Counter, st.Step = s.avail, s.acked, s.step
+	return st
+}
+
+// Err is why the source cannot serve now (nil while it holds IDs or a
+// claim may still bring some).
+func (s *Source) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.avail > 0 {
+		return nil
+	}
+	return s.refusalLocked()
+}
+
+// Stop ends the claims and, when handBack, returns every claimed ID not
+// handed out to the counter (highest first, so the counter comes down
+// where it can), within ctx. Takes after Stop are refused. It returns the
+// IDs handed back; those it could not hand back are lost (skipped).
+func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return 0, nil
+	}
+	s.stopped = true
+	s.signalLocked()
+	s.mu.Unlock()
+	s.stop()
+	<-s.done
+	s.mu.Lock()
+	segs, acked := s.segs, s.acked
+	s.segs, s.avail = nil, 0
+	s.mu.Unlock()
+	if !handBack || len(segs) == 0 {
+		return 0, nil // a restored counter refuses the hand-back itself
+	}
+	var back uint64
+	var errs []error
+	for i := len(segs) - 1; i >= 0; i-- {
+		dropped, rec, err := coordinator.HandBackSegment(ctx, s.cfg.Counters, s.cfg.Spec, segs[i], acked)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("hand-back of %v: %w", segs[i], err))
+			continue
+		}
+		acked = rec.State
+		back += segs[i].Len() - dropped
+		s.mu.Lock()
+		s.stats.HandedBack += segs[i].Len() - dropped
+		s.stats.Dropped += dropped
+		s.acked = acked
+		s.mu.Unlock()
+	}
+	if s.cfg.Record != nil && back > 0 {
+		if err := s.cfg.Record(acked); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return back, errors.Join(errs...)
+}

@@ -1,0 +1,245 @@
+package source_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/memory"
+	"github.com/firnid/firn/segment"
+	"github.com/firnid/firn/segment/source"
+)
+
+var spec = coordinator.CounterSpec{Generator: "orders", Definition: segment.Default()}
+
+func newSource(t *testing.T, c coordinator.Counters, mod func(*source.Config)) *source.Source {
+	t.Helper()
+	cfg := source.Config{Spec: spec, Counters: c, Clock: clockguard.NewSystem(), MinStep: 100, MaxStep: 1 << 20,
+		Node: coordinator.NodeInfo{Name: "n", InstanceID: "i"}}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := source.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = s.Stop(context.Background(), false) })
+	return s
+}
+
+func take(t *testing.T, s *source.Source, n uint64) []segment.Range {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runs, err := s.Take(ctx, n, nil)
+	if err != nil {
+		t.Fatalf("take %d: %v", n, err)
+	}
+	var got uint64
+	for _, r := range runs {
+		got += r.Len()
+	}
+	if got != n {
+		t.Fatalf("take %d: runs %v hold %d", n, runs, got)
+	}
+	return runs
+}
+
+// TestTakesIncreaseAndNeverRepeat: two sources on one counter, four
+// callers each: every ID once, each source's takes in increasing order.
+func TestTakesIncreaseAndNeverRepeat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		clock := clockguard.NewSystem()
+		var mu sync.Mutex
+		seen := map[uint64]bool{}
+		var wg sync.WaitGroup
+		for range 2 {
+			c := store.Connect(clock)
+			defer c.Close()
+			s := newSource(t, c, nil)
+			var last uint64 // the highest ID this source handed out
+			var smu sync.Mutex
+			for caller := range 4 {
+				wg.Go(func() {
+					for i := range 300 {
+						n := uint64(1 + (caller*7+i)%23)
+						smu.Lock() // one take at a time, to compare with the last
+						runs := take(t, s, n)
+						for _, r := range runs {
+							if r.First <= last && last != 0 {
+								t.Errorf("run %v not above %d", r, last)
+							}
+							last = r.Last
+						}
+						smu.Unlock()
+						mu.Lock()
+						for _, r := range runs {
+							for id := r.First; id <= r.Last; id++ {
+								if seen[id] {
+									t.Errorf("ID %d handed out twice", id)
+								}
+								seen[id] = true
+							}
+						}
+						mu.Unlock()
+					}
+				})
+			}
+		}
+		wg.Wait()
+		if len(seen) == 0 {
+			t.Fatal("no IDs")
+		}
+	})
+}
+
+// TestStopHandsBack: a graceful stop returns the unused IDs; the next
+// source starts right after the last ID handed out, so nothing is lost.
+func TestStopHandsBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		a := newSource(t, c, nil)
+		if runs := take(t, a, 5); runs[0].First != 1 {
+			t.Fatalf("first take %v", runs)
+		}
+		synctest.Wait() // the prefetch, if any, lands
+		back, err := a.Stop(context.Background(), true)
+		st := a.Stats()
+		if err != nil || back != st.Claimed-5 || st.HandedBack != back {
+			t.Fatalf("stop: %d handed back, %v; stats %+v", back, err, st)
+		}
+		if _, err := a.Take(context.Background(), 1, nil); !errors.Is(err, source.ErrStopped) {
+			t.Fatalf("take after stop: %v", err)
+		}
+		b := newSource(t, c, nil)
+		if runs := take(t, b, 3); runs[0] != (segment.Range{First: 6, Last: 8}) {
+			t.Fatalf("next source's first take %v, want [6, 8]", runs)
+		}
+	})
+}
+
+// TestNoWaitAtSteadyRate: at a steady rate, after the first claim, no take
+// waits for the coordinator (each 100 ms of coordinator latency), and the
+// counter is written about once per Interval.
+func TestNoWaitAtSteadyRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		store.Faults().SetLatency(memory.OpCounter, 100*time.Millisecond)
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		s := newSource(t, c, func(cfg *source.Config) { cfg.Interval = 2 * time.Second })
+		take(t, s, 1)
+		waited := 0
+		for i := range 20_000 { // 20 s at 1,000 takes of 10 IDs per second
+			start := time.Now()
+			take(t, s, 10)
+			if i > 2000 && time.Since(start) > 0 { // virtual time: passes only while blocked
+				waited++
+			}
+			time.Sleep(time.Millisecond)
+		}
+		st := s.Stats()
+		if waited > 0 {
+			t.Fatalf("%d takes waited for a claim after the first 2 s; stats %+v", waited, st)
+		}
+		// 10,000 IDs/s and a 2 s interval: steps of about 20,000, so
+		// about 10 claims in 20 s after the ramp.
+		if st.Claims > 20 || st.Step < 15_000 || st.Step > 25_000 {
+			t.Fatalf("%d claims, step %d: want about one claim per 2 s at steps near 20,000", st.Claims, st.Step)
+		}
+	})
+}
+
+// TestRestoreStopsTheSource: a counter restored below what the source saw
+// acknowledged stops it at its next claim, with the marker written, and
+// takes are refused at once with the cause.
+func TestRestoreStopsTheSource(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		snap := store.Snapshot()
+		marked := make(chan coordinator.RestoreEvidence, 1)
+		s := newSource(t, c, func(cfg *source.Config) {
+			cfg.Mark = func(ctx context.Context, ev coordinator.RestoreEvidence) error {
+				marked <- ev
+				return c.MarkRestored(ctx, ev)
+			}
+		})
+		take(t, s, 1)
+		synctest.Wait()
+		store.Restore(snap)
+		// Use up what was claimed: the next claim finds the counter lower.
+		var err error
+		for err == nil {
+			_, err = s.Take(context.Background(), 50, nil)
+		}
+		if !errors.Is(err, coordinator.ErrRolledBack) {
+			t.Fatalf("take after the restore: %v, want ErrRolledBack", err)
+		}
+		ev := <-marked
+		if ev.Generator != "orders" || ev.Acked <= ev.Shown || ev.Node.Name != "n" {
+			t.Fatalf("evidence %+v", ev)
+		}
+		other := store.Connect(clockguard.NewSystem())
+		defer other.Close()
+		if _, err := other.ReadCounter(context.Background(), spec); !errors.Is(err, coordinator.ErrRestored) {
+			t.Fatalf("another node's read after the marker: %v, want ErrRestored", err)
+		}
+	})
+}
+
+// TestRefusesAtOnceWithTheCause: with the coordinator refusing, a take
+// with nothing claimed is refused at once naming the cause, and serves
+// once the coordinator is back.
+func TestRefusesAtOnceWithTheCause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		store.Faults().SetAvailability(memory.OpAll, memory.Refusing)
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		s := newSource(t, c, nil)
+		synctest.Wait()
+		start := time.Now()
+		_, err := s.Take(context.Background(), 1, nil)
+		if !errors.Is(err, coordinator.ErrUnavailable) || !strings.Contains(err.Error(), "orders") || time.Since(start) != 0 {
+			t.Fatalf("take while the coordinator refuses: %v after %v, want ErrUnavailable at once", err, time.Since(start))
+		}
+		store.Faults().SetAvailability(memory.OpAll, memory.Available)
+		time.Sleep(time.Second)
+		take(t, s, 1)
+	})
+}
+
+// TestExhaustion: the last IDs up to max are handed out, then takes are
+// refused with segment.ErrExhausted.
+func TestExhaustion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		small := coordinator.CounterSpec{Generator: "small", Definition: segment.Definition{Start: 1, Max: 250}}
+		s := newSource(t, c, func(cfg *source.Config) { cfg.Spec = small })
+		var got uint64
+		var err error
+		for err == nil {
+			var runs []segment.Range
+			runs, err = s.Take(context.Background(), 7, nil)
+			for _, r := range runs {
+				got += r.Len()
+			}
+		}
+		if !errors.Is(err, segment.ErrExhausted) || got < 250-6 {
+			t.Fatalf("after %d IDs: %v, want ErrExhausted near 250", got, err)
+		}
+	})
+}
