@@ -1,9 +1,11 @@
 // Package segment owns what is pure in firn's second kind of generator, the
 // segment generator (dense IDs from a counter): its definition — the
-// first ID and the largest — in the canonical form a pin compares. It
-// imports only the standard library; the counter, its fenced claims and
-// the serving of claimed segments are built on it elsewhere (issue 23 in
-// progress: nothing serves a segment generator yet).
+// first ID and the largest — in the canonical form a pin compares, and the
+// counter's stored state (Counter) with the rules of its claims,
+// hand-backs and bumps. It imports only the standard library; the
+// coordinator stores the counter (coordinator.Counters) and
+// segment/source serves claimed segments on a node (issue 23 in progress:
+// nodes do not serve segment generators yet).
 package segment
 
 import (

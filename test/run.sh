@@ -199,9 +199,12 @@ trap 'kill -- -"$deploy_pid" -"$fence_pid" 2>/dev/null || true' EXIT
 step "simulator: 2000 seeds of 10 virtual minutes"
 # The seeded fault simulation (test/sim) runs a handful of seeds under
 # -race above; here its full budget, without the race detector, and then
-# each weakened build, which it must catch within that budget.
+# each weakened build, which it must catch within that budget. GOGC=400:
+# the simulator's heap is small and short-lived, and collecting it less
+# often makes a seed about a tenth faster (300 seeds: 25.1 s against
+# 27.8 s at the default).
 sim_log=$(mktemp)
-if ! FIRN_SIM_SEEDS=2000 go test -v -count=1 -timeout 15m -run '^TestSim$' ./test/sim/ >"$sim_log" 2>&1; then
+if ! GOGC=400 FIRN_SIM_SEEDS=2000 go test -v -count=1 -timeout 15m -run '^TestSim$' ./test/sim/ >"$sim_log" 2>&1; then
 	grep -v -E '^(=== (RUN|NAME|PAUSE|CONT)|    --- PASS)' "$sim_log" | tail -300
 	exit 1
 fi
@@ -222,7 +225,7 @@ step "the simulator must fail under each weakened build, for its reason"
 #   firn_weakreserve      IDs issued past the acknowledged reservation
 sim_passed=()
 while read -r tag kinds; do
-	out=$(FIRN_SIM_SEEDS=2000 go test -count=1 -failfast -timeout 15m -tags "$tag" -run '^TestSim$' ./test/sim/ 2>&1 || true)
+	out=$(GOGC=400 FIRN_SIM_SEEDS=2000 go test -count=1 -failfast -timeout 15m -tags "$tag" -run '^TestSim$' ./test/sim/ 2>&1 || true)
 	seen=$(printf '%s\n' "$out" | sed -n 's/^ *\([a-z-]*\): [0-9]* seeds (.*/\1/p' | sort -u | tr '\n' ' ')
 	if printf '%s\n' "$out" | grep -q 'virtual time stood still'; then seen="$seen stall"; fi
 	hit=""
@@ -276,8 +279,8 @@ step "fuzz targets (brief)"
 # Every parser of bytes firn stores or receives has a fuzz target, whose
 # seeds (and the crashers found, kept in testdata/fuzz) run with the
 # package's tests above; the layout's targets also explore here, briefly.
-# The coordinator's, the data dir's and the segment definition's explore
-# by hand:
+# The coordinator's, the data dir's and the segment definition's and
+# counter's explore by hand:
 #   go test -run '^$' -fuzz '^FuzzDecodeSlot$' -fuzztime 1m ./datadir
 # Each runs a count of inputs (about 5 s here), not a time: a -fuzztime
 # in seconds races the engine's own deadline on a loaded machine and can

@@ -62,6 +62,7 @@ type restoreStory struct {
 // after `firn coordinator bump --by D` both serve again without a restart,
 // and no ID of the whole run repeats.
 func TestRestoreEtcdSnapshot(t *testing.T) {
+	t.Parallel() // its own etcd, ports and dirs: beside the ZooKeeper story
 	procs := etcdtest.StartCluster(t, 1)
 	m := procs.Members[0]
 	snap := filepath.Join(t.TempDir(), "snapshot.db")
@@ -78,6 +79,7 @@ func TestRestoreEtcdSnapshot(t *testing.T) {
 // (copied while the server was stopped; the server killed later, its data
 // dir replaced by the copy, and started again).
 func TestRestoreZooKeeperDataDir(t *testing.T) {
+	t.Parallel() // its own ZooKeeper, ports and dirs: beside the etcd story
 	s := zktest.StartStandalone(t)
 	var put func()
 	runRestoreStory(t, restoreStory{

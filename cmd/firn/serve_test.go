@@ -370,6 +370,7 @@ func TestCopiedDataDirRefused(t *testing.T) {
 // the generator floor, and the next holder of the worker starts above
 // max(now, every reservation) + D rather than at its clock.
 func TestBumpAfterRestore(t *testing.T) {
+	t.Parallel() // its own etcd, ports and dirs
 	srv := etcdtest.StartEmbedded(t)
 	ep := srv.Endpoints[0]
 	a := freeAddrs(t)
