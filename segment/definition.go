@@ -3,9 +3,9 @@
 // first ID and the largest — in the canonical form a pin compares, and the
 // counter's stored state (Counter) with the rules of its claims,
 // hand-backs and bumps. It imports only the standard library; the
-// coordinator stores the counter (coordinator.Counters) and
-// segment/source serves claimed segments on a node (issue 23 in progress:
-// nodes do not serve segment generators yet).
+// coordinator stores the counter (coordinator.Counters),
+// segment/source serves claimed segments, and server/core runs a segment
+// generator on a node.
 package segment
 
 import (

@@ -2,13 +2,11 @@ package server
 
 import (
 	"context"
-	"strconv"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
-	"github.com/firnid/firn/server/core"
 )
 
 // idService implements firn.v1.IDService over the node's generators.
@@ -54,9 +52,9 @@ func (s *idService) Decode(ctx context.Context, req *firnv1.DecodeRequest) (*fir
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	p, err := rt.Config().Layout.Decode(req.GetId())
+	p, err := rt.Decode(req.GetId())
 	if err != nil {
-		return nil, grpcError(core.BadField("id", strconv.FormatUint(req.GetId(), 10), "", "%v", err))
+		return nil, grpcError(err)
 	}
 	return &firnv1.DecodeResponse{
 		Time:       timestamppb.New(p.Time),
@@ -100,6 +98,10 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 			NtpChecked:      ntpOK,
 			WorkersWanted:   uint32(st.Wide.Wanted),
 			MaxRange:        st.MaxRange,
+			Kind:            st.Kind,
+		}
+		if seg := st.Segment; seg != nil {
+			gi.CounterNext, gi.SegmentStep, gi.SegmentSkipped = seg.Counter.Next, seg.Step, seg.Dropped
 		}
 		for _, w := range st.Wide.Workers {
 			gi.Workers = append(gi.Workers, uint32(w))

@@ -308,9 +308,9 @@ func (n *Node) handleDecode(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, core.BadField("id", s, "[0, 2^64)", "id %q is not a decimal 64-bit unsigned integer", s))
 		return
 	}
-	p, err := rt.Config().Layout.Decode(id)
+	p, err := rt.Decode(id)
 	if err != nil {
-		writeErr(w, core.BadField("id", s, "", "%v", err))
+		writeErr(w, err)
 		return
 	}
 	writeJSON(w, 200, decodeJSON{ID: s, Generator: rt.Name(), Time: p.Time.UTC(), Datacenter: p.Datacenter, Worker: p.Worker, Sequence: p.Sequence})

@@ -60,6 +60,13 @@ var (
 	descResLeft      = prometheus.NewDesc("firn_reservation_remaining_seconds", "Time until the reservation ends (negative: exhausted).", []string{"generator"}, nil)
 	descLead         = prometheus.NewDesc("firn_clock_lead_seconds", "How far the logical time stands ahead of the clock.", []string{"generator"}, nil)
 	descMaxLead      = prometheus.NewDesc("firn_max_lead_seconds", "Configured max-lead.", []string{"generator"}, nil)
+	descSegNext      = prometheus.NewDesc("firn_segment_counter_next", "A segment generator's counter as this node last wrote it: the lowest ID no claim had taken.", []string{"generator"}, nil)
+	descSegStep      = prometheus.NewDesc("firn_segment_step", "The size of a segment generator's next claim on this node.", []string{"generator"}, nil)
+	descSegAvail     = prometheus.NewDesc("firn_segment_available_ids", "IDs this node has claimed and not yet handed out.", []string{"generator"}, nil)
+	descSegClaimed   = prometheus.NewDesc("firn_segment_claimed_ids_total", "IDs this node claimed from the counter.", []string{"generator"}, nil)
+	descSegClaims    = prometheus.NewDesc("firn_segment_claims_total", "Counter writes that claimed IDs.", []string{"generator"}, nil)
+	descSegBack      = prometheus.NewDesc("firn_segment_handed_back_ids_total", "IDs this node handed back to the counter at a graceful stop.", []string{"generator"}, nil)
+	descSegDropped   = prometheus.NewDesc("firn_segment_dropped_ids_total", "Claimed IDs this node could neither hand out nor hand back (skipped).", []string{"generator"}, nil)
 	descLayoutLeft   = prometheus.NewDesc("firn_layout_seconds_remaining", "Time until the layout's time field runs out.", []string{"generator"}, nil)
 	descMaxOffset    = prometheus.NewDesc("firn_max_clock_offset_seconds", "Configured --max-clock-offset.", nil, nil)
 	descMaxPeerSkew  = prometheus.NewDesc("firn_max_peer_skew_seconds", "Configured --max-peer-skew.", nil, nil)
@@ -78,6 +85,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIssued, descRingCap, descRingAvail, descRingTarget, descRingEmpty,
 		descRingStale, descRingRefills, descServing, descNotServing, descState, descWorker, descDatacenter,
 		descQueueIDs, descQueueSeconds, descQueueLimit, descShed, descWorkers, descWorkersWant,
+		descSegNext, descSegStep, descSegAvail, descSegClaimed, descSegClaims, descSegBack, descSegDropped,
 		descInUse, descLimit, descResLeft, descLead, descMaxLead, descLayoutLeft, descMaxOffset, descNTPOffset,
 		descNTPUnchecked, descFault, descFaultOffset, descBuild, descMaxPeerSkew, descWindow} {
 		ch <- d
@@ -99,22 +107,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		name := rt.Name()
 		st := rt.Status(wall)
 		ch <- g(descIssued, prometheus.CounterValue, float64(st.Issued), name)
-		ch <- g(descRingCap, prometheus.GaugeValue, float64(st.Ring.Capacity), name)
-		ch <- g(descRingAvail, prometheus.GaugeValue, float64(st.Ring.Available), name)
-		ch <- g(descRingTarget, prometheus.GaugeValue, float64(st.Ring.Target), name)
-		ch <- g(descRingEmpty, prometheus.CounterValue, float64(st.Ring.EmptyHits), name)
-		ch <- g(descRingStale, prometheus.CounterValue, float64(st.Ring.DroppedStale), name)
-		ch <- g(descRingRefills, prometheus.CounterValue, float64(st.Ring.Refills), name)
 		ch <- g(descServing, prometheus.GaugeValue, b2f(st.Serving), name)
-		q := float64(rt.Fair().Queued())
-		ch <- g(descQueueIDs, prometheus.GaugeValue, q, name)
-		ch <- g(descQueueSeconds, prometheus.GaugeValue, q/rt.Capacity(), name)
-		ch <- g(descWorkers, prometheus.GaugeValue, float64(len(st.Wide.Workers)), name)
-		ch <- g(descWorkersWant, prometheus.GaugeValue, float64(st.Wide.Wanted), name)
-		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.Fair().MaxQueue()), name)
-		for i, r := range admission.ShedReasons {
-			ch <- g(descShed, prometheus.CounterValue, float64(rt.Fair().Shed(i)), name, r)
-		}
 		snap := rt.State().Snapshot()
 		held := snap.Held()
 		for _, code := range clockguard.Codes {
@@ -123,6 +116,31 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, s := range []clockguard.State{clockguard.StateStarting, clockguard.StateChecking, clockguard.StateServing,
 			clockguard.StateNotServing, clockguard.StateDraining, clockguard.StateStopped} {
 			ch <- g(descState, prometheus.GaugeValue, b2f(snap.State == s), name, s.String())
+		}
+		if seg := st.Segment; seg != nil {
+			ch <- g(descSegNext, prometheus.GaugeValue, float64(seg.Counter.Next), name)
+			ch <- g(descSegStep, prometheus.GaugeValue, float64(seg.Step), name)
+			ch <- g(descSegAvail, prometheus.GaugeValue, float64(seg.Available), name)
+			ch <- g(descSegClaimed, prometheus.CounterValue, float64(seg.Claimed), name)
+			ch <- g(descSegClaims, prometheus.CounterValue, float64(seg.Claims), name)
+			ch <- g(descSegBack, prometheus.CounterValue, float64(seg.HandedBack), name)
+			ch <- g(descSegDropped, prometheus.CounterValue, float64(seg.Dropped), name)
+			continue // no ring, no queue, no worker, no layout
+		}
+		ch <- g(descRingCap, prometheus.GaugeValue, float64(st.Ring.Capacity), name)
+		ch <- g(descRingAvail, prometheus.GaugeValue, float64(st.Ring.Available), name)
+		ch <- g(descRingTarget, prometheus.GaugeValue, float64(st.Ring.Target), name)
+		ch <- g(descRingEmpty, prometheus.CounterValue, float64(st.Ring.EmptyHits), name)
+		ch <- g(descRingStale, prometheus.CounterValue, float64(st.Ring.DroppedStale), name)
+		ch <- g(descRingRefills, prometheus.CounterValue, float64(st.Ring.Refills), name)
+		q := float64(rt.Fair().Queued())
+		ch <- g(descQueueIDs, prometheus.GaugeValue, q, name)
+		ch <- g(descQueueSeconds, prometheus.GaugeValue, q/rt.Capacity(), name)
+		ch <- g(descWorkers, prometheus.GaugeValue, float64(len(st.Wide.Workers)), name)
+		ch <- g(descWorkersWant, prometheus.GaugeValue, float64(st.Wide.Wanted), name)
+		ch <- g(descQueueLimit, prometheus.GaugeValue, float64(rt.Fair().MaxQueue()), name)
+		for i, r := range admission.ShedReasons {
+			ch <- g(descShed, prometheus.CounterValue, float64(rt.Fair().Shed(i)), name, r)
 		}
 		w, dc := -1.0, -1.0
 		resLeft := 0.0

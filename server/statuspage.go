@@ -40,7 +40,12 @@ small{color:#555}
 {{if not .Serving}}<p class="down" id="reason-{{.Name}}">Why: {{.Reason}}</p>{{end}}
 <table>
 <tr><th>state</th><td>{{.State}}</td></tr>
-<tr><th>layout</th><td><code>{{.Layout}}</code> (runs out {{ts .LayoutEnd}})</td></tr>
+{{if .Segment}}<tr><th>segment</th><td><code>{{.Layout}}</code></td></tr>
+<tr><th>counter</th><td id="counter-{{.Name}}">next {{.Segment.Counter.Next}} (seq {{.Segment.Counter.Seq}}, as this node last wrote it)</td></tr>
+<tr><th>claimed</th><td>{{.Segment.Available}} IDs held; step {{.Segment.Step}}; {{.Segment.Claimed}} IDs in {{.Segment.Claims}} claims; handed back {{.Segment.HandedBack}}, skipped {{.Segment.Dropped}}</td></tr>
+<tr><th>IDs issued</th><td>{{.Issued}} (rate {{printf "%.0f" .Rate}}/s)</td></tr>
+<tr><th>max batch / range</th><td>{{.MaxBatch}} / {{.MaxRange}}</td></tr>
+{{else}}<tr><th>layout</th><td><code>{{.Layout}}</code> (runs out {{ts .LayoutEnd}})</td></tr>
 <tr><th>worker / datacenter</th><td>{{if .HasLease}}{{.Worker}} / {{.Datacenter}}{{else}}none held{{end}}{{if .DatacenterFixed}} (datacenter pinned by --datacenter){{end}}</td></tr>
 {{if or (gt .Wide.Max 1) .Wide.Auto}}<tr><th>workers</th><td id="workers-{{.Name}}">{{len .Wide.Workers}} serving of {{.Wide.Wanted}} wanted{{if .Wide.Auto}} (auto, at most {{.Wide.Max}}){{end}}: {{range $i, $w := .Wide.Workers}}{{if $i}}, {{end}}{{$w}}{{end}}{{if .Wide.Degraded}} <span class="warn">{{.Wide.Degraded}}</span>{{end}}</td></tr>{{end}}
 <tr><th>reserved until</th><td>{{if .HasLease}}{{ts .ReservedUntil}}{{else}}—{{end}}</td></tr>
@@ -51,7 +56,7 @@ small{color:#555}
 <tr><th>ring buffer</th><td>{{.Ring.Available}} of {{.Ring.Capacity}} (target {{.Ring.Target}}), empty hits {{.Ring.EmptyHits}}, stale dropped {{.Ring.DroppedStale}}</td></tr>
 <tr><th>max batch</th><td>{{.MaxBatch}}</td></tr>
 <tr><th>queue</th><td>{{.Queued}} IDs asked for and not yet produced (limit {{.MaxQueue}}); shed {{.Shed}}</td></tr>
-</table>
+{{end}}</table>
 <p>Recent state changes, newest first (times on this node's clock):</p>
 <table><tr><th>when</th><th>time</th><th>from</th><th>to</th><th>reason</th></tr>
 {{range .Events}}<tr><td>{{.Ago}}</td><td>{{ts .At}}</td><td>{{.From}}</td><td>{{.To}}</td><td>{{.Reason}}</td></tr>{{else}}<tr><td colspan="5">none</td></tr>{{end}}
@@ -113,9 +118,11 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 		sg := statusGen{GeneratorStatus: st, Rate: rt.RecentRate(mono)}
 		sg.RateChart, sg.LeadChart = n.charts(rt)
-		sg.Queued, sg.MaxQueue = rt.Fair().Queued(), rt.Fair().MaxQueue()
-		for i := range admission.NumShed {
-			sg.Shed += rt.Fair().Shed(i)
+		if f := rt.Fair(); f != nil { // a segment generator queues nothing
+			sg.Queued, sg.MaxQueue = f.Queued(), f.MaxQueue()
+			for i := range admission.NumShed {
+				sg.Shed += f.Shed(i)
+			}
 		}
 		for i := len(st.Events) - 1; i >= 0; i-- {
 			e := st.Events[i]

@@ -838,9 +838,22 @@ type GeneratorInfo struct {
 	// current target under --workers auto.
 	WorkersWanted uint32 `protobuf:"varint,20,opt,name=workers_wanted,json=workersWanted,proto3" json:"workers_wanted,omitempty"`
 	// The largest count NextRange accepts for this generator.
-	MaxRange      uint64 `protobuf:"varint,21,opt,name=max_range,json=maxRange,proto3" json:"max_range,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxRange uint64 `protobuf:"varint,21,opt,name=max_range,json=maxRange,proto3" json:"max_range,omitempty"`
+	// "snowflake" (time-ordered IDs from a bit layout) or "segment" (dense
+	// IDs from a counter in the coordinator; layout then holds the segment
+	// definition, and worker, datacenter, reservation and clock fields do
+	// not apply).
+	Kind string `protobuf:"bytes,22,opt,name=kind,proto3" json:"kind,omitempty"`
+	// A segment generator's counter as this node last wrote it: the lowest
+	// ID no claim had taken.
+	CounterNext uint64 `protobuf:"varint,23,opt,name=counter_next,json=counterNext,proto3" json:"counter_next,omitempty"`
+	// The size of a segment generator's next claim on this node.
+	SegmentStep uint64 `protobuf:"varint,24,opt,name=segment_step,json=segmentStep,proto3" json:"segment_step,omitempty"`
+	// IDs a segment generator on this node claimed and could neither hand
+	// out nor hand back (skipped); IDs lost to a kill are not counted here.
+	SegmentSkipped uint64 `protobuf:"varint,25,opt,name=segment_skipped,json=segmentSkipped,proto3" json:"segment_skipped,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GeneratorInfo) Reset() {
@@ -1020,6 +1033,34 @@ func (x *GeneratorInfo) GetMaxRange() uint64 {
 	return 0
 }
 
+func (x *GeneratorInfo) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *GeneratorInfo) GetCounterNext() uint64 {
+	if x != nil {
+		return x.CounterNext
+	}
+	return 0
+}
+
+func (x *GeneratorInfo) GetSegmentStep() uint64 {
+	if x != nil {
+		return x.SegmentStep
+	}
+	return 0
+}
+
+func (x *GeneratorInfo) GetSegmentSkipped() uint64 {
+	if x != nil {
+		return x.SegmentSkipped
+	}
+	return 0
+}
+
 var File_firn_v1_firn_proto protoreflect.FileDescriptor
 
 const file_firn_v1_firn_proto_rawDesc = "" +
@@ -1066,7 +1107,7 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"generators\x12'\n" +
 	"\x0fclock_unchecked\x18\b \x01(\bR\x0eclockUnchecked\x12\x1f\n" +
 	"\vclock_check\x18\t \x01(\tR\n" +
-	"clockCheck\"\x83\x06\n" +
+	"clockCheck\"\x86\a\n" +
 	"\rGeneratorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\tR\x06layout\x12\x1d\n" +
@@ -1096,7 +1137,11 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\x10datacenter_fixed\x18\x12 \x01(\bR\x0fdatacenterFixed\x12\x18\n" +
 	"\aworkers\x18\x13 \x03(\rR\aworkers\x12%\n" +
 	"\x0eworkers_wanted\x18\x14 \x01(\rR\rworkersWanted\x12\x1b\n" +
-	"\tmax_range\x18\x15 \x01(\x04R\bmaxRange*\xfd\x02\n" +
+	"\tmax_range\x18\x15 \x01(\x04R\bmaxRange\x12\x12\n" +
+	"\x04kind\x18\x16 \x01(\tR\x04kind\x12!\n" +
+	"\fcounter_next\x18\x17 \x01(\x04R\vcounterNext\x12!\n" +
+	"\fsegment_step\x18\x18 \x01(\x04R\vsegmentStep\x12'\n" +
+	"\x0fsegment_skipped\x18\x19 \x01(\x04R\x0esegmentSkipped*\xfd\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eCLOCK_ROLLBACK\x10\x01\x12\x0e\n" +

@@ -255,6 +255,12 @@ func cmdInfo(args []string, stdout, stderr io.Writer) int {
 		if g.GetIsDefault() {
 			def = " (default)"
 		}
+		if g.GetKind() == "segment" {
+			fmt.Fprintf(stdout, "generator %s%s: %s\n  segment %s\n  counter next %d (as this node last wrote it), step %d, skipped %d, max batch %d, max range %d, issued %d\n",
+				g.GetName(), def, state, g.GetLayout(), g.GetCounterNext(), g.GetSegmentStep(), g.GetSegmentSkipped(),
+				g.GetMaxBatch(), g.GetMaxRange(), g.GetIdsIssued())
+			continue
+		}
 		fmt.Fprintf(stdout, "generator %s%s: %s\n  layout %s\n  worker %d datacenter %d%s, reserved until %s, clock lead %s (max-lead %s), max batch %d, issued %d\n",
 			g.GetName(), def, state, g.GetLayout(), g.GetWorker(), g.GetDatacenter(), pinned,
 			g.GetReservedUntil().AsTime().UTC().Format(time.RFC3339Nano), g.GetClockLead().AsDuration(), g.GetMaxLead().AsDuration(),

@@ -164,6 +164,9 @@ func TestBadFlags(t *testing.T) {
 		{"env bad value", nil, []string{"FIRN_MAX_BATCH=lots"}, []string{"FIRN_MAX_BATCH", "max-batch"}},
 		{"extra argument", []string{"now"}, nil, []string{"unexpected argument", "now"}},
 		{"ntp port", []string{"--ntp", "127.0.0.1:0"}, nil, []string{"--ntp", "1..65535"}},
+		{"segment start 0", []string{"--generator", "orders=segment,start=0"}, nil, []string{"--generator", "orders", "start", "[1, 9223372036854775807)"}},
+		{"segment start not below max", []string{"--generator", "orders=segment,start=10,max=5"}, nil, []string{"--generator", "orders", "start", "max 5"}},
+		{"segment unknown parameter", []string{"--generator", "orders=segment,step=5"}, nil, []string{"--generator", "orders", "step", "start=N and max=M"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/certfile"
+	"github.com/firnid/firn/segment"
 	"github.com/firnid/firn/server/core"
 )
 
@@ -92,7 +93,7 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 	sc.coord.register(fs)
 	sc.coord.registerEmbeddedStart(fs)
 	fs.StringVar(&sc.nodeName, "node-name", sc.nodeName, "node name label (default hostname plus a short hash of the data dir)")
-	fs.Var(repeatFlag{&sc.generators}, "generator", "name=layout (preset or canonical string); repeatable; the first is the default (default default=snowflake)")
+	fs.Var(repeatFlag{&sc.generators}, "generator", "name=layout (preset or canonical string), or name=segment[,start=N][,max=M] for dense IDs from a counter; repeatable; the first is the default (default default=snowflake)")
 	fs.Int64Var(&c.Datacenter, "datacenter", c.Datacenter, "fix the datacenter field (-1: allocated with the worker ID)")
 	fs.StringVar(&sc.workers, "workers", "1", "worker IDs each generator holds: a number (K × the layout's rate, in per-node order), or auto (leases more while the rate stays above 80% of what it holds, up to --max-workers; releases them after a minute that fits fewer)")
 	fs.IntVar(&c.MaxWorkers, "max-workers", c.MaxWorkers, "under --workers auto, the most workers a generator holds (0: 16)")
@@ -177,6 +178,14 @@ func (sc *serveConfig) finish(now time.Time) (core.Config, error) {
 			return c, flagErr("generator", "name %q given twice", name)
 		}
 		seen[name] = true
+		if segment.IsDefinition(layout) {
+			d, err := segment.ParseDefinition(layout)
+			if err != nil {
+				return c, flagErr("generator", "%s: %v", name, err)
+			}
+			c.Generators = append(c.Generators, core.GeneratorConfig{Name: name, Segment: &d})
+			continue
+		}
 		l, err := generator.ParseLayout(layout)
 		if err != nil {
 			return c, flagErr("generator", "%s: %v", name, err)

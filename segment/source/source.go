@@ -54,6 +54,10 @@ type Config struct {
 	// the claim is handed out (the data dir's record of Acked); an error
 	// discards the claim (its IDs are skipped). Nil: none.
 	Record func(segment.Counter) error
+	// Notify, when set, is told after each claim: nil when it landed, the
+	// error when it failed while the source holds no IDs (or for good).
+	// It is called from the claim loop, never with the source's lock held.
+	Notify func(error)
 	// Timeout bounds one coordinator call (default 2 s); RetryEvery is the
 	// pause after a failed claim (default 200 ms).
 	Timeout    time.Duration
@@ -284,9 +288,13 @@ func (s *Source) claim(ctx context.Context) error {
 		}
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
 		s.failLocked(ctx, err)
+		tell := s.avail == 0 || s.fatal != nil
+		s.mu.Unlock()
+		if tell && s.cfg.Notify != nil {
+			s.cfg.Notify(err)
+		}
 		return err
 	}
 	s.fail = nil
@@ -297,6 +305,10 @@ func (s *Source) claim(ctx context.Context) error {
 	s.stats.Claimed += c.Range.Len()
 	s.stats.Claims++
 	s.signalLocked()
+	s.mu.Unlock()
+	if s.cfg.Notify != nil {
+		s.cfg.Notify(nil)
+	}
 	return nil
 }
 

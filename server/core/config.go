@@ -12,6 +12,7 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/segment"
 )
 
 // ErrConfig marks a refused configuration; the message names the flag and
@@ -26,6 +27,10 @@ func configErr(flagName, format string, args ...any) error {
 type GeneratorConfig struct {
 	Name   string
 	Layout generator.Layout
+	// Segment, when set, makes this a segment generator (dense IDs from a
+	// counter in the coordinator, docs/design.md Segment counters): Layout
+	// is then unused.
+	Segment *segment.Definition
 	// MaxLead and MaxStaleness, resolved per generator by Finish from the
 	// node's (zero there means the per-layout default).
 	MaxLead      time.Duration
@@ -265,6 +270,12 @@ func (c *Config) Finish(now time.Time) error {
 // (or their defaults) and checks g against them and the node's workers
 // and datacenter.
 func (c *Config) finishGenerator(g *GeneratorConfig, now time.Time) error {
+	if g.Segment != nil {
+		if err := g.Segment.Validate(); err != nil {
+			return configErr("generator", "%s: %v", g.Name, err)
+		}
+		return nil
+	}
 	if err := g.Layout.Validate(now); err != nil {
 		return configErr("generator", "%s: %v", g.Name, err)
 	}
@@ -386,6 +397,9 @@ func (c *Config) ClientBurstOrDefault() int {
 // serving: MaxQueue at the layout's rate times the workers (at least
 // one), and at least one MaxBatchFor(g).
 func (c *Config) MaxQueueFor(g GeneratorConfig, workers int) int64 {
+	if g.Segment != nil {
+		return int64(c.MaxBatchFor(g)) // a segment generator queues nothing
+	}
 	return max(int64(g.Layout.Rate()*float64(max(workers, 1))*c.MaxQueue.Seconds()), int64(c.MaxBatchFor(g)))
 }
 
@@ -432,6 +446,9 @@ func (c *Config) workersFlag() string {
 // workers produce within max-lead (sequence per unit × units in max-lead ×
 // WorkersFor), at most 2^40.
 func (c *Config) MaxRangeFor(g GeneratorConfig) uint64 {
+	if g.Segment != nil {
+		return SegmentMaxRange
+	}
 	n, ok := perLead(g)
 	if !ok {
 		return 1 << 40
@@ -447,11 +464,36 @@ func (c *Config) MaxRangeFor(g GeneratorConfig) uint64 {
 // sequence per unit × units in max-lead). Finish refuses a generator whose
 // product overflows, so it is never 0.
 func (c *Config) MaxBatchFor(g GeneratorConfig) int {
+	if g.Segment != nil {
+		return c.MaxBatch
+	}
 	n, ok := perLead(g)
 	if !ok {
 		return c.MaxBatch
 	}
 	return int(min(uint64(c.MaxBatch), n))
+}
+
+// SegmentMaxRange is the largest NextRange count of a segment generator
+// (2^24 IDs): a range larger than what the node holds claimed waits for a
+// claim of its own.
+const SegmentMaxRange = 1 << 24
+
+// Kind is "segment" for a segment generator, "snowflake" otherwise.
+func (g GeneratorConfig) Kind() string {
+	if g.Segment != nil {
+		return segment.Kind
+	}
+	return "snowflake"
+}
+
+// Spec is the generator's definition in canonical form: the layout's, or
+// the segment definition's.
+func (g GeneratorConfig) Spec() string {
+	if g.Segment != nil {
+		return g.Segment.String()
+	}
+	return g.Layout.String()
 }
 
 // perLead is sequence per unit × units in max-lead, and false when it

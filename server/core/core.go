@@ -100,6 +100,12 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 	}
 	log := c.log
 	for i, gc := range cfg.Generators {
+		if gc.Segment != nil {
+			rt := newSegmentGenerator(cfg, gc, i == 0, clock, log)
+			c.gens = append(c.gens, rt)
+			c.byName[gc.Name] = rt
+			continue
+		}
 		ring, err := ringbuffer.New(ringbuffer.Config{Size: cfg.RingSize, MaxStaleness: gc.MaxStaleness, Clock: clock})
 		if err != nil {
 			return nil, configErr("ring-size", "%v", err)
@@ -143,9 +149,13 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 		c.gens = append(c.gens, rt)
 		c.byName[gc.Name] = rt
 	}
-	views := make([]clockpolicy.Generator, len(c.gens))
-	for i, rt := range c.gens {
-		views[i] = policyGen{rt}
+	// The clock policy acts on the snowflake generators only: a segment
+	// generator has no clock in it.
+	var views []clockpolicy.Generator
+	for _, rt := range c.gens {
+		if !rt.isSegment() {
+			views = append(views, policyGen{rt})
+		}
 	}
 	c.policy = clockpolicy.New(clockpolicy.Config{
 		MaxClockOffset:   cfg.MaxClockOffset,
@@ -163,7 +173,7 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 		// waiters are refused with the cause. Every transition is an event
 		// of its status.
 		rt.state.Subscribe(func(t clockguard.Transition) {
-			if t.From == clockguard.StateServing && t.To != clockguard.StateServing {
+			if t.From == clockguard.StateServing && t.To != clockguard.StateServing && rt.fair != nil {
 				rt.fair.Interrupt()
 			}
 			rt.recordEvent(Event{At: t.At, From: t.From.String(), To: t.To.String(), Reason: t.Reason})
@@ -330,6 +340,9 @@ func (c *Core) start() error {
 	// policy's inputs) starts.
 	var holders []*holder
 	for _, rt := range c.gens {
+		if rt.isSegment() {
+			continue
+		}
 		if !rt.isWide() {
 			hd := c.newHolder(rt)
 			hd.ls = directState{rt}
@@ -363,11 +376,18 @@ func (c *Core) start() error {
 		return err
 	}
 	c.policy.WaitFirstPeers()
+	for _, rt := range c.gens {
+		if rt.isSegment() {
+			if err := c.startSegment(rt); err != nil {
+				return err
+			}
+		}
+	}
 	for _, hd := range holders {
 		c.goRun(func() { hd.run(hd.ctx(ctx)) })
 	}
 	for _, rt := range c.gens {
-		if rt.auto {
+		if rt.auto && !rt.isSegment() {
 			c.goRun(func() {
 				rt.autoWorkers(ctx, c.clock, func(n int) {
 					for range n {
@@ -503,7 +523,12 @@ func (c *Core) stop() {
 		c.steps.Stop()
 	}
 	for _, rt := range c.gens {
-		rt.ring.Close()
+		if rt.seg != nil {
+			c.stopSegment(rt)
+		}
+		if rt.ring != nil {
+			rt.ring.Close()
+		}
 		rt.state.Stop()
 	}
 }

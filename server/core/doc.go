@@ -19,6 +19,9 @@
 //     them, and --workers auto); the data-dir journal with its deadline
 //     (journal.go). What a request is let in with and in which order — the
 //     queue bound, turns by flow, --client-rate — is server/admission's.
+//     A segment generator (segment.go) is a Generator with none of that:
+//     its issue path takes runs from a segment/source over the
+//     coordinator's counter, outside the clock policy.
 //   - Config (config.go): what a node consumes, validated by Finish, whose
 //     refusals name the `firn serve` flag. Flags, environment, the --config
 //     file, TLS files and the choice of coordinator are cmd/firn's: a node

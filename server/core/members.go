@@ -432,6 +432,9 @@ func (rt *Generator) dropMembers(n int) {
 // the ring holds first (as issue would hand it out), then the source's
 // output in turns of the fair share, without an ID per slot.
 func (rt *Generator) issueRuns(ctx context.Context, n uint64) ([]generator.Run, error) {
+	if rt.isSegment() {
+		return rt.segmentRanges(ctx, n)
+	}
 	f, err := rt.enter(ctx, int(n))
 	if err != nil {
 		return nil, err

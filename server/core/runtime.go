@@ -14,6 +14,7 @@ import (
 	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
+	"github.com/firnid/firn/segment/source"
 	"github.com/firnid/firn/server/admission"
 	"github.com/firnid/firn/server/clockpolicy"
 )
@@ -39,9 +40,12 @@ type Generator struct {
 	// held is the first serving holding (the lowest worker); live all of
 	// them (members.go). wide is the source over them, for ranges and, for a
 	// wide generator, the ring.
-	held   atomic.Pointer[holding]
-	live   atomic.Pointer[[]*holding]
-	wide   *generator.Wide
+	held atomic.Pointer[holding]
+	live atomic.Pointer[[]*holding]
+	wide *generator.Wide
+	// seg is a segment generator's source (nil for a snowflake one; set
+	// by Start): no ring, no workers, no clock policy (segment.go).
+	seg    *source.Source
 	issued atomic.Uint64
 	// A wide generator's holders (members.go): maxWorkers is --workers, or
 	// --max-workers under auto; wantW the current target.
@@ -188,6 +192,9 @@ func (rt *Generator) limit(ctx context.Context, n int) error {
 // got before from this node. A request the ring cannot fill goes through
 // admission first.
 func (rt *Generator) issue(ctx context.Context, dst []uint64) error {
+	if rt.isSegment() {
+		return rt.segmentFill(ctx, dst)
+	}
 	f, err := rt.enter(ctx, len(dst))
 	if err != nil {
 		return err
@@ -198,6 +205,10 @@ func (rt *Generator) issue(ctx context.Context, dst []uint64) error {
 // issueN is issue into a new slice of n, made only once the request is
 // admitted: a refusal costs no allocation.
 func (rt *Generator) issueN(ctx context.Context, n int) ([]uint64, error) {
+	if rt.isSegment() {
+		dst := make([]uint64, n)
+		return dst, rt.segmentFill(ctx, dst)
+	}
 	f, err := rt.enter(ctx, n)
 	if err != nil {
 		return nil, err
@@ -257,6 +268,11 @@ func (rt *Generator) fill(ctx context.Context, f *admission.Flow, dst []uint64) 
 
 // issueOne is issue for a single ID without a slice.
 func (rt *Generator) issueOne(ctx context.Context) (uint64, error) {
+	if rt.isSegment() {
+		var one [1]uint64
+		err := rt.segmentFill(ctx, one[:])
+		return one[0], err
+	}
 	if err := rt.refusal(); err != nil {
 		return 0, err
 	}
@@ -430,11 +446,19 @@ type GeneratorStatus struct {
 	MaxRange        uint64
 	// Wide: the workers the generator holds.
 	Wide WorkersStatus
+	// Kind is "snowflake" or "segment"; Segment is a segment generator's
+	// source (nil for a snowflake generator).
+	Kind    string
+	Segment *source.Stats
 }
 
 // Status is the generator as it stands at wall.
 func (rt *Generator) Status(wall time.Time) GeneratorStatus {
+	if rt.isSegment() {
+		return rt.segmentStatus()
+	}
 	s := GeneratorStatus{
+		Kind:            rt.cfg.Kind(),
 		Name:            rt.cfg.Name,
 		Layout:          rt.cfg.Layout.String(),
 		IsDefault:       rt.isDefault,

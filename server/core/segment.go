@@ -1,0 +1,196 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/segment"
+	"github.com/firnid/firn/segment/source"
+)
+
+// A segment generator (GeneratorConfig.Segment) hands out dense IDs from
+// segments of a counter the coordinator keeps (segment/source). It has no
+// worker, no ring and no clock: the clock policy never holds it. Its
+// serving state is serving once its first claim landed and while it holds
+// claimed IDs or the last claim succeeded; the last claim's failure is its
+// reason otherwise.
+
+// isSegment reports whether rt is a segment generator.
+func (rt *Generator) isSegment() bool { return rt.cfg.Segment != nil }
+
+// newSegmentGenerator is the Generator of segment generator gc: a serving
+// state of its own, outside the clock policy; the source comes at Start.
+func newSegmentGenerator(cfg Config, gc GeneratorConfig, isDefault bool, clock clockguard.Clock, log *slog.Logger) *Generator {
+	return &Generator{
+		cfg:       gc,
+		clock:     clock,
+		isDefault: isDefault,
+		maxBatch:  cfg.MaxBatchFor(gc),
+		maxRange:  cfg.MaxRangeFor(gc),
+		state: clockguard.NewServingState(gc.Name,
+			clockguard.WithStateClock(clock), clockguard.WithStateLogger(log)),
+	}
+}
+
+// stopSegment stops rt's source: a graceful stop hands the claimed IDs
+// not handed out back to the counter; a crash leaves them (skipped).
+func (c *Core) stopSegment(rt *Generator) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*c.cfg.Timing.Timeout)
+	defer cancel()
+	back, err := rt.seg.Stop(ctx, !c.crashed.Load())
+	if err != nil {
+		c.log.Warn("segment remainders not all handed back; they are skipped", "generator", rt.cfg.Name, "err", err)
+	}
+	if back > 0 {
+		c.log.Info("segment remainders handed back", "generator", rt.cfg.Name, "ids", back)
+	}
+}
+
+// startSegment starts rt's source on the coordinator's counters.
+func (c *Core) startSegment(rt *Generator) error {
+	counters, ok := c.coord.(coordinator.Counters)
+	if !ok {
+		return fmt.Errorf("%w: generator %s: the coordinator keeps no segment counters", ErrConfig, rt.cfg.Name)
+	}
+	src, err := source.New(source.Config{
+		Spec:     coordinator.CounterSpec{Generator: rt.cfg.Name, Definition: *rt.cfg.Segment},
+		Counters: counters,
+		Mark:     c.coord.MarkRestored,
+		Node:     c.nodeInfo,
+		Clock:    c.clock,
+		Timeout:  c.cfg.Timing.Timeout,
+		Log:      c.log.With("generator", rt.cfg.Name),
+		Notify:   func(err error) { rt.segmentState(err) },
+	})
+	if err != nil {
+		return err
+	}
+	rt.seg = src
+	return nil
+}
+
+// segmentState feeds the source's news to the serving state: nil once a
+// claim landed (the first one ends the start checks), else why the
+// source holds no IDs and cannot claim.
+func (rt *Generator) segmentState(err error) {
+	if err == nil {
+		rt.state.Clear(clockguard.SourceCoordinator)
+		rt.state.Clear(clockguard.SourceLease)
+		_ = rt.state.Ready()
+		return
+	}
+	switch {
+	case errors.Is(err, coordinator.ErrRolledBack), errors.Is(err, coordinator.ErrRestored):
+		rt.state.SetCause(clockguard.SourceCoordinator, err.Error(), clockguard.Detail{Code: clockguard.CodeRestoreDetected})
+	case errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, coordinator.ErrSchemaTooNew), errors.Is(err, segment.ErrCounter):
+		rt.state.Set(clockguard.SourceCoordinator, err.Error()) // as for a snowflake generator's pin
+	case errors.Is(err, segment.ErrExhausted):
+		rt.state.SetCause(clockguard.SourceLease, err.Error(), clockguard.Detail{Code: clockguard.CodeReservationExhausted,
+			Limit: fmt.Sprintf("max=%d", rt.cfg.Segment.Max)})
+	default:
+		rt.state.SetCause(clockguard.SourceLease, "segment claim failed: "+err.Error(),
+			clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
+	}
+	_ = rt.state.Ready()
+}
+
+// segmentRuns takes n IDs of a segment generator as runs.
+func (rt *Generator) segmentRuns(ctx context.Context, n uint64) ([]segment.Range, error) {
+	if err := rt.refusal(); err != nil {
+		return nil, err
+	}
+	runs, err := rt.seg.Take(ctx, n, make([]segment.Range, 0, 2))
+	if err != nil {
+		if r := rt.refusal(); r != nil {
+			return nil, r
+		}
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return nil, err
+		}
+		rt.segmentState(err)
+		return nil, &NotServingError{Generator: rt.cfg.Name, Reason: err.Error(), Code: clockguard.CodeCoordinatorUnavailable}
+	}
+	rt.issued.Add(n)
+	return runs, nil
+}
+
+// segmentFill fills dst with IDs of a segment generator.
+func (rt *Generator) segmentFill(ctx context.Context, dst []uint64) error {
+	runs, err := rt.segmentRuns(ctx, uint64(len(dst)))
+	if err != nil {
+		return err
+	}
+	i := 0
+	for _, r := range runs {
+		for id := r.First; ; id++ {
+			dst[i] = id
+			i++
+			if id == r.Last {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// segmentRanges is segmentRuns as the API's runs.
+func (rt *Generator) segmentRanges(ctx context.Context, n uint64) ([]generator.Run, error) {
+	runs, err := rt.segmentRuns(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]generator.Run, len(runs))
+	for i, r := range runs {
+		out[i] = generator.Run{First: r.First, Count: r.Len()}
+	}
+	return out, nil
+}
+
+// SegmentStats is what a segment generator's source has done; the zero
+// Stats for a snowflake generator.
+func (rt *Generator) SegmentStats() source.Stats {
+	if rt.seg == nil {
+		return source.Stats{}
+	}
+	return rt.seg.Stats()
+}
+
+// segmentStatus is Status for a segment generator.
+func (rt *Generator) segmentStatus() GeneratorStatus {
+	st := rt.SegmentStats()
+	return GeneratorStatus{
+		Name:      rt.cfg.Name,
+		Layout:    rt.cfg.Spec(),
+		Kind:      rt.cfg.Kind(),
+		IsDefault: rt.isDefault,
+		Serving:   rt.state.Serving(),
+		State:     rt.state.State().String(),
+		Reason:    rt.state.Reason(),
+		Cause:     rt.state.Snapshot().Refusal().Code,
+		MaxBatch:  rt.maxBatch,
+		MaxRange:  rt.maxRange,
+		Issued:    rt.issued.Load(),
+		Events:    rt.recentEvents(),
+		Segment:   &st,
+	}
+}
+
+// Decode splits an ID of rt into its fields. A segment generator's IDs
+// are numbers from a counter, with no fields: refused naming the kind.
+func (rt *Generator) Decode(id uint64) (generator.Parts, error) {
+	if rt.isSegment() {
+		return generator.Parts{}, BadField("generator", Echo(rt.cfg.Name), "a snowflake generator",
+			"generator %q is a segment generator: its IDs are numbers from a counter, with no time, worker or sequence to decode", rt.cfg.Name)
+	}
+	p, err := rt.cfg.Layout.Decode(id)
+	if err != nil {
+		return p, BadField("id", strconv.FormatUint(id, 10), "", "%v", err)
+	}
+	return p, nil
+}
