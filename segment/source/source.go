@@ -87,6 +87,7 @@ type Source struct {
 	mu      sync.Mutex
 	segs    []segment.Range // claimed, not handed out; increasing
 	avail   uint64
+	need    uint64 // IDs a waiting take lacks: the next claim's least size
 	above   uint64 // one past the highest ID claimed (0: none)
 	acked   segment.Counter
 	step    uint64
@@ -160,6 +161,9 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 			s.mu.Unlock()
 			return runs, err
 		}
+		// The next claim covers this take whatever the step: a take
+		// larger than the step must not wait for several claims.
+		s.need = max(s.need, n-s.avail)
 		s.askLocked()
 		ch := s.changed
 		s.mu.Unlock()
@@ -238,7 +242,7 @@ func (s *Source) run(ctx context.Context) {
 	defer close(s.done)
 	for {
 		s.mu.Lock()
-		need := !s.stopped && s.fatal == nil && s.avail < s.lowLocked()
+		need := !s.stopped && s.fatal == nil && (s.avail < s.lowLocked() || s.need > 0)
 		s.mu.Unlock()
 		if need {
 			if err := s.claim(ctx); err != nil {
@@ -273,7 +277,8 @@ func (s *Source) run(ctx context.Context) {
 // claim makes one claim of the current step.
 func (s *Source) claim(ctx context.Context) error {
 	s.mu.Lock()
-	step := s.sizeLocked()
+	step := max(s.sizeLocked(), s.need)
+	s.need = 0
 	above, acked := s.above, s.acked
 	s.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)

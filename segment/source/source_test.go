@@ -243,3 +243,21 @@ func TestExhaustion(t *testing.T) {
 		}
 	})
 }
+
+// TestLargeTakeOneClaim: a take far larger than the step is covered by
+// one claim, not a claim per step.
+func TestLargeTakeOneClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		s := newSource(t, c, nil) // MinStep 100
+		take(t, s, 1)
+		synctest.Wait()
+		before := s.Stats().Claims
+		take(t, s, 1_000_000)
+		if got := s.Stats().Claims - before; got > 2 {
+			t.Fatalf("a take of 1,000,000 at a step of 100 made %d claims, want at most 2", got)
+		}
+	})
+}
