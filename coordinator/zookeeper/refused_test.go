@@ -232,7 +232,9 @@ func TestRestoredServerBehindClient(t *testing.T) {
 // the reads time out) is never taken for one that refuses the client.
 // Frozen for less than the session timeout, the session and the lease
 // survive; frozen past it, the session expires on the server's own terms
-// when it resumes and the same client opens the new session by itself.
+// when it resumes and the same client opens the new session by itself —
+// or the server, taking the client's queued reconnect before its expirer
+// runs, keeps the session, and the lease lives on.
 func TestFrozenServerKeepsClient(t *testing.T) {
 	s := zktest.StartStandalone(t)
 	b := &zktest.Backend{Servers: []string{s.Addr}, TTL: standaloneTTL}
@@ -261,15 +263,25 @@ func TestFrozenServerKeepsClient(t *testing.T) {
 	s.Thaw()
 	select {
 	case <-l.Done():
+		// The server expired the session when it resumed: the same
+		// client opens the new one.
+		l2 := acquire(t, c, spec, n)
+		if got, _ := zookeeper.SessionOf(l2); got == sess || got != c.SessionID() {
+			t.Fatalf("new lease in session %#x, old %#x, coordinator's %#x", got, sess, c.SessionID())
+		}
+		reserve(t, l2, 300, n)
 	case <-time.After(15 * time.Second):
-		t.Fatal("lease not done after the session expired")
+		// The server took the client's reconnect, queued while it was
+		// frozen, before its session expirer ran, and kept the session
+		// (ZooKeeper's call: a fresh-clone run saw it under load). The
+		// session, and so the lease, live on: nobody could take the
+		// worker while the only server was frozen.
+		if c.SessionID() != sess {
+			t.Fatalf("lease not done, yet the session changed: %#x -> %#x", sess, c.SessionID())
+		}
+		reserveAgain(t, l, n, 300)
 	}
-	l2 := acquire(t, c, spec, n)
 	if c.Conn() != client {
 		t.Fatal("the client was given up for a frozen server")
 	}
-	if got, _ := zookeeper.SessionOf(l2); got == sess || got != c.SessionID() {
-		t.Fatalf("new lease in session %#x, old %#x, coordinator's %#x", got, sess, c.SessionID())
-	}
-	reserve(t, l2, 300, n)
 }
