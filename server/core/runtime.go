@@ -452,31 +452,34 @@ type GeneratorStatus struct {
 	Segment *source.Stats
 }
 
+// commonStatus is what Status shows of every kind.
+func (rt *Generator) commonStatus() GeneratorStatus {
+	return GeneratorStatus{
+		Kind:      rt.cfg.Kind(),
+		Name:      rt.cfg.Name,
+		Layout:    rt.cfg.Spec(),
+		IsDefault: rt.isDefault,
+		Serving:   rt.state.Serving(),
+		State:     rt.state.State().String(),
+		Reason:    rt.state.Reason(),
+		Cause:     rt.state.Snapshot().Refusal().Code,
+		MaxBatch:  rt.maxBatch,
+		MaxRange:  rt.maxRange,
+		Issued:    rt.issued.Load(),
+		Events:    rt.recentEvents(),
+	}
+}
+
 // Status is the generator as it stands at wall.
 func (rt *Generator) Status(wall time.Time) GeneratorStatus {
+	s := rt.commonStatus()
 	if rt.isSegment() {
-		return rt.segmentStatus()
+		st := rt.SegmentStats()
+		s.Segment = &st
+		return s
 	}
-	s := GeneratorStatus{
-		Kind:            rt.cfg.Kind(),
-		Name:            rt.cfg.Name,
-		Layout:          rt.cfg.Layout.String(),
-		IsDefault:       rt.isDefault,
-		Serving:         rt.state.Serving(),
-		State:           rt.state.State().String(),
-		Reason:          rt.state.Reason(),
-		Cause:           rt.state.Snapshot().Refusal().Code,
-		DatacenterFixed: rt.datacenterFixed,
-		MaxLead:         rt.cfg.MaxLead,
-		MaxStaleness:    rt.cfg.MaxStaleness,
-		MaxBatch:        rt.maxBatch,
-		Issued:          rt.issued.Load(),
-		Ring:            rt.ring.Stats(),
-		Events:          rt.recentEvents(),
-		LayoutEnd:       rt.cfg.Layout.End(),
-		MaxRange:        rt.maxRange,
-		Wide:            rt.workersStatus(),
-	}
+	s.DatacenterFixed, s.MaxLead, s.MaxStaleness = rt.datacenterFixed, rt.cfg.MaxLead, rt.cfg.MaxStaleness
+	s.Ring, s.LayoutEnd, s.Wide = rt.ring.Stats(), rt.cfg.Layout.End(), rt.workersStatus()
 	if h := rt.held.Load(); h != nil {
 		s.HasLease = true
 		s.Worker, s.Datacenter = h.gen.Worker(), h.gen.Datacenter()

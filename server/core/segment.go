@@ -161,26 +161,6 @@ func (rt *Generator) SegmentStats() source.Stats {
 	return rt.seg.Stats()
 }
 
-// segmentStatus is Status for a segment generator.
-func (rt *Generator) segmentStatus() GeneratorStatus {
-	st := rt.SegmentStats()
-	return GeneratorStatus{
-		Name:      rt.cfg.Name,
-		Layout:    rt.cfg.Spec(),
-		Kind:      rt.cfg.Kind(),
-		IsDefault: rt.isDefault,
-		Serving:   rt.state.Serving(),
-		State:     rt.state.State().String(),
-		Reason:    rt.state.Reason(),
-		Cause:     rt.state.Snapshot().Refusal().Code,
-		MaxBatch:  rt.maxBatch,
-		MaxRange:  rt.maxRange,
-		Issued:    rt.issued.Load(),
-		Events:    rt.recentEvents(),
-		Segment:   &st,
-	}
-}
-
 // Decode splits an ID of rt into its fields. A segment generator's IDs
 // are numbers from a counter, with no fields: refused naming the kind.
 func (rt *Generator) Decode(id uint64) (generator.Parts, error) {
