@@ -153,12 +153,22 @@ type RestoreEvidence struct {
 	Shown     int64     // what the coordinator showed (-1: absent)
 	At        time.Time // the noticing node's clock reading
 	Node      NodeInfo  // the noticing node (name, instance, address)
+	// Counter: the evidence is a segment generator's counter, whose
+	// history lacks a write the node saw (CounterRolledBackError); Acked
+	// and Shown are then the counter's next ID as the node saw it and as
+	// the coordinator showed it, and Slot is unused.
+	Counter bool
 }
 
 // Gap is how far the coordinator fell behind, in time-field units: Acked
 // - Shown (Acked+1 when Shown is -1, absent). A bump by Gap always covers
 // the evidence; MinBump may ask less.
 func (e RestoreEvidence) Gap() int64 {
+	if e.Counter {
+		// A forked history may show a next at or above the node's: the
+		// evidence stands all the same.
+		return max(e.Acked-e.Shown, 1)
+	}
 	if e.Shown < 0 {
 		return e.Acked + 1
 	}
@@ -203,6 +213,11 @@ type RestoredError struct{ Evidence RestoreEvidence }
 
 func (e *RestoredError) Error() string {
 	ev := e.Evidence
+	if ev.Counter {
+		return fmt.Sprintf("coordinator state restored from an older snapshot: generator %q: the counter's history lacks a write node %q (instance %s, %s) saw (it saw next %d, the coordinator showed next %d), noticed at %s; no node claims from this generator until it is cleared: run %s, with N (IDs) above every ID issued before the restore",
+			ev.Generator, ev.Node.Name, ev.Node.InstanceID, ev.Node.Address, ev.Acked, ev.Shown,
+			ev.At.UTC().Format(time.RFC3339Nano), fmt.Sprintf("firn coordinator bump --generator %s --by N", ev.Generator))
+	}
 	shown := fmt.Sprint(ev.Shown)
 	if ev.Shown < 0 {
 		shown = "no reservation"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -73,25 +74,28 @@ type Counters interface {
 	SwapCounter(ctx context.Context, spec CounterSpec, prev CounterRecord, next segment.Counter) (CounterRecord, error)
 }
 
-// CounterRolledBackError says the coordinator showed a counter whose Seq
-// lies below one this node saw acknowledged. It matches ErrRolledBack.
+// CounterRolledBackError says the coordinator showed a counter whose
+// history lacks a write this node saw (segment.Counter.Follows): its seq
+// below the one the node saw, or another write at that seq. It matches
+// ErrRolledBack.
 type CounterRolledBackError struct {
 	Generator string
-	Seen      segment.Counter
-	Acked     segment.Counter
+	Seen      segment.Counter // what the coordinator showed
+	Known     segment.Mark    // the write this node saw
+	Cause     error           // Follows' finding
 }
 
 func (e *CounterRolledBackError) Error() string {
-	return fmt.Sprintf("coordinator state rolled back: generator %q: coordinator shows counter next %d seq %d, this node saw next %d seq %d acknowledged",
-		e.Generator, e.Seen.Next, e.Seen.Seq, e.Acked.Next, e.Acked.Seq)
+	return fmt.Sprintf("coordinator state rolled back: generator %q: coordinator shows counter next %d seq %d, this node saw next %d seq %d: %v",
+		e.Generator, e.Seen.Next, e.Seen.Seq, e.Known.Next, e.Known.Seq, e.Cause)
 }
 
 func (e *CounterRolledBackError) Is(target error) bool { return target == ErrRolledBack }
 
 // Evidence is the restore marker's record of e: Acked and Shown are the
-// counter's Seq (what a bump must lift the stored Seq above).
+// counter's next ID as seen by the node and as shown.
 func (e *CounterRolledBackError) Evidence(node NodeInfo, at time.Time) RestoreEvidence {
-	return RestoreEvidence{Generator: e.Generator, Acked: int64(e.Acked.Seq), Shown: int64(e.Seen.Seq), At: at, Node: node}
+	return RestoreEvidence{Generator: e.Generator, Acked: int64(e.Known.Next), Shown: int64(e.Seen.Next), At: at, Node: node, Counter: true}
 }
 
 // Claim is one claim's outcome: the IDs claimed and the record written.
@@ -100,29 +104,59 @@ type Claim struct {
 	Record CounterRecord
 }
 
+// WriteID draws a counter write's ID (segment.Counter.Stamp): random,
+// nonzero.
+func WriteID() uint64 {
+	for {
+		if id := rand.Uint64(); id != 0 {
+			return id
+		}
+	}
+}
+
+// follows checks rec against the write a node saw (the zero Mark: none).
+func follows(spec CounterSpec, rec CounterRecord, known segment.Mark) error {
+	if err := rec.State.Follows(known); err != nil {
+		return &CounterRolledBackError{Generator: spec.Generator, Seen: rec.State, Known: known, Cause: err}
+	}
+	return nil
+}
+
+// ReadFollowing reads spec's counter and checks that it continues the
+// history in which known was written: *CounterRolledBackError when not.
+// A node's periodic read: a restore is noticed without waiting for a
+// claim.
+func ReadFollowing(ctx context.Context, c Counters, spec CounterSpec, known segment.Mark) (CounterRecord, error) {
+	rec, err := c.ReadCounter(ctx, spec)
+	if err != nil {
+		return CounterRecord{}, err
+	}
+	return rec, follows(spec, rec, known)
+}
+
 // ClaimSegment claims up to n IDs of spec's counter for a node whose
-// claims so far lie below above (0: none) and that saw acked acknowledged
-// (its last written record; the zero Counter for none): read, claim
-// (segment.Counter.Claim), compare-and-swap, again from the record
-// returned while another claim moved the counter first. A record whose
-// Seq lies below acked's is a restore: *CounterRolledBackError, nothing
-// written. Errors of the backend (ErrUnavailable, *RestoredError, …) and
+// claims so far lie below above (0: none) and that saw the write known
+// (the zero Mark: none): read, claim (segment.Counter.Claim), stamp with
+// a fresh write ID, compare-and-swap, again from the record returned
+// while another claim moved the counter first. A record whose history
+// lacks known is a restore: *CounterRolledBackError, nothing written.
+// Errors of the backend (ErrUnavailable, *RestoredError, …) and
 // segment.ErrExhausted are returned as they are.
-func ClaimSegment(ctx context.Context, c Counters, spec CounterSpec, n, above uint64, acked segment.Counter) (Claim, error) {
+func ClaimSegment(ctx context.Context, c Counters, spec CounterSpec, n, above uint64, known segment.Mark) (Claim, error) {
 	rec, err := c.ReadCounter(ctx, spec)
 	for {
 		if err != nil {
 			return Claim{}, err
 		}
-		if rec.State.Seq < acked.Seq {
-			return Claim{}, &CounterRolledBackError{Generator: spec.Generator, Seen: rec.State, Acked: acked}
+		if err := follows(spec, rec, known); err != nil {
+			return Claim{}, err
 		}
 		r, next, cerr := rec.State.Claim(spec.Definition, n, above)
 		if cerr != nil {
 			return Claim{}, fmt.Errorf("generator %q: %w", spec.Generator, cerr)
 		}
 		var written CounterRecord
-		written, err = c.SwapCounter(ctx, spec, rec, next)
+		written, err = c.SwapCounter(ctx, spec, rec, next.Stamp(WriteID()))
 		if err == nil {
 			return Claim{Range: r, Record: written}, nil
 		}
@@ -135,24 +169,24 @@ func ClaimSegment(ctx context.Context, c Counters, spec CounterSpec, n, above ui
 // HandBackSegment returns r, a claim's unused remainder, to spec's
 // counter (segment.Counter.HandBack), retrying while other writes move
 // the counter. It returns the IDs dropped (the free list full) and the
-// record written. A restore seen meanwhile (Seq below acked's) is
+// record written. A history lacking known (a restore) is
 // *CounterRolledBackError: nothing is handed back, since a restored
 // counter may already give r out again.
-func HandBackSegment(ctx context.Context, c Counters, spec CounterSpec, r segment.Range, acked segment.Counter) (uint64, CounterRecord, error) {
+func HandBackSegment(ctx context.Context, c Counters, spec CounterSpec, r segment.Range, known segment.Mark) (uint64, CounterRecord, error) {
 	rec, err := c.ReadCounter(ctx, spec)
 	for {
 		if err != nil {
 			return 0, CounterRecord{}, err
 		}
-		if rec.State.Seq < acked.Seq {
-			return 0, CounterRecord{}, &CounterRolledBackError{Generator: spec.Generator, Seen: rec.State, Acked: acked}
+		if err := follows(spec, rec, known); err != nil {
+			return 0, CounterRecord{}, err
 		}
 		next, dropped, herr := rec.State.HandBack(r)
 		if herr != nil {
 			return 0, CounterRecord{}, fmt.Errorf("generator %q: %w", spec.Generator, herr)
 		}
 		var written CounterRecord
-		written, err = c.SwapCounter(ctx, spec, rec, next)
+		written, err = c.SwapCounter(ctx, spec, rec, next.Stamp(WriteID()))
 		if err == nil {
 			return dropped, written, nil
 		}

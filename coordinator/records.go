@@ -92,6 +92,7 @@ type restoreRecord struct {
 	Instance   string    `json:"instance"`
 	Address    string    `json:"address"`
 	StartTime  time.Time `json:"start"`
+	Counter    bool      `json:"counter,omitempty"`
 }
 
 // EncodeRestore is the stored form of a restore marker.
@@ -100,6 +101,7 @@ func EncodeRestore(ev RestoreEvidence) []byte {
 		Generator: ev.Generator, Datacenter: ev.Slot.Datacenter, Worker: ev.Slot.Worker,
 		Acked: ev.Acked, Shown: ev.Shown, At: ev.At,
 		Name: ev.Node.Name, Instance: ev.Node.InstanceID, Address: ev.Node.Address, StartTime: ev.Node.StartTime,
+		Counter: ev.Counter,
 	})
 	return b
 }
@@ -116,7 +118,8 @@ func DecodeRestore(where string, b []byte) (RestoreEvidence, error) {
 	ev := RestoreEvidence{
 		Generator: r.Generator, Slot: Slot{Datacenter: r.Datacenter, Worker: r.Worker},
 		Acked: r.Acked, Shown: r.Shown, At: r.At,
-		Node: NodeInfo{Name: r.Name, InstanceID: r.Instance, Address: r.Address, StartTime: r.StartTime},
+		Node:    NodeInfo{Name: r.Name, InstanceID: r.Instance, Address: r.Address, StartTime: r.StartTime},
+		Counter: r.Counter,
 	}
 	if err := ev.Validate(); err != nil {
 		return RestoreEvidence{}, fmt.Errorf("%w: restore marker %s holds %s (%v): it blocks every acquisition of its generator; check it and delete it by hand", ErrRestored, where, b, err)

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/segment"
 )
 
 // ErrCorrupt: a state file cannot be read. The node must not guess.
@@ -73,6 +74,9 @@ type genFile struct {
 	LastReservation int64 `json:"last_reservation"`
 	// Acked maps "<dc>-<worker>" to the last R acknowledged for that slot.
 	Acked map[string]int64 `json:"acked"`
+	// Counter is a segment generator's last write of its counter this
+	// node made (nil: none, or a snowflake generator).
+	Counter *segment.Mark `json:"counter,omitempty"`
 }
 
 // Gen is one generator's state.
@@ -220,6 +224,31 @@ func (g *Gen) BeforeRelease(slot coordinator.Slot, value int64) error {
 	for _, v := range g.f.Acked {
 		g.f.LastReservation = max(g.f.LastReservation, v)
 	}
+	return g.save()
+}
+
+// CounterMark is the last write of a segment generator's counter this
+// data dir recorded (the zero Mark: none).
+func (g *Gen) CounterMark() segment.Mark {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.f.Counter == nil {
+		return segment.Mark{}
+	}
+	return *g.f.Counter
+}
+
+// RecordCounter durably records m, a write of the segment generator's
+// counter this node made, before any ID it claimed is handed out: after a
+// restart the node checks the counter's history for it
+// (segment.Counter.Follows), so a coordinator restored meanwhile is found
+// by the node's first read. A mark below the one recorded (a restore the
+// node has not found) is recorded all the same: the later write is the
+// one the counter must hold.
+func (g *Gen) RecordCounter(m segment.Mark) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.f.Counter = &m
 	return g.save()
 }
 

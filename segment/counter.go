@@ -36,6 +36,71 @@ type Counter struct {
 	// gracefully, all below Next, in increasing order, disjoint. A claim
 	// takes them before Next.
 	Free []Range
+	// Hist are the write IDs of the last writes, oldest first, at most
+	// HistLen: Hist[len(Hist)-1] is the ID of the write that made Seq,
+	// the one before it of Seq-1, and so on. Every write draws a random
+	// write ID (Stamp), so that a node remembering one write (a Mark)
+	// recognises a history that forked from its own — a restored
+	// snapshot written on since — even where Seq caught up again.
+	Hist []uint64
+}
+
+// HistLen is how many write IDs a counter keeps: a node that remembers a
+// write recognises a forked history while fewer writes than this came
+// since (at a few writes per second per node, many seconds of them).
+const HistLen = 128
+
+// Mark is what a node remembers of a counter it saw: the Seq of the
+// record, the write ID that made it (0: the record carried none) and its
+// Next.
+type Mark struct {
+	Seq  uint64 `json:"seq"`
+	ID   uint64 `json:"id"`
+	Next uint64 `json:"next"`
+}
+
+// Mark is the Mark of c.
+func (c Counter) Mark() Mark {
+	m := Mark{Seq: c.Seq, Next: c.Next}
+	if k := len(c.Hist); k > 0 {
+		m.ID = c.Hist[k-1]
+	}
+	return m
+}
+
+// Stamp is c with the write ID id (nonzero) recorded as the write that made
+// its Seq: every state written in place of another is stamped once, after
+// Claim, HandBack or Bump.
+func (c Counter) Stamp(id uint64) Counter {
+	c.Hist = append(slices.Clone(c.Hist), id)
+	if k := len(c.Hist); k > HistLen {
+		c.Hist = c.Hist[k-HistLen:]
+	}
+	return c
+}
+
+// ErrForked marks a counter whose history does not contain a write a node
+// remembers: its Seq is below the remembered one, or the write recorded at
+// the remembered Seq is another. Either way the coordinator lost writes
+// (a restore from an older snapshot, or a write behind the node's back).
+var ErrForked = errors.New("segment: counter history does not contain a write this node saw")
+
+// Follows checks that c continues the history in which m was written: an
+// error matching ErrForked when c.Seq is below m.Seq, or when c still
+// records the write at m.Seq and it is not m's. Where more than HistLen
+// writes came since m (or m carries no write ID), only Seq is compared.
+func (c Counter) Follows(m Mark) error {
+	if c.Seq < m.Seq {
+		return fmt.Errorf("%w: seq %d is below %d", ErrForked, c.Seq, m.Seq)
+	}
+	back := c.Seq - m.Seq
+	if m.ID == 0 || back >= uint64(len(c.Hist)) {
+		return nil
+	}
+	if got := c.Hist[uint64(len(c.Hist))-1-back]; got != m.ID {
+		return fmt.Errorf("%w: the write at seq %d is %016x, this node saw %016x", ErrForked, m.Seq, got, m.ID)
+	}
+	return nil
 }
 
 // NewCounter is the state of a definition no claim has touched.
@@ -152,10 +217,11 @@ func (c Counter) FreeLen() uint64 {
 // so that every Seq a node saw acknowledged before the restore lies below
 // the new one when by covers the writes the snapshot missed; the free
 // ranges are dropped (a restored free range may have been claimed after
-// the snapshot). It returns the number of free IDs dropped.
+// the snapshot), and so is Hist (stamp the result). It returns the number
+// of free IDs dropped.
 func (c Counter) Bump(d Definition, by uint64) (Counter, uint64) {
 	dropped := c.FreeLen()
-	next := Counter{Next: c.Next, Seq: c.Seq + by}
+	next := Counter{Next: c.Next, Seq: c.Seq + by} // Hist starts again: Seq jumped
 	if room := d.Max + 1 - min(c.Next, d.Max+1); by > room {
 		next.Next = d.Max + 1
 	} else {
@@ -181,6 +247,12 @@ func (c Counter) Validate(d Definition) error {
 			return fmt.Errorf("%w: free range %v not after %v", ErrCounter, f, c.Free[i-1])
 		}
 	}
+	if len(c.Hist) > HistLen || uint64(len(c.Hist)) > c.Seq {
+		return fmt.Errorf("%w: %d write IDs for seq %d (at most %d)", ErrCounter, len(c.Hist), c.Seq, HistLen)
+	}
+	if slices.Contains(c.Hist, 0) {
+		return fmt.Errorf("%w: a write ID of 0", ErrCounter)
+	}
 	return nil
 }
 
@@ -195,6 +267,7 @@ type counterJSON struct {
 	Next string      `json:"next"`
 	Seq  string      `json:"seq"`
 	Free [][2]string `json:"free,omitempty"`
+	Hist []string    `json:"hist,omitempty"` // 16 hex digits each
 }
 
 // Encode is the stored form of c (JSON, numbers as decimal strings).
@@ -202,6 +275,9 @@ func (c Counter) Encode() []byte {
 	j := counterJSON{Next: strconv.FormatUint(c.Next, 10), Seq: strconv.FormatUint(c.Seq, 10)}
 	for _, f := range c.Free {
 		j.Free = append(j.Free, [2]string{strconv.FormatUint(f.First, 10), strconv.FormatUint(f.Last, 10)})
+	}
+	for _, h := range c.Hist {
+		j.Hist = append(j.Hist, fmt.Sprintf("%016x", h))
 	}
 	b, _ := json.Marshal(j)
 	return b
@@ -238,6 +314,13 @@ func DecodeCounter(b []byte) (Counter, error) {
 		}
 		c.Free = append(c.Free, r)
 	}
+	for _, h := range j.Hist {
+		v, err := strconv.ParseUint(h, 16, 64)
+		if err != nil || len(h) != 16 || fmt.Sprintf("%016x", v) != h {
+			return Counter{}, fmt.Errorf("%w: hist %q is not 16 lower-case hex digits", ErrCounter, h)
+		}
+		c.Hist = append(c.Hist, v)
+	}
 	return c, nil
 }
 
@@ -253,6 +336,7 @@ func canonical(field, s string) (uint64, error) {
 
 func (c Counter) clone() Counter {
 	c.Free = slices.Clone(c.Free)
+	c.Hist = slices.Clone(c.Hist)
 	return c
 }
 

@@ -133,17 +133,81 @@ func TestCounterValidate(t *testing.T) {
 }
 
 func TestEncodeDecode(t *testing.T) {
-	for _, c := range []Counter{{Next: 1}, {Next: MaxID + 1, Seq: 1 << 62, Free: []Range{{1, 2}, {MaxID - 5, MaxID}}}} {
+	for _, c := range []Counter{{Next: 1}, {Next: MaxID + 1, Seq: 1 << 62, Free: []Range{{1, 2}, {MaxID - 5, MaxID}}, Hist: []uint64{1, 1<<64 - 1}}} {
 		got, err := DecodeCounter(c.Encode())
-		if err != nil || got.Next != c.Next || got.Seq != c.Seq || !slices.Equal(got.Free, c.Free) {
+		if err != nil || got.Next != c.Next || got.Seq != c.Seq || !slices.Equal(got.Free, c.Free) || !slices.Equal(got.Hist, c.Hist) {
 			t.Fatalf("%s: %+v %v", c.Encode(), got, err)
 		}
 	}
 	for _, bad := range []string{``, `{}`, `{"next":"01","seq":"0"}`, `{"next":"1","seq":"-1"}`, `{"next":1,"seq":"0"}`,
-		`{"next":"1","seq":"0","extra":1}`, `{"next":"1","seq":"0"} {}`, `{"next":"1","seq":"0","free":[["1"]]}`} {
+		`{"next":"1","seq":"0","extra":1}`, `{"next":"1","seq":"0"} {}`, `{"next":"1","seq":"0","free":[["1"]]}`,
+		`{"next":"1","seq":"1","hist":["1"]}`, `{"next":"1","seq":"1","hist":["000000000000000G"]}`, `{"next":"1","seq":"1","hist":["000000000000000A"]}`} {
 		if _, err := DecodeCounter([]byte(bad)); !errors.Is(err, ErrCounter) {
 			t.Errorf("%s: %v, want ErrCounter", bad, err)
 		}
+	}
+}
+
+// TestFollows: a node's memory of one write recognises a history without
+// it — Seq below, or another write at its Seq — while the counter still
+// records that Seq, and only Seq beyond HistLen writes or after a bump.
+func TestFollows(t *testing.T) {
+	d := Default()
+	write := func(c Counter, id uint64) Counter {
+		_, next, err := c.Claim(d, 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return next.Stamp(id)
+	}
+	base := write(NewCounter(d), 1)
+	mine := write(base, 2) // this node's write, at seq 2
+	m := mine.Mark()
+	if m != (Mark{Seq: 2, ID: 2, Next: mine.Next}) {
+		t.Fatalf("mark %+v", m)
+	}
+	if err := mine.Follows(m); err != nil {
+		t.Fatal(err)
+	}
+	later := mine
+	for i := range 5 {
+		later = write(later, uint64(100+i))
+	}
+	if err := later.Follows(m); err != nil {
+		t.Fatalf("writes since: %v", err)
+	}
+	// The coordinator restored to base: seq 1.
+	if err := base.Follows(m); !errors.Is(err, ErrForked) {
+		t.Fatalf("seq below: %v", err)
+	}
+	// Restored to base, then another node wrote at seq 2 and 3: seq
+	// caught up, the history did not.
+	fork := write(write(base, 7), 8)
+	if err := fork.Follows(m); !errors.Is(err, ErrForked) || fork.Seq < m.Seq {
+		t.Fatalf("fork: %v", err)
+	}
+	// Beyond HistLen writes the write at m's seq is gone: only Seq counts.
+	far := fork
+	for i := range HistLen {
+		far = write(far, uint64(1000+i))
+	}
+	if len(far.Hist) != HistLen || far.Validate(d) != nil {
+		t.Fatalf("hist %d, %v", len(far.Hist), far.Validate(d))
+	}
+	if err := far.Follows(m); err != nil {
+		t.Fatalf("beyond HistLen: %v", err)
+	}
+	// A bump starts the history again.
+	bumped, _ := fork.Bump(d, 1000)
+	if bumped = bumped.Stamp(9); len(bumped.Hist) != 1 || bumped.Follows(m) != nil {
+		t.Fatalf("bump: %+v %v", bumped, bumped.Follows(m))
+	}
+	// A record with more write IDs than writes, or a zero one, is refused.
+	if err := (Counter{Next: 1, Seq: 1, Hist: []uint64{1, 2}}).Validate(d); !errors.Is(err, ErrCounter) {
+		t.Fatalf("hist longer than seq: %v", err)
+	}
+	if err := (Counter{Next: 1, Seq: 1, Hist: []uint64{0}}).Validate(d); !errors.Is(err, ErrCounter) {
+		t.Fatalf("zero write ID: %v", err)
 	}
 }
 
@@ -245,7 +309,7 @@ func FuzzDecodeCounter(f *testing.F) {
 		}
 		// What decodes encodes back to a record that decodes the same.
 		again, err := DecodeCounter(c.Encode())
-		if err != nil || again.Next != c.Next || again.Seq != c.Seq || !slices.Equal(again.Free, c.Free) {
+		if err != nil || again.Next != c.Next || again.Seq != c.Seq || !slices.Equal(again.Free, c.Free) || !slices.Equal(again.Hist, c.Hist) {
 			t.Fatalf("%s: round trip %+v %v", b, again, err)
 		}
 	})

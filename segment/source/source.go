@@ -3,9 +3,18 @@
 // coordinator (coordinator.ClaimSegment) ahead of demand — the next one
 // while the current one is still being used, sized from the rate at which
 // IDs are taken — and hands out their IDs in increasing order. A graceful
-// Stop hands the unused remainders back. A counter whose seq went below
-// one the source saw acknowledged (a restored coordinator) stops it for
-// good, with the evidence written as the generator's restore marker.
+// Stop hands the unused remainders back.
+//
+// Restores: the source remembers the last write of the counter it saw
+// (segment.Mark) and reads the counter every PollEvery; a counter whose
+// history lacks that write (a restored coordinator, written on since)
+// stops it for good, with the evidence written as the generator's restore
+// marker, and a marker written by any node stops it at its next read. On
+// a shared coordinator a claim's IDs are handed out only after Settle and
+// a read that still shows the claim in the counter's history with no
+// marker: every live node that can reach the coordinator has read it
+// meanwhile, and one that saw a write the restore lost has written the
+// marker (docs/design.md, Segment counters).
 package source
 
 import (
@@ -26,6 +35,10 @@ const (
 	DefaultMinStep  = 1_000
 	DefaultMaxStep  = 10_000_000
 	DefaultInterval = 2 * time.Second
+	// DefaultPollEvery and DefaultSettle are the node's values on a
+	// shared coordinator (Config.PollEvery, Config.Settle).
+	DefaultPollEvery = time.Second
+	DefaultSettle    = 2 * DefaultPollEvery
 )
 
 // Config is one segment generator's source.
@@ -46,14 +59,21 @@ type Config struct {
 	// where MaxStep binds).
 	MinStep, MaxStep uint64
 	Interval         time.Duration
-	// Acked is the counter this node saw acknowledged before (its data
-	// dir's record, after a restart); a counter shown below it is a
-	// restore. The zero Counter: none.
-	Acked segment.Counter
+	// Known is the last write of the counter this node saw before (its
+	// data dir's record, after a restart); a counter whose history lacks
+	// it is a restore. The zero Mark: none.
+	Known segment.Mark
 	// Record is called with each claim's written counter before any ID of
-	// the claim is handed out (the data dir's record of Acked); an error
+	// the claim is handed out (the data dir's record of Known); an error
 	// discards the claim (its IDs are skipped). Nil: none.
-	Record func(segment.Counter) error
+	Record func(segment.Mark) error
+	// PollEvery is how often the source reads the counter to check its
+	// history (0: never; a coordinator nothing else writes). Settle is how
+	// long after a claim lands its IDs wait before a read confirms them
+	// (0: usable at once); at least PollEvery, so that every live node has
+	// read the claim meanwhile. The node sets DefaultPollEvery and
+	// DefaultSettle on a shared coordinator.
+	PollEvery, Settle time.Duration
 	// Notify, when set, is told after each claim: nil when it landed, the
 	// error when it failed while the source holds no IDs (or for good).
 	// It is called from the claim loop, never with the source's lock held.
@@ -73,8 +93,22 @@ type Stats struct {
 	Dropped    uint64 // IDs a hand-back could not keep (free list full) or a failed Record discarded
 	Claims     uint64 // counter writes that claimed
 	Step       uint64 // the size of the next claim
-	Available  uint64 // IDs claimed and not yet handed out
+	Available  uint64 // IDs claimed, confirmed and not yet handed out
+	Settling   uint64 // IDs claimed, waiting for Settle and a confirming read
+	Polls      uint64 // reads of the counter that checked its history
 	Counter    segment.Counter
+}
+
+// SettleError refuses a take whose deadline falls before the claim that
+// would cover it is confirmed (Config.Settle).
+type SettleError struct {
+	Generator string
+	Wait      time.Duration // until the claim is confirmed, at the earliest
+}
+
+func (e *SettleError) Error() string {
+	return fmt.Sprintf("segment source: generator %q: the claim that covers this call is usable in %v (a claim settles before use on a shared coordinator), after the call's deadline",
+		e.Generator, e.Wait.Round(time.Millisecond))
 }
 
 // ErrStopped: the source was stopped.
@@ -84,18 +118,23 @@ var ErrStopped = errors.New("segment source stopped")
 type Source struct {
 	cfg Config
 
-	mu      sync.Mutex
-	segs    []segment.Range // claimed, not handed out; increasing
-	avail   uint64
-	need    uint64 // IDs a waiting take lacks: the next claim's least size
-	above   uint64 // one past the highest ID claimed (0: none)
-	acked   segment.Counter
-	step    uint64
-	fail    error // why no claim succeeded last (nil: none)
-	fatal   error // a restore, or the definition used up: no more claims
-	stopped bool
-	changed chan struct{} // closed and replaced when segs or fail change
-	wake    chan struct{}
+	mu       sync.Mutex
+	segs     []segment.Range // claimed, confirmed, not handed out; increasing
+	avail    uint64
+	pending  []settling // claimed, not confirmed yet; increasing
+	pendLen  uint64
+	need     uint64 // IDs a waiting take lacks: the next claim's least size
+	above    uint64 // one past the highest ID claimed (0: none)
+	known    segment.Mark
+	last     segment.Counter // the last record read or written
+	step     uint64
+	fail     error         // why no claim succeeded last (nil: none)
+	pollErr  error         // why the last read failed (nil: none)
+	nextPoll time.Duration // monotonic
+	fatal    error         // a restore, or the definition used up: no more claims
+	stopped  bool
+	changed  chan struct{} // closed and replaced when segs or fail change
+	wake     chan struct{}
 
 	// Demand: IDs taken since the window began at winStart (monotonic).
 	winStart time.Duration
@@ -105,6 +144,12 @@ type Source struct {
 	stats Stats
 	done  chan struct{}
 	stop  context.CancelFunc
+}
+
+// settling is a claim waiting for its confirming read.
+type settling struct {
+	r  segment.Range
+	at time.Duration // monotonic: a read begun at or after it confirms r
 }
 
 // New starts the source: its first claim is made at once.
@@ -136,10 +181,14 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Settle > 0 && cfg.PollEvery <= 0 {
+		return nil, fmt.Errorf("segment source: Settle %v needs PollEvery", cfg.Settle)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	_, mono := cfg.Clock.Now()
-	s := &Source{cfg: cfg, acked: cfg.Acked, step: cfg.MinStep, changed: make(chan struct{}),
-		wake: make(chan struct{}, 1), winStart: mono, done: make(chan struct{}), stop: cancel}
+	s := &Source{cfg: cfg, known: cfg.Known, step: cfg.MinStep, changed: make(chan struct{}),
+		wake: make(chan struct{}, 1), winStart: mono, nextPoll: mono + cfg.PollEvery,
+		done: make(chan struct{}), stop: cancel}
 	go s.run(ctx)
 	return s, nil
 }
@@ -161,9 +210,15 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 			s.mu.Unlock()
 			return runs, err
 		}
+		if err := s.settleRefusalLocked(ctx, n); err != nil {
+			s.mu.Unlock()
+			return runs, err
+		}
 		// The next claim covers this take whatever the step: a take
 		// larger than the step must not wait for several claims.
-		s.need = max(s.need, n-s.avail)
+		if s.avail+s.pendLen < n {
+			s.need = max(s.need, n-s.avail-s.pendLen)
+		}
 		s.askLocked()
 		ch := s.changed
 		s.mu.Unlock()
@@ -179,6 +234,31 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 	return runs, nil
 }
 
+// settleRefusalLocked refuses a take lacking IDs whose deadline falls
+// before the IDs it needs can be confirmed: the settling claims' time, or
+// a whole Settle for a claim not made yet.
+func (s *Source) settleRefusalLocked(ctx context.Context, n uint64) error {
+	dl, ok := ctx.Deadline()
+	if !ok || s.cfg.Settle <= 0 {
+		return nil
+	}
+	wall, mono := s.cfg.Clock.Now()
+	left := dl.Sub(wall)
+	ready := mono + s.cfg.Settle // a claim made now
+	have := s.avail
+	for _, p := range s.pending {
+		have += p.r.Len()
+		if have >= n {
+			ready = p.at
+			break
+		}
+	}
+	if wait := ready - mono; wait > left {
+		return &SettleError{Generator: s.cfg.Spec.Generator, Wait: wait}
+	}
+	return nil
+}
+
 // refusalLocked is why a take that lacks IDs is refused at once (nil: it
 // may wait for the claim under way).
 func (s *Source) refusalLocked() error {
@@ -189,6 +269,8 @@ func (s *Source) refusalLocked() error {
 		return s.fatal
 	case s.fail != nil:
 		return fmt.Errorf("segment source: generator %q: no claimed IDs left and the last claim failed: %w", s.cfg.Spec.Generator, s.fail)
+	case s.pendLen > 0 && s.pollErr != nil:
+		return fmt.Errorf("segment source: generator %q: no confirmed IDs left, and the read that confirms a claim failed: %w", s.cfg.Spec.Generator, s.pollErr)
 	}
 	return nil
 }
@@ -210,16 +292,19 @@ func (s *Source) takeLocked(n uint64, runs []segment.Range) []segment.Range {
 	s.avail -= n
 	s.stats.Issued += n
 	s.winTaken += n
-	if s.avail < s.lowLocked() {
+	if s.avail+s.pendLen < s.lowLocked() {
 		s.askLocked()
 	}
 	return runs
 }
 
-// lowLocked is the low-water mark: fewer IDs than this left, the next
-// claim starts (half a step: at a steady rate it lands while half of the
-// current claim remains).
-func (s *Source) lowLocked() uint64 { return max(s.step/2, 1) }
+// lowLocked is the low-water mark: fewer IDs than this left (confirmed
+// or settling), the next claim starts — half a step, so that at a steady
+// rate it lands while half of the current claim remains, plus what the
+// rate takes while a claim settles.
+func (s *Source) lowLocked() uint64 {
+	return max(s.step/2, 1) + uint64(s.rate*s.cfg.Settle.Seconds())
+}
 
 // askLocked wakes the claim loop.
 func (s *Source) askLocked() {
@@ -236,41 +321,123 @@ func (s *Source) signalLocked() {
 }
 
 // run is the claim loop: a claim whenever fewer than the low-water mark
-// of IDs are left, retried after a failure, until ctx ends or a fatal
+// of IDs are left, retried after a failure; a read of the counter every
+// PollEvery and when a settling claim is due; until ctx ends or a fatal
 // error.
 func (s *Source) run(ctx context.Context) {
 	defer close(s.done)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
 	for {
 		s.mu.Lock()
-		need := !s.stopped && s.fatal == nil && (s.avail < s.lowLocked() || s.need > 0)
+		if s.stopped || s.fatal != nil {
+			s.mu.Unlock()
+			return
+		}
+		need := s.avail+s.pendLen < s.lowLocked() || s.need > 0
+		_, mono := s.cfg.Clock.Now()
+		due := time.Duration(-1) // when the next read is due (-1: never)
+		if s.cfg.PollEvery > 0 {
+			due = s.nextPoll
+		}
+		if len(s.pending) > 0 && (due < 0 || s.pending[0].at < due) {
+			due = s.pending[0].at
+		}
 		s.mu.Unlock()
+		if due >= 0 && due <= mono {
+			s.poll(ctx)
+			continue
+		}
 		if need {
-			if err := s.claim(ctx); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				s.mu.Lock()
-				fatal := s.fatal != nil
-				s.mu.Unlock()
-				if fatal {
-					return
-				}
-				t := time.NewTimer(s.cfg.RetryEvery)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
-				continue
+			if err := s.claim(ctx); err != nil && !s.pause(ctx, t, s.cfg.RetryEvery) {
+				return
 			}
 			continue
 		}
+		wait := time.Hour
+		if due >= 0 {
+			wait = due - mono
+		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.wake:
+			t.Stop() // no stale value after Stop (Go 1.23 timers)
+		case <-t.C:
 		}
+	}
+}
+
+// pause waits d on t (stopped and drained), false when ctx ended first.
+func (s *Source) pause(ctx context.Context, t *time.Timer, d time.Duration) bool {
+	t.Reset(d)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// poll reads the counter and checks that its history holds the last write
+// the source saw; the read confirms the settling claims due before it
+// began. A history without it is a restore (fatal, the marker written); a
+// standing marker stops the source too; a failed read is retried after
+// RetryEvery, and confirms nothing.
+func (s *Source) poll(ctx context.Context) {
+	_, began := s.cfg.Clock.Now()
+	s.mu.Lock()
+	known := s.known
+	s.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	rec, err := coordinator.ReadFollowing(cctx, s.cfg.Counters, s.cfg.Spec, known)
+	cancel()
+	s.mu.Lock()
+	s.stats.Polls++
+	if err != nil {
+		if ctx.Err() != nil {
+			s.mu.Unlock()
+			return
+		}
+		s.nextPoll = began + s.cfg.RetryEvery
+		if s.fatalLocked(ctx, err) {
+			s.mu.Unlock()
+			if s.cfg.Notify != nil {
+				s.cfg.Notify(err)
+			}
+			return
+		}
+		s.pollErr = err
+		tell := s.avail == 0 && s.pendLen > 0
+		s.signalLocked()
+		s.mu.Unlock()
+		s.cfg.Log.Warn("segment counter read failed", "generator", s.cfg.Spec.Generator, "err", err)
+		if tell && s.cfg.Notify != nil {
+			s.cfg.Notify(err)
+		}
+		return
+	}
+	s.pollErr = nil
+	s.nextPoll = began + s.cfg.PollEvery
+	if s.known.Seq <= rec.State.Seq { // a claim may have written since the read began
+		s.known, s.last = rec.State.Mark(), rec.State
+	}
+	confirmed := false
+	for len(s.pending) > 0 && s.pending[0].at <= began {
+		p := s.pending[0]
+		s.pending = s.pending[1:]
+		s.pendLen -= p.r.Len()
+		s.segs = append(s.segs, p.r)
+		s.avail += p.r.Len()
+		confirmed = true
+	}
+	if confirmed {
+		s.signalLocked()
+	}
+	s.mu.Unlock()
+	if confirmed && s.cfg.Notify != nil {
+		s.cfg.Notify(nil)
 	}
 }
 
@@ -279,13 +446,13 @@ func (s *Source) claim(ctx context.Context) error {
 	s.mu.Lock()
 	step := max(s.sizeLocked(), s.need)
 	s.need = 0
-	above, acked := s.above, s.acked
+	above, known := s.above, s.known
 	s.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	c, err := coordinator.ClaimSegment(cctx, s.cfg.Counters, s.cfg.Spec, step, above, acked)
+	c, err := coordinator.ClaimSegment(cctx, s.cfg.Counters, s.cfg.Spec, step, above, known)
 	cancel()
 	if err == nil && s.cfg.Record != nil {
-		if rerr := s.cfg.Record(c.Record.State); rerr != nil {
+		if rerr := s.cfg.Record(c.Record.State.Mark()); rerr != nil {
 			s.mu.Lock()
 			s.stats.Dropped += c.Range.Len()
 			s.mu.Unlock()
@@ -294,7 +461,11 @@ func (s *Source) claim(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	if err != nil {
-		s.failLocked(ctx, err)
+		if !s.fatalLocked(ctx, err) {
+			s.fail = err
+			s.cfg.Log.Warn("segment claim failed; retrying", "generator", s.cfg.Spec.Generator, "err", err)
+		}
+		s.signalLocked()
 		tell := s.avail == 0 || s.fatal != nil
 		s.mu.Unlock()
 		if tell && s.cfg.Notify != nil {
@@ -303,12 +474,19 @@ func (s *Source) claim(ctx context.Context) error {
 		return err
 	}
 	s.fail = nil
-	s.segs = append(s.segs, c.Range)
-	s.avail += c.Range.Len()
 	s.above = c.Range.Last + 1
-	s.acked = c.Record.State
+	s.known, s.last = c.Record.State.Mark(), c.Record.State
 	s.stats.Claimed += c.Range.Len()
 	s.stats.Claims++
+	if s.cfg.Settle > 0 {
+		_, landed := s.cfg.Clock.Now()
+		s.pending = append(s.pending, settling{r: c.Range, at: landed + s.cfg.Settle})
+		s.pendLen += c.Range.Len()
+		s.mu.Unlock()
+		return nil
+	}
+	s.segs = append(s.segs, c.Range)
+	s.avail += c.Range.Len()
 	s.signalLocked()
 	s.mu.Unlock()
 	if s.cfg.Notify != nil {
@@ -317,9 +495,11 @@ func (s *Source) claim(ctx context.Context) error {
 	return nil
 }
 
-// failLocked records a failed claim: a restore or the definition used up
-// ends the claims for good.
-func (s *Source) failLocked(ctx context.Context, err error) {
+// fatalLocked records err as the end of the claims when it is one: a
+// restore found (the marker written), a marker standing, the definition
+// used up, another pin, a counter that breaks its rules. It reports
+// whether it was.
+func (s *Source) fatalLocked(ctx context.Context, err error) bool {
 	var rb *coordinator.CounterRolledBackError
 	switch {
 	case errors.As(err, &rb):
@@ -342,10 +522,13 @@ func (s *Source) failLocked(ctx context.Context, err error) {
 		s.fatal = err
 		s.cfg.Log.Error("segment source stops claiming", "generator", s.cfg.Spec.Generator, "err", err)
 	default:
-		s.fail = err
-		s.cfg.Log.Warn("segment claim failed; retrying", "generator", s.cfg.Spec.Generator, "err", err)
+		return false
 	}
+	// Nothing claimed is handed out any more: a restored counter may give
+	// it out again, and a used-up or foreign one is not ours to trust.
+	s.segs, s.avail, s.pending, s.pendLen = nil, 0, nil, 0
 	s.signalLocked()
+	return true
 }
 
 // sizeLocked is the next claim's size: the IDs the measured rate takes in
@@ -373,7 +556,7 @@ func (s *Source) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	st.Available, st.Counter, st.Step = s.avail, s.acked, s.step
+	st.Available, st.Settling, st.Counter, st.Step = s.avail, s.pendLen, s.last, s.step
 	return st
 }
 
@@ -382,7 +565,7 @@ func (s *Source) Stats() Stats {
 func (s *Source) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.avail > 0 {
+	if s.avail > 0 && s.fatal == nil {
 		return nil
 	}
 	return s.refusalLocked()
@@ -404,8 +587,11 @@ func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
 	s.stop()
 	<-s.done
 	s.mu.Lock()
-	segs, acked := s.segs, s.acked
-	s.segs, s.avail = nil, 0
+	segs, known := s.segs, s.known
+	for _, p := range s.pending {
+		segs = append(segs, p.r)
+	}
+	s.segs, s.avail, s.pending, s.pendLen = nil, 0, nil, 0
 	s.mu.Unlock()
 	if !handBack || len(segs) == 0 {
 		return 0, nil // a restored counter refuses the hand-back itself
@@ -413,21 +599,21 @@ func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
 	var back uint64
 	var errs []error
 	for i := len(segs) - 1; i >= 0; i-- {
-		dropped, rec, err := coordinator.HandBackSegment(ctx, s.cfg.Counters, s.cfg.Spec, segs[i], acked)
+		dropped, rec, err := coordinator.HandBackSegment(ctx, s.cfg.Counters, s.cfg.Spec, segs[i], known)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("hand-back of %v: %w", segs[i], err))
 			continue
 		}
-		acked = rec.State
+		known = rec.State.Mark()
 		back += segs[i].Len() - dropped
 		s.mu.Lock()
 		s.stats.HandedBack += segs[i].Len() - dropped
 		s.stats.Dropped += dropped
-		s.acked = acked
+		s.known, s.last = known, rec.State
 		s.mu.Unlock()
 	}
 	if s.cfg.Record != nil && back > 0 {
-		if err := s.cfg.Record(acked); err != nil {
+		if err := s.cfg.Record(known); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -3,6 +3,7 @@ package source_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -131,32 +132,135 @@ func TestStopHandsBack(t *testing.T) {
 // waits for the coordinator (each 100 ms of coordinator latency), and the
 // counter is written about once per Interval.
 func TestNoWaitAtSteadyRate(t *testing.T) {
+	for _, settle := range []time.Duration{0, source.DefaultSettle} {
+		t.Run(fmt.Sprintf("settle=%v", settle), func(t *testing.T) { noWaitAtSteadyRate(t, settle) })
+	}
+}
+
+func noWaitAtSteadyRate(t *testing.T, settle time.Duration) {
 	synctest.Test(t, func(t *testing.T) {
 		store := memory.New(memory.Config{})
 		store.Faults().SetLatency(memory.OpCounter, 100*time.Millisecond)
 		c := store.Connect(clockguard.NewSystem())
 		defer c.Close()
-		s := newSource(t, c, func(cfg *source.Config) { cfg.Interval = 2 * time.Second })
+		s := newSource(t, c, func(cfg *source.Config) {
+			cfg.Interval = 2 * time.Second
+			if settle > 0 {
+				cfg.PollEvery, cfg.Settle = source.DefaultPollEvery, settle
+			}
+		})
 		take(t, s, 1)
 		waited := 0
+		var ramp source.Stats
 		for i := range 20_000 { // 20 s at 1,000 takes of 10 IDs per second
+			if i == 4000 {
+				ramp = s.Stats()
+			}
 			start := time.Now()
 			take(t, s, 10)
-			if i > 2000 && time.Since(start) > 0 { // virtual time: passes only while blocked
+			if i > 4000 && time.Since(start) > 0 { // virtual time: passes only while blocked
 				waited++
 			}
 			time.Sleep(time.Millisecond)
 		}
 		st := s.Stats()
 		if waited > 0 {
-			t.Fatalf("%d takes waited for a claim after the first 2 s; stats %+v", waited, st)
+			t.Fatalf("%d takes waited for a claim after the first 4 s; stats %+v", waited, st)
 		}
 		// 10,000 IDs/s and a 2 s interval: steps of about 20,000, so
-		// about 10 claims in 20 s after the ramp.
-		if st.Claims > 20 || st.Step < 15_000 || st.Step > 25_000 {
-			t.Fatalf("%d claims, step %d: want about one claim per 2 s at steps near 20,000", st.Claims, st.Step)
+		// about 8 claims in the 16 s after the ramp.
+		if n := st.Claims - ramp.Claims; n > 10 || st.Step < 15_000 || st.Step > 25_000 {
+			t.Fatalf("%d claims after the ramp (%d in all), step %d: want about one claim per 2 s at steps near 20,000", n, st.Claims, st.Step)
+		}
+		if settle > 0 && (st.Polls < 15 || st.Polls > 40) {
+			t.Fatalf("%d reads of the counter in 20 s, want about one a second", st.Polls)
 		}
 	})
+}
+
+// TestSettle: on a shared coordinator a claim's IDs wait Settle and a
+// confirming read; a take whose deadline falls before that is refused at
+// once, naming the wait.
+func TestSettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		s := newSource(t, c, func(cfg *source.Config) { cfg.PollEvery, cfg.Settle = time.Second, 2*time.Second })
+		synctest.Wait()
+		if st := s.Stats(); st.Claims != 1 || st.Settling == 0 || st.Available != 0 {
+			t.Fatalf("after the first claim: %+v, want it settling", st)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		start := time.Now()
+		_, err := s.Take(ctx, 1, nil)
+		cancel()
+		var se *source.SettleError
+		if !errors.As(err, &se) || time.Since(start) != 0 || se.Wait != 2*time.Second {
+			t.Fatalf("take with a 500 ms deadline: %v after %v, want a SettleError of 2 s at once", err, time.Since(start))
+		}
+		start = time.Now()
+		take(t, s, 1)
+		if w := time.Since(start); w != 2*time.Second {
+			t.Fatalf("the first take waited %v, want the 2 s settle", w)
+		}
+	})
+}
+
+// TestRestoreFoundByPoll: node A claims and hands out IDs; the
+// coordinator is restored to a snapshot from before; fresh node B (no
+// memory) claims the same IDs. A's next read finds its write missing from
+// the counter's history and writes the marker before B's claim settles:
+// B never hands out an ID, and A stops. Without Settle, B hands out IDs A
+// handed out (the premise: the poll alone would be too late).
+func TestRestoreFoundByPoll(t *testing.T) {
+	for _, settle := range []bool{true, false} {
+		t.Run(fmt.Sprintf("settle=%v", settle), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := memory.New(memory.Config{})
+				snap := store.Snapshot()
+				mark := func(c *memory.Client) func(context.Context, coordinator.RestoreEvidence) error {
+					return c.MarkRestored
+				}
+				shared := func(cfg *source.Config) {
+					cfg.PollEvery, cfg.Settle = time.Second, 2*time.Second
+				}
+				ca, cb := store.Connect(clockguard.NewSystem()), store.Connect(clockguard.NewSystem())
+				defer ca.Close()
+				defer cb.Close()
+				a := newSource(t, ca, func(cfg *source.Config) { shared(cfg); cfg.Mark = mark(ca) })
+				got := take(t, a, 10)
+				store.Restore(snap)
+				b := newSource(t, cb, func(cfg *source.Config) {
+					cfg.Node.Name = "b"
+					if settle {
+						shared(cfg)
+					} else {
+						cfg.PollEvery = time.Second
+					}
+					cfg.Mark = mark(cb)
+				})
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				runs, err := b.Take(ctx, 10, nil)
+				if !settle {
+					if err != nil || runs[0] != got[0] {
+						t.Fatalf("without Settle: %v %v, want B to hand out %v again (the premise)", runs, err, got)
+					}
+					return
+				}
+				if !errors.Is(err, coordinator.ErrRestored) {
+					t.Fatalf("B's take after the restore: %v %v, want ErrRestored (A's marker)", runs, err)
+				}
+				if _, err := a.Take(ctx, 1, nil); !errors.Is(err, coordinator.ErrRolledBack) {
+					t.Fatalf("A's take after its read found the restore: %v, want ErrRolledBack", err)
+				}
+				if st := b.Stats(); st.Issued != 0 {
+					t.Fatalf("B issued %d IDs", st.Issued)
+				}
+			})
+		})
+	}
 }
 
 // TestRestoreStopsTheSource: a counter restored below what the source saw

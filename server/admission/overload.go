@@ -27,6 +27,9 @@ type OverloadedError struct {
 	// RetryAfter is when the IDs ahead will have been produced, or the
 	// caller's rate allows these.
 	RetryAfter time.Duration
+	// Detail, when set, says why in place of the queue's figures (a
+	// segment generator's claim settling past the deadline).
+	Detail string
 }
 
 // Bound names what shed the request (ErrorInfo metadata "bound").
@@ -41,6 +44,9 @@ func (e *OverloadedError) Bound() string {
 }
 
 func (e *OverloadedError) Error() string {
+	if e.Detail != "" {
+		return fmt.Sprintf("generator %q overloaded: %s; retry in %v", e.Generator, e.Detail, e.RetryAfter.Round(time.Millisecond))
+	}
 	if e.ClientRate > 0 {
 		return fmt.Sprintf("generator %q overloaded: this client is past --client-rate %g IDs/s (burst %d) with these %d; retry in %v",
 			e.Generator, e.ClientRate, e.ClientBurst, e.Asked, e.RetryAfter.Round(time.Millisecond))

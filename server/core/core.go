@@ -101,7 +101,12 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 	log := c.log
 	for i, gc := range cfg.Generators {
 		if gc.Segment != nil {
+			lg, err := st.Generator(gc.Name)
+			if err != nil {
+				return nil, fmt.Errorf("--data-dir: %w", err)
+			}
 			rt := newSegmentGenerator(cfg, gc, i == 0, clock, log)
+			rt.local = lg
 			c.gens = append(c.gens, rt)
 			c.byName[gc.Name] = rt
 			continue

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/segment"
 	"github.com/firnid/firn/segment/source"
+	"github.com/firnid/firn/server/admission"
 )
 
 // A segment generator (GeneratorConfig.Segment) hands out dense IDs from
@@ -58,7 +60,7 @@ func (c *Core) startSegment(rt *Generator) error {
 	if !ok {
 		return fmt.Errorf("%w: generator %s: the coordinator keeps no segment counters", ErrConfig, rt.cfg.Name)
 	}
-	src, err := source.New(source.Config{
+	sc := source.Config{
 		Spec:     coordinator.CounterSpec{Generator: rt.cfg.Name, Definition: *rt.cfg.Segment},
 		Counters: counters,
 		Mark:     c.coord.MarkRestored,
@@ -67,7 +69,18 @@ func (c *Core) startSegment(rt *Generator) error {
 		Timeout:  c.cfg.Timing.Timeout,
 		Log:      c.log.With("generator", rt.cfg.Name),
 		Notify:   func(err error) { rt.segmentState(err) },
-	})
+		// The data dir remembers the node's last write of the counter, so
+		// that a restart checks the counter's history for it.
+		Known:  rt.local.CounterMark(),
+		Record: rt.local.RecordCounter,
+	}
+	if !c.cfg.PrivateCoordinator {
+		// A shared coordinator may be restored under the cluster: read the
+		// counter every second, and let a claim settle before use
+		// (docs/design.md, Segment counters: restores).
+		sc.PollEvery, sc.Settle = source.DefaultPollEvery, source.DefaultSettle
+	}
+	src, err := source.New(sc)
 	if err != nil {
 		return err
 	}
@@ -112,6 +125,13 @@ func (rt *Generator) segmentRuns(ctx context.Context, n uint64) ([]segment.Range
 		}
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			return nil, err
+		}
+		var se *source.SettleError
+		if errors.As(err, &se) {
+			// The generator serves; this call's deadline is too short for
+			// the claim that would cover it.
+			return nil, &admission.OverloadedError{Generator: rt.cfg.Name, Asked: int(min(n, 1<<31)), Deadline: true, RetryAfter: se.Wait,
+				Detail: fmt.Sprintf("the claim of the counter that covers these %d IDs is usable in %v (a claim settles %v on a shared coordinator), after the call's deadline", n, se.Wait.Round(time.Millisecond), source.DefaultSettle)}
 		}
 		rt.segmentState(err)
 		return nil, &NotServingError{Generator: rt.cfg.Name, Reason: err.Error(), Code: clockguard.CodeCoordinatorUnavailable}

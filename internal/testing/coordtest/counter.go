@@ -25,6 +25,7 @@ func CounterCases() []Case {
 		{"CounterPinMismatch", CounterPinMismatch},
 		{"CounterMarkerRefuses", CounterMarkerRefuses},
 		{"CounterRolledBack", CounterRolledBack},
+		{"CounterForked", CounterForked},
 		{"CounterInvalid", CounterInvalid},
 	}
 }
@@ -34,9 +35,9 @@ func CounterSpec(generator string, start, max uint64) coordinator.CounterSpec {
 	return coordinator.CounterSpec{Generator: generator, Definition: segment.Definition{Start: start, Max: max}}
 }
 
-func mustClaim(t testing.TB, c coordinator.Counters, spec coordinator.CounterSpec, n, above uint64, acked segment.Counter) coordinator.Claim {
+func mustClaim(t testing.TB, c coordinator.Counters, spec coordinator.CounterSpec, n, above uint64, known segment.Mark) coordinator.Claim {
 	t.Helper()
-	cl, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, n, above, acked)
+	cl, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, n, above, known)
 	if err != nil {
 		t.Fatalf("claim of %d: %v", n, err)
 	}
@@ -93,7 +94,7 @@ func CounterClaimsDisjoint(t *testing.T, b Backend) {
 		c := cl.Connect(t, sysClock)
 		wg.Go(func() {
 			var above uint64
-			var acked segment.Counter
+			var acked segment.Mark
 			for j := range each {
 				claim, err := coordinator.ClaimSegment(ctxT(t, 60*time.Second), c, spec, uint64(1+(i*each+j)%37), above, acked)
 				mu.Lock()
@@ -109,7 +110,7 @@ func CounterClaimsDisjoint(t *testing.T, b Backend) {
 					errs = append(errs, fmt.Errorf("client %d: claim %v below its last %d", i, claim.Range, above))
 					mu.Unlock()
 				}
-				above, acked = claim.Range.Last+1, claim.Record.State
+				above, acked = claim.Range.Last+1, claim.Record.State.Mark()
 			}
 		})
 	}
@@ -141,18 +142,18 @@ func CounterHandBack(t *testing.T, b Backend) {
 	cl := b.NewCluster(t)
 	c := cl.Connect(t, sysClock)
 	spec := CounterSpec("handback", 1, segment.MaxID)
-	a := mustClaim(t, c, spec, 100, 0, segment.Counter{})
-	b2 := mustClaim(t, c, spec, 100, 0, segment.Counter{})
+	a := mustClaim(t, c, spec, 100, 0, segment.Mark{})
+	b2 := mustClaim(t, c, spec, 100, 0, segment.Mark{})
 	if a.Range != (segment.Range{First: 1, Last: 100}) || b2.Range != (segment.Range{First: 101, Last: 200}) {
 		t.Fatalf("claims %v %v", a.Range, b2.Range)
 	}
 	ctx := ctxT(t, 10*time.Second)
 	// The first claim used 1..40: its remainder goes back.
-	if dropped, _, err := coordinator.HandBackSegment(ctx, c, spec, segment.Range{First: 41, Last: 100}, b2.Record.State); err != nil || dropped != 0 {
+	if dropped, _, err := coordinator.HandBackSegment(ctx, c, spec, segment.Range{First: 41, Last: 100}, b2.Record.State.Mark()); err != nil || dropped != 0 {
 		t.Fatalf("hand-back: %d dropped, %v", dropped, err)
 	}
 	// The second used 101..150: its remainder lowers the counter.
-	_, rec, err := coordinator.HandBackSegment(ctx, c, spec, segment.Range{First: 151, Last: 200}, b2.Record.State)
+	_, rec, err := coordinator.HandBackSegment(ctx, c, spec, segment.Range{First: 151, Last: 200}, b2.Record.State.Mark())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,13 +161,13 @@ func CounterHandBack(t *testing.T, b Backend) {
 		t.Fatalf("after the hand-backs: %+v", rec.State)
 	}
 	// A claimer above 100 skips the free range; a new one takes it.
-	if got := mustClaim(t, c, spec, 30, 151, rec.State).Range; got != (segment.Range{First: 151, Last: 180}) {
+	if got := mustClaim(t, c, spec, 30, 151, rec.State.Mark()).Range; got != (segment.Range{First: 151, Last: 180}) {
 		t.Fatalf("claim above 151: %v", got)
 	}
-	if got := mustClaim(t, c, spec, 30, 0, segment.Counter{}).Range; got != (segment.Range{First: 41, Last: 70}) {
+	if got := mustClaim(t, c, spec, 30, 0, segment.Mark{}).Range; got != (segment.Range{First: 41, Last: 70}) {
 		t.Fatalf("claim of a new node: %v, want the free range first", got)
 	}
-	if _, _, err := coordinator.HandBackSegment(ctx, c, spec, segment.Range{First: 500, Last: 600}, segment.Counter{}); !errors.Is(err, segment.ErrCounter) {
+	if _, _, err := coordinator.HandBackSegment(ctx, c, spec, segment.Range{First: 500, Last: 600}, segment.Mark{}); !errors.Is(err, segment.ErrCounter) {
 		t.Fatalf("hand-back of what was never claimed: %v, want segment.ErrCounter", err)
 	}
 }
@@ -177,11 +178,11 @@ func CounterExhaustion(t *testing.T, b Backend) {
 	cl := b.NewCluster(t)
 	c := cl.Connect(t, sysClock)
 	spec := CounterSpec("small", 5, 14)
-	mustClaim(t, c, spec, 6, 0, segment.Counter{})
-	if got := mustClaim(t, c, spec, 6, 11, segment.Counter{}).Range; got != (segment.Range{First: 11, Last: 14}) {
+	mustClaim(t, c, spec, 6, 0, segment.Mark{})
+	if got := mustClaim(t, c, spec, 6, 11, segment.Mark{}).Range; got != (segment.Range{First: 11, Last: 14}) {
 		t.Fatalf("claim at max: %v, want [11, 14]", got)
 	}
-	_, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 1, 15, segment.Counter{})
+	_, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 1, 15, segment.Mark{})
 	if !errors.Is(err, segment.ErrExhausted) || !strings.Contains(err.Error(), "max=14") || !strings.Contains(err.Error(), "small") {
 		t.Fatalf("claim past max: %v, want ErrExhausted naming the generator and max=14", err)
 	}
@@ -223,8 +224,8 @@ func CounterMarkerRefuses(t *testing.T, b Backend) {
 	cl := b.NewCluster(t)
 	c := cl.Connect(t, sysClock)
 	spec := CounterSpec("marked", 1, segment.MaxID)
-	claim := mustClaim(t, c, spec, 10, 0, segment.Counter{})
-	rb := &coordinator.CounterRolledBackError{Generator: spec.Generator, Seen: segment.Counter{Next: 1}, Acked: claim.Record.State}
+	claim := mustClaim(t, c, spec, 10, 0, segment.Mark{})
+	rb := &coordinator.CounterRolledBackError{Generator: spec.Generator, Seen: segment.Counter{Next: 1}, Known: claim.Record.State.Mark(), Cause: segment.ErrForked}
 	ev := rb.Evidence(Node("witness"), time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
 	if err := c.MarkRestored(ctxT(t, 10*time.Second), ev); err != nil {
 		t.Fatal(err)
@@ -246,8 +247,8 @@ func CounterRolledBack(t *testing.T, b Backend) {
 	cl := b.NewCluster(t)
 	c, behind := cl.Connect(t, sysClock), cl.Connect(t, sysClock)
 	spec := CounterSpec("rolled", 1, segment.MaxID)
-	mustClaim(t, c, spec, 10, 0, segment.Counter{})
-	claim := mustClaim(t, c, spec, 10, 11, segment.Counter{})
+	mustClaim(t, c, spec, 10, 0, segment.Mark{})
+	claim := mustClaim(t, c, spec, 10, 11, segment.Mark{})
 	// Behind the node's back: the counter as it stood before both claims.
 	rec, err := behind.ReadCounter(ctxT(t, 10*time.Second), spec)
 	if err != nil {
@@ -256,17 +257,69 @@ func CounterRolledBack(t *testing.T, b Backend) {
 	if _, err := behind.SwapCounter(ctxT(t, 10*time.Second), spec, rec, segment.NewCounter(spec.Definition)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 10, 21, claim.Record.State)
+	_, err = coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 10, 21, claim.Record.State.Mark())
 	var rb *coordinator.CounterRolledBackError
-	if !errors.As(err, &rb) || !errors.Is(err, coordinator.ErrRolledBack) || rb.Seen.Seq != 0 || rb.Acked.Seq != 2 {
+	if !errors.As(err, &rb) || !errors.Is(err, coordinator.ErrRolledBack) || rb.Seen.Seq != 0 || rb.Known.Seq != 2 {
 		t.Fatalf("claim after a rollback: %v, want CounterRolledBackError seen seq 0, acked 2", err)
 	}
-	if _, _, err := coordinator.HandBackSegment(ctxT(t, 10*time.Second), c, spec, segment.Range{First: 15, Last: 20}, claim.Record.State); !errors.As(err, &rb) {
+	if _, _, err := coordinator.HandBackSegment(ctxT(t, 10*time.Second), c, spec, segment.Range{First: 15, Last: 20}, claim.Record.State.Mark()); !errors.As(err, &rb) {
 		t.Fatalf("hand-back after a rollback: %v, want CounterRolledBackError", err)
 	}
 	now, err := c.ReadCounter(ctxT(t, 10*time.Second), spec)
 	if err != nil || now.State.Seq != 0 || now.State.Next != 1 {
 		t.Fatalf("counter after the refusals: %+v %v, want it untouched", now.State, err)
+	}
+}
+
+// CounterForked: a counter whose seq caught up with the one a node saw,
+// but whose history holds another write at that seq (restored, then
+// written on by others), is found by the node's periodic read
+// (coordinator.ReadFollowing) and its next claim; a record that continues
+// the node's history is not.
+func CounterForked(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c, other := cl.Connect(t, sysClock), cl.Connect(t, sysClock)
+	spec := CounterSpec("forked", 1, segment.MaxID)
+	mustClaim(t, c, spec, 10, 0, segment.Mark{})
+	mine := mustClaim(t, c, spec, 10, 11, segment.Mark{})
+	known := mine.Record.State.Mark()
+	if known.ID == 0 || len(mine.Record.State.Hist) != 2 {
+		t.Fatalf("a claim wrote no write ID: %+v", mine.Record.State)
+	}
+	// Writes by others continue the history.
+	theirs := mustClaim(t, other, spec, 10, 0, segment.Mark{})
+	if _, err := coordinator.ReadFollowing(ctxT(t, 10*time.Second), c, spec, known); err != nil {
+		t.Fatalf("after another node's claim: %v", err)
+	}
+	// Behind the node's back: the counter as it stood after the first
+	// claim, written on twice by another history (seq back at 3).
+	rec, err := other.ReadCounter(ctxT(t, 10*time.Second), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fork := segment.Counter{Next: 11, Seq: 1, Hist: mine.Record.State.Hist[:1]}
+	for range 2 {
+		_, fork, _ = fork.Claim(spec.Definition, 5, 0)
+		fork = fork.Stamp(coordinator.WriteID())
+	}
+	if _, err := other.SwapCounter(ctxT(t, 10*time.Second), spec, rec, fork); err != nil {
+		t.Fatal(err)
+	}
+	var rb *coordinator.CounterRolledBackError
+	if _, err := coordinator.ReadFollowing(ctxT(t, 10*time.Second), c, spec, known); !errors.As(err, &rb) || !errors.Is(rb.Cause, segment.ErrForked) || rb.Seen.Seq < known.Seq {
+		t.Fatalf("read of a forked history at seq %d (node saw seq %d): %v, want CounterRolledBackError", fork.Seq, known.Seq, err)
+	}
+	if _, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 10, 21, known); !errors.As(err, &rb) {
+		t.Fatalf("claim on a forked history: %v, want CounterRolledBackError", err)
+	}
+	// The other node's memory of its own claim sees the fork too: its
+	// write at seq 3 is not the one stored there now.
+	if _, err := coordinator.ReadFollowing(ctxT(t, 10*time.Second), other, spec, theirs.Record.State.Mark()); !errors.As(err, &rb) {
+		t.Fatalf("the other node's read: %v, want CounterRolledBackError", err)
+	}
+	ev := rb.Evidence(Node("witness"), time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
+	if err := ev.Validate(); err != nil || !ev.Counter {
+		t.Fatalf("evidence of a fork: %+v %v", ev, err)
 	}
 }
 
@@ -349,9 +402,9 @@ func FenceLeaseCounterRestore(t *testing.T, pre, a, b coordinator.Counters, snap
 		t.Fatal(err)
 	}
 	snapshot()
-	ca := mustClaim(t, a, spec, 10, 0, segment.Counter{})
+	ca := mustClaim(t, a, spec, 10, 0, segment.Mark{})
 	restore()
-	cb := mustClaim(t, b, spec, 20, 0, segment.Counter{})
+	cb := mustClaim(t, b, spec, 20, 0, segment.Mark{})
 	if cb.Record.Version != ca.Record.Version || string(cb.Record.Raw) == string(ca.Record.Raw) {
 		t.Fatalf("the premise does not hold: A wrote %s at version %d, B %s at version %d; want the same version, other contents",
 			ca.Record.Raw, ca.Record.Version, cb.Record.Raw, cb.Record.Version)
