@@ -176,6 +176,9 @@ func (closeRecorder) ReadCounter(context.Context, CounterSpec) (CounterRecord, e
 func (closeRecorder) SwapCounter(context.Context, CounterSpec, CounterRecord, segment.Counter) (CounterRecord, error) {
 	return CounterRecord{}, nil
 }
+func (closeRecorder) BumpCounter(context.Context, CounterSpec, uint64) (CounterBump, error) {
+	return CounterBump{}, nil
+}
 
 func TestRestoreEvidence(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)

@@ -72,6 +72,36 @@ type Counters interface {
 	// record now stored (for the retry); *RestoredError while a marker
 	// stands.
 	SwapCounter(ctx context.Context, spec CounterSpec, prev CounterRecord, next segment.Counter) (CounterRecord, error)
+	// BumpCounter clears a restore of the generator's counter (`firn
+	// coordinator bump`): the stored counter raised by by IDs
+	// (segment.Counter.Bump, stamped) and the restore marker deleted, in
+	// one write guarded by what it read of both, so that a marker written
+	// meanwhile stands. It reads the counter whether or not a marker
+	// stands; a generator without a pin or a counter, or pinned to
+	// another definition, is refused. A by of 0 is ErrInvalidSpec.
+	BumpCounter(ctx context.Context, spec CounterSpec, by uint64) (CounterBump, error)
+}
+
+// CounterBump is what a BumpCounter did.
+type CounterBump struct {
+	Before, After segment.Counter
+	Dropped       uint64           // free IDs the bump dropped
+	Cleared       *RestoreEvidence // the marker cleared; nil: none stood
+}
+
+// BumpedCounter is the state a bump by by writes in place of raw, the
+// stored counter of spec (what every backend's BumpCounter writes).
+func BumpedCounter(key string, spec CounterSpec, raw []byte, by uint64) (CounterBump, []byte, error) {
+	if by == 0 {
+		return CounterBump{}, nil, fmt.Errorf("%w: generator %q: a bump by 0 IDs", ErrInvalidSpec, spec.Generator)
+	}
+	rec, err := DecodeCounterRecord(key, spec, raw, 0)
+	if err != nil {
+		return CounterBump{}, nil, err
+	}
+	after, dropped := rec.State.Bump(spec.Definition, by)
+	after = after.Stamp(WriteID())
+	return CounterBump{Before: rec.State, After: after, Dropped: dropped}, after.Encode(), nil
 }
 
 // CounterRolledBackError says the coordinator showed a counter whose

@@ -152,6 +152,15 @@ func (l *Lazy) SwapCounter(ctx context.Context, spec CounterSpec, prev CounterRe
 	return c.SwapCounter(ctx, spec, prev, next)
 }
 
+// BumpCounter implements Counters.
+func (l *Lazy) BumpCounter(ctx context.Context, spec CounterSpec, by uint64) (CounterBump, error) {
+	c, err := l.get()
+	if err != nil {
+		return CounterBump{}, err
+	}
+	return c.BumpCounter(ctx, spec, by)
+}
+
 // Generators implements Admin.
 func (l *Lazy) Generators(ctx context.Context) ([]GeneratorState, error) {
 	c, err := l.get()

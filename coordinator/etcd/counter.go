@@ -124,3 +124,61 @@ func counterFrom(k keys, spec coordinator.CounterSpec, pins, counters, markers [
 	}
 	return coordinator.DecodeCounterRecord(k.counter(), spec, counters[0].Value, counters[0].ModRevision)
 }
+
+// BumpCounter implements coordinator.Counters: a read of the pin, the
+// counter and the marker, then one txn If(the counter and the marker as
+// read) Then(put the bumped counter, delete the marker), again from a new
+// read while other writes come between.
+func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterSpec, by uint64) (coordinator.CounterBump, error) {
+	if err := spec.Validate(); err != nil {
+		return coordinator.CounterBump{}, err
+	}
+	k := c.keys(spec.Generator)
+	for attempt := 0; attempt < 10; attempt++ {
+		cctx, cancel := c.call(ctx)
+		resp, err := c.cli.Txn(cctx).Then(
+			clientv3.OpGet(k.pin()), clientv3.OpGet(k.counter()), clientv3.OpGet(k.restored()),
+		).Commit()
+		cancel()
+		if err != nil {
+			return coordinator.CounterBump{}, unavailable("read counter", err)
+		}
+		pins, counters, markers := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs, resp.Responses[2].GetResponseRange().Kvs
+		if len(pins) != 1 || len(counters) != 1 {
+			return coordinator.CounterBump{}, fmt.Errorf("%w: generator %q has no counter to bump", coordinator.ErrInvalidSpec, spec.Generator)
+		}
+		var pin coordinator.Pin
+		if err := json.Unmarshal(pins[0].Value, &pin); err != nil {
+			return coordinator.CounterBump{}, fmt.Errorf("etcd: pin %s is not readable: %w", k.pin(), err)
+		}
+		if err := pin.Check(spec.PinSpec()); err != nil {
+			return coordinator.CounterBump{}, err
+		}
+		bump, raw, err := coordinator.BumpedCounter(k.counter(), spec, counters[0].Value, by)
+		if err != nil {
+			return coordinator.CounterBump{}, err
+		}
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k.counter()), "=", counters[0].ModRevision)}
+		if len(markers) == 1 {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.restored()), "=", markers[0].ModRevision))
+			if ev, err := coordinator.DecodeRestore(k.restored(), markers[0].Value); err == nil {
+				bump.Cleared = &ev
+			}
+		} else {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k.restored()), "=", 0))
+		}
+		cctx, cancel = c.call(ctx)
+		w, err := c.cli.Txn(cctx).If(cmps...).
+			Then(clientv3.OpPut(k.counter(), string(raw)), clientv3.OpDelete(k.restored())).Commit()
+		cancel()
+		if err != nil {
+			return coordinator.CounterBump{}, unavailable("bump counter", err)
+		}
+		if w.Succeeded {
+			c.log.Warn("segment counter bumped", "generator", spec.Generator, "next", bump.After.Next, "seq", bump.After.Seq,
+				"dropped_free", bump.Dropped, "cleared_marker", bump.Cleared != nil)
+			return bump, nil
+		}
+	}
+	return coordinator.CounterBump{}, fmt.Errorf("%w: etcd counter of %q kept changing during the bump", coordinator.ErrUnavailable, spec.Generator)
+}

@@ -102,3 +102,31 @@ func (c *Client) counterLocked(spec coordinator.CounterSpec, create bool) (*genS
 func counterRecord(spec coordinator.CounterSpec, g *genState) (coordinator.CounterRecord, error) {
 	return coordinator.DecodeCounterRecord(spec.Generator+"/counter", spec, g.counter, g.counterRev)
 }
+
+// BumpCounter implements coordinator.Counters: under the store's lock,
+// the counter raised and the marker deleted.
+func (c *Client) BumpCounter(ctx context.Context, spec coordinator.CounterSpec, by uint64) (coordinator.CounterBump, error) {
+	if err := spec.Validate(); err != nil {
+		return coordinator.CounterBump{}, err
+	}
+	var out coordinator.CounterBump
+	err := c.call(ctx, OpCounter, "bump counter", func(time.Time) error {
+		g := c.s.st.gen(spec.Generator, false)
+		if g == nil || g.pin == nil || g.counter == nil {
+			return fmt.Errorf("%w: generator %q has no counter to bump", coordinator.ErrInvalidSpec, spec.Generator)
+		}
+		if err := g.pin.Check(spec.PinSpec()); err != nil {
+			return err
+		}
+		bump, raw, err := coordinator.BumpedCounter(spec.Generator+"/counter", spec, g.counter, by)
+		if err != nil {
+			return err
+		}
+		c.s.st.rev++
+		g.counter, g.counterRev = raw, c.s.st.rev
+		bump.Cleared, g.marker = g.marker, nil
+		out = bump
+		return nil
+	})
+	return out, err
+}

@@ -109,3 +109,62 @@ func (c *Coordinator) SwapCounter(ctx context.Context, spec coordinator.CounterS
 	}
 	return rec, fmt.Errorf("%w: generator %q", coordinator.ErrCounterMoved, spec.Generator)
 }
+
+// BumpCounter implements coordinator.Counters: the marker, the pin and the
+// counter read, then one multi that sets the bumped counter at the version
+// read and deletes the marker at its version, again from a new read while
+// other writes come between.
+func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterSpec, by uint64) (coordinator.CounterBump, error) {
+	if err := spec.Validate(); err != nil {
+		return coordinator.CounterBump{}, err
+	}
+	p := c.paths(spec.Generator)
+	for attempt := 0; attempt < 10; attempt++ {
+		ev, mst, err := c.readMarkerStat(ctx, p)
+		if err != nil && mst == nil {
+			return coordinator.CounterBump{}, err
+		}
+		data, _, err := c.get(ctx, p.pin())
+		if errors.Is(err, zk.ErrNoNode) {
+			return coordinator.CounterBump{}, fmt.Errorf("%w: generator %q has no counter to bump", coordinator.ErrInvalidSpec, spec.Generator)
+		}
+		if err != nil {
+			return coordinator.CounterBump{}, unavailable("read pin", err)
+		}
+		var pin coordinator.Pin
+		if err := json.Unmarshal(data, &pin); err != nil {
+			return coordinator.CounterBump{}, fmt.Errorf("zookeeper: pin %s is not readable: %w", p.pin(), err)
+		}
+		if err := pin.Check(spec.PinSpec()); err != nil {
+			return coordinator.CounterBump{}, err
+		}
+		data, st, err := c.get(ctx, p.counter())
+		if errors.Is(err, zk.ErrNoNode) {
+			return coordinator.CounterBump{}, fmt.Errorf("%w: generator %q has no counter to bump", coordinator.ErrInvalidSpec, spec.Generator)
+		}
+		if err != nil {
+			return coordinator.CounterBump{}, unavailable("read counter", err)
+		}
+		bump, raw, err := coordinator.BumpedCounter(p.counter(), spec, data, by)
+		if err != nil {
+			return coordinator.CounterBump{}, err
+		}
+		bump.Cleared = ev
+		ops := []any{&zk.SetDataRequest{Path: p.counter(), Data: raw, Version: st.Version}}
+		if mst != nil {
+			ops = append(ops, &zk.DeleteRequest{Path: p.restored(), Version: mst.Version})
+		} else {
+			ops = append(c.markerAbsentOps(p), ops...)
+		}
+		_, err = c.multi(ctx, ops)
+		if err == nil {
+			c.log.Warn("segment counter bumped", "generator", spec.Generator, "next", bump.After.Next, "seq", bump.After.Seq,
+				"dropped_free", bump.Dropped, "cleared_marker", bump.Cleared != nil)
+			return bump, nil
+		}
+		if !errors.Is(err, zk.ErrBadVersion) && !errors.Is(err, zk.ErrNodeExists) && !errors.Is(err, zk.ErrNoNode) {
+			return coordinator.CounterBump{}, unavailable("bump counter", err)
+		}
+	}
+	return coordinator.CounterBump{}, fmt.Errorf("%w: zookeeper counter of %q kept changing during the bump", coordinator.ErrUnavailable, spec.Generator)
+}

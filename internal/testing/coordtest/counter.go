@@ -26,6 +26,7 @@ func CounterCases() []Case {
 		{"CounterMarkerRefuses", CounterMarkerRefuses},
 		{"CounterRolledBack", CounterRolledBack},
 		{"CounterForked", CounterForked},
+		{"CounterBump", CounterBump},
 		{"CounterInvalid", CounterInvalid},
 	}
 }
@@ -320,6 +321,56 @@ func CounterForked(t *testing.T, b Backend) {
 	ev := rb.Evidence(Node("witness"), time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
 	if err := ev.Validate(); err != nil || !ev.Counter {
 		t.Fatalf("evidence of a fork: %+v %v", ev, err)
+	}
+}
+
+// CounterBump: a bump raises the counter's next and seq by the IDs given,
+// drops the free ranges and clears the restore marker in one write; the
+// nodes' memory of writes before it does not refuse the bumped counter,
+// and claims continue above. A bump by 0, of a generator without a
+// counter, or under another definition is refused.
+func CounterBump(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c := cl.Connect(t, sysClock)
+	spec := CounterSpec("bumped", 1, segment.MaxID)
+	first := mustClaim(t, c, spec, 100, 0, segment.Mark{})
+	if _, _, err := coordinator.HandBackSegment(ctxT(t, 10*time.Second), c, spec, segment.Range{First: 11, Last: 50}, first.Record.State.Mark()); err != nil {
+		t.Fatal(err)
+	}
+	second := mustClaim(t, c, spec, 100, 101, segment.Mark{})
+	known := second.Record.State.Mark()
+	rb := &coordinator.CounterRolledBackError{Generator: spec.Generator, Seen: segment.Counter{Next: 1}, Known: known, Cause: segment.ErrForked}
+	ev := rb.Evidence(Node("witness"), time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
+	if err := c.MarkRestored(ctxT(t, 10*time.Second), ev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.BumpCounter(ctxT(t, 10*time.Second), spec, 0); !errors.Is(err, coordinator.ErrInvalidSpec) {
+		t.Fatalf("bump by 0: %v, want ErrInvalidSpec", err)
+	}
+	if _, err := c.BumpCounter(ctxT(t, 10*time.Second), CounterSpec("never", 1, segment.MaxID), 10); !errors.Is(err, coordinator.ErrInvalidSpec) {
+		t.Fatalf("bump of a generator without a counter: %v, want ErrInvalidSpec", err)
+	}
+	var lm *coordinator.LayoutMismatchError
+	if _, err := c.BumpCounter(ctxT(t, 10*time.Second), CounterSpec("bumped", 1, segment.JSMaxID), 10); !errors.As(err, &lm) {
+		t.Fatalf("bump under another definition: %v, want LayoutMismatchError", err)
+	}
+	res, err := c.BumpCounter(ctxT(t, 10*time.Second), spec, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Before.Next != 201 || res.After.Next != 1201 || res.After.Seq != res.Before.Seq+1000 || len(res.After.Free) != 0 ||
+		res.Dropped != 40 || res.Cleared == nil || res.Cleared.Node.Name != "witness" || !res.Cleared.Counter {
+		t.Fatalf("bump: %+v", res)
+	}
+	rec, err := coordinator.ReadFollowing(ctxT(t, 10*time.Second), c, spec, known)
+	if err != nil {
+		t.Fatalf("read after the bump, by a node that saw seq %d: %v", known.Seq, err)
+	}
+	if string(rec.Raw) != string(res.After.Encode()) {
+		t.Fatalf("stored %s, bump reported %s", rec.Raw, res.After.Encode())
+	}
+	if got := mustClaim(t, c, spec, 10, 0, known).Range; got.First != 1201 {
+		t.Fatalf("claim after the bump: %v, want from 1201", got)
 	}
 }
 
