@@ -35,12 +35,24 @@
 // layout, worker IDs and max_range (from its Info), so its Info gives the
 // same capacity and its NextRange cuts the counter into the runs the node
 // would return: one per worker's per-unit block, joined where the workers'
-// IDs meet. --pin puts the servers on the last CPU and the load on the others
+// IDs meet; for a segment generator (Info's kind) one run per call, as a
+// segment generator's take is, and no capacity (no layout bounds a
+// counter). With --generator the no-op server serves that name, so the
+// same calls go to both. --pin puts the servers on the last CPU and the load on the others
 // (sched_setaffinity on every thread). --idle D reads a process's CPU time
 // (from /proc/<pid>/stat) and RSS over D without calls; the node's PID comes
 // from --pid or from the process listening on the target's port. With TLS
 // flags the node is dialled with TLS or mTLS, and the no-op server gets an
 // ephemeral certificate chain of the same kind (--noop-tls).
+//
+// Beside its rates each run reports the serving process's CPU over the
+// window (from /proc/<pid>/stat, in 10 ms ticks), as a share of a core
+// and per call, where the PID is known: always for the no-op child, for
+// the node from --pid or its loopback port; --compare adds the median
+// node/noop ratio of CPU per call. With --node-metrics (the node's
+// /metrics URL) each node window also reports a segment generator's
+// counter writes: firn_segment_claims_total and the IDs claimed over the
+// window, per second, and the step at its close.
 //
 // # Invariants
 //

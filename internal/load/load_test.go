@@ -175,6 +175,11 @@ func TestCompare(t *testing.T) {
 		if want := p.Node.RPCPS / p.Noop.RPCPS; p.Ratios.RPC != want {
 			t.Fatalf("pair %d ratio %.3f, want %.3f", i, p.Ratios.RPC, want)
 		}
+		// The node here is this process (found by its port), the noop
+		// the child: both report their CPU.
+		if p.Node.ServerCPU == nil || p.Node.ServerCPU.PID != os.Getpid() || p.Noop.ServerCPU == nil || p.Noop.ServerCPU.PID == os.Getpid() {
+			t.Fatalf("pair %d: server cpu node %+v, noop %+v", i, p.Node.ServerCPU, p.Noop.ServerCPU)
+		}
 		rpc = append(rpc, p.Ratios.RPC)
 	}
 	if c.Median.RPC != median(rpc) || c.Median.RPC <= 0 {
@@ -330,6 +335,8 @@ func TestFlagsRefused(t *testing.T) {
 		{[]string{"--target", "nowhere"}, "--target \"nowhere\""},
 		{[]string{"--tls-cert", "a.pem"}, "--tls-cert and --tls-key go together"},
 		{[]string{"--noop-tls", "maybe"}, "--noop-tls \"maybe\""},
+		{[]string{"--target", "noop", "--node-metrics", "http://127.0.0.1:1/metrics"}, "--node-metrics needs a node --target"},
+		{[]string{"--target", "127.0.0.1:1", "--node-metrics", "127.0.0.1:1"}, "want a URL"},
 		{[]string{"extra"}, "unexpected argument \"extra\""},
 	} {
 		var stdout, stderr bytes.Buffer

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -65,6 +66,9 @@ type Ratios struct {
 	P50  float64 `json:"p50"`
 	P99  float64 `json:"p99"`
 	P999 float64 `json:"p999"`
+	// CPUPerCall is the servers' CPU per call (ServerCPU), where both
+	// PIDs were known.
+	CPUPerCall float64 `json:"server_cpu_per_call,omitempty"`
 }
 
 // IdleResult is a process's CPU and memory over a window without calls.
@@ -91,6 +95,7 @@ type flags struct {
 	floodCallers, floodConns, floodBatch  int
 	ignoreRetry                           bool
 	noopDupAt                             uint64
+	nodeMetrics                           string
 }
 
 // Main is `firn bench`: args are those after "bench". It writes the
@@ -178,6 +183,14 @@ max_range, and cuts its runs as the node would.
   firn bench --target 127.0.0.1:7300 --compare noop --pin --callers 64 --conns 4
   firn bench --target 127.0.0.1:7300 --idle 60s
   firn bench --target 127.0.0.1:7300 --flood-callers 512 --flood-conns 32 --flood-batch 100000
+  firn bench --target 127.0.0.1:7300 --generator orders --mode ranges --batch 1000000 --callers 8 \
+      --compare noop --node-metrics http://127.0.0.1:7301/metrics
+
+Each run reports the server's CPU per call where its PID is known (the
+no-op child; the node by --pid or its loopback port). Against a segment
+generator the no-op server hands out one run per NextRange call, as the
+node does, and --node-metrics reports the node's counter writes (claims)
+per second over each window.
 
 `
 
@@ -211,6 +224,7 @@ func (f *flags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&f.ignoreRetry, "ignore-retry-info", false, "after a refusal, pause 1 ms instead of the RetryInfo it carries (an uncooperative client)")
 	fs.IntVar(&f.record, "record", 32<<20, "IDs kept for the duplicate check (preallocated, 8 bytes each; ranges mode checks every ID, as intervals, and keeps these for the flood only)")
 	fs.Uint64Var(&f.noopDupAt, "noop-duplicate-at", 0, "make the no-op server hand out one ID twice, at this ID (checks the duplicate check)")
+	fs.StringVar(&f.nodeMetrics, "node-metrics", "", "the node's /metrics URL (http://host:port/metrics): report a segment generator's counter writes (claims) over each node window")
 }
 
 func (f *flags) validate() error {
@@ -257,6 +271,10 @@ func (f *flags) validate() error {
 		return fmt.Errorf("--flood-batch %d outside [1, 1000000]", f.floodBatch)
 	case (f.tlsCert == "") != (f.tlsKey == ""):
 		return errors.New("--tls-cert and --tls-key go together")
+	case f.nodeMetrics != "" && (f.target == "noop" || f.idle > 0):
+		return errors.New("--node-metrics needs a node --target, without --idle")
+	case f.nodeMetrics != "" && !strings.HasPrefix(f.nodeMetrics, "http://") && !strings.HasPrefix(f.nodeMetrics, "https://"):
+		return fmt.Errorf("--node-metrics %q: want a URL, http://host:port/metrics", f.nodeMetrics)
 	}
 	if f.target != "noop" {
 		if _, _, err := net.SplitHostPort(f.target); err != nil {
@@ -334,8 +352,10 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 		defer stop()
 	}
 
+	// The node's PID: for --idle and --pin, and for its CPU per call
+	// (where it is not found, the runs report none).
 	nodePID := f.pid
-	if f.target != "noop" && nodePID == 0 && (f.idle > 0 || f.pin) {
+	if f.target != "noop" && nodePID == 0 {
 		nodePID, err = pidOfTarget(f.target)
 		if err != nil && f.idle > 0 {
 			return nil, fmt.Errorf("--idle: %w (give --pid)", err)
@@ -371,8 +391,10 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 	}
 	nodeCfg, noopCfg := base, base
 	nodeCfg.label, nodeCfg.addr, nodeCfg.tls = "node", f.target, nodeTLS
+	nodeCfg.serverPID, nodeCfg.metricsURL = nodePID, f.nodeMetrics
 	if noop != nil {
 		noopCfg.label, noopCfg.addr, noopCfg.tls = "noop", noop.addr, noopTLS
+		noopCfg.serverPID = noop.pid()
 	}
 	switch {
 	case f.floodCallers > 0:
@@ -413,6 +435,10 @@ func startNoop(ctx context.Context, f *flags, nodeTLS *tls.Config, stderr io.Wri
 	}
 	if f.noopDupAt != 0 {
 		extra = append(extra, "--duplicate-at", strconv.FormatUint(f.noopDupAt, 10))
+	}
+	if f.generator != "" {
+		// The no-op serves the generator the calls name.
+		extra = append(extra, "--generator", f.generator)
 	}
 	if f.mode == modeRanges && f.compare == "noop" {
 		g, err := generatorInfo(ctx, f.target, nodeTLS, f.generator)
@@ -492,9 +518,17 @@ func compare(ctx context.Context, pairs int, nodeCfg, noopCfg runConfig) (*Compa
 
 // noopMirror is the no-op child's flags that make its Info and its
 // NextRange runs those of the node's generator g: the layout, the workers
-// and max_range.
+// and max_range; for a segment generator its kind and definition (one
+// run per call).
 func noopMirror(g *firnv1.GeneratorInfo) []string {
 	var args []string
+	if g.GetKind() == kindSegment {
+		args = append(args, "--kind", kindSegment, "--layout", g.GetLayout())
+		if m := g.GetMaxRange(); m > 0 {
+			args = append(args, "--max-range", strconv.FormatUint(m, 10))
+		}
+		return args
+	}
 	// A node that lists no workers holds one: the no-op's default.
 	if ws := g.GetWorkers(); len(ws) > 0 {
 		args = append(args, "--workers", formatWorkers(ws))
@@ -516,13 +550,17 @@ func ratio(a, b float64) float64 {
 }
 
 func ratios(node, noop *Result) Ratios {
-	return Ratios{
+	r := Ratios{
 		RPC:  ratio(node.RPCPS, noop.RPCPS),
 		IDs:  ratio(node.IDsPS, noop.IDsPS),
 		P50:  ratio(float64(node.Latency.P50), float64(noop.Latency.P50)),
 		P99:  ratio(float64(node.Latency.P99), float64(noop.Latency.P99)),
 		P999: ratio(float64(node.Latency.P999), float64(noop.Latency.P999)),
 	}
+	if node.ServerCPU != nil && noop.ServerCPU != nil {
+		r.CPUPerCall = ratio(node.ServerCPU.PerCallNS, noop.ServerCPU.PerCallNS)
+	}
+	return r
 }
 
 func median(v []float64) float64 {
@@ -546,12 +584,25 @@ func medianRatios(pairs []Pair) Ratios {
 		return median(v)
 	}
 	return Ratios{
-		RPC:  pick(func(r Ratios) float64 { return r.RPC }),
-		IDs:  pick(func(r Ratios) float64 { return r.IDs }),
-		P50:  pick(func(r Ratios) float64 { return r.P50 }),
-		P99:  pick(func(r Ratios) float64 { return r.P99 }),
-		P999: pick(func(r Ratios) float64 { return r.P999 }),
+		RPC:        pick(func(r Ratios) float64 { return r.RPC }),
+		IDs:        pick(func(r Ratios) float64 { return r.IDs }),
+		P50:        pick(func(r Ratios) float64 { return r.P50 }),
+		P99:        pick(func(r Ratios) float64 { return r.P99 }),
+		P999:       pick(func(r Ratios) float64 { return r.P999 }),
+		CPUPerCall: median(cpuRatios(pairs)),
 	}
+}
+
+// cpuRatios is the pairs' CPU-per-call ratios, where both PIDs were
+// known.
+func cpuRatios(pairs []Pair) []float64 {
+	var v []float64
+	for _, p := range pairs {
+		if p.Ratios.CPUPerCall > 0 {
+			v = append(v, p.Ratios.CPUPerCall)
+		}
+	}
+	return v
 }
 
 // pidOfTarget finds the process listening on a loopback target's port.

@@ -28,9 +28,17 @@ func freePort(t *testing.T) string {
 }
 
 // startFirnNode builds cmd/firn, runs `firn serve` on its embedded
-// coordinator with loopback listeners on free ports, and waits until it
-// serves. The test kills it at the end.
-func startFirnNode(t *testing.T) (addr string, pid int) {
+// coordinator with loopback listeners on free ports (and the extra
+// flags), and waits until it serves. The test kills it at the end.
+func startFirnNode(t *testing.T, extra ...string) (addr string, pid int) {
+	t.Helper()
+	addr, _, pid = startFirnNodeHTTP(t, extra...)
+	return addr, pid
+}
+
+// startFirnNodeHTTP is startFirnNode, also returning the node's HTTP
+// address.
+func startFirnNodeHTTP(t *testing.T, extra ...string) (addr, httpAddr string, pid int) {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "firn")
@@ -43,9 +51,10 @@ func startFirnNode(t *testing.T) (addr string, pid int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "serve", "--data-dir", filepath.Join(dir, "data"), "--grpc-addr", addr,
-		"--http-addr", "127.0.0.1:"+freePort(t), "--embedded-client-addr", "127.0.0.1:"+freePort(t),
-		"--embedded-peer-addr", "127.0.0.1:"+freePort(t))
+	httpAddr = "127.0.0.1:" + freePort(t)
+	cmd := exec.Command(bin, append([]string{"serve", "--data-dir", filepath.Join(dir, "data"), "--grpc-addr", addr,
+		"--http-addr", httpAddr, "--embedded-client-addr", "127.0.0.1:" + freePort(t),
+		"--embedded-peer-addr", "127.0.0.1:" + freePort(t)}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -72,7 +81,7 @@ func startFirnNode(t *testing.T) (addr string, pid int) {
 		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
 		cancel()
 		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return addr, cmd.Process.Pid
+			return addr, httpAddr, cmd.Process.Pid
 		}
 		select {
 		case <-done:
@@ -141,6 +150,109 @@ func TestAgainstRealNode(t *testing.T) {
 		i := bench(t, exitOK, "--target", addr, "--idle", "1s").Idle
 		if i == nil || i.PID != pid || i.RSSMaxBytes < 1<<20 {
 			t.Fatalf("idle %+v, want pid %d", i, pid)
+		}
+	})
+}
+
+// TestAgainstRealSegmentNode drives a segment generator of a real node
+// (beside a snowflake default) in unary and ranges mode, alone and
+// against the no-op floor shaped as a segment generator, with the same
+// duplicate checks as the snowflake runs: a duplicate fails the run
+// (exitDuplicate), so it fails this test. The node's counter writes are
+// read from its /metrics.
+func TestAgainstRealSegmentNode(t *testing.T) {
+	addr, httpAddr, pid := startFirnNodeHTTP(t, "--generator", "default=snowflake", "--generator", "orders=segment")
+	metrics := "http://" + httpAddr + "/metrics"
+	g, err := generatorInfo(context.Background(), addr, nil, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.GetKind() != kindSegment || g.GetMaxRange() == 0 {
+		t.Fatalf("generator orders: kind %q, max_range %d; want a segment generator serving NextRange", g.GetKind(), g.GetMaxRange())
+	}
+	seg := []string{"--target", addr, "--generator", "orders", "--node-metrics", metrics}
+	checkNode := func(t *testing.T, r *Result) {
+		t.Helper()
+		if c := r.ServerCPU; c == nil || c.PID != pid || c.CPUSeconds < 0 {
+			t.Fatalf("server cpu %+v, want the node's (pid %d)", c, pid)
+		}
+		cw := r.CounterWrites
+		if cw == nil || cw.Generator != "orders" || cw.Step == 0 || (cw.Claims == 0) != (cw.ClaimedIDs == 0) {
+			t.Fatalf("counter writes %+v", cw)
+		}
+		if want := float64(cw.Claims) / r.Seconds; cw.PerSecond != want {
+			t.Fatalf("counter writes %.3f/s, want claims/seconds = %.3f", cw.PerSecond, want)
+		}
+	}
+	t.Run("unary", func(t *testing.T) {
+		r := bench(t, exitOK, append(seg, "--callers", "4", "--conns", "2")...).Run
+		checkRun(t, r, 1)
+		checkNode(t, r)
+		if r.Kind != kindSegment || r.Checked != r.IDs {
+			t.Fatalf("kind %q, %d of %d IDs checked", r.Kind, r.Checked, r.IDs)
+		}
+	})
+	t.Run("ranges", func(t *testing.T) {
+		r := bench(t, exitOK, append(seg, "--mode", "ranges", "--batch", "100000", "--callers", "2")...).Run
+		checkRanges(t, r, 100000, 1, 0)
+		checkNode(t, r)
+		if r.Kind != kindSegment {
+			t.Fatalf("kind %q", r.Kind)
+		}
+		// A claim covers the take that waits for it: some window's
+		// claims hold at least the IDs of one call.
+		if c := r.CounterWrites; c.Claims > 0 && c.ClaimedIDs < 100000 {
+			t.Fatalf("%d claims of %d IDs in all, below one call's count", c.Claims, c.ClaimedIDs)
+		}
+	})
+	t.Run("prefetch", func(t *testing.T) {
+		// The Go client's Next: its refills are NextRange calls of the
+		// segment generator.
+		r := bench(t, exitOK, append(seg, "--mode", "prefetch", "--callers", "2")...).Run
+		checkRun(t, r, 1)
+		checkNode(t, r)
+		if r.RPCs == 0 || r.RPCs >= r.IDs {
+			t.Fatalf("prefetch: %d RPCs for %d IDs", r.RPCs, r.IDs)
+		}
+	})
+	t.Run("compare unary", func(t *testing.T) {
+		c := bench(t, exitOK, append(seg, "--compare", "noop", "--callers", "4", "--duration", "150ms", "--warmup", "50ms")...).Compare
+		if c == nil || len(c.Pairs) != minPairs || c.Median.RPC <= 0 || c.Median.CPUPerCall <= 0 {
+			t.Fatalf("compare %+v", c)
+		}
+		for _, p := range c.Pairs {
+			checkRun(t, p.Node, 1)
+			checkRun(t, p.Noop, 1)
+			checkNode(t, p.Node)
+			if p.Noop.ServerCPU == nil || p.Noop.CounterWrites != nil {
+				t.Fatalf("noop run: server cpu %+v, counter writes %+v", p.Noop.ServerCPU, p.Noop.CounterWrites)
+			}
+		}
+	})
+	t.Run("compare ranges", func(t *testing.T) {
+		c := bench(t, exitOK, append(seg, "--compare", "noop", "--mode", "ranges", "--batch", "100000", "--callers", "2",
+			"--duration", "150ms", "--warmup", "50ms")...).Compare
+		if c == nil || len(c.Pairs) != minPairs || c.Median.IDs <= 0 {
+			t.Fatalf("compare %+v", c)
+		}
+		for _, p := range c.Pairs {
+			checkRanges(t, p.Node, 100000, 1, 0)
+			checkRanges(t, p.Noop, 100000, 1, 0)
+			checkNode(t, p.Node)
+			if p.Noop.Kind != kindSegment {
+				t.Fatalf("the noop's generator is of kind %q, want it shaped as the node's segment generator", p.Noop.Kind)
+			}
+		}
+	})
+	t.Run("duplicate found", func(t *testing.T) {
+		// The floor, shaped as the segment generator, hands out one ID
+		// twice: the pair's check finds it and the run fails.
+		for _, mode := range []string{modeUnary, modeRanges} {
+			rep := bench(t, exitDuplicate, append(seg, "--compare", "noop", "--mode", mode, "--batch", "10",
+				"--duration", "100ms", "--warmup", "0s", "--noop-duplicate-at", "20")...)
+			if d := rep.duplicates(); d != 1 {
+				t.Fatalf("%s: %d duplicates, want the 1 injected", mode, d)
+			}
 		}
 	})
 }

@@ -70,7 +70,19 @@ type NoopOptions struct {
 	Workers []uint32
 	// MaxRange bounds NextRange's count (default defaultNoopMaxRange).
 	MaxRange uint64
+	// Name is the one generator's name (default "default"); calls name
+	// it or none.
+	Name string
+	// Kind is the generator's kind as Info reports it: "" or "snowflake"
+	// (runs cut as above), or "segment": a node's segment generator hands
+	// out a take as one run of consecutive IDs (two where it spans two
+	// claims), so NextRange returns one run per call, Layout is reported
+	// as is (the segment definition) and Workers do not apply.
+	Kind string
 }
+
+// kindSegment is Info's kind of a segment generator.
+const kindSegment = "segment"
 
 // defaultNoopMaxRange is the no-op server's max_range when none is given;
 // --compare noop in ranges mode passes the node's own.
@@ -83,6 +95,8 @@ type noopService struct {
 	next     atomic.Uint64 // the next ID
 	maxBatch uint32
 	dupAt    uint64
+	name     string
+	kind     string
 	layout   string
 	workers  []uint32
 	maxRange uint64
@@ -113,7 +127,11 @@ func NewNoopServer(tlsConfig *tls.Config, o NoopOptions) *grpc.Server {
 }
 
 func newNoopService(o NoopOptions) *noopService {
-	s := &noopService{maxBatch: o.MaxBatch, dupAt: o.DuplicateAt, layout: o.Layout, workers: o.Workers, maxRange: o.MaxRange}
+	s := &noopService{maxBatch: o.MaxBatch, dupAt: o.DuplicateAt, name: o.Name, kind: o.Kind, layout: o.Layout,
+		workers: o.Workers, maxRange: o.MaxRange}
+	if s.name == "" {
+		s.name = "default"
+	}
 	if s.maxBatch == 0 {
 		s.maxBatch = 100_000
 	}
@@ -137,8 +155,8 @@ func newNoopService(o NoopOptions) *noopService {
 }
 
 func (s *noopService) checkGenerator(name string) error {
-	if name != "" && name != "default" {
-		return status.Errorf(codes.NotFound, "unknown generator %q (the no-op server has only \"default\")", name)
+	if name != "" && name != s.name {
+		return status.Errorf(codes.NotFound, "unknown generator %q (the no-op server has only %q)", name, s.name)
 	}
 	return nil
 }
@@ -212,6 +230,13 @@ func (s *noopService) NextRange(_ context.Context, req *firnv1.NextRangeRequest)
 		return nil, status.Errorf(codes.InvalidArgument, "count %d outside [1, %d] (max_range)", n, s.maxRange)
 	}
 	first := s.next.Add(n) - n
+	if s.kind == kindSegment {
+		cut := []generator.Run{{First: first, Count: n}}
+		if d := s.dupAt; d != 0 {
+			cut = injectDuplicate(cut, d)
+		}
+		return rangeResponse(cut), nil
+	}
 	cut := make([]generator.Run, 0, n/s.block+2)
 	k := uint64(len(s.join))
 	for left := n; left > 0; {
@@ -227,6 +252,11 @@ func (s *noopService) NextRange(_ context.Context, req *firnv1.NextRangeRequest)
 	if d := s.dupAt; d != 0 {
 		cut = injectDuplicate(cut, d)
 	}
+	return rangeResponse(cut), nil
+}
+
+// rangeResponse is NextRange's answer of runs cut.
+func rangeResponse(cut []generator.Run) *firnv1.NextRangeResponse {
 	// One slab for the messages: the floor allocates what a node must.
 	slab := make([]firnv1.Run, len(cut))
 	runs := make([]*firnv1.Run, len(cut))
@@ -234,7 +264,7 @@ func (s *noopService) NextRange(_ context.Context, req *firnv1.NextRangeRequest)
 		slab[i].First, slab[i].Count = r.First, r.Count
 		runs[i] = &slab[i]
 	}
-	return &firnv1.NextRangeResponse{Runs: runs}, nil
+	return &firnv1.NextRangeResponse{Runs: runs}
 }
 
 // injectDuplicate hands out ID d-1 in place of d, if a run holds d,
@@ -278,19 +308,28 @@ func (s *noopService) Decode(_ context.Context, req *firnv1.DecodeRequest) (*fir
 
 func (s *noopService) Info(context.Context, *firnv1.InfoRequest) (*firnv1.InfoResponse, error) {
 	layout := s.layout
-	if layout == "" {
+	switch {
+	case layout == "" && s.kind == kindSegment:
+		layout = kindSegment
+	case layout == "":
 		layout = "noop counter"
+	}
+	g := &firnv1.GeneratorInfo{
+		Name: s.name, Layout: layout, IsDefault: true, Serving: true,
+		State: "serving", MaxBatch: s.maxBatch, IdsIssued: s.next.Load(), MaxRange: s.maxRange,
+		Kind: "snowflake",
+	}
+	if s.kind == kindSegment {
+		g.Kind, g.CounterNext = kindSegment, s.next.Load()
+	} else {
+		g.Worker, g.Datacenter = s.worker, s.dc
+		g.Workers, g.WorkersWanted = s.workers, uint32(len(s.workers))
 	}
 	return &firnv1.InfoResponse{
 		NodeName:    "noop",
 		Version:     "noop",
 		Coordinator: "none",
-		Generators: []*firnv1.GeneratorInfo{{
-			Name: "default", Layout: layout, IsDefault: true, Serving: true,
-			State: "serving", MaxBatch: s.maxBatch, IdsIssued: s.next.Load(),
-			Worker: s.worker, Datacenter: s.dc,
-			Workers: s.workers, WorkersWanted: uint32(len(s.workers)), MaxRange: s.maxRange,
-		}},
+		Generators:  []*firnv1.GeneratorInfo{g},
 	}, nil
 }
 
@@ -313,6 +352,8 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	layout := fs.String("layout", "", "layout Info reports and NextRange's runs follow (a preset or the canonical form; empty: \"noop counter\", runs as snowflake's)")
 	workerList := fs.String("workers", "0", "workers Info reports, as Info's workers: node fields (datacenter × 2^worker_bits + worker), ascending, comma-separated; NextRange cuts runs as a node holding them")
 	maxRange := fs.Uint64("max-range", defaultNoopMaxRange, "largest NextRange count")
+	name := fs.String("generator", "default", "the generator's name (calls name it or none)")
+	kind := fs.String("kind", "snowflake", "the generator's kind: snowflake, or segment (NextRange returns one run per call; --layout is then the segment definition Info reports)")
 	stdinEOF := fs.Bool("exit-on-stdin-eof", false, "exit when standard input closes")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -331,10 +372,22 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	if *maxBatch < 1 || *maxBatch > 1_000_000 {
 		return fail("--max-batch %d outside [1, 1000000]", *maxBatch)
 	}
-	if *layout != "" {
-		if _, err := generator.ParseLayout(*layout); err != nil {
-			return fail("--layout: %v", err)
+	switch *kind {
+	case "snowflake":
+		if *layout != "" {
+			if _, err := generator.ParseLayout(*layout); err != nil {
+				return fail("--layout: %v", err)
+			}
 		}
+	case kindSegment:
+		if *layout != "" && !strings.HasPrefix(*layout, kindSegment) {
+			return fail("--layout %q: a segment generator's definition starts with %q", *layout, kindSegment)
+		}
+	default:
+		return fail("--kind %q: want snowflake or segment", *kind)
+	}
+	if *name == "" {
+		return fail("--generator is empty")
 	}
 	workers, err := parseWorkers(*workerList)
 	if err != nil {
@@ -352,7 +405,7 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 		return fail("listen: %v", err)
 	}
 	srv := NewNoopServer(tlsConfig, NoopOptions{Base: *base, MaxBatch: uint32(*maxBatch), DuplicateAt: *dupAt,
-		Layout: *layout, Workers: workers, MaxRange: *maxRange})
+		Layout: *layout, Workers: workers, MaxRange: *maxRange, Name: *name, Kind: *kind})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *stdinEOF {

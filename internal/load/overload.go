@@ -43,6 +43,9 @@ func floodConfig(f *flags, base runConfig) runConfig {
 	c.label, c.mode, c.batch = "flood", modeBatch, f.floodBatch
 	c.callers, c.conns = f.floodCallers, f.floodConns
 	c.record = make([]uint64, f.record)
+	// The flood shares the node with the run: no CPU or claims of its
+	// own to report.
+	c.serverPID, c.metricsURL = 0, ""
 	return c
 }
 
@@ -160,6 +163,9 @@ func lookupGenerator(ctx context.Context, stub firnv1.IDServiceClient, addr, nam
 // layout's rate, in IDs/s; 0 when its layout does not parse.
 func capacity(g *firnv1.GeneratorInfo) (workers int, idsPerSec float64) {
 	workers = max(1, len(g.GetWorkers()))
+	if g.GetKind() == kindSegment {
+		return workers, 0 // a counter: no layout bounds its rate
+	}
 	l, err := generator.ParseLayout(g.GetLayout())
 	if err != nil {
 		return workers, 0

@@ -344,6 +344,54 @@ func TestNoopNextRangeShape(t *testing.T) {
 			}
 		}
 	})
+	t.Run("segment", func(t *testing.T) {
+		// A segment generator's take is one run, whatever its size.
+		s := newNoopService(NoopOptions{Kind: kindSegment, Name: "orders", Layout: "segment,start=1,max=99999999"})
+		for _, n := range []uint64{1, 4097, 1 << 20} {
+			if rs := nextRange(t, s, n); len(rs) != 1 {
+				t.Fatalf("count %d: runs %v, want one", n, rs)
+			}
+		}
+		rs := nextRange(t, s, 3)
+		if rs[0].GetFirst() != 1+1+4097+1<<20 {
+			t.Fatalf("runs %v: not where the counter stood", rs)
+		}
+		info, err := s.Info(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := info.GetGenerators()[0]
+		if g.GetName() != "orders" || g.GetKind() != kindSegment || g.GetLayout() != "segment,start=1,max=99999999" ||
+			len(g.GetWorkers()) != 0 || g.GetMaxRange() != defaultNoopMaxRange {
+			t.Fatalf("info %v", g)
+		}
+		if w, c := capacity(g); w != 1 || c != 0 {
+			t.Fatalf("capacity %d workers, %.0f IDs/s; want 1 and none", w, c)
+		}
+		if args := strings.Join(noopMirror(g), " "); args != "--kind segment --layout segment,start=1,max=99999999 --max-range 16777216" {
+			t.Fatalf("mirror %q", args)
+		}
+		// The generator is "orders": calls naming it or none are served.
+		for name, want := range map[string]codes.Code{"": codes.OK, "orders": codes.OK, "default": codes.NotFound} {
+			if _, err := s.NextID(context.Background(), &firnv1.NextIDRequest{Generator: name}); status.Code(err) != want {
+				t.Fatalf("NextID of generator %q: %v, want %v", name, err, want)
+			}
+		}
+	})
+	t.Run("segment duplicate", func(t *testing.T) {
+		resp, err := newNoopService(NoopOptions{Kind: kindSegment, DuplicateAt: 20}).NextRange(context.Background(), &firnv1.NextRangeRequest{Count: 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var set intervals.Set
+		var dups uint64
+		for _, r := range resp.GetRuns() {
+			dups += set.Add(r.GetFirst(), r.GetCount())
+		}
+		if dups != 1 || set.Contains(20) || set.Len() != 29 {
+			t.Fatalf("runs %v: %d duplicates", resp.GetRuns(), dups)
+		}
+	})
 	t.Run("info", func(t *testing.T) {
 		info, err := newNoopService(NoopOptions{Layout: "snowflake", Workers: []uint32{39, 40}, MaxRange: 99}).Info(context.Background(), nil)
 		if err != nil {
@@ -372,6 +420,9 @@ func TestNoopMainRefusesRangeFlags(t *testing.T) {
 		{[]string{"--workers", "3,2"}, "not ascending"},
 		{[]string{"--workers", "x"}, "not a worker ID"},
 		{[]string{"--max-range", "0"}, "--max-range"},
+		{[]string{"--kind", "counter"}, "--kind \"counter\""},
+		{[]string{"--kind", "segment", "--layout", "snowflake"}, "a segment generator's definition"},
+		{[]string{"--generator", ""}, "--generator is empty"},
 	} {
 		var stderr bytes.Buffer
 		if code := NoopMain(tc.args, &bytes.Buffer{}, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {

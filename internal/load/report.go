@@ -48,10 +48,20 @@ func writeResult(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "  failed calls' latency p50 %s  p99 %s  max %s\n", fmtNS(l.P50), fmtNS(l.P99), fmtNS(l.Max))
 	}
 	fmt.Fprintf(w, "  duplicates %d  (%d of %d IDs checked)\n", r.Dups, r.Checked, r.IDs)
+	if c := r.ServerCPU; c != nil {
+		fmt.Fprintf(w, "  server cpu %.2f of a core, %s per call  (pid %d, %.2fs in 10 ms ticks)\n", c.Cores, fmtNS(int64(c.PerCallNS)), c.PID, c.CPUSeconds)
+	}
+	if cw := r.CounterWrites; cw != nil {
+		fmt.Fprintf(w, "  counter writes %.2f/s  (%d claims of generator %q over the window, %d IDs claimed; step now %d)\n",
+			cw.PerSecond, cw.Claims, cw.Generator, cw.ClaimedIDs, cw.Step)
+	}
 	if r.Mode == modeRanges {
-		if r.Capacity > 0 {
+		switch {
+		case r.Capacity > 0:
 			fmt.Fprintf(w, "  capacity %.0f IDs/s (workers %d × the layout's rate), delivered %.3f of it\n", r.Capacity, r.Workers, r.CapacityRatio)
-		} else {
+		case r.Kind == kindSegment:
+			fmt.Fprintf(w, "  capacity: none from a layout (a segment generator: its counter's claims bound it)\n")
+		default:
 			fmt.Fprintf(w, "  capacity unknown: Info's layout does not parse (workers %d)\n", r.Workers)
 		}
 		fmt.Fprintf(w, "  %d intervals held the IDs; malformed responses %d\n", r.Intervals, r.Malformed)
@@ -70,13 +80,14 @@ func writeText(w io.Writer, rep *Report) {
 			writeResult(w, p.Node)
 			writeResult(w, p.Noop)
 		}
-		fmt.Fprintf(w, "%-6s %12s %12s %8s %8s %8s\n", "pair", "rpc ratio", "ids ratio", "p50", "p99", "p99.9")
+		fmt.Fprintf(w, "%-6s %12s %12s %8s %8s %8s %9s\n", "pair", "rpc ratio", "ids ratio", "p50", "p99", "p99.9", "cpu/call")
 		for i, p := range c.Pairs {
 			r := p.Ratios
-			fmt.Fprintf(w, "%-6d %12.3f %12.3f %8.3f %8.3f %8.3f\n", i+1, r.RPC, r.IDs, r.P50, r.P99, r.P999)
+			fmt.Fprintf(w, "%-6d %12.3f %12.3f %8.3f %8.3f %8.3f %9s\n", i+1, r.RPC, r.IDs, r.P50, r.P99, r.P999, fmtRatio(r.CPUPerCall))
 		}
 		m := c.Median
-		fmt.Fprintf(w, "%-6s %12.3f %12.3f %8.3f %8.3f %8.3f   (node / noop, median of %d pairs)\n", "median", m.RPC, m.IDs, m.P50, m.P99, m.P999, len(c.Pairs))
+		fmt.Fprintf(w, "%-6s %12.3f %12.3f %8.3f %8.3f %8.3f %9s   (node / noop, median of %d pairs)\n", "median", m.RPC, m.IDs, m.P50, m.P99, m.P999, fmtRatio(m.CPUPerCall), len(c.Pairs))
+		writeCompareMedians(w, c)
 		if len(c.Pairs) > 0 && c.Pairs[0].Node.Capacity > 0 {
 			var node, noop []float64
 			for _, p := range c.Pairs {
@@ -92,5 +103,48 @@ func writeText(w io.Writer, rep *Report) {
 	if i := rep.Idle; i != nil {
 		fmt.Fprintf(w, "idle pid %d over %.1fs: cpu %.3fs = %.2f%% of a core, %.0f context switches/s, rss max %.1f MB, end %.1f MB\n",
 			i.PID, i.Seconds, i.CPUSeconds, i.CPUPercent, i.Switches, float64(i.RSSMaxBytes)/1e6, float64(i.RSSEndBytes)/1e6)
+	}
+}
+
+// fmtRatio prints a ratio, or "-" where there is none.
+func fmtRatio(r float64) string {
+	if r <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", r)
+}
+
+// writeCompareMedians prints the medians over the pairs of what each side
+// measured beside its rate: the servers' CPU per call and the node's
+// counter writes.
+func writeCompareMedians(w io.Writer, c *Comparison) {
+	var nodeCPU, noopCPU, nodeCores, noopCores, writes, claimed []float64
+	for _, p := range c.Pairs {
+		if s := p.Node.ServerCPU; s != nil {
+			nodeCPU, nodeCores = append(nodeCPU, s.PerCallNS), append(nodeCores, s.Cores)
+		}
+		if s := p.Noop.ServerCPU; s != nil {
+			noopCPU, noopCores = append(noopCPU, s.PerCallNS), append(noopCores, s.Cores)
+		}
+		if cw := p.Node.CounterWrites; cw != nil {
+			writes = append(writes, cw.PerSecond)
+			if cw.Claims > 0 {
+				claimed = append(claimed, float64(cw.ClaimedIDs)/float64(cw.Claims))
+			}
+		}
+	}
+	side := func(perCall, cores []float64) string {
+		if len(perCall) == 0 {
+			return "unknown (PID not found)"
+		}
+		return fmt.Sprintf("%s per call, %.2f of a core", fmtNS(int64(median(perCall))), median(cores))
+	}
+	fmt.Fprintf(w, "server cpu (medians): node %s; noop %s\n", side(nodeCPU, nodeCores), side(noopCPU, noopCores))
+	if len(writes) > 0 {
+		per := "no claim in any window"
+		if len(claimed) > 0 {
+			per = fmt.Sprintf("%.0f IDs per claim", median(claimed))
+		}
+		fmt.Fprintf(w, "node counter writes (segment claims, median of %d windows): %.2f/s, %s\n", len(writes), median(writes), per)
 	}
 }

@@ -60,6 +60,13 @@ type runConfig struct {
 	// RetryInfo.
 	ignoreRetry bool
 	progress    io.Writer // nil: no progress lines
+	// serverPID is the process serving addr (0: unknown): its CPU time is
+	// read at the window's ends (Result.ServerCPU).
+	serverPID int
+	// metricsURL is the node's /metrics (empty: not read): a segment
+	// generator's counter claims are read at the window's ends
+	// (Result.CounterWrites).
+	metricsURL string
 }
 
 // Result is one run's measurement.
@@ -101,9 +108,46 @@ type Result struct {
 	// counts not adding up to the count asked.
 	Malformed uint64 `json:"malformed_responses,omitempty"`
 
+	// Kind is the generator's kind from Info ("snowflake", "segment";
+	// empty where the run read no Info: ranges mode and --node-metrics
+	// read it).
+	Kind string `json:"kind,omitempty"`
+	// ServerCPU is the serving process's CPU over the window, where its
+	// PID is known.
+	ServerCPU *ServerCPU `json:"server_cpu,omitempty"`
+	// CounterWrites is what a segment generator wrote to its counter
+	// over the window (--node-metrics).
+	CounterWrites *CounterWrites `json:"counter_writes,omitempty"`
+
 	// ids is a ranges run's IDs, kept for the overload scenario's
 	// checks across windows.
 	ids *intervals.Set
+}
+
+// ServerCPU is the CPU time (user and system, from /proc/<pid>/stat, in
+// 10 ms ticks) the serving process used over the measured window: the
+// node with its embedded coordinator, or the no-op child.
+type ServerCPU struct {
+	PID        int     `json:"pid"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// Cores is CPUSeconds over the window's length: 1 is one core busy.
+	Cores float64 `json:"cores"`
+	// PerCallNS is CPUSeconds per call of the window, in nanoseconds.
+	PerCallNS float64 `json:"per_call_ns"`
+}
+
+// CounterWrites is a segment generator's claims over the window, read
+// from the node's firn_segment_claims_total (each claim is one counter
+// write that landed; while it serves, a node writes the counter only to
+// claim) and firn_segment_claimed_ids_total.
+type CounterWrites struct {
+	Generator  string  `json:"generator"`
+	Claims     uint64  `json:"claims"`
+	PerSecond  float64 `json:"per_second"`
+	ClaimedIDs uint64  `json:"claimed_ids"`
+	// Step is firn_segment_step at the window's close: the size of the
+	// node's next claim.
+	Step uint64 `json:"step"`
 }
 
 // Latency holds call latency percentiles in nanoseconds.
@@ -197,8 +241,17 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 	}
 
 	var gen *firnv1.GeneratorInfo
-	if cfg.mode == modeRanges {
+	switch {
+	case cfg.mode == modeRanges:
 		if gen, err = rangesInfo(ctx, conns[0], cfg); err != nil {
+			return nil, err
+		}
+	case cfg.metricsURL != "" && len(conns) > 0:
+		if gen, err = readGenerator(ctx, conns[0], cfg); err != nil {
+			return nil, err
+		}
+	case cfg.metricsURL != "": // prefetch mode: clients, no connection of its own
+		if gen, err = generatorInfo(ctx, cfg.addr, cfg.tls, cfg.generator); err != nil {
 			return nil, err
 		}
 	}
@@ -226,17 +279,46 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 		}()
 	}
 	var rpcs0 uint64 // the prefetch clients' fetches before the window
+	var cpu0, cpu1 uint64
+	var cpuErr error
+	var claims0, claims1 segmentMetrics
+	var claimsErr error
 	elapsed := measure(ctx, cfg, workers, &phase, now, func() {
 		for _, c := range clients {
 			rpcs0 += c.Stats().Fetches
+		}
+		if cfg.serverPID != 0 {
+			cpu0, cpuErr = procCPU(cfg.serverPID)
+		}
+		if cfg.metricsURL != "" {
+			claims0, claimsErr = readSegmentMetrics(ctx, cfg.metricsURL, gen.GetName())
+		}
+	}, func() {
+		if cfg.serverPID != 0 && cpuErr == nil {
+			cpu1, cpuErr = procCPU(cfg.serverPID)
+		}
+		if cfg.metricsURL != "" && claimsErr == nil {
+			claims1, claimsErr = readSegmentMetrics(ctx, cfg.metricsURL, gen.GetName())
 		}
 	})
 	wg.Wait()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	if claimsErr != nil {
+		return nil, claimsErr
+	}
 
 	res, recorded := summarize(cfg, workers, elapsed)
+	res.Kind = gen.GetKind()
+	if cfg.serverPID != 0 && cpuErr == nil {
+		cpu := float64(cpu1-cpu0) / userHZ
+		res.ServerCPU = &ServerCPU{PID: cfg.serverPID, CPUSeconds: cpu, Cores: cpu / res.Seconds,
+			PerCallNS: ratio(cpu*1e9, float64(res.Calls))}
+	}
+	if cfg.metricsURL != "" {
+		res.CounterWrites = claims1.since(claims0, gen.GetName(), res.Seconds)
+	}
 	if cfg.mode == modePrefetch {
 		res.RPCs = 0
 		for _, c := range clients {
@@ -289,9 +371,9 @@ func dial(ctx context.Context, cfg runConfig) (conns []*grpc.ClientConn, clients
 
 // measure waits out the warm-up, opens the measured window (atWindow runs
 // as it opens), reports progress each second to cfg.progress, and closes
-// the window after cfg.duration or when ctx ends; it returns the window's
-// length.
-func measure(ctx context.Context, cfg runConfig, workers []*worker, phase *atomic.Int32, now func() time.Duration, atWindow func()) time.Duration {
+// the window after cfg.duration or when ctx ends (atClose runs as it
+// closes); it returns the window's length.
+func measure(ctx context.Context, cfg runConfig, workers []*worker, phase *atomic.Int32, now func() time.Duration, atWindow, atClose func()) time.Duration {
 	sleep := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -331,7 +413,9 @@ func measure(ctx context.Context, cfg runConfig, workers []*worker, phase *atomi
 		}
 	}
 	phase.Store(phaseStop)
-	return now() - start
+	elapsed := now() - start
+	atClose()
+	return elapsed
 }
 
 // summarize adds up the callers' counts and latencies over the window, and

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates the performance figures (docs/performance.md) that test/bench/perf.sh does
-# not: where the node spends its CPU under unary load and on a wide
-# generator (profile shares), the --workers auto timeline and the
-# 128-worker rate. It prints the machine first; run it on a quiet one:
+# not: where the node spends its CPU under unary load, on a wide
+# generator and on a segment generator's ranges (profile shares), the
+# --workers auto timeline and the 128-worker rate. It prints the machine
+# first; run it on a quiet one:
 #
 #   bash test/bench/figures.sh
 #
@@ -77,6 +78,23 @@ sleep 3
 profile wide
 wait "$load"
 used wide
+stop
+
+echo "## a segment generator: ranges of 1,000,000 from 8 callers, 5 s profile"
+serve "$W/seg" --generator default=snowflake --generator orders=segment
+"$F" bench --target "$T" --generator orders --node-metrics "$H/metrics" --mode ranges --batch 1000000 --callers 8 --conns 4 \
+	--warmup 2s --duration 8s --quiet >"$W/seg.bench" &
+load=$!
+sleep 3
+profile seg
+wait "$load"
+grep -E 'ids/s|latency|server cpu|counter writes|duplicates' "$W/seg.bench" | sed 's/^ */  /'
+used seg
+share seg "the claims (coordinator.ClaimSegment, the node's side)" 'coordinator\.ClaimSegment$'
+share seg "the embedded etcd's Txn (the claims' writes)" 'etcdserver\.\(\*EtcdServer\)\.Txn$'
+share seg "the takes (segment/source Take)" 'source\.\(\*Source\)\.Take$'
+share seg "NextRange handler" '_IDService_NextRange_Handler$'
+share seg "gRPC's writer (loopyWriter)" 'loopyWriter\)\.run$'
 stop
 
 echo "## --workers 128, ranges of 8,000,000, 5 s"

@@ -2,10 +2,19 @@
 # Reproduces the performance tables of docs/performance.md on this machine: the node
 # against the gRPC no-op floor (unary at K = 1, 16, 64 over C = 4; batches of
 # 1000 from 8 callers; the Go client's prefetch), the same with mTLS, start
-# and restart times of the embedded default, and idle CPU/RSS on the
-# embedded and on an external etcd. Run it on a quiet machine:
+# and restart times of the embedded default, idle CPU/RSS on the
+# embedded and on an external etcd, and a segment generator (below). Run it
+# on a quiet machine:
 #
-#   bash test/bench/perf.sh [duration] [pairs]   # default 5s per measured run, 9 pairs
+#   bash test/bench/perf.sh [duration] [pairs] [section]   # default 5s per measured run, 9 pairs, all
+#
+# section segment runs only the segment generator's rows: a node serving
+# `--generator default=snowflake --generator orders=segment`, NextRange of
+# 1,000,000 from 8 callers and unary NextID from 16, each against the
+# no-op floor in interleaved pairs (the floor shaped as a segment
+# generator: one run per call), with each server's CPU per call and the
+# node's counter writes per second over each window (--node-metrics); then
+# the Go client's Next from segment runs in process (BenchmarkNextSegment).
 #
 # The load comes from `firn bench` (internal/load, built into the binary).
 # A freshly started node gets 5 s of unmeasured calls before its first
@@ -15,6 +24,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=${1:-5s}
 P=${2:-9}
+S=${3:-all}
+case "$S" in all | segment) ;; *) echo "section $S: want all or segment" >&2; exit 2 ;; esac
 W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
 go build -o "$W/firn" ./cmd/firn
@@ -44,6 +55,29 @@ ready_after() { # seconds until /readyz is 200 (TLS: extra curl flags)
 	done
 	echo "never"; return 1
 }
+
+segment() {
+	echo "## segment generator: orders=segment beside the snowflake default, embedded coordinator"
+	serve "$W/d4" --generator default=snowflake --generator orders=segment
+	ready_after >/dev/null
+	warm --generator orders
+	local seg=(--target 127.0.0.1:17300 --generator orders --node-metrics http://127.0.0.1:17301/metrics)
+	# Unary first: after the ranges rows the node holds a claim sized
+	# for them (up to the step's maximum), and the unary windows would
+	# see no claim at all.
+	echo "## unary NextID of the segment generator, K=16, vs the no-op floor (median of $P interleaved pairs)"
+	"$F" bench "${seg[@]}" --callers 16 --conns 4 --duration "$D" --compare noop --pairs "$P" --pin --quiet
+	echo "## NextRange(1,000,000) of the segment generator, 8 callers, vs the no-op floor (median of $P interleaved pairs)"
+	"$F" bench "${seg[@]}" --mode ranges --batch 1000000 --callers 8 --conns 4 --warmup 2s --duration "$D" \
+		--compare noop --pairs "$P" --pin --quiet
+	stop TERM
+	echo "## the Go client's Next from segment runs, in process (serial, 16 goroutines)"
+	(cd client && go test -run '^$' -bench 'NextSegment' -benchmem -benchtime 2s -count 3)
+}
+if [ "$S" = segment ]; then
+	segment
+	exit 0
+fi
 
 echo "## start and restart of the embedded default"
 serve "$W/d1"; t1=$(ready_after); echo "first start: ${t1}s to /readyz 200"
@@ -99,3 +133,6 @@ sleep 2
 serve "$W/d3" --etcd 127.0.0.1:17320
 ready_after >/dev/null
 "$F" bench --target 127.0.0.1:17300 --idle 60s --pid "$pid" --quiet
+stop TERM
+
+segment
