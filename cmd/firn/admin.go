@@ -15,6 +15,7 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/segment"
 	"github.com/firnid/firn/server/core"
 )
 
@@ -108,6 +109,9 @@ func generators(ctx context.Context, coord coordinator.Admin) (map[string]*coord
 
 // markerLine describes a standing restore marker in the layout's units.
 func markerLine(ev *coordinator.RestoreEvidence, layout generator.Layout) string {
+	if ev.Counter {
+		return counterMarkerLine(ev)
+	}
 	gap := time.Duration(ev.MinBump(max(layout.Units(ev.At), ev.Shown))) * layout.Unit
 	shown := "no reservation"
 	if ev.Shown >= 0 {
@@ -117,6 +121,12 @@ func markerLine(ev *coordinator.RestoreEvidence, layout generator.Layout) string
 		ev.Generator, ev.Node.Name, ev.Node.Address, ev.Slot.Datacenter, ev.Slot.Worker, shown,
 		layout.UnitStart(ev.Acked+1).UTC().Format(time.RFC3339Nano), gap, ev.At.UTC().Format(time.RFC3339),
 		ev.Generator, gap)
+}
+
+// counterMarkerLine describes a segment generator's restore marker.
+func counterMarkerLine(ev *coordinator.RestoreEvidence) string {
+	return fmt.Sprintf("RESTORE MARKER: no node claims for segment generator %s: node %q (%s) found the counter's history without a write it saw (it saw next %d, the coordinator showed %d), at %s; clear it with: firn coordinator bump --generator %s --ids N (N at least %d plus the IDs claimed between the snapshot and the restore)",
+		ev.Generator, ev.Node.Name, ev.Node.Address, ev.Acked, ev.Shown, ev.At.UTC().Format(time.RFC3339), ev.Generator, ev.Gap())
 }
 
 func cmdWorkers(args []string, stdout, stderr io.Writer) int {
@@ -169,6 +179,14 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitFailure, "workers: %v", err)
 	}
 	st := states[name]
+	if st != nil && segment.IsDefinition(st.Pin.Layout) {
+		// A segment generator has no workers: its counter instead.
+		fmt.Fprintf(stdout, "generator %s is a segment generator (%s): no worker IDs\n", name, st.Pin.Layout)
+		if st.Restore != nil {
+			fmt.Fprintln(stdout, markerLine(st.Restore, generator.Layout{}))
+		}
+		return exitOK
+	}
 	layout, err := pinnedLayout(name, given, st)
 	if err != nil {
 		return fail(stderr, exitUsage, "workers: %v", err)
@@ -217,11 +235,36 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// bumpTarget is one generator a bump raises.
+// bumpTarget is one generator a bump raises: a snowflake generator's
+// layout, or a segment generator's definition (segment set).
 type bumpTarget struct {
-	name   string
-	layout generator.Layout
-	state  *coordinator.GeneratorState
+	name    string
+	layout  generator.Layout
+	segment *segment.Definition
+	state   *coordinator.GeneratorState
+}
+
+// pinnedDefinition is the definition of segment generator name, from its
+// pin (nil: the pin is not a segment generator's, or there is none). A
+// definition given on the command line must be the same.
+func pinnedDefinition(name, given string, st *coordinator.GeneratorState) (*segment.Definition, error) {
+	if st == nil || !segment.IsDefinition(st.Pin.Layout) {
+		if segment.IsDefinition(given) {
+			return nil, fmt.Errorf("generator %q has no segment counter in the coordinator to bump", name)
+		}
+		return nil, nil
+	}
+	d, err := segment.ParseDefinition(st.Pin.Layout)
+	if err != nil {
+		return nil, fmt.Errorf("generator %q: the pinned definition %q does not parse: %w", name, st.Pin.Layout, err)
+	}
+	if given != "" {
+		g, err := segment.ParseDefinition(given)
+		if err != nil || g != d {
+			return nil, fmt.Errorf("generator %q is pinned to %q; --generator gives %q: refusing (omit the definition to use the pinned one)", name, d, given)
+		}
+	}
+	return &d, nil
 }
 
 func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
@@ -232,7 +275,8 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var c adminFlags
 	c.register(fs, "", "the generator to bump, as NAME (default: every generator of the cluster); its layout, which gives the time unit and the layout's end, is read from its pin; NAME=LAYOUT is refused when LAYOUT differs from the pin and is needed only for a generator the coordinator has no pin for")
-	by := fs.Duration("by", 0, "after restoring the coordinator from a snapshot: raise every reservation of the generator, and the floor of every worker first used later, by this much (at least the time between the snapshot and the last write before the restore, plus the reservation window; at least the gap a restore marker recorded)")
+	ids := fs.Uint64("ids", 0, "for segment generators: raise the counter by this many IDs, above every ID issued before the restore (at least the IDs claimed between the snapshot and the restore: the restore marker says what the noticing node saw); the free ranges are dropped")
+	by := fs.Duration("by", 0, "for snowflake generators, after restoring the coordinator from a snapshot: raise every reservation of the generator, and the floor of every worker first used later, by this much (at least the time between the snapshot and the last write before the restore, plus the reservation window; at least the gap a restore marker recorded)")
 	maxLead := fs.Duration("max-lead", 0, "the nodes' --max-lead, to say when they serve again and how far ahead a busy node reserves (0: max(1s, 2 units) per generator)")
 	maxSkew := fs.Duration("max-skew", core.DefaultConfig().MaxPeerSkew, "how far the nodes' clocks may stand ahead of this one (the default is the nodes' default --max-peer-skew): a reservation beyond this clock plus the reservation window, max-lead and this was written by a clock ahead, and the bump refuses, naming the worker and its node, unless --include-ahead")
 	includeAhead := fs.Bool("include-ahead", false, "bump also over reservations ahead of this clock (see --max-skew): the generator floor then follows them, and every node of the generator waits for it")
@@ -245,8 +289,11 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return fail(stderr, exitUsage, "coordinator bump: unexpected argument %q", fs.Arg(0))
 	}
-	if *by <= 0 {
+	if *by < 0 {
 		return fail(stderr, exitUsage, "coordinator bump: --by %v must be positive", *by)
+	}
+	if *by == 0 && *ids == 0 {
+		return fail(stderr, exitUsage, "coordinator bump: want --by D (snowflake generators) or --ids N (segment generators)")
 	}
 	if *maxSkew < 0 {
 		return fail(stderr, exitUsage, "coordinator bump: --max-skew %v must not be negative", *maxSkew)
@@ -255,7 +302,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	if name == "" && given != "" {
 		return fail(stderr, exitUsage, "coordinator bump: --generator %q needs a name", c.generator)
 	}
-	if given != "" {
+	if given != "" && !segment.IsDefinition(given) {
 		if _, err := generator.ParseLayout(given); err != nil {
 			return fail(stderr, exitUsage, "coordinator bump: --generator %s: %v", name, err)
 		}
@@ -280,14 +327,28 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	// Every layout is resolved before anything is written.
 	var targets []bumpTarget
 	for _, n := range names {
+		d, err := pinnedDefinition(n, given, states[n])
+		if err != nil {
+			return fail(stderr, exitUsage, "coordinator bump: %v; nothing was bumped", err)
+		}
+		if d != nil {
+			if *ids == 0 {
+				return fail(stderr, exitUsage, "coordinator bump: generator %s is a segment generator (%s): give --ids N, the IDs to raise its counter by; nothing was bumped", n, d)
+			}
+			targets = append(targets, bumpTarget{name: n, segment: d, state: states[n]})
+			continue
+		}
 		l, err := pinnedLayout(n, given, states[n])
 		if err != nil {
 			return fail(stderr, exitUsage, "coordinator bump: %v; nothing was bumped", err)
 		}
+		if *by == 0 {
+			return fail(stderr, exitUsage, "coordinator bump: generator %s is a snowflake generator (%s): give --by D; nothing was bumped", n, l)
+		}
 		targets = append(targets, bumpTarget{name: n, layout: l, state: states[n]})
 	}
 	wall, _ := clockguard.NewSystem().Now()
-	br := bumpRun{by: *by, maxLead: *maxLead, maxSkew: *maxSkew, includeAhead: *includeAhead,
+	br := bumpRun{by: *by, ids: *ids, maxLead: *maxLead, maxSkew: *maxSkew, includeAhead: *includeAhead,
 		wall: wall, window: c.coord.timing().ReservationWindow, stdout: stdout, stderr: stderr}
 	// Reservations ahead of this clock are looked for in every generator
 	// before any is bumped, so that a refusal leaves all of them as they
@@ -307,6 +368,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 // and the reservation window, and where it reports.
 type bumpRun struct {
 	by, maxLead, maxSkew time.Duration
+	ids                  uint64
 	includeAhead         bool
 	wall                 time.Time
 	window               time.Duration
@@ -339,6 +401,9 @@ func (br *bumpRun) refuseAhead(tg bumpTarget, ae *coordinator.AheadError) {
 // which says which it includes).
 func (br *bumpRun) checkAhead(ctx context.Context, coord coordinator.Admin, targets []bumpTarget) (refused int, err error) {
 	for _, tg := range targets {
+		if tg.segment != nil {
+			continue // a counter has no reservations ahead of a clock
+		}
 		holders, err := coord.Workers(ctx, tg.name)
 		if err != nil {
 			return refused, fmt.Errorf("generator %s: %w", tg.name, err)
@@ -368,8 +433,14 @@ func (br *bumpRun) checkAhead(ctx context.Context, coord coordinator.Admin, targ
 }
 
 // bumpAll bumps every target, reporting each, and counts the failures.
-func (br *bumpRun) bumpAll(ctx context.Context, coord coordinator.Admin, targets []bumpTarget) (failed int) {
+func (br *bumpRun) bumpAll(ctx context.Context, coord coordinator.Backend, targets []bumpTarget) (failed int) {
 	for _, tg := range targets {
+		if tg.segment != nil {
+			if !br.bumpCounter(ctx, coord, tg) {
+				failed++
+			}
+			continue
+		}
 		l := tg.layout
 		spec := br.spec(tg)
 		res, err := coord.Bump(ctx, spec)
@@ -401,6 +472,30 @@ func (br *bumpRun) bumpAll(ctx context.Context, coord coordinator.Admin, targets
 		}
 	}
 	return failed
+}
+
+// bumpCounter bumps segment generator tg's counter by --ids, reporting
+// it; false when it failed.
+func (br *bumpRun) bumpCounter(ctx context.Context, coord coordinator.Counters, tg bumpTarget) bool {
+	res, err := coord.BumpCounter(ctx, coordinator.CounterSpec{Generator: tg.name, Definition: *tg.segment}, br.ids)
+	if err != nil {
+		fmt.Fprintf(br.stderr, "firn: coordinator bump: generator %s: %s\n", tg.name, strings.ReplaceAll(err.Error(), "\n", " "))
+		return false
+	}
+	fmt.Fprintf(br.stdout, "generator %s: raised the counter by %d IDs (next %d -> %d), dropped %d free IDs; nodes claim again at once, from %d\n",
+		tg.name, br.ids, res.Before.Next, res.After.Next, res.Dropped, res.After.Next)
+	if res.After.Next > tg.segment.Max {
+		fmt.Fprintf(br.stdout, "generator %s: the counter is past max=%d: the generator is used up\n", tg.name, tg.segment.Max)
+	}
+	if ev := res.Cleared; ev != nil {
+		fmt.Fprintf(br.stdout, "generator %s: cleared the restore marker (node %q saw the counter at next %d; the coordinator showed %d)\n",
+			tg.name, ev.Node.Name, ev.Acked, ev.Shown)
+		if uint64(ev.Acked) > res.After.Next {
+			fmt.Fprintf(br.stdout, "generator %s: WARNING: next %d is below the %d the noticing node saw: IDs between may be issued twice; bump again by at least %d\n",
+				tg.name, res.After.Next, ev.Acked, uint64(ev.Acked)-res.After.Next)
+		}
+	}
+	return true
 }
 
 // aheadMessage is a bump's refusal over reservations ahead of its clock:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/firnid/firn/coordinator/etcd"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/testing/etcdtest"
+	"github.com/firnid/firn/segment"
 )
 
 // adminEtcd is an embedded etcd with generators set up through the
@@ -308,5 +310,57 @@ func TestBumpRefusesReservationsAhead(t *testing.T) {
 	}
 	if got, f := a.reserved("ids", slot), a.floor("ids"); got != r+3000 || f != r+3000 {
 		t.Fatalf("after bump --include-ahead: reservation %d, floor %d; want both %d + 3000", got, f, r)
+	}
+}
+
+// TestBumpSegmentGenerator: `firn coordinator bump --ids N` raises a
+// segment generator's counter, read from its pin, by N IDs and clears its
+// restore marker; `firn workers` shows the marker before. A segment
+// generator without --ids, and --ids alone over a snowflake generator,
+// are refused before anything is written.
+func TestBumpSegmentGenerator(t *testing.T) {
+	a := newAdminEtcd(t)
+	spec := coordinator.CounterSpec{Generator: "orders", Definition: segment.Definition{Start: 100, Max: segment.MaxID}}
+	claim, err := coordinator.ClaimSegment(ctx10(t), a.coord, spec, 50, 0, segment.Mark{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.holder("ids", "wideworker", 5)
+	rb := &coordinator.CounterRolledBackError{Generator: "orders", Seen: segment.Counter{Next: 100}, Known: claim.Record.State.Mark(), Cause: segment.ErrForked}
+	if err := a.coord.MarkRestored(ctx10(t), rb.Evidence(coordinator.NodeInfo{Name: "noticer", Address: "10.1.2.3:7300"}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := cli(t, nil, "workers", "--etcd", a.ep, "--generator", "orders")
+	if code != 0 || !strings.Contains(out, "segment generator") || !strings.Contains(out, "RESTORE MARKER") ||
+		!strings.Contains(out, "firn coordinator bump --generator orders --ids N") || !strings.Contains(out, "saw next 150") {
+		t.Fatalf("firn workers --generator orders: exit %d %s\n%s", code, errOut, out)
+	}
+	for _, args := range [][]string{
+		{"--by", "10s"},                                    // every generator: orders needs --ids
+		{"--by", "10s", "--generator", "orders"},           // a segment generator needs --ids
+		{"--ids", "1000"},                                  // every generator: ids needs --by
+		{"--ids", "1000", "--generator", "ids"},            // a snowflake generator needs --by
+		{"--ids", "1000", "--generator", "orders=segment"}, // another definition than the pin's
+	} {
+		out, errOut, code := cli(t, nil, append([]string{"coordinator", "bump", "--etcd", a.ep}, args...)...)
+		if code != 2 || !strings.Contains(errOut, "nothing was bumped") {
+			t.Fatalf("bump %v: exit %d, stdout %q, stderr %q; want a usage refusal", args, code, out, errOut)
+		}
+	}
+	if _, err := a.coord.ReadCounter(ctx10(t), spec); !errors.Is(err, coordinator.ErrRestored) {
+		t.Fatalf("after the refusals: %v, want the marker standing", err)
+	}
+	out, errOut, code = cli(t, nil, "coordinator", "bump", "--etcd", a.ep, "--generator", "orders", "--ids", "1000")
+	if code != 0 || !strings.Contains(out, "next 150 -> 1150") || !strings.Contains(out, "cleared the restore marker") {
+		t.Fatalf("bump --ids 1000: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	rec, err := a.coord.ReadCounter(ctx10(t), spec)
+	if err != nil || rec.State.Next != 1150 {
+		t.Fatalf("after the bump: %+v %v, want next 1150 and no marker", rec.State, err)
+	}
+	// Both kinds in one bump: each with its flag.
+	out, errOut, code = cli(t, nil, "coordinator", "bump", "--etcd", a.ep, "--ids", "10", "--by", "1s")
+	if code != 0 || !strings.Contains(out, "generator orders: raised the counter by 10 IDs") || !strings.Contains(out, "generator ids: raised every reservation") {
+		t.Fatalf("bump of both kinds: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
