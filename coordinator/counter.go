@@ -166,13 +166,15 @@ func ReadFollowing(ctx context.Context, c Counters, spec CounterSpec, known segm
 
 // ClaimSegment claims up to n IDs of spec's counter for a node whose
 // claims so far lie below above (0: none) and that saw the write known
-// (the zero Mark: none): read, claim (segment.Counter.Claim), stamp with
+// (the zero Mark: none), adding lost to the counter's skipped IDs (what
+// the node's previous process held unused when it stopped without
+// handing back; 0 for none): read, claim (segment.Counter.Claim), stamp with
 // a fresh write ID, compare-and-swap, again from the record returned
 // while another claim moved the counter first. A record whose history
 // lacks known is a restore: *CounterRolledBackError, nothing written.
 // Errors of the backend (ErrUnavailable, *RestoredError, …) and
 // segment.ErrExhausted are returned as they are.
-func ClaimSegment(ctx context.Context, c Counters, spec CounterSpec, n, above uint64, known segment.Mark) (Claim, error) {
+func ClaimSegment(ctx context.Context, c Counters, spec CounterSpec, n, above uint64, known segment.Mark, lost uint64) (Claim, error) {
 	rec, err := c.ReadCounter(ctx, spec)
 	for {
 		if err != nil {
@@ -185,6 +187,7 @@ func ClaimSegment(ctx context.Context, c Counters, spec CounterSpec, n, above ui
 		if cerr != nil {
 			return Claim{}, fmt.Errorf("generator %q: %w", spec.Generator, cerr)
 		}
+		next.Skipped += lost
 		var written CounterRecord
 		written, err = c.SwapCounter(ctx, spec, rec, next.Stamp(WriteID()))
 		if err == nil {

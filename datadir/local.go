@@ -75,8 +75,10 @@ type genFile struct {
 	// Acked maps "<dc>-<worker>" to the last R acknowledged for that slot.
 	Acked map[string]int64 `json:"acked"`
 	// Counter is a segment generator's last write of its counter this
-	// node made (nil: none, or a snowflake generator).
+	// node made (nil: none, or a snowflake generator); Held the IDs the
+	// node held unused then (0 after a graceful stop handed them back).
 	Counter *segment.Mark `json:"counter,omitempty"`
+	Held    uint64        `json:"held,omitempty"`
 }
 
 // Gen is one generator's state.
@@ -228,14 +230,15 @@ func (g *Gen) BeforeRelease(slot coordinator.Slot, value int64) error {
 }
 
 // CounterMark is the last write of a segment generator's counter this
-// data dir recorded (the zero Mark: none).
-func (g *Gen) CounterMark() segment.Mark {
+// data dir recorded (the zero Mark: none), and the IDs the node held
+// unused then: after a crash, at most what the crash lost.
+func (g *Gen) CounterMark() (segment.Mark, uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.f.Counter == nil {
-		return segment.Mark{}
+		return segment.Mark{}, 0
 	}
-	return *g.f.Counter
+	return *g.f.Counter, g.f.Held
 }
 
 // RecordCounter durably records m, a write of the segment generator's
@@ -244,11 +247,12 @@ func (g *Gen) CounterMark() segment.Mark {
 // (segment.Counter.Follows), so a coordinator restored meanwhile is found
 // by the node's first read. A mark below the one recorded (a restore the
 // node has not found) is recorded all the same: the later write is the
-// one the counter must hold.
-func (g *Gen) RecordCounter(m segment.Mark) error {
+// one the counter must hold. held is what the node then holds unused (0
+// once a graceful stop handed it back).
+func (g *Gen) RecordCounter(m segment.Mark, held uint64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.f.Counter = &m
+	g.f.Counter, g.f.Held = &m, held
 	return g.save()
 }
 

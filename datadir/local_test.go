@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/segment"
 )
 
 // fakeLease carries only what Check reads (pure logic: no coordinator).
@@ -282,4 +283,36 @@ func FuzzDecodeSlot(f *testing.F) {
 			t.Fatalf("decodeSlot(%q) = %d, %q, which is stored as %q", b, seq, payload, encodeSlot(seq, payload))
 		}
 	})
+}
+
+// TestCounterMarkSurvives: a segment generator's last write of its counter
+// and what the node held then survive a reopen, exactly (IDs near 2^64).
+func TestCounterMarkSurvives(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.Generator("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, held := g.CounterMark(); m != (segment.Mark{}) || held != 0 {
+		t.Fatalf("a new data dir remembers %+v, held %d", m, held)
+	}
+	want := segment.Mark{Seq: 1<<63 + 5, ID: 1<<64 - 1, Next: 1<<63 - 1}
+	if err := g.RecordCounter(want, 1<<40+3); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := s2.Generator("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, held := g2.CounterMark(); m != want || held != 1<<40+3 {
+		t.Fatalf("after a reopen: %+v held %d, want %+v held %d", m, held, want, uint64(1<<40+3))
+	}
 }

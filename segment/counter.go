@@ -43,6 +43,12 @@ type Counter struct {
 	// recognises a history that forked from its own — a restored
 	// snapshot written on since — even where Seq caught up again.
 	Hist []uint64
+	// Skipped counts the IDs below Next known lost, cluster-wide: those a
+	// hand-back could not keep (MaxFree), those a bump jumped over or
+	// dropped, and what a node held unused when it stopped without
+	// handing back, as its next start from the same data dir reports it
+	// (at most what it held at its last claim: an upper bound).
+	Skipped uint64
 }
 
 // HistLen is how many write IDs a counter keeps: a node that remembers a
@@ -200,6 +206,7 @@ func (c Counter) HandBack(r Range) (next Counter, dropped uint64, err error) {
 		dropped += next.Free[k].Len()
 		next.Free = slices.Delete(next.Free, k, k+1)
 	}
+	next.Skipped += dropped
 	return next, dropped, nil
 }
 
@@ -217,8 +224,9 @@ func (c Counter) FreeLen() uint64 {
 // so that every Seq a node saw acknowledged before the restore lies below
 // the new one when by covers the writes the snapshot missed; the free
 // ranges are dropped (a restored free range may have been claimed after
-// the snapshot), and so is Hist (stamp the result). It returns the number
-// of free IDs dropped.
+// the snapshot), and so is Hist (stamp the result). The IDs jumped over
+// and dropped count as skipped. It returns the number of free IDs
+// dropped.
 func (c Counter) Bump(d Definition, by uint64) (Counter, uint64) {
 	dropped := c.FreeLen()
 	next := Counter{Next: c.Next, Seq: c.Seq + by} // Hist starts again: Seq jumped
@@ -227,6 +235,7 @@ func (c Counter) Bump(d Definition, by uint64) (Counter, uint64) {
 	} else {
 		next.Next += by
 	}
+	next.Skipped = c.Skipped + dropped + (next.Next - c.Next)
 	return next, dropped
 }
 
@@ -268,6 +277,7 @@ type counterJSON struct {
 	Seq  string      `json:"seq"`
 	Free [][2]string `json:"free,omitempty"`
 	Hist []string    `json:"hist,omitempty"` // 16 hex digits each
+	Skip string      `json:"skipped,omitempty"`
 }
 
 // Encode is the stored form of c (JSON, numbers as decimal strings).
@@ -278,6 +288,9 @@ func (c Counter) Encode() []byte {
 	}
 	for _, h := range c.Hist {
 		j.Hist = append(j.Hist, fmt.Sprintf("%016x", h))
+	}
+	if c.Skipped > 0 {
+		j.Skip = strconv.FormatUint(c.Skipped, 10)
 	}
 	b, _ := json.Marshal(j)
 	return b
@@ -313,6 +326,11 @@ func DecodeCounter(b []byte) (Counter, error) {
 			return Counter{}, err
 		}
 		c.Free = append(c.Free, r)
+	}
+	if j.Skip != "" {
+		if c.Skipped, err = canonical("skipped", j.Skip); err != nil || c.Skipped == 0 {
+			return Counter{}, fmt.Errorf("%w: skipped %q is not a canonical positive decimal", ErrCounter, j.Skip)
+		}
 	}
 	for _, h := range j.Hist {
 		v, err := strconv.ParseUint(h, 16, 64)

@@ -94,8 +94,8 @@ func TestHandBackKeepsAtMostMaxFree(t *testing.T) {
 		}
 		dropped += d
 	}
-	if len(c.Free) != MaxFree || dropped != 1+2+3 {
-		t.Fatalf("%d free ranges, %d dropped", len(c.Free), dropped)
+	if len(c.Free) != MaxFree || dropped != 1+2+3 || c.Skipped != dropped {
+		t.Fatalf("%d free ranges, %d dropped, %d skipped", len(c.Free), dropped, c.Skipped)
 	}
 	if err := c.Validate(Definition{Start: 0, Max: MaxID}); err != nil {
 		t.Fatal(err)
@@ -104,13 +104,13 @@ func TestHandBackKeepsAtMostMaxFree(t *testing.T) {
 
 func TestBump(t *testing.T) {
 	d := Definition{Start: 1, Max: 100}
-	c := Counter{Next: 50, Seq: 9, Free: []Range{{10, 19}}}
+	c := Counter{Next: 50, Seq: 9, Free: []Range{{10, 19}}, Skipped: 5}
 	b, dropped := c.Bump(d, 30)
-	if b.Next != 80 || b.Seq != 39 || len(b.Free) != 0 || dropped != 10 {
+	if b.Next != 80 || b.Seq != 39 || len(b.Free) != 0 || dropped != 10 || b.Skipped != 5+10+30 {
 		t.Fatalf("%+v %d", b, dropped)
 	}
 	b, _ = c.Bump(d, 1000)
-	if b.Next != 101 {
+	if b.Next != 101 || b.Skipped != 5+10+51 {
 		t.Fatalf("bump past max: %+v", b)
 	}
 }
@@ -133,15 +133,16 @@ func TestCounterValidate(t *testing.T) {
 }
 
 func TestEncodeDecode(t *testing.T) {
-	for _, c := range []Counter{{Next: 1}, {Next: MaxID + 1, Seq: 1 << 62, Free: []Range{{1, 2}, {MaxID - 5, MaxID}}, Hist: []uint64{1, 1<<64 - 1}}} {
+	for _, c := range []Counter{{Next: 1}, {Next: MaxID + 1, Seq: 1 << 62, Free: []Range{{1, 2}, {MaxID - 5, MaxID}}, Hist: []uint64{1, 1<<64 - 1}, Skipped: 7}} {
 		got, err := DecodeCounter(c.Encode())
-		if err != nil || got.Next != c.Next || got.Seq != c.Seq || !slices.Equal(got.Free, c.Free) || !slices.Equal(got.Hist, c.Hist) {
+		if err != nil || got.Next != c.Next || got.Seq != c.Seq || !slices.Equal(got.Free, c.Free) || !slices.Equal(got.Hist, c.Hist) || got.Skipped != c.Skipped {
 			t.Fatalf("%s: %+v %v", c.Encode(), got, err)
 		}
 	}
 	for _, bad := range []string{``, `{}`, `{"next":"01","seq":"0"}`, `{"next":"1","seq":"-1"}`, `{"next":1,"seq":"0"}`,
 		`{"next":"1","seq":"0","extra":1}`, `{"next":"1","seq":"0"} {}`, `{"next":"1","seq":"0","free":[["1"]]}`,
-		`{"next":"1","seq":"1","hist":["1"]}`, `{"next":"1","seq":"1","hist":["000000000000000G"]}`, `{"next":"1","seq":"1","hist":["000000000000000A"]}`} {
+		`{"next":"1","seq":"1","hist":["1"]}`, `{"next":"1","seq":"1","hist":["000000000000000G"]}`, `{"next":"1","seq":"1","hist":["000000000000000A"]}`,
+		`{"next":"1","seq":"1","skipped":"0"}`, `{"next":"1","seq":"1","skipped":"-1"}`} {
 		if _, err := DecodeCounter([]byte(bad)); !errors.Is(err, ErrCounter) {
 			t.Errorf("%s: %v, want ErrCounter", bad, err)
 		}
@@ -309,7 +310,7 @@ func FuzzDecodeCounter(f *testing.F) {
 		}
 		// What decodes encodes back to a record that decodes the same.
 		again, err := DecodeCounter(c.Encode())
-		if err != nil || again.Next != c.Next || again.Seq != c.Seq || !slices.Equal(again.Free, c.Free) || !slices.Equal(again.Hist, c.Hist) {
+		if err != nil || again.Next != c.Next || again.Seq != c.Seq || !slices.Equal(again.Free, c.Free) || !slices.Equal(again.Hist, c.Hist) || again.Skipped != c.Skipped {
 			t.Fatalf("%s: round trip %+v %v", b, again, err)
 		}
 	})

@@ -101,7 +101,7 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 			Kind:            st.Kind,
 		}
 		if seg := st.Segment; seg != nil {
-			gi.CounterNext, gi.SegmentStep, gi.SegmentSkipped = seg.Counter.Next, seg.Step, seg.Dropped
+			gi.CounterNext, gi.SegmentStep, gi.SegmentSkipped = seg.Counter.Next, seg.Step, seg.Counter.Skipped
 		}
 		for _, w := range st.Wide.Workers {
 			gi.Workers = append(gi.Workers, uint32(w))

@@ -67,6 +67,8 @@ var (
 	descSegClaims    = prometheus.NewDesc("firn_segment_claims_total", "Counter writes that claimed IDs.", []string{"generator"}, nil)
 	descSegBack      = prometheus.NewDesc("firn_segment_handed_back_ids_total", "IDs this node handed back to the counter at a graceful stop.", []string{"generator"}, nil)
 	descSegDropped   = prometheus.NewDesc("firn_segment_dropped_ids_total", "Claimed IDs this node could neither hand out nor hand back (skipped).", []string{"generator"}, nil)
+	descSegSkipped   = prometheus.NewDesc("firn_segment_skipped_ids", "IDs of a segment generator skipped cluster-wide, as the counter this node last read or wrote records them (hand-backs the free list could not keep, bumps, and what nodes held when they stopped without handing back, counted at their next start).", []string{"generator"}, nil)
+	descSegSettling  = prometheus.NewDesc("firn_segment_settling_ids", "IDs this node claimed that wait for their settle time and a confirming read before use (shared coordinators).", []string{"generator"}, nil)
 	descLayoutLeft   = prometheus.NewDesc("firn_layout_seconds_remaining", "Time until the layout's time field runs out.", []string{"generator"}, nil)
 	descMaxOffset    = prometheus.NewDesc("firn_max_clock_offset_seconds", "Configured --max-clock-offset.", nil, nil)
 	descMaxPeerSkew  = prometheus.NewDesc("firn_max_peer_skew_seconds", "Configured --max-peer-skew.", nil, nil)
@@ -85,7 +87,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIssued, descRingCap, descRingAvail, descRingTarget, descRingEmpty,
 		descRingStale, descRingRefills, descServing, descNotServing, descState, descWorker, descDatacenter,
 		descQueueIDs, descQueueSeconds, descQueueLimit, descShed, descWorkers, descWorkersWant,
-		descSegNext, descSegStep, descSegAvail, descSegClaimed, descSegClaims, descSegBack, descSegDropped,
+		descSegNext, descSegStep, descSegAvail, descSegClaimed, descSegClaims, descSegBack, descSegDropped, descSegSkipped, descSegSettling,
 		descInUse, descLimit, descResLeft, descLead, descMaxLead, descLayoutLeft, descMaxOffset, descNTPOffset,
 		descNTPUnchecked, descFault, descFaultOffset, descBuild, descMaxPeerSkew, descWindow} {
 		ch <- d
@@ -125,6 +127,8 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- g(descSegClaims, prometheus.CounterValue, float64(seg.Claims), name)
 			ch <- g(descSegBack, prometheus.CounterValue, float64(seg.HandedBack), name)
 			ch <- g(descSegDropped, prometheus.CounterValue, float64(seg.Dropped), name)
+			ch <- g(descSegSkipped, prometheus.GaugeValue, float64(seg.Counter.Skipped), name)
+			ch <- g(descSegSettling, prometheus.GaugeValue, float64(seg.Settling), name)
 			continue // no ring, no queue, no worker, no layout
 		}
 		ch <- g(descRingCap, prometheus.GaugeValue, float64(st.Ring.Capacity), name)

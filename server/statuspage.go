@@ -42,7 +42,7 @@ small{color:#555}
 <tr><th>state</th><td>{{.State}}</td></tr>
 {{if .Segment}}<tr><th>segment</th><td><code>{{.Layout}}</code></td></tr>
 <tr><th>counter</th><td id="counter-{{.Name}}">next {{.Segment.Counter.Next}} (seq {{.Segment.Counter.Seq}}, as this node last wrote it)</td></tr>
-<tr><th>claimed</th><td>{{.Segment.Available}} IDs held; step {{.Segment.Step}}; {{.Segment.Claimed}} IDs in {{.Segment.Claims}} claims; handed back {{.Segment.HandedBack}}, skipped {{.Segment.Dropped}}</td></tr>
+<tr><th>claimed</th><td>{{.Segment.Available}} IDs held, {{.Segment.Settling}} settling; step {{.Segment.Step}}; {{.Segment.Claimed}} IDs in {{.Segment.Claims}} claims; handed back {{.Segment.HandedBack}}, skipped here {{.Segment.Dropped}}; cluster-wide: counter next {{.Segment.Counter.Next}}, skipped {{.Segment.Counter.Skipped}}</td></tr>
 <tr><th>IDs issued</th><td>{{.Issued}} (rate {{printf "%.0f" .Rate}}/s)</td></tr>
 <tr><th>max batch / range</th><td>{{.MaxBatch}} / {{.MaxRange}}</td></tr>
 {{else}}<tr><th>layout</th><td><code>{{.Layout}}</code> (runs out {{ts .LayoutEnd}})</td></tr>

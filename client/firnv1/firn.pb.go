@@ -844,13 +844,17 @@ type GeneratorInfo struct {
 	// definition, and worker, datacenter, reservation and clock fields do
 	// not apply).
 	Kind string `protobuf:"bytes,22,opt,name=kind,proto3" json:"kind,omitempty"`
-	// A segment generator's counter as this node last wrote it: the lowest
-	// ID no claim had taken.
+	// A segment generator's counter as this node last read or wrote it
+	// (read every second on a shared coordinator): the lowest ID no claim
+	// had taken.
 	CounterNext uint64 `protobuf:"varint,23,opt,name=counter_next,json=counterNext,proto3" json:"counter_next,omitempty"`
 	// The size of a segment generator's next claim on this node.
 	SegmentStep uint64 `protobuf:"varint,24,opt,name=segment_step,json=segmentStep,proto3" json:"segment_step,omitempty"`
-	// IDs a segment generator on this node claimed and could neither hand
-	// out nor hand back (skipped); IDs lost to a kill are not counted here.
+	// IDs of a segment generator skipped cluster-wide, as the counter last
+	// read or written by this node records them: remainders a hand-back
+	// could not keep, IDs a bump jumped over, and what a node held unused
+	// when it stopped without handing back (counted when it starts again
+	// from the same data dir; at most what it held at its last claim).
 	SegmentSkipped uint64 `protobuf:"varint,25,opt,name=segment_skipped,json=segmentSkipped,proto3" json:"segment_skipped,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -321,7 +321,7 @@ func TestBumpRefusesReservationsAhead(t *testing.T) {
 func TestBumpSegmentGenerator(t *testing.T) {
 	a := newAdminEtcd(t)
 	spec := coordinator.CounterSpec{Generator: "orders", Definition: segment.Definition{Start: 100, Max: segment.MaxID}}
-	claim, err := coordinator.ClaimSegment(ctx10(t), a.coord, spec, 50, 0, segment.Mark{})
+	claim, err := coordinator.ClaimSegment(ctx10(t), a.coord, spec, 50, 0, segment.Mark{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,8 +32,12 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultMinStep  = 1_000
-	DefaultMaxStep  = 10_000_000
+	DefaultMinStep = 1_000
+	// DefaultMaxStep bounds a claim at 2^32 IDs: at full NextRange load
+	// (billions of IDs a second on one node) a node still writes the
+	// counter a few times a second, and kill -9 loses at most what the
+	// node held, a few seconds of its rate.
+	DefaultMaxStep  = 1 << 32
 	DefaultInterval = 2 * time.Second
 	// DefaultPollEvery and DefaultSettle are the node's values on a
 	// shared coordinator (Config.PollEvery, Config.Settle).
@@ -63,10 +67,16 @@ type Config struct {
 	// data dir's record, after a restart); a counter whose history lacks
 	// it is a restore. The zero Mark: none.
 	Known segment.Mark
-	// Record is called with each claim's written counter before any ID of
-	// the claim is handed out (the data dir's record of Known); an error
-	// discards the claim (its IDs are skipped). Nil: none.
-	Record func(segment.Mark) error
+	// Lost is what this data dir's previous process held unused when it
+	// stopped without handing back (its last Record's held): the first
+	// claim adds it to the counter's skipped IDs.
+	Lost uint64
+	// Record is called with each claim's written counter and the IDs the
+	// source then holds unused (the claim included) before any ID of the
+	// claim is handed out, and at a graceful Stop with what it could not
+	// hand back (the data dir's record of Known and of Lost); an error at
+	// a claim discards the claim (its IDs are skipped). Nil: none.
+	Record func(m segment.Mark, held uint64) error
 	// PollEvery is how often the source reads the counter to check its
 	// history (0: never; a coordinator nothing else writes). Settle is how
 	// long after a claim lands its IDs wait before a read confirms them
@@ -87,16 +97,16 @@ type Config struct {
 
 // Stats is what a source has done.
 type Stats struct {
-	Claimed    uint64 // IDs claimed
-	Issued     uint64 // IDs handed out
-	HandedBack uint64 // IDs handed back at Stop
-	Dropped    uint64 // IDs a hand-back could not keep (free list full) or a failed Record discarded
-	Claims     uint64 // counter writes that claimed
-	Step       uint64 // the size of the next claim
-	Available  uint64 // IDs claimed, confirmed and not yet handed out
-	Settling   uint64 // IDs claimed, waiting for Settle and a confirming read
-	Polls      uint64 // reads of the counter that checked its history
-	Counter    segment.Counter
+	Claimed    uint64          // IDs claimed
+	Issued     uint64          // IDs handed out
+	HandedBack uint64          // IDs handed back at Stop
+	Dropped    uint64          // IDs a hand-back could not keep (free list full) or a failed Record discarded
+	Claims     uint64          // counter writes that claimed
+	Step       uint64          // the size of the next claim
+	Available  uint64          // IDs claimed, confirmed and not yet handed out
+	Settling   uint64          // IDs claimed, waiting for Settle and a confirming read
+	Polls      uint64          // reads of the counter that checked its history
+	Counter    segment.Counter // as last read or written: Skipped is cluster-wide
 }
 
 // SettleError refuses a take whose deadline falls before the claim that
@@ -127,6 +137,7 @@ type Source struct {
 	above    uint64 // one past the highest ID claimed (0: none)
 	known    segment.Mark
 	last     segment.Counter // the last record read or written
+	lost     uint64          // Config.Lost until a claim has counted it
 	step     uint64
 	fail     error         // why no claim succeeded last (nil: none)
 	pollErr  error         // why the last read failed (nil: none)
@@ -186,7 +197,7 @@ func New(cfg Config) (*Source, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	_, mono := cfg.Clock.Now()
-	s := &Source{cfg: cfg, known: cfg.Known, step: cfg.MinStep, changed: make(chan struct{}),
+	s := &Source{cfg: cfg, known: cfg.Known, lost: cfg.Lost, step: cfg.MinStep, changed: make(chan struct{}),
 		wake: make(chan struct{}, 1), winStart: mono, nextPoll: mono + cfg.PollEvery,
 		done: make(chan struct{}), stop: cancel}
 	go s.run(ctx)
@@ -446,13 +457,14 @@ func (s *Source) claim(ctx context.Context) error {
 	s.mu.Lock()
 	step := max(s.sizeLocked(), s.need)
 	s.need = 0
-	above, known := s.above, s.known
+	above, known, lost := s.above, s.known, s.lost
+	held := s.avail + s.pendLen
 	s.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	c, err := coordinator.ClaimSegment(cctx, s.cfg.Counters, s.cfg.Spec, step, above, known)
+	c, err := coordinator.ClaimSegment(cctx, s.cfg.Counters, s.cfg.Spec, step, above, known, lost)
 	cancel()
 	if err == nil && s.cfg.Record != nil {
-		if rerr := s.cfg.Record(c.Record.State.Mark()); rerr != nil {
+		if rerr := s.cfg.Record(c.Record.State.Mark(), held+c.Range.Len()); rerr != nil {
 			s.mu.Lock()
 			s.stats.Dropped += c.Range.Len()
 			s.mu.Unlock()
@@ -474,6 +486,7 @@ func (s *Source) claim(ctx context.Context) error {
 		return err
 	}
 	s.fail = nil
+	s.lost = 0 // counted in the counter's skipped IDs
 	s.above = c.Range.Last + 1
 	s.known, s.last = c.Record.State.Mark(), c.Record.State
 	s.stats.Claimed += c.Range.Len()
@@ -571,6 +584,12 @@ func (s *Source) Err() error {
 	return s.refusalLocked()
 }
 
+func (s *Source) fatalErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fatal
+}
+
 // Stop ends the claims and, when handBack, returns every claimed ID not
 // handed out to the counter (highest first, so the counter comes down
 // where it can), within ctx. Takes after Stop are refused. It returns the
@@ -593,14 +612,15 @@ func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
 	}
 	s.segs, s.avail, s.pending, s.pendLen = nil, 0, nil, 0
 	s.mu.Unlock()
-	if !handBack || len(segs) == 0 {
-		return 0, nil // a restored counter refuses the hand-back itself
+	if !handBack {
+		return 0, nil // a crash: the last claim's record of what was held stands
 	}
-	var back uint64
+	var back, failed uint64
 	var errs []error
 	for i := len(segs) - 1; i >= 0; i-- {
 		dropped, rec, err := coordinator.HandBackSegment(ctx, s.cfg.Counters, s.cfg.Spec, segs[i], known)
 		if err != nil {
+			failed += segs[i].Len()
 			errs = append(errs, fmt.Errorf("hand-back of %v: %w", segs[i], err))
 			continue
 		}
@@ -608,12 +628,19 @@ func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
 		back += segs[i].Len() - dropped
 		s.mu.Lock()
 		s.stats.HandedBack += segs[i].Len() - dropped
-		s.stats.Dropped += dropped
+		s.stats.Dropped += dropped // HandBack counted them as skipped
 		s.known, s.last = known, rec.State
 		s.mu.Unlock()
 	}
-	if s.cfg.Record != nil && back > 0 {
-		if err := s.cfg.Record(known); err != nil {
+	if s.cfg.Record != nil {
+		// What could not be handed back is lost: the next start counts it
+		// (a restored counter refuses the hand-back, and a restore is
+		// cleared by a bump, not counted here).
+		lost := failed
+		if s.fatalErr() != nil {
+			lost = 0
+		}
+		if err := s.cfg.Record(known, lost); err != nil {
 			errs = append(errs, err)
 		}
 	}

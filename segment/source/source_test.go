@@ -365,3 +365,49 @@ func TestLargeTakeOneClaim(t *testing.T) {
 		}
 	})
 }
+
+// TestCrashCountedAsSkipped: a source records, before it hands out a
+// claim, what it then holds unused; after a crash (no hand-back) the next
+// process from the same record adds that to the counter's skipped IDs at
+// its first claim, and a graceful stop records nothing held.
+func TestCrashCountedAsSkipped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		var mark segment.Mark
+		var held uint64
+		var records int
+		record := func(cfg *source.Config) {
+			cfg.Record = func(m segment.Mark, h uint64) error { mark, held = m, h; records++; return nil }
+		}
+		a := newSource(t, c, record)
+		take(t, a, 30)
+		synctest.Wait()
+		if st := a.Stats(); records != int(st.Claims) || held != st.Claimed || held == 0 {
+			t.Fatalf("records %d, held %d after the claims; stats %+v", records, held, st)
+		}
+		crashHeld := held
+		if _, err := a.Stop(context.Background(), false); err != nil {
+			t.Fatal(err)
+		}
+		if records != int(a.Stats().Claims) {
+			t.Fatalf("a crash recorded something")
+		}
+		b := newSource(t, c, func(cfg *source.Config) { record(cfg); cfg.Known, cfg.Lost = mark, crashHeld })
+		take(t, b, 1)
+		if sk := b.Stats().Counter.Skipped; sk != crashHeld {
+			t.Fatalf("counter skipped %d after the restart, want what the crashed process held at its last claim (%d)", sk, crashHeld)
+		}
+		if _, err := b.Stop(context.Background(), true); err != nil {
+			t.Fatal(err)
+		}
+		if held != 0 {
+			t.Fatalf("a graceful stop recorded %d held", held)
+		}
+		rec, err := c.ReadCounter(context.Background(), spec)
+		if err != nil || rec.State.Skipped != crashHeld || rec.State.Follows(mark) != nil {
+			t.Fatalf("counter %+v %v: want skipped %d, and the last record's mark in its history", rec.State, err, crashHeld)
+		}
+	})
+}

@@ -60,6 +60,7 @@ func (c *Core) startSegment(rt *Generator) error {
 	if !ok {
 		return fmt.Errorf("%w: generator %s: the coordinator keeps no segment counters", ErrConfig, rt.cfg.Name)
 	}
+	known, held := rt.local.CounterMark()
 	sc := source.Config{
 		Spec:     coordinator.CounterSpec{Generator: rt.cfg.Name, Definition: *rt.cfg.Segment},
 		Counters: counters,
@@ -70,8 +71,10 @@ func (c *Core) startSegment(rt *Generator) error {
 		Log:      c.log.With("generator", rt.cfg.Name),
 		Notify:   func(err error) { rt.segmentState(err) },
 		// The data dir remembers the node's last write of the counter, so
-		// that a restart checks the counter's history for it.
-		Known:  rt.local.CounterMark(),
+		// that a restart checks the counter's history for it, and what the
+		// node held unused, which a restart after a crash counts as skipped.
+		Known:  known,
+		Lost:   held,
 		Record: rt.local.RecordCounter,
 	}
 	if !c.cfg.PrivateCoordinator {

@@ -38,7 +38,7 @@ func CounterSpec(generator string, start, max uint64) coordinator.CounterSpec {
 
 func mustClaim(t testing.TB, c coordinator.Counters, spec coordinator.CounterSpec, n, above uint64, known segment.Mark) coordinator.Claim {
 	t.Helper()
-	cl, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, n, above, known)
+	cl, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, n, above, known, 0)
 	if err != nil {
 		t.Fatalf("claim of %d: %v", n, err)
 	}
@@ -97,7 +97,7 @@ func CounterClaimsDisjoint(t *testing.T, b Backend) {
 			var above uint64
 			var acked segment.Mark
 			for j := range each {
-				claim, err := coordinator.ClaimSegment(ctxT(t, 60*time.Second), c, spec, uint64(1+(i*each+j)%37), above, acked)
+				claim, err := coordinator.ClaimSegment(ctxT(t, 60*time.Second), c, spec, uint64(1+(i*each+j)%37), above, acked, 0)
 				mu.Lock()
 				if err != nil {
 					errs = append(errs, fmt.Errorf("client %d claim %d: %w", i, j, err))
@@ -183,7 +183,7 @@ func CounterExhaustion(t *testing.T, b Backend) {
 	if got := mustClaim(t, c, spec, 6, 11, segment.Mark{}).Range; got != (segment.Range{First: 11, Last: 14}) {
 		t.Fatalf("claim at max: %v, want [11, 14]", got)
 	}
-	_, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 1, 15, segment.Mark{})
+	_, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 1, 15, segment.Mark{}, 0)
 	if !errors.Is(err, segment.ErrExhausted) || !strings.Contains(err.Error(), "max=14") || !strings.Contains(err.Error(), "small") {
 		t.Fatalf("claim past max: %v, want ErrExhausted naming the generator and max=14", err)
 	}
@@ -258,7 +258,7 @@ func CounterRolledBack(t *testing.T, b Backend) {
 	if _, err := behind.SwapCounter(ctxT(t, 10*time.Second), spec, rec, segment.NewCounter(spec.Definition)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 10, 21, claim.Record.State.Mark())
+	_, err = coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 10, 21, claim.Record.State.Mark(), 0)
 	var rb *coordinator.CounterRolledBackError
 	if !errors.As(err, &rb) || !errors.Is(err, coordinator.ErrRolledBack) || rb.Seen.Seq != 0 || rb.Known.Seq != 2 {
 		t.Fatalf("claim after a rollback: %v, want CounterRolledBackError seen seq 0, acked 2", err)
@@ -310,7 +310,7 @@ func CounterForked(t *testing.T, b Backend) {
 	if _, err := coordinator.ReadFollowing(ctxT(t, 10*time.Second), c, spec, known); !errors.As(err, &rb) || !errors.Is(rb.Cause, segment.ErrForked) || rb.Seen.Seq < known.Seq {
 		t.Fatalf("read of a forked history at seq %d (node saw seq %d): %v, want CounterRolledBackError", fork.Seq, known.Seq, err)
 	}
-	if _, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 10, 21, known); !errors.As(err, &rb) {
+	if _, err := coordinator.ClaimSegment(ctxT(t, 10*time.Second), c, spec, 10, 21, known, 0); !errors.As(err, &rb) {
 		t.Fatalf("claim on a forked history: %v, want CounterRolledBackError", err)
 	}
 	// The other node's memory of its own claim sees the fork too: its
