@@ -88,6 +88,10 @@ type Config struct {
 	// error when it failed while the source holds no IDs (or for good).
 	// It is called from the claim loop, never with the source's lock held.
 	Notify func(error)
+	// Observe, when set, is told each coordinator call's latency and
+	// outcome: op "claim" (a claim, its retries included) or
+	// "counter_read" (a periodic read).
+	Observe func(op string, took time.Duration, err error)
 	// Timeout bounds one coordinator call (default 2 s); RetryEvery is the
 	// pause after a failed claim (default 200 ms).
 	Timeout    time.Duration
@@ -404,6 +408,7 @@ func (s *Source) poll(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	rec, err := coordinator.ReadFollowing(cctx, s.cfg.Counters, s.cfg.Spec, known)
 	cancel()
+	s.observe("counter_read", began, err)
 	s.mu.Lock()
 	s.stats.Polls++
 	if err != nil {
@@ -461,8 +466,10 @@ func (s *Source) claim(ctx context.Context) error {
 	held := s.avail + s.pendLen
 	s.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	_, began := s.cfg.Clock.Now()
 	c, err := coordinator.ClaimSegment(cctx, s.cfg.Counters, s.cfg.Spec, step, above, known, lost)
 	cancel()
+	s.observe("claim", began, err)
 	if err == nil && s.cfg.Record != nil {
 		if rerr := s.cfg.Record(c.Record.State.Mark(), held+c.Range.Len()); rerr != nil {
 			s.mu.Lock()
@@ -582,6 +589,15 @@ func (s *Source) Err() error {
 		return nil
 	}
 	return s.refusalLocked()
+}
+
+// observe reports a coordinator call begun at began (monotonic).
+func (s *Source) observe(op string, began time.Duration, err error) {
+	if s.cfg.Observe == nil {
+		return
+	}
+	_, now := s.cfg.Clock.Now()
+	s.cfg.Observe(op, now-began, err)
 }
 
 func (s *Source) fatalErr() error {

@@ -70,6 +70,12 @@ func (c *Core) startSegment(rt *Generator) error {
 		Timeout:  c.cfg.Timing.Timeout,
 		Log:      c.log.With("generator", rt.cfg.Name),
 		Notify:   func(err error) { rt.segmentState(err) },
+		Observe: func(op string, took time.Duration, err error) {
+			c.hm.latency.WithLabelValues(op).Observe(took.Seconds())
+			if err != nil {
+				c.hm.errors.WithLabelValues(op).Inc()
+			}
+		},
 		// The data dir remembers the node's last write of the counter, so
 		// that a restart checks the counter's history for it, and what the
 		// node held unused, which a restart after a crash counts as skipped.
