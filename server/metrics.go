@@ -60,7 +60,7 @@ var (
 	descResLeft      = prometheus.NewDesc("firn_reservation_remaining_seconds", "Time until the reservation ends (negative: exhausted).", []string{"generator"}, nil)
 	descLead         = prometheus.NewDesc("firn_clock_lead_seconds", "How far the logical time stands ahead of the clock.", []string{"generator"}, nil)
 	descMaxLead      = prometheus.NewDesc("firn_max_lead_seconds", "Configured max-lead.", []string{"generator"}, nil)
-	descSegNext      = prometheus.NewDesc("firn_segment_counter_next", "A segment generator's counter as this node last wrote it: the lowest ID no claim had taken.", []string{"generator"}, nil)
+	descSegNext      = prometheus.NewDesc("firn_segment_next_id", "A segment generator's counter as this node last read or wrote it: the lowest ID no claim had taken.", []string{"generator"}, nil)
 	descSegStep      = prometheus.NewDesc("firn_segment_step", "The size of a segment generator's next claim on this node.", []string{"generator"}, nil)
 	descSegAvail     = prometheus.NewDesc("firn_segment_available_ids", "IDs this node has claimed and not yet handed out.", []string{"generator"}, nil)
 	descSegClaimed   = prometheus.NewDesc("firn_segment_claimed_ids_total", "IDs this node claimed from the counter.", []string{"generator"}, nil)
