@@ -169,6 +169,17 @@ func TestSegmentGenerator(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "segment generator") {
 		t.Fatalf("Decode of a segment ID: %v, want INVALID_ARGUMENT naming the kind", err)
 	}
+	// A count beyond the bounds Info advertises is refused naming the
+	// field and the bound; nothing is handed out for it.
+	over := gi.GetMaxBatch() + 1
+	_, err = a.ids.NextIDs(ctx, &firnv1.NextIDsRequest{Generator: "orders", Count: over})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "count") || !strings.Contains(err.Error(), strconv.Itoa(int(gi.GetMaxBatch()))) {
+		t.Fatalf("NextIDs of %d: %v, want INVALID_ARGUMENT naming count and %d", over, err, gi.GetMaxBatch())
+	}
+	_, err = a.ids.NextRange(ctx, &firnv1.NextRangeRequest{Generator: "orders", Count: gi.GetMaxRange() + 1})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "count") || !strings.Contains(err.Error(), strconv.FormatUint(gi.GetMaxRange(), 10)) {
+		t.Fatalf("NextRange of %d: %v, want INVALID_ARGUMENT naming count and %d", gi.GetMaxRange()+1, err, gi.GetMaxRange())
+	}
 
 	// Nothing lost on graceful stops: with both nodes stopped, a node
 	// started again hands out first the lowest ID never handed out.
