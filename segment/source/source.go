@@ -84,8 +84,11 @@ type Config struct {
 	// read the claim meanwhile. The node sets DefaultPollEvery and
 	// DefaultSettle on a shared coordinator.
 	PollEvery, Settle time.Duration
-	// Notify, when set, is told after each claim: nil when it landed, the
-	// error when it failed while the source holds no IDs (or for good).
+	// Notify, when set, is told after each claim: nil when its IDs are
+	// usable, the error when it failed for good, or while the source holds
+	// fewer IDs than ServeMargin of its rate (or once a take leaves fewer
+	// after a failed claim): the generator then stops serving before its
+	// IDs run out, and serves again when a claim lands.
 	// It is called from the claim loop, never with the source's lock held.
 	Notify func(error)
 	// Observe, when set, is told each coordinator call's latency and
@@ -96,7 +99,11 @@ type Config struct {
 	// pause after a failed claim (default 200 ms).
 	Timeout    time.Duration
 	RetryEvery time.Duration
-	Log        *slog.Logger
+	// ServeMargin: while claims fail, the source says it cannot serve
+	// once it holds fewer IDs than its rate takes in ServeMargin (default
+	// 500 ms), so /readyz and health turn before the IDs run out.
+	ServeMargin time.Duration
+	Log         *slog.Logger
 }
 
 // Stats is what a source has done.
@@ -144,6 +151,7 @@ type Source struct {
 	lost     uint64          // Config.Lost until a claim has counted it
 	step     uint64
 	fail     error         // why no claim succeeded last (nil: none)
+	told     bool          // Notify was told of fail
 	pollErr  error         // why the last read failed (nil: none)
 	nextPoll time.Duration // monotonic
 	fatal    error         // a restore, or the definition used up: no more claims
@@ -192,6 +200,9 @@ func New(cfg Config) (*Source, error) {
 	}
 	if cfg.RetryEvery <= 0 {
 		cfg.RetryEvery = 200 * time.Millisecond
+	}
+	if cfg.ServeMargin <= 0 {
+		cfg.ServeMargin = 500 * time.Millisecond
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -245,8 +256,25 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 		s.mu.Lock()
 	}
 	runs = s.takeLocked(n, runs)
+	// The last claim failed and what is left would last less than
+	// ServeMargin: the generator stops serving now, naming the cause,
+	// rather than when the IDs run out (ready means it serves).
+	var tell error
+	if s.fail != nil && !s.told && s.avail < s.marginLocked() {
+		s.told, tell = true, s.fail
+	}
 	s.mu.Unlock()
+	if tell != nil && s.cfg.Notify != nil {
+		s.cfg.Notify(tell)
+	}
 	return runs, nil
+}
+
+// marginLocked is how many IDs the measured rate takes in ServeMargin
+// (at least 1): fewer left while claims fail, the source says it cannot
+// serve.
+func (s *Source) marginLocked() uint64 {
+	return max(uint64(s.rate*s.cfg.ServeMargin.Seconds()), 1)
 }
 
 // settleRefusalLocked refuses a take lacking IDs whose deadline falls
@@ -485,14 +513,15 @@ func (s *Source) claim(ctx context.Context) error {
 			s.cfg.Log.Warn("segment claim failed; retrying", "generator", s.cfg.Spec.Generator, "err", err)
 		}
 		s.signalLocked()
-		tell := s.avail == 0 || s.fatal != nil
+		tell := s.avail < s.marginLocked() || s.fatal != nil
+		s.told = s.told || tell
 		s.mu.Unlock()
 		if tell && s.cfg.Notify != nil {
 			s.cfg.Notify(err)
 		}
 		return err
 	}
-	s.fail = nil
+	s.fail, s.told = nil, false
 	s.lost = 0 // counted in the counter's skipped IDs
 	s.above = c.Range.Last + 1
 	s.known, s.last = c.Record.State.Mark(), c.Record.State

@@ -411,3 +411,54 @@ func TestCrashCountedAsSkipped(t *testing.T) {
 		}
 	})
 }
+
+// TestStopsServingBeforeRunningOut: with the coordinator lost, a source
+// keeps handing out what it holds, and says it cannot serve (Notify with
+// the cause) while it still holds IDs — ServeMargin of its rate — so
+// readiness turns before calls would fail; a claim landing later says it
+// serves again.
+func TestStopsServingBeforeRunningOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		var mu sync.Mutex
+		var told []error
+		s := newSource(t, c, func(cfg *source.Config) {
+			cfg.Notify = func(err error) { mu.Lock(); told = append(told, err); mu.Unlock() }
+		})
+		for range 3000 { // 3 s at 10,000 IDs/s
+			take(t, s, 10)
+			time.Sleep(time.Millisecond)
+		}
+		store.Faults().SetAvailability(memory.OpAll, memory.Refusing)
+		mu.Lock()
+		told = nil
+		mu.Unlock()
+		var leftWhenTold uint64
+		for i := 0; ; i++ {
+			mu.Lock()
+			n := len(told)
+			mu.Unlock()
+			if n > 0 {
+				leftWhenTold = s.Stats().Available
+				break
+			}
+			if i > 100_000 {
+				t.Fatal("the source never said it cannot serve")
+			}
+			take(t, s, 10) // every take before the news succeeds
+			time.Sleep(time.Millisecond)
+		}
+		if !errors.Is(told[0], coordinator.ErrUnavailable) || leftWhenTold == 0 || leftWhenTold > 6_000 {
+			t.Fatalf("told %v with %d IDs left; want ErrUnavailable with some IDs left, at most about 500 ms of 10,000/s", told[0], leftWhenTold)
+		}
+		store.Faults().SetAvailability(memory.OpAll, memory.Available)
+		time.Sleep(time.Second)
+		mu.Lock()
+		defer mu.Unlock()
+		if last := told[len(told)-1]; last != nil {
+			t.Fatalf("after the coordinator came back: last news %v, want nil (serving)", last)
+		}
+	})
+}
