@@ -230,6 +230,20 @@ func checkDisorder(p *problems, layout generator.Layout, got []Received, b Bound
 	return worst, bound
 }
 
+// Unknown is what a scenario's callers and nodes do not know the outcome
+// of: IDs may have been handed out or claimed, and lost, without anyone
+// being told.
+type Unknown struct {
+	// Calls is the IDs asked for by calls that failed without an answer
+	// (Failure.unknownOutcome): a node may have handed them out to a
+	// caller that gave up.
+	Calls uint64
+	// Claims is how many segment claims the nodes logged as failed: a
+	// claim whose reply was lost (the coordinator's timeout) may have
+	// landed, and its IDs — one range — are then lost.
+	Claims int
+}
+
 // CheckCounter is check 5, of a segment generator gen (definition def)
 // against its counter c as the coordinator keeps it once every node
 // stopped gracefully (each handed its unused claims back): every ID
@@ -237,10 +251,13 @@ func checkDisorder(p *problems, layout generator.Layout, got []Received, b Bound
 // — not handed back after it was handed out, where the counter would give
 // it out again. lost counts the IDs below c.Next neither received nor
 // free: claimed, then never handed out nor back (a node killed, a claim
-// whose reply was lost). With exact, lost must be 0: the IDs received and
-// the free ranges are exactly [def.Start, c.Next), the counter dense. It
-// returns the problems (the first 20) and lost.
-func CheckCounter(got []Received, gen string, def segment.Definition, c segment.Counter, exact bool) (list []string, lost uint64) {
+// whose reply was lost), or handed out to a call whose caller gave up.
+// With exact, every lost ID must be explained by u: the u.Claims largest
+// gaps may each be a claim whose reply was lost, and what the other gaps
+// hold may not exceed u.Calls. With u zero, the IDs received and the free
+// ranges are exactly [def.Start, c.Next): the counter dense. It returns
+// the problems (the first 20) and lost.
+func CheckCounter(got []Received, gen string, def segment.Definition, c segment.Counter, exact bool, u Unknown) (list []string, lost uint64) {
 	p := &problems{}
 	var ids []uint64
 	for _, r := range got {
@@ -292,8 +309,17 @@ func CheckCounter(got []Received, gen string, def segment.Definition, c segment.
 		at = max(at, r.Last+1)
 	}
 	if exact && lost > 0 {
-		p.add("%d IDs of %s lost below the counter's next %d (neither received nor handed back), in %d gaps, the first %v",
-			lost, gen, c.Next, len(gaps), gaps[:min(len(gaps), 5)])
+		bySize := slices.Clone(gaps)
+		slices.SortStableFunc(bySize, func(a, b segment.Range) int { return cmp.Compare(b.Len(), a.Len()) })
+		var unexplained uint64
+		for _, g := range bySize[min(u.Claims, len(bySize)):] {
+			unexplained += g.Len()
+		}
+		if unexplained > u.Calls {
+			p.add("%d IDs of %s lost below the counter's next %d (neither received nor handed back), in %d gaps, the first %v; "+
+				"%d failed claims and calls of unknown outcome asking for %d IDs explain at most %d of them",
+				lost, gen, c.Next, len(gaps), gaps[:min(len(gaps), 5)], u.Claims, u.Calls, lost-unexplained+u.Calls)
+		}
 	}
 	return p.list, lost
 }

@@ -210,19 +210,25 @@ func TestCheckCounter(t *testing.T) {
 		got      []Received
 		c        segment.Counter
 		exact    bool
+		u        Unknown
 		want     string // "" for none
 		wantLost uint64
 	}{
-		{"dense", given(), counter, true, "", 0},
-		{"one ID lost", given(1050), counter, true, "1 IDs of orders lost", 1},
-		{"one ID lost, not exact", given(1050), counter, false, "", 1},
-		{"the remainder lost (not handed back)", given(), segment.Counter{Next: 1200, Seq: 9}, true, "50 IDs of orders lost", 50},
-		{"an ID handed out and handed back", append(given(), Received{ID: 1120, Node: "b", Generator: "orders"}), counter, false, "lies in the free range [1100, 1149]", 0},
-		{"an ID never claimed", append(given(), Received{ID: 1200, Node: "b", Generator: "orders"}), counter, false, "never claimed", 0},
-		{"an ID below the start", append(given(), Received{ID: 999, Node: "b", Generator: "orders"}), counter, false, "below the definition's start", 0},
+		{"dense", given(), counter, true, Unknown{}, "", 0},
+		{"one ID lost", given(1050), counter, true, Unknown{}, "1 IDs of orders lost", 1},
+		{"one ID lost, not exact", given(1050), counter, false, Unknown{}, "", 1},
+		{"one ID lost, given to a call of unknown outcome", given(1050), counter, true, Unknown{Calls: 1}, "", 1},
+		{"two IDs lost, one call of unknown outcome", given(1050, 1052), counter, true, Unknown{Calls: 1}, "2 IDs of orders lost", 2},
+		{"the remainder lost (not handed back)", given(), segment.Counter{Next: 1200, Seq: 9}, true, Unknown{}, "50 IDs of orders lost", 50},
+		{"a claim lost, one failed claim", given(), segment.Counter{Next: 1200, Seq: 9}, true, Unknown{Claims: 1}, "", 50},
+		{"a claim and an ID lost, one failed claim", given(1050), segment.Counter{Next: 1200, Seq: 9}, true, Unknown{Claims: 1}, "51 IDs of orders lost", 51},
+		{"a claim and an ID lost, one failed claim, one call", given(1050), segment.Counter{Next: 1200, Seq: 9}, true, Unknown{Calls: 1, Claims: 1}, "", 51},
+		{"an ID handed out and handed back", append(given(), Received{ID: 1120, Node: "b", Generator: "orders"}), counter, false, Unknown{}, "lies in the free range [1100, 1149]", 0},
+		{"an ID never claimed", append(given(), Received{ID: 1200, Node: "b", Generator: "orders"}), counter, false, Unknown{}, "never claimed", 0},
+		{"an ID below the start", append(given(), Received{ID: 999, Node: "b", Generator: "orders"}), counter, false, Unknown{}, "below the definition's start", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			problems, lost := CheckCounter(tc.got, "orders", def, tc.c, tc.exact)
+			problems, lost := CheckCounter(tc.got, "orders", def, tc.c, tc.exact, tc.u)
 			switch {
 			case tc.want == "" && len(problems) > 0:
 				t.Fatalf("a clean history has problems: %v", problems)

@@ -38,8 +38,9 @@ type Received struct {
 type Failure struct {
 	Node string
 	// Generator is the generator the call asked for ("" for the node's
-	// default).
+	// default), Count how many IDs.
 	Generator string
+	Count     uint64
 	Code      codes.Code
 	Msg       string
 	At        time.Time
@@ -109,12 +110,12 @@ func (r *Recorder) addRun(node, gen string, run, client int, call int64, ids []u
 	r.mu.Unlock()
 }
 
-func (r *Recorder) addFailure(node, gen string, err error, at time.Time) {
+func (r *Recorder) addFailure(node, gen string, count uint64, err error, at time.Time) {
 	st := status.Convert(err)
 	if st.Code() == codes.Unknown && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		st = status.FromContextError(err) // the Go client returns the caller's own context error
 	}
-	f := Failure{Node: node, Generator: gen, Code: st.Code(), Msg: st.Message(), At: at}
+	f := Failure{Node: node, Generator: gen, Count: count, Code: st.Code(), Msg: st.Message(), At: at}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
 			f.Reason = info.GetReason()
@@ -225,7 +226,13 @@ func StartLoad(rec *Recorder, nodes []*Node, o LoadOptions) *Load {
 						if ctx.Err() != nil {
 							return // the load was stopped mid-call
 						}
-						rec.addFailure(n.Name, o.Generator, err, at)
+						count := uint64(1)
+						if o.Range > 0 {
+							count = o.Range
+						} else if o.Batch > 0 {
+							count = uint64(o.Batch)
+						}
+						rec.addFailure(n.Name, o.Generator, count, err, at)
 						time.Sleep(20 * time.Millisecond)
 						continue
 					}
@@ -302,7 +309,7 @@ func StartClientLoad(rec *Recorder, c Nexter, callers int, deadline time.Duratio
 					if ctx.Err() != nil {
 						return
 					}
-					rec.addFailure("client", "", err, at)
+					rec.addFailure("client", "", 1, err, at)
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}

@@ -328,7 +328,7 @@ func (l segmentLoad) drain() {
 // uniqueness and order), requires at least minIDs segment IDs from each
 // node, stops every node gracefully (each hands its unused claims back)
 // and checks the segment IDs against the counter (CheckCounter; exact:
-// none lost).
+// none lost but to calls and claims whose outcome is unknown).
 func (e *env) segmentEnd(load segmentLoad, exact bool, ok func(Failure) bool, b Bounds) {
 	e.t.Helper()
 	load.drain()
@@ -361,15 +361,12 @@ func (e *env) segmentEnd(load segmentLoad, exact bool, ok func(Failure) bool, b 
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	problems, lost := CheckCounter(got, segGen, segDef, c, exact)
-	for _, p := range problems {
-		e.t.Error(p)
-	}
-	unknown := 0 // segment calls that may have been given IDs never received
+	unknown, unknownIDs := 0, uint64(0) // segment calls that may have been given IDs never received
 	causes := map[string]int{}
 	for _, f := range fs {
 		if f.Generator == segGen && f.unknownOutcome() {
 			unknown++
+			unknownIDs += f.Count
 		}
 		gen, why := f.Generator, f.Reason
 		if gen == "" {
@@ -381,12 +378,31 @@ func (e *env) segmentEnd(load segmentLoad, exact bool, ok func(Failure) bool, b 
 		causes[fmt.Sprintf("%s %s %s", f.Node, gen, why)]++
 	}
 	e.t.Logf("failed calls by node, generator and cause: %v", causes)
+	// A claim whose reply was lost (the coordinator's timeout) may have
+	// landed, its IDs lost; the nodes log each failed claim, and each
+	// failed hand-back.
+	claims := 0
+	for _, n := range e.nodes {
+		for _, m := range n.LogLines() {
+			switch m["msg"] {
+			case "segment claim failed; retrying":
+				claims++
+				e.t.Logf("node %s at %v: failed segment claim: %v", n.Name, m["time"], m["err"])
+			case "segment remainders not all handed back; they are skipped":
+				e.t.Logf("node %s at %v: failed hand-back: %v", n.Name, m["time"], m["err"])
+			}
+		}
+	}
+	problems, lost := CheckCounter(got, segGen, segDef, c, exact, Unknown{Calls: unknownIDs, Claims: claims})
+	for _, p := range problems {
+		e.t.Error(p)
+	}
 	var free uint64
 	for _, f := range c.Free {
 		free += f.Len()
 	}
-	e.t.Logf("segment counter after every node stopped: next %d, seq %d, %d free IDs in %d ranges; %d segment IDs received, %d lost (claimed, never handed out nor back); %d segment calls of unknown outcome",
-		c.Next, c.Seq, free, len(c.Free), per["n1"]+per["n2"]+per["n3"], lost, unknown)
+	e.t.Logf("segment counter after every node stopped: next %d, seq %d, %d free IDs in %d ranges; %d segment IDs received, %d lost (claimed, never handed out nor back); %d segment calls of unknown outcome (%d IDs)",
+		c.Next, c.Seq, free, len(c.Free), per["n1"]+per["n2"]+per["n3"], lost, unknown, unknownIDs)
 }
 
 // segmentFrom requires segment IDs given out by process run of n (0:
