@@ -30,7 +30,10 @@ import (
 // Restores: about 7 s with the harness's flags, once per scenario and
 // again at each restart in it); 11 min 30 s after, one after another;
 // 7 min 46 s–8 min 5 s with the beside scenarios four at a time, on this
-// machine, idle. test/run.sh prints the line.
+// machine, idle. The ten segment runs add about 90 s alone (two of them,
+// a coordinator's leader killed, 16 s and 21 s one after another; eight
+// beside, 47 s four at a time); 44 runs took 10 min 1 s on this machine
+// shared with other work (load average 10). test/run.sh prints the line.
 const chaosBudget = 10 * time.Minute
 
 // Row is one line of the report.
