@@ -196,7 +196,9 @@ var segmentScenarios = []scenario{
 		restart := fault{node: "n1", from: stopAt, cutOff: true, causes: append([]clockguard.Code{clockguard.CodeDraining}, restarting...)}.until(time.Now())
 		time.Sleep(1500 * time.Millisecond)
 		// Exact: only graceful stops, so the IDs received and the free
-		// ranges left are every ID the counter moved past.
+		// ranges left are every ID the counter moved past, but for what
+		// no one was told of (a call without an answer, a claim whose
+		// reply was lost: CheckCounter's Unknown).
 		e.segmentEnd(load, true, within(restart), Bounds{})
 		// The free ranges at n1's stop were given out again (a claim
 		// takes the lowest free range a node may before the counter's
