@@ -1,12 +1,15 @@
 package cluster
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/segment"
 )
 
 // Bounds are the allowances of the bounded-disorder check.
@@ -15,6 +18,12 @@ type Bounds struct {
 	MaxStaleness time.Duration
 	Prefetch     time.Duration // the client's prefetch age bound (0 without)
 	Skew         time.Duration // the largest injected clock offset (absolute)
+	// Segment names the segment generators among those received: their
+	// IDs are numbers from a counter, with no time, worker or holder
+	// interval. They are checked for uniqueness within the generator and
+	// for order per caller and node process (Received.Run); CheckCounter
+	// checks them against the counter the coordinator keeps.
+	Segment []string
 }
 
 // CheckResult summarises the checks of one scenario.
@@ -55,9 +64,16 @@ func CheckHistory(layout generator.Layout, got []Received, holders []*Interval, 
 	}
 	p := &problems{}
 	checkUnique(p, got)
-	checkIntervals(p, layout, got, holders)
-	checkOrder(p, got)
-	worst, bound = checkDisorder(p, layout, got, b)
+	// The bit-layout checks see the snowflake generators' IDs only.
+	var timed []Received
+	for _, r := range got {
+		if !slices.Contains(b.Segment, r.Generator) {
+			timed = append(timed, r)
+		}
+	}
+	checkIntervals(p, layout, timed, holders)
+	checkOrder(p, got, b.Segment)
+	worst, bound = checkDisorder(p, layout, timed, b)
 	res.Problems = p.list
 	return res, worst, bound
 }
@@ -71,13 +87,14 @@ func (p *problems) add(format string, args ...any) {
 	}
 }
 
-// checkUnique is check 1: no ID received twice.
+// checkUnique is check 1: no ID received twice from one generator.
 func checkUnique(p *problems, got []Received) {
 	s := sortedIDs(got)
+	sort.SliceStable(s, func(i, j int) bool { return s[i].Generator < s[j].Generator })
 	for i := 1; i < len(s); i++ {
-		if s[i].ID == s[i-1].ID {
-			p.add("DUPLICATE ID %d: from %s (client %d call %d) and %s (client %d call %d)",
-				s[i].ID, s[i-1].Node, s[i-1].Client, s[i-1].Call, s[i].Node, s[i].Client, s[i].Call)
+		if s[i].ID == s[i-1].ID && s[i].Generator == s[i-1].Generator {
+			p.add("DUPLICATE ID %d of generator %s: from %s (client %d call %d) and %s (client %d call %d)",
+				s[i].ID, s[i].Generator, s[i-1].Node, s[i-1].Client, s[i-1].Call, s[i].Node, s[i].Client, s[i].Call)
 		}
 	}
 }
@@ -133,11 +150,14 @@ func checkIntervals(p *problems, layout generator.Layout, got []Received, holder
 	}
 }
 
-// checkOrder is check 3: a caller's IDs from one node go up.
-func checkOrder(p *problems, got []Received) {
+// checkOrder is check 3: a caller's IDs from one node go up — for a
+// segment generator, from one process of the node: a restarted process
+// gives out the remainders handed back first, below what went before.
+func checkOrder(p *problems, got []Received, segment []string) {
 	type callerKey struct {
 		client int
 		node   string
+		run    int
 	}
 	last := map[callerKey]Received{}
 	byCall := append([]Received(nil), got...)
@@ -151,7 +171,13 @@ func checkOrder(p *problems, got []Received) {
 		if r.Node == "" {
 			continue // through the client's failover: no order promised
 		}
-		k := callerKey{r.Client, r.Node}
+		k := callerKey{r.Client, r.Node, 0}
+		if slices.Contains(segment, r.Generator) {
+			if r.Run == 0 {
+				continue // answered by one of two processes
+			}
+			k.run = r.Run
+		}
 		if prev, ok := last[k]; ok && r.ID <= prev.ID {
 			p.add("client %d on %s: ID %d (call %d) not above %d (call %d)", r.Client, r.Node, r.ID, r.Call, prev.ID, prev.Call)
 		}
@@ -202,4 +228,98 @@ func checkDisorder(p *problems, layout generator.Layout, got []Received, b Bound
 		}
 	}
 	return worst, bound
+}
+
+// Unknown is what a scenario's callers and nodes do not know the outcome
+// of: IDs may have been handed out or claimed, and lost, without anyone
+// being told.
+type Unknown struct {
+	// Calls is the IDs asked for by calls that failed without an answer
+	// (Failure.unknownOutcome): a node may have handed them out to a
+	// caller that gave up.
+	Calls uint64
+	// Claims is how many segment claims the nodes logged as failed: a
+	// claim whose reply was lost (the coordinator's timeout) may have
+	// landed, and its IDs — one range — are then lost.
+	Claims int
+}
+
+// CheckCounter is check 5, of a segment generator gen (definition def)
+// against its counter c as the coordinator keeps it once every node
+// stopped gracefully (each handed its unused claims back): every ID
+// received lies in [def.Start, c.Next) — claimed — and in none of c.Free
+// — not handed back after it was handed out, where the counter would give
+// it out again. lost counts the IDs below c.Next neither received nor
+// free: claimed, then never handed out nor back (a node killed, a claim
+// whose reply was lost), or handed out to a call whose caller gave up.
+// With exact, every lost ID must be explained by u: the u.Claims largest
+// gaps may each be a claim whose reply was lost, and what the other gaps
+// hold may not exceed u.Calls. With u zero, the IDs received and the free
+// ranges are exactly [def.Start, c.Next): the counter dense. It returns
+// the problems (the first 20) and lost.
+func CheckCounter(got []Received, gen string, def segment.Definition, c segment.Counter, exact bool, u Unknown) (list []string, lost uint64) {
+	p := &problems{}
+	var ids []uint64
+	for _, r := range got {
+		if r.Generator != gen {
+			continue
+		}
+		switch {
+		case r.ID < def.Start:
+			p.add("ID %d of %s from %s lies below the definition's start %d", r.ID, gen, r.Node, def.Start)
+			continue
+		case r.ID >= c.Next:
+			p.add("ID %d of %s from %s lies at or above the counter's next %d: never claimed", r.ID, gen, r.Node, c.Next)
+			continue
+		}
+		if i, ok := slices.BinarySearchFunc(c.Free, r.ID, func(f segment.Range, id uint64) int {
+			switch {
+			case f.Last < id:
+				return -1
+			case f.First > id:
+				return 1
+			}
+			return 0
+		}); ok {
+			p.add("ID %d of %s from %s was handed out and lies in the free range %v: the counter gives it out again", r.ID, gen, r.Node, c.Free[i])
+			continue
+		}
+		ids = append(ids, r.ID)
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids) // a duplicate is check 1's
+	// The covered ranges: the IDs received, then the free ones, in order.
+	var covered []segment.Range
+	for _, id := range ids {
+		if k := len(covered); k > 0 && covered[k-1].Last+1 == id {
+			covered[k-1].Last = id
+		} else {
+			covered = append(covered, segment.Range{First: id, Last: id})
+		}
+	}
+	covered = append(covered, c.Free...)
+	slices.SortFunc(covered, func(a, b segment.Range) int { return cmp.Compare(a.First, b.First) })
+	var gaps []segment.Range
+	at := def.Start
+	for _, r := range append(covered, segment.Range{First: c.Next, Last: c.Next}) {
+		if r.First > at {
+			gaps = append(gaps, segment.Range{First: at, Last: r.First - 1})
+			lost += r.First - at
+		}
+		at = max(at, r.Last+1)
+	}
+	if exact && lost > 0 {
+		bySize := slices.Clone(gaps)
+		slices.SortStableFunc(bySize, func(a, b segment.Range) int { return cmp.Compare(b.Len(), a.Len()) })
+		var unexplained uint64
+		for _, g := range bySize[min(u.Claims, len(bySize)):] {
+			unexplained += g.Len()
+		}
+		if unexplained > u.Calls {
+			p.add("%d IDs of %s lost below the counter's next %d (neither received nor handed back), in %d gaps, the first %v; "+
+				"%d failed claims and calls of unknown outcome asking for %d IDs explain at most %d of them",
+				lost, gen, c.Next, len(gaps), gaps[:min(len(gaps), 5)], u.Claims, u.Calls, lost-unexplained+u.Calls)
+		}
+	}
+	return p.list, lost
 }

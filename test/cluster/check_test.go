@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/segment"
 )
 
 // TestCheckHistory feeds the chaos checker crafted histories, each
@@ -134,5 +136,111 @@ func TestFaultWindow(t *testing.T) {
 		if got := within(tc.x)(tc.f); got != tc.want {
 			t.Errorf("%s: expected %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestCheckSegment: a segment generator's IDs (numbers from a counter)
+// are checked for uniqueness within the generator and for order per
+// caller and node process; never decoded as a layout. Each broken history
+// must show its problem, a clean one none.
+func TestCheckSegment(t *testing.T) {
+	l, _ := generator.Preset("snowflake")
+	seg := func(client int, call int64, node string, run int, id uint64) Received {
+		return Received{ID: id, Node: node, Generator: "orders", Run: run, Call: call, Client: client, At: l.Epoch}
+	}
+	clean := func() []Received {
+		var got []Received
+		for i := range int64(10) {
+			got = append(got, seg(1, i, "a", 1, 1000+uint64(i)), seg(2, i, "b", 1, 2000+uint64(i)))
+		}
+		return got
+	}
+	b := Bounds{MaxLead: time.Second, MaxStaleness: 100 * time.Millisecond, Segment: []string{"orders"}}
+	for _, tc := range []struct {
+		name string
+		got  []Received
+		b    Bounds
+		want string // "" for none
+	}{
+		{"clean", clean(), b, ""},
+		{"the same IDs taken for a layout's", clean(), Bounds{MaxLead: time.Second, MaxStaleness: 100 * time.Millisecond}, "lies in no holder interval"},
+		{"an ID given out twice", append(clean(), seg(3, 0, "b", 1, 1004)), b, "DUPLICATE ID 1004 of generator orders"},
+		{"the same number from another generator", append(clean(), Received{ID: 1004, Node: "b", Generator: "other", Run: 1, Client: 3, At: l.Epoch}),
+			Bounds{MaxLead: time.Second, MaxStaleness: 100 * time.Millisecond, Segment: []string{"orders", "other"}}, ""},
+		{"a caller's IDs go down within one process", append(clean(), seg(1, 10, "a", 1, 1005)), b, "not above"},
+		{"a caller's IDs go down across a restart", append(clean(), seg(1, 10, "a", 2, 500)), b, ""},
+		{"a call a restart came between", append(clean(), seg(1, 10, "a", 0, 500)), b, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, _, _ := CheckHistory(l, tc.got, nil, tc.b)
+			switch {
+			case tc.want == "" && len(res.Problems) > 0:
+				t.Fatalf("a clean history has problems: %v", res.Problems)
+			case tc.want == "":
+			case len(res.Problems) == 0:
+				t.Fatalf("no problem found; want %q", tc.want)
+			case !strings.Contains(strings.Join(res.Problems, "\n"), tc.want):
+				t.Fatalf("problems %v; want one naming %q", res.Problems, tc.want)
+			}
+		})
+	}
+}
+
+// TestCheckCounter: the segment IDs received against the counter the
+// coordinator keeps after every node stopped gracefully. A clean history
+// is dense; each broken one shows its problem.
+func TestCheckCounter(t *testing.T) {
+	def := segment.Definition{Start: 1000, Max: segment.MaxID}
+	ids := func(from, to uint64, skip ...uint64) []Received {
+		var got []Received
+		for id := from; id <= to; id++ {
+			if !slices.Contains(skip, id) {
+				got = append(got, Received{ID: id, Node: "a", Generator: "orders"})
+			}
+		}
+		return append(got, Received{ID: 7, Node: "a", Generator: "default"}) // another generator's: ignored
+	}
+	// 1000..1099 given out, 1100..1149 handed back, 1150..1199 given out.
+	counter := segment.Counter{Next: 1200, Seq: 9, Free: []segment.Range{{First: 1100, Last: 1149}}}
+	given := func(skip ...uint64) []Received {
+		return append(ids(1000, 1099, skip...), ids(1150, 1199, skip...)...)
+	}
+	for _, tc := range []struct {
+		name     string
+		got      []Received
+		c        segment.Counter
+		exact    bool
+		u        Unknown
+		want     string // "" for none
+		wantLost uint64
+	}{
+		{"dense", given(), counter, true, Unknown{}, "", 0},
+		{"one ID lost", given(1050), counter, true, Unknown{}, "1 IDs of orders lost", 1},
+		{"one ID lost, not exact", given(1050), counter, false, Unknown{}, "", 1},
+		{"one ID lost, given to a call of unknown outcome", given(1050), counter, true, Unknown{Calls: 1}, "", 1},
+		{"two IDs lost, one call of unknown outcome", given(1050, 1052), counter, true, Unknown{Calls: 1}, "2 IDs of orders lost", 2},
+		{"the remainder lost (not handed back)", given(), segment.Counter{Next: 1200, Seq: 9}, true, Unknown{}, "50 IDs of orders lost", 50},
+		{"a claim lost, one failed claim", given(), segment.Counter{Next: 1200, Seq: 9}, true, Unknown{Claims: 1}, "", 50},
+		{"a claim and an ID lost, one failed claim", given(1050), segment.Counter{Next: 1200, Seq: 9}, true, Unknown{Claims: 1}, "51 IDs of orders lost", 51},
+		{"a claim and an ID lost, one failed claim, one call", given(1050), segment.Counter{Next: 1200, Seq: 9}, true, Unknown{Calls: 1, Claims: 1}, "", 51},
+		{"an ID handed out and handed back", append(given(), Received{ID: 1120, Node: "b", Generator: "orders"}), counter, false, Unknown{}, "lies in the free range [1100, 1149]", 0},
+		{"an ID never claimed", append(given(), Received{ID: 1200, Node: "b", Generator: "orders"}), counter, false, Unknown{}, "never claimed", 0},
+		{"an ID below the start", append(given(), Received{ID: 999, Node: "b", Generator: "orders"}), counter, false, Unknown{}, "below the definition's start", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			problems, lost := CheckCounter(tc.got, "orders", def, tc.c, tc.exact, tc.u)
+			switch {
+			case tc.want == "" && len(problems) > 0:
+				t.Fatalf("a clean history has problems: %v", problems)
+			case tc.want == "":
+			case len(problems) == 0:
+				t.Fatalf("no problem found; want %q", tc.want)
+			case !strings.Contains(strings.Join(problems, "\n"), tc.want):
+				t.Fatalf("problems %v; want one naming %q", problems, tc.want)
+			}
+			if lost != tc.wantLost {
+				t.Fatalf("lost %d, want %d", lost, tc.wantLost)
+			}
+		})
 	}
 }

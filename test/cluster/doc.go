@@ -4,7 +4,8 @@
 // listener, SIGKILL/SIGSTOP, partitions through TCP proxies in front of
 // every coordinator endpoint), and a checker that looks at every ID any
 // client received: uniqueness, reservation intervals, per-caller order,
-// bounded disorder, and honest availability.
+// bounded disorder, and honest availability — and, for segment generators,
+// the IDs received against the counter the coordinator keeps (CheckCounter).
 //
 // Run with `go test ./test/cluster/` (part of the README's test command).
 // At the end the suite prints a table of the scenarios and writes it as

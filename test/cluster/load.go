@@ -26,14 +26,24 @@ type Received struct {
 	At        time.Time // the client's wall clock at receipt
 	Call      int64     // per-client call number: order of issue per caller
 	Client    int
+	// Run is the node's process (Node.Run: its start count) that answered,
+	// 0 where unknown: a restart came between the call's start and its
+	// answer, or the ID came through the Go client. A segment generator's
+	// IDs increase per caller within one process only (a restarted
+	// process gives out handed-back remainders first, below them).
+	Run int
 }
 
 // Failure is one failed call.
 type Failure struct {
 	Node string
-	Code codes.Code
-	Msg  string
-	At   time.Time
+	// Generator is the generator the call asked for ("" for the node's
+	// default), Count how many IDs.
+	Generator string
+	Count     uint64
+	Code      codes.Code
+	Msg       string
+	At        time.Time
 	// Reason is the ErrorInfo reason the node gave ("" for none: a
 	// transport failure, a caller's deadline, or a refusal without a
 	// cause).
@@ -62,6 +72,22 @@ func (f Failure) causeless() bool {
 	return true
 }
 
+// unknownOutcome reports whether f may have been given IDs the caller
+// never received: the caller's deadline passed, or the connection broke
+// once the call was sent. A refusal with a cause, or a connection never
+// made, took nothing.
+func (f Failure) unknownOutcome() bool {
+	switch {
+	case f.Reason != "":
+		return false
+	case f.Code == codes.DeadlineExceeded, f.Code == codes.Canceled:
+		return true
+	case f.Code == codes.Unavailable:
+		return !strings.Contains(f.Msg, "connection refused") && !strings.Contains(f.Msg, "while dialing")
+	}
+	return true
+}
+
 // Recorder collects every ID and failure of a scenario.
 type Recorder struct {
 	mu       sync.Mutex
@@ -72,19 +98,24 @@ type Recorder struct {
 }
 
 func (r *Recorder) addIDs(node, gen string, client int, call int64, ids []uint64, sent, at time.Time) {
+	r.addRun(node, gen, 0, client, call, ids, sent, at)
+}
+
+// addRun is addIDs answered by the node's process run (0: unknown).
+func (r *Recorder) addRun(node, gen string, run, client int, call int64, ids []uint64, sent, at time.Time) {
 	r.mu.Lock()
 	for _, id := range ids {
-		r.ids = append(r.ids, Received{ID: id, Node: node, Generator: gen, Sent: sent, At: at, Call: call, Client: client})
+		r.ids = append(r.ids, Received{ID: id, Node: node, Generator: gen, Sent: sent, At: at, Call: call, Client: client, Run: run})
 	}
 	r.mu.Unlock()
 }
 
-func (r *Recorder) addFailure(node string, err error, at time.Time) {
+func (r *Recorder) addFailure(node, gen string, count uint64, err error, at time.Time) {
 	st := status.Convert(err)
 	if st.Code() == codes.Unknown && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		st = status.FromContextError(err) // the Go client returns the caller's own context error
 	}
-	f := Failure{Node: node, Code: st.Code(), Msg: st.Message(), At: at}
+	f := Failure{Node: node, Generator: gen, Count: count, Code: st.Code(), Msg: st.Message(), At: at}
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
 			f.Reason = info.GetReason()
@@ -125,6 +156,8 @@ type Load struct {
 	rec    *Recorder
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// draining: the callers send no new call (Drain).
+	draining atomic.Bool
 }
 
 // LoadOptions shape a load.
@@ -154,8 +187,9 @@ func StartLoad(rec *Recorder, nodes []*Node, o LoadOptions) *Load {
 			go func() {
 				defer l.wg.Done()
 				var call int64
-				for ctx.Err() == nil {
+				for ctx.Err() == nil && !l.draining.Load() {
 					call++
+					run := n.Run()
 					sent := time.Now()
 					cctx, ccancel := context.WithTimeout(ctx, o.Deadline)
 					var ids []uint64
@@ -192,11 +226,20 @@ func StartLoad(rec *Recorder, nodes []*Node, o LoadOptions) *Load {
 						if ctx.Err() != nil {
 							return // the load was stopped mid-call
 						}
-						rec.addFailure(n.Name, err, at)
+						count := uint64(1)
+						if o.Range > 0 {
+							count = o.Range
+						} else if o.Batch > 0 {
+							count = uint64(o.Batch)
+						}
+						rec.addFailure(n.Name, o.Generator, count, err, at)
 						time.Sleep(20 * time.Millisecond)
 						continue
 					}
-					rec.addIDs(n.Name, o.Generator, c, call, ids, sent, at)
+					if n.Run() != run {
+						run = 0 // a restart came between: either process may have answered
+					}
+					rec.addRun(n.Name, o.Generator, run, c, call, ids, sent, at)
 					if o.Pause > 0 {
 						time.Sleep(o.Pause)
 					}
@@ -207,10 +250,22 @@ func StartLoad(rec *Recorder, nodes []*Node, o LoadOptions) *Load {
 	return l
 }
 
-// Stop ends the load and waits for every caller.
+// Stop ends the load and waits for every caller: a call in flight is
+// cancelled, and what it may have been given is not recorded.
 func (l *Load) Stop() {
 	l.cancel()
 	l.wg.Wait()
+}
+
+// Drain ends the load without cancelling a call in flight: the callers
+// send no new call, and every answer to one sent is recorded. What the
+// nodes handed out is then exactly what was recorded, but for calls that
+// failed without a cause (a deadline, a broken connection): their outcome
+// is unknown.
+func (l *Load) Drain() {
+	l.draining.Store(true)
+	l.wg.Wait()
+	l.cancel()
 }
 
 // sortedIDs returns the received IDs sorted by value.
@@ -254,7 +309,7 @@ func StartClientLoad(rec *Recorder, c Nexter, callers int, deadline time.Duratio
 					if ctx.Err() != nil {
 						return
 					}
-					rec.addFailure("client", err, at)
+					rec.addFailure("client", "", 1, err, at)
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}

@@ -245,6 +245,14 @@ func (n *Node) start(extra []string) {
 	}
 }
 
+// Run is how many times the node was started: which of its processes
+// runs (or ran last).
+func (n *Node) Run() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.runs
+}
+
 // PID of the running process (0 when stopped).
 func (n *Node) PID() int {
 	n.mu.Lock()
