@@ -189,14 +189,57 @@ func ClaimSegment(ctx context.Context, c Counters, spec CounterSpec, n, above ui
 		}
 		next.Skipped += lost
 		var written CounterRecord
-		written, err = c.SwapCounter(ctx, spec, rec, next.Stamp(WriteID()))
+		stamped := next.Stamp(WriteID())
+		written, err = c.SwapCounter(ctx, spec, rec, stamped)
 		if err == nil {
 			return Claim{Range: r, Record: written}, nil
 		}
 		if errors.Is(err, ErrCounterMoved) {
 			rec, err = written, nil
+			continue
+		}
+		if errors.Is(err, ErrUnavailable) {
+			// The write may have landed: its reply is what was lost.
+			return Claim{}, &ClaimInDoubtError{Claim: Claim{Range: r, Record: CounterRecord{State: stamped}}, Err: err}
 		}
 	}
+}
+
+// ClaimInDoubtError is a claim whose write was sent and whose outcome is
+// unknown (the coordinator unavailable before it answered). The write may
+// have landed: its IDs are this node's if the counter's history holds the
+// claim's write (ResolveClaim), and no other node's in any case.
+type ClaimInDoubtError struct {
+	Claim Claim // the range and the record written, if it landed
+	Err   error
+}
+
+func (e *ClaimInDoubtError) Error() string {
+	return fmt.Sprintf("claim of %v in doubt: %v", e.Claim.Range, e.Err)
+}
+
+func (e *ClaimInDoubtError) Unwrap() error { return e.Err }
+
+// ResolveClaim reads spec's counter to learn whether the claim in doubt
+// landed: landed when the counter's history holds its write ID at its
+// seq (the record read is returned, to continue from), not when it holds
+// another or the counter's seq is below it; unknown (ok false) when more
+// than segment.HistLen writes came since. A history lacking known is a
+// restore (*CounterRolledBackError).
+func ResolveClaim(ctx context.Context, c Counters, spec CounterSpec, doubt Claim, known segment.Mark) (rec CounterRecord, landed, ok bool, err error) {
+	rec, err = ReadFollowing(ctx, c, spec, known)
+	if err != nil {
+		return CounterRecord{}, false, false, err
+	}
+	want := doubt.Record.State.Mark()
+	id, held := rec.State.WriteAt(want.Seq)
+	switch {
+	case rec.State.Seq < want.Seq:
+		return rec, false, true, nil
+	case !held:
+		return rec, false, false, nil
+	}
+	return rec, id == want.ID, true, nil
 }
 
 // HandBackSegment returns r, a claim's unused remainder, to spec's

@@ -85,6 +85,15 @@ func (c Counter) Stamp(id uint64) Counter {
 	return c
 }
 
+// WriteAt is the write ID of the write that made seq, when c still
+// records it.
+func (c Counter) WriteAt(seq uint64) (uint64, bool) {
+	if seq > c.Seq || c.Seq-seq >= uint64(len(c.Hist)) {
+		return 0, false
+	}
+	return c.Hist[uint64(len(c.Hist))-1-(c.Seq-seq)], true
+}
+
 // ErrForked marks a counter whose history does not contain a write a node
 // remembers: its Seq is below the remembered one, or the write recorded at
 // the remembered Seq is another. Either way the coordinator lost writes

@@ -39,6 +39,7 @@ const (
 	// node held, a few seconds of its rate.
 	DefaultMaxStep  = 1 << 32
 	DefaultInterval = 2 * time.Second
+	DefaultOutage   = 2 * time.Second
 	// DefaultPollEvery and DefaultSettle are the node's values on a
 	// shared coordinator (Config.PollEvery, Config.Settle).
 	DefaultPollEvery = time.Second
@@ -63,6 +64,12 @@ type Config struct {
 	// where MaxStep binds).
 	MinStep, MaxStep uint64
 	Interval         time.Duration
+	// Outage is how long, at the measured rate, the IDs held when the
+	// next claim starts should last beyond half a step and the settle:
+	// a coordinator outage (an election) that short refuses nothing
+	// (default DefaultOutage). kill -9 loses up to about a step plus
+	// this plus the settle and half a step of IDs.
+	Outage time.Duration
 	// Known is the last write of the counter this node saw before (its
 	// data dir's record, after a restart); a counter whose history lacks
 	// it is a restore. The zero Mark: none.
@@ -147,8 +154,9 @@ type Source struct {
 	need     uint64 // IDs a waiting take lacks: the next claim's least size
 	above    uint64 // one past the highest ID claimed (0: none)
 	known    segment.Mark
-	last     segment.Counter // the last record read or written
-	lost     uint64          // Config.Lost until a claim has counted it
+	last     segment.Counter    // the last record read or written
+	lost     uint64             // Config.Lost until a claim has counted it
+	doubt    *coordinator.Claim // a claim whose reply was lost (ClaimInDoubtError)
 	step     uint64
 	fail     error         // why no claim succeeded last (nil: none)
 	told     bool          // Notify was told of fail
@@ -194,6 +202,9 @@ func New(cfg Config) (*Source, error) {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
+	}
+	if cfg.Outage <= 0 {
+		cfg.Outage = DefaultOutage
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second
@@ -260,14 +271,26 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 	// ServeMargin: the generator stops serving now, naming the cause,
 	// rather than when the IDs run out (ready means it serves).
 	var tell error
-	if s.fail != nil && !s.told && s.avail < s.marginLocked() {
-		s.told, tell = true, s.fail
+	if t := s.troubleLocked(); t != nil && !s.told && s.avail < s.marginLocked() {
+		s.told, tell = true, t
 	}
 	s.mu.Unlock()
 	if tell != nil && s.cfg.Notify != nil {
 		s.cfg.Notify(tell)
 	}
 	return runs, nil
+}
+
+// troubleLocked is why no more IDs may come: the last claim failed, or
+// a claim waits to be confirmed and the last read failed (nil: none).
+func (s *Source) troubleLocked() error {
+	if s.fail != nil {
+		return s.fail
+	}
+	if s.pendLen > 0 && s.pollErr != nil {
+		return s.pollErr
+	}
+	return nil
 }
 
 // marginLocked is how many IDs the measured rate takes in ServeMargin
@@ -344,9 +367,9 @@ func (s *Source) takeLocked(n uint64, runs []segment.Range) []segment.Range {
 // lowLocked is the low-water mark: fewer IDs than this left (confirmed
 // or settling), the next claim starts — half a step, so that at a steady
 // rate it lands while half of the current claim remains, plus what the
-// rate takes while a claim settles.
+// rate takes while a claim settles and in an Outage.
 func (s *Source) lowLocked() uint64 {
-	return max(s.step/2, 1) + uint64(s.rate*s.cfg.Settle.Seconds())
+	return max(s.step/2, 1) + uint64(s.rate*(s.cfg.Settle+s.cfg.Outage).Seconds())
 }
 
 // askLocked wakes the claim loop.
@@ -453,7 +476,8 @@ func (s *Source) poll(ctx context.Context) {
 			return
 		}
 		s.pollErr = err
-		tell := s.avail == 0 && s.pendLen > 0
+		tell := s.avail < s.marginLocked() && s.pendLen > 0 && !s.told
+		s.told = s.told || tell
 		s.signalLocked()
 		s.mu.Unlock()
 		s.cfg.Log.Warn("segment counter read failed", "generator", s.cfg.Spec.Generator, "err", err)
@@ -478,6 +502,9 @@ func (s *Source) poll(ctx context.Context) {
 	}
 	if confirmed {
 		s.signalLocked()
+		if s.fail == nil {
+			s.told = false
+		}
 	}
 	s.mu.Unlock()
 	if confirmed && s.cfg.Notify != nil {
@@ -490,12 +517,45 @@ func (s *Source) claim(ctx context.Context) error {
 	s.mu.Lock()
 	step := max(s.sizeLocked(), s.need)
 	s.need = 0
-	above, known, lost := s.above, s.known, s.lost
+	above, known, doubt := s.above, s.known, s.doubt
 	held := s.avail + s.pendLen
 	s.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	_, began := s.cfg.Clock.Now()
-	c, err := coordinator.ClaimSegment(cctx, s.cfg.Counters, s.cfg.Spec, step, above, known, lost)
+	var c coordinator.Claim
+	var err error
+	landed := false
+	if doubt != nil {
+		// The last claim's reply was lost: its write may have landed.
+		var rec coordinator.CounterRecord
+		var ok bool
+		rec, landed, ok, err = coordinator.ResolveClaim(cctx, s.cfg.Counters, s.cfg.Spec, *doubt, known)
+		if err == nil {
+			s.mu.Lock()
+			s.doubt = nil
+			switch {
+			case landed:
+				c = coordinator.Claim{Range: doubt.Range, Record: rec}
+			case !ok: // too many writes since to tell: counted as skipped
+				s.lost += doubt.Range.Len()
+			}
+			s.mu.Unlock()
+			s.cfg.Log.Info("segment claim in doubt resolved", "generator", s.cfg.Spec.Generator, "range", doubt.Range.String(),
+				"landed", landed, "known", ok)
+		}
+	}
+	if err == nil && !landed {
+		s.mu.Lock()
+		lost := s.lost
+		s.mu.Unlock()
+		c, err = coordinator.ClaimSegment(cctx, s.cfg.Counters, s.cfg.Spec, step, above, known, lost)
+		var de *coordinator.ClaimInDoubtError
+		if errors.As(err, &de) {
+			s.mu.Lock()
+			s.doubt = &de.Claim
+			s.mu.Unlock()
+		}
+	}
 	cancel()
 	s.observe("claim", began, err)
 	if err == nil && s.cfg.Record != nil {
@@ -651,7 +711,7 @@ func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
 	s.stop()
 	<-s.done
 	s.mu.Lock()
-	segs, known := s.segs, s.known
+	segs, known, doubt := s.segs, s.known, s.doubt
 	for _, p := range s.pending {
 		segs = append(segs, p.r)
 	}
@@ -661,6 +721,9 @@ func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
 		return 0, nil // a crash: the last claim's record of what was held stands
 	}
 	var back, failed uint64
+	if doubt != nil {
+		failed = doubt.Range.Len() // its reply was lost: if it landed, it is lost
+	}
 	var errs []error
 	for i := len(segs) - 1; i >= 0; i-- {
 		dropped, rec, err := coordinator.HandBackSegment(ctx, s.cfg.Counters, s.cfg.Spec, segs[i], known)

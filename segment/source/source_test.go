@@ -462,3 +462,28 @@ func TestStopsServingBeforeRunningOut(t *testing.T) {
 		}
 	})
 }
+
+// TestClaimInDoubtResolved: a claim whose write landed but whose reply
+// was lost is recognised by its write ID at the next claim, and its IDs
+// are handed out — none skipped; the counter moved only once for it.
+func TestClaimInDoubtResolved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		store.Faults().LoseReplies(memory.OpCounter, 1)
+		s := newSource(t, c, nil)
+		time.Sleep(time.Second) // the claim's retry, 200 ms after the lost reply
+		runs := take(t, s, 1)
+		if runs[0].First != 1 {
+			t.Fatalf("first ID %d after the lost reply, want 1 (the claim in doubt landed and is this node's)", runs[0].First)
+		}
+		rec, err := c.ReadCounter(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := s.Stats(); rec.State.Seq != 1 || st.Claims != 1 || st.Claimed != rec.State.Next-1 {
+			t.Fatalf("counter %+v, stats %+v: want one write, all of it this node's", rec.State, st)
+		}
+	})
+}
