@@ -70,6 +70,10 @@ type Config struct {
 	// (default DefaultOutage). kill -9 loses up to about a step plus
 	// this plus the settle and half a step of IDs.
 	Outage time.Duration
+	// FirstStep is the first claim's size, before any demand is measured
+	// (default MinStep; 10 × MinStep with a Settle, since a node that runs
+	// dry then waits a whole settle).
+	FirstStep uint64
 	// Known is the last write of the counter this node saw before (its
 	// data dir's record, after a restart); a counter whose history lacks
 	// it is a restore. The zero Mark: none.
@@ -205,6 +209,12 @@ func New(cfg Config) (*Source, error) {
 	}
 	if cfg.Outage <= 0 {
 		cfg.Outage = DefaultOutage
+	}
+	if cfg.FirstStep == 0 {
+		cfg.FirstStep = cfg.MinStep
+		if cfg.Settle > 0 {
+			cfg.FirstStep = min(10*cfg.MinStep, cfg.MaxStep)
+		}
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 2 * time.Second
@@ -358,6 +368,9 @@ func (s *Source) takeLocked(n uint64, runs []segment.Range) []segment.Range {
 	s.avail -= n
 	s.stats.Issued += n
 	s.winTaken += n
+	if s.winTaken > s.step/2 {
+		s.rateLocked()
+	}
 	if s.avail+s.pendLen < s.lowLocked() {
 		s.askLocked()
 	}
@@ -488,6 +501,7 @@ func (s *Source) poll(ctx context.Context) {
 	}
 	s.pollErr = nil
 	s.nextPoll = began + s.cfg.PollEvery
+	s.rateLocked()
 	if s.known.Seq <= rec.State.Seq { // a claim may have written since the read began
 		s.known, s.last = rec.State.Mark(), rec.State
 	}
@@ -644,6 +658,23 @@ func (s *Source) fatalLocked(ctx context.Context, err error) bool {
 // Interval, within [MinStep, MaxStep]. The rate is smoothed over windows
 // of at least a tenth of Interval.
 func (s *Source) sizeLocked() uint64 {
+	s.rateLocked()
+	want := uint64(s.rate * s.cfg.Interval.Seconds())
+	least := s.cfg.MinStep
+	if s.stats.Claims == 0 {
+		least = max(least, s.cfg.FirstStep)
+	}
+	s.step = min(max(want, least), s.cfg.MaxStep)
+	s.stats.Step = s.step
+	return s.step
+}
+
+// rateLocked updates the measured rate from the window of takes, when
+// the window spans at least a tenth of Interval. Called at each claim, at
+// each read of the counter, and by a take once the window has taken half
+// a step (a burst), so that the low-water mark follows demand between
+// claims.
+func (s *Source) rateLocked() {
 	_, mono := s.cfg.Clock.Now()
 	if el := mono - s.winStart; el >= s.cfg.Interval/10 && el > 0 {
 		r := float64(s.winTaken) / el.Seconds()
@@ -654,10 +685,6 @@ func (s *Source) sizeLocked() uint64 {
 		}
 		s.winStart, s.winTaken = mono, 0
 	}
-	want := uint64(s.rate * s.cfg.Interval.Seconds())
-	s.step = min(max(want, s.cfg.MinStep), s.cfg.MaxStep)
-	s.stats.Step = s.step
-	return s.step
 }
 
 // Stats reports what the source has done.
