@@ -216,7 +216,7 @@ func (e *RestoredError) Error() string {
 	if ev.Counter {
 		return fmt.Sprintf("coordinator state restored from an older snapshot: generator %q: the counter's history lacks a write node %q (instance %s, %s) saw (it saw next %d, the coordinator showed next %d), noticed at %s; no node claims from this generator until it is cleared: run %s, with N (IDs) above every ID issued before the restore",
 			ev.Generator, ev.Node.Name, ev.Node.InstanceID, ev.Node.Address, ev.Acked, ev.Shown,
-			ev.At.UTC().Format(time.RFC3339Nano), fmt.Sprintf("firn coordinator bump --generator %s --by N", ev.Generator))
+			ev.At.UTC().Format(time.RFC3339Nano), fmt.Sprintf("firn coordinator bump --generator %s --ids N", ev.Generator))
 	}
 	shown := fmt.Sprint(ev.Shown)
 	if ev.Shown < 0 {
