@@ -161,6 +161,7 @@ type Source struct {
 	last     segment.Counter    // the last record read or written
 	lost     uint64             // Config.Lost until a claim has counted it
 	doubt    *coordinator.Claim // a claim whose reply was lost (ClaimInDoubtError)
+	restored bool               // fatal is a restore: reads go on, a bump clears it
 	step     uint64
 	fail     error         // why no claim succeeded last (nil: none)
 	told     bool          // Notify was told of fail
@@ -409,14 +410,15 @@ func (s *Source) run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		s.mu.Lock()
-		if s.stopped || s.fatal != nil {
+		if s.stopped || (s.fatal != nil && !s.restored) {
 			s.mu.Unlock()
 			return
 		}
-		need := s.avail+s.pendLen < s.lowLocked() || s.need > 0
+		// After a restore the source only reads, until a bump clears it.
+		need := s.fatal == nil && (s.avail+s.pendLen < s.lowLocked() || s.need > 0)
 		_, mono := s.cfg.Clock.Now()
 		due := time.Duration(-1) // when the next read is due (-1: never)
-		if s.cfg.PollEvery > 0 {
+		if s.cfg.PollEvery > 0 || s.restored {
 			due = s.nextPoll
 		}
 		if len(s.pending) > 0 && (due < 0 || s.pending[0].at < due) {
@@ -481,10 +483,14 @@ func (s *Source) poll(ctx context.Context) {
 			return
 		}
 		s.nextPoll = began + s.cfg.RetryEvery
+		if s.restored {
+			s.nextPoll = began + s.pollEvery()
+		}
 		if s.fatalLocked(ctx, err) {
+			fatal := s.fatal
 			s.mu.Unlock()
 			if s.cfg.Notify != nil {
-				s.cfg.Notify(err)
+				s.cfg.Notify(fatal)
 			}
 			return
 		}
@@ -501,6 +507,14 @@ func (s *Source) poll(ctx context.Context) {
 	}
 	s.pollErr = nil
 	s.nextPoll = began + s.cfg.PollEvery
+	if s.restored {
+		// The marker is gone and the counter's history does not contradict
+		// this node's: a bump cleared the restore. Claims resume; the
+		// generator serves again once one is usable.
+		s.fatal, s.restored = nil, false
+		s.cfg.Log.Warn("segment counter restore cleared (the marker is gone): claiming again", "generator", s.cfg.Spec.Generator,
+			"next", rec.State.Next, "seq", rec.State.Seq)
+	}
 	s.rateLocked()
 	if s.known.Seq <= rec.State.Seq { // a claim may have written since the read began
 		s.known, s.last = rec.State.Mark(), rec.State
@@ -589,6 +603,9 @@ func (s *Source) claim(ctx context.Context) error {
 		s.signalLocked()
 		tell := s.avail < s.marginLocked() || s.fatal != nil
 		s.told = s.told || tell
+		if s.fatal != nil {
+			err = s.fatal // the refusal every node gives, for a restore
+		}
 		s.mu.Unlock()
 		if tell && s.cfg.Notify != nil {
 			s.cfg.Notify(err)
@@ -625,11 +642,30 @@ func (s *Source) claim(ctx context.Context) error {
 func (s *Source) fatalLocked(ctx context.Context, err error) bool {
 	var rb *coordinator.CounterRolledBackError
 	switch {
-	case errors.As(err, &rb):
-		s.fatal = err
+	case s.restored && (errors.Is(err, coordinator.ErrRestored) || errors.As(err, &rb)):
+		// Still restored (a read while the marker stands): nothing new. A
+		// history that still lacks the node's write with no marker writes
+		// the marker again.
+		if rb == nil {
+			return true
+		}
 		if s.cfg.Mark != nil {
 			wall, _ := s.cfg.Clock.Now()
 			ev := rb.Evidence(s.cfg.Node, wall)
+			go func() {
+				mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
+				defer cancel()
+				_ = s.cfg.Mark(mctx, ev)
+			}()
+		}
+		return true
+	case errors.As(err, &rb):
+		wall, _ := s.cfg.Clock.Now()
+		ev := rb.Evidence(s.cfg.Node, wall)
+		// The refusal is the marker's, as every other node gives it (what
+		// was found, and the bump that clears it), with this node's finding.
+		s.fatal = fmt.Errorf("%w; found here: %w", &coordinator.RestoredError{Evidence: ev}, err)
+		if s.cfg.Mark != nil {
 			go func() {
 				mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
 				defer cancel()
@@ -640,7 +676,11 @@ func (s *Source) fatalLocked(ctx context.Context, err error) bool {
 		}
 		s.cfg.Log.Error("segment counter rolled back: this generator stops; no node serves it until `firn coordinator bump`",
 			"generator", s.cfg.Spec.Generator, "err", err)
-	case errors.Is(err, segment.ErrExhausted), errors.Is(err, coordinator.ErrRestored),
+		s.restored = true
+	case errors.Is(err, coordinator.ErrRestored):
+		s.fatal, s.restored = err, true
+		s.cfg.Log.Error("segment counter restore marker: this generator stops until `firn coordinator bump`", "generator", s.cfg.Spec.Generator, "err", err)
+	case errors.Is(err, segment.ErrExhausted),
 		errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, segment.ErrCounter):
 		s.fatal = err
 		s.cfg.Log.Error("segment source stops claiming", "generator", s.cfg.Spec.Generator, "err", err)
@@ -705,6 +745,15 @@ func (s *Source) Err() error {
 		return nil
 	}
 	return s.refusalLocked()
+}
+
+// pollEvery is the period of reads: PollEvery, or DefaultPollEvery where
+// the source reads only to learn that a restore was cleared.
+func (s *Source) pollEvery() time.Duration {
+	if s.cfg.PollEvery > 0 {
+		return s.cfg.PollEvery
+	}
+	return DefaultPollEvery
 }
 
 // observe reports a coordinator call begun at began (monotonic).
