@@ -258,6 +258,19 @@ func TestRestoreFoundByPoll(t *testing.T) {
 				if st := b.Stats(); st.Issued != 0 {
 					t.Fatalf("B issued %d IDs", st.Issued)
 				}
+				// A bump clears it: both read on, and claim again above
+				// everything, without a restart.
+				res, err := ca.BumpCounter(ctx, spec, 1000)
+				if err != nil || res.Cleared == nil {
+					t.Fatalf("bump: %+v %v", res, err)
+				}
+				time.Sleep(5 * time.Second)
+				for name, src := range map[string]*source.Source{"A": a, "B": b} {
+					runs := take(t, src, 5)
+					if runs[0].First < res.After.Next {
+						t.Fatalf("%s after the bump: %v, want from %d on", name, runs, res.After.Next)
+					}
+				}
 			})
 		})
 	}
