@@ -93,10 +93,17 @@ type holderLog struct {
 }
 
 func (h *holderLog) Enabled(ctx context.Context, l slog.Level) bool {
-	return l == slog.LevelInfo || h.next.Enabled(ctx, l) // the holder events are Info
+	// The holder events are Info; a segment generator's failed hand-back
+	// is a Warn.
+	return l == slog.LevelInfo || l == slog.LevelWarn || h.next.Enabled(ctx, l)
 }
 
 func (h *holderLog) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && r.Message == segHandBackFailed {
+		h.w.mu.Lock()
+		h.w.segWarned[h.node]++
+		h.w.mu.Unlock()
+	}
 	if r.Message == "holder interval opened" || r.Message == "holder interval closed" {
 		var event string
 		var slot coordinator.Slot

@@ -165,11 +165,19 @@ func (s idShape) idOf(slot coordinator.Slot, key uint64) uint64 {
 // with a neighbour of the same caller it meets; it reports a run r
 // overlaps, if any (then r is not recorded).
 func (w *world) insertRun(slot coordinator.Slot, r keyRun) (keyRun, bool) {
-	runs := w.issued[slot]
+	runs, prev, dup := insertKeyRun(w.issued[slot], r)
+	w.issued[slot] = runs
+	return prev, dup
+}
+
+// insertKeyRun records r in runs (sorted, disjoint), merged with a
+// neighbour of the same caller it meets; it returns the runs and a run r
+// overlaps, if any (then r is not recorded).
+func insertKeyRun(runs []keyRun, r keyRun) ([]keyRun, keyRun, bool) {
 	i := sort.Search(len(runs), func(i int) bool { return runs[i].first > r.last })
 	// runs[:i] start at or below r.last: only runs[i-1] may reach r.
 	if i > 0 && runs[i-1].last >= r.first {
-		return runs[i-1], true
+		return runs, runs[i-1], true
 	}
 	joinsPrev := i > 0 && runs[i-1].last+1 == r.first && runs[i-1].who == r.who
 	joinsNext := i < len(runs) && r.last+1 == runs[i].first && runs[i].who == r.who
@@ -186,8 +194,7 @@ func (w *world) insertRun(slot coordinator.Slot, r keyRun) (keyRun, bool) {
 		copy(runs[i+1:], runs[i:])
 		runs[i] = r
 	}
-	w.issued[slot] = runs
-	return keyRun{}, false
+	return runs, keyRun{}, false
 }
 
 // received checks and records one call's IDs, as pieces: unique, and

@@ -138,16 +138,18 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 		add(at+dur, "NTP normal", func(w *world) { w.setNTP(0, false) })
 	case 5: // coordinator latency
 		lat := []time.Duration{10 * time.Millisecond, 200 * time.Millisecond, 900 * time.Millisecond}[r.Intn(3)]
-		add(at, fmt.Sprintf("coordinator latency %v", lat), func(w *world) { w.store.Faults().SetLatency(memory.OpAll, lat) })
-		add(at+dur, "coordinator latency ends", func(w *world) { w.store.Faults().SetLatency(memory.OpAll, 0) })
+		add(at, fmt.Sprintf("coordinator latency %v", lat), func(w *world) { w.faults(func(f *memory.Faults) { f.SetLatency(memory.OpAll, lat) }) })
+		add(at+dur, "coordinator latency ends", func(w *world) { w.faults(func(f *memory.Faults) { f.SetLatency(memory.OpAll, 0) }) })
 	case 6: // coordinator unavailable
 		a := []memory.Availability{memory.Refusing, memory.Hanging}[r.Intn(2)]
 		dur = time.Duration(500+r.Intn(8000)) * time.Millisecond
-		add(at, fmt.Sprintf("coordinator %v", a), func(w *world) { w.store.Faults().SetAvailability(memory.OpAll, a) })
-		add(at+dur, "coordinator available", func(w *world) { w.store.Faults().SetAvailability(memory.OpAll, memory.Available) })
+		add(at, fmt.Sprintf("coordinator %v", a), func(w *world) { w.faults(func(f *memory.Faults) { f.SetAvailability(memory.OpAll, a) }) })
+		add(at+dur, "coordinator available", func(w *world) {
+			w.faults(func(f *memory.Faults) { f.SetAvailability(memory.OpAll, memory.Available) })
+		})
 	case 7: // lost replies
 		k := 1 + r.Intn(3)
-		add(at, fmt.Sprintf("the next %d write replies are lost", k), func(w *world) { w.store.Faults().LoseReplies(memory.OpWrites, k) })
+		add(at, fmt.Sprintf("the next %d write replies are lost", k), func(w *world) { w.faults(func(f *memory.Faults) { f.LoseReplies(memory.OpWrites, k) }) })
 		dur = 0
 	case 8: // a restore to a snapshot taken earlier, then the operator's bump
 		dur = s.restore(w, at)
@@ -193,8 +195,13 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 	r := w.rng
 	gap := time.Duration(2+r.Intn(20)) * time.Second
-	var snap *memory.Snapshot
-	s.add(at, "snapshot of the coordinator", func(w *world) { snap = w.store.Snapshot() })
+	var snap, csnap *memory.Snapshot
+	s.add(at, "snapshot of the coordinator", func(w *world) {
+		snap = w.store.Snapshot()
+		if segmentRestores {
+			csnap = w.cstore.Snapshot()
+		}
+	})
 	// A fresh node (an empty data dir) reaches the restored
 	// coordinator right after the restore, before any holder noticed
 	// it: a worker taken since the snapshot looks free to it. Its
@@ -203,7 +210,13 @@ func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 	fresh := w.freshNode()
 	s.add(at+gap, fmt.Sprintf("coordinator restored to the snapshot of %v ago; %s starts with an empty data dir", gap, fresh.name), func(w *world) {
 		w.store.Restore(snap)
+		if csnap != nil {
+			w.cstore.Restore(csnap)
+		}
 		w.mu.Lock()
+		if csnap != nil {
+			w.segRestored++
+		}
 		w.restores++
 		w.restoredAt = time.Now()
 		w.mu.Unlock()
@@ -221,9 +234,19 @@ func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 		s.add(at+end, fmt.Sprintf("%s stopped (killed: %v)", fresh.name, kill), func(*world) { fresh.stopNode(!kill) })
 	}
 	by := gap + 6*time.Second
-	s.add(at+gap+time.Duration(r.Intn(3000))*time.Millisecond, fmt.Sprintf("operator bumps by %v", by), func(w *world) { w.bump(by) })
+	s.add(at+gap+time.Duration(r.Intn(3000))*time.Millisecond, fmt.Sprintf("operator bumps by %v", by), func(w *world) {
+		w.bump(by)
+		if segmentRestores {
+			w.bumpCounter()
+		}
+	})
 	dur := gap + 10*time.Second
-	s.add(at+dur, "operator bumps any marker left", func(w *world) { w.bumpMarkers() })
+	s.add(at+dur, "operator bumps any marker left", func(w *world) {
+		w.bumpMarkers()
+		if segmentRestores {
+			w.bumpCounterMarker()
+		}
+	})
 	return dur
 }
 
@@ -286,9 +309,18 @@ func (n *node) freeze(on bool) {
 	n.frozen = on
 	if on {
 		n.client.Freeze()
+		n.cclient.Freeze()
 	} else {
 		n.client.Thaw()
+		n.cclient.Thaw()
 	}
+}
+
+// faults applies f to the faults of both stores: the main one and the
+// counters'.
+func (w *world) faults(f func(*memory.Faults)) {
+	f(w.store.Faults())
+	f(w.cstore.Faults())
 }
 
 func (w *world) setNTP(offset time.Duration, silent bool) {

@@ -54,7 +54,7 @@ func TestSim(t *testing.T) {
 	}
 	var failed atomic.Int64
 	start := time.Now()
-	var ids, calls atomic.Int64
+	var ids, segIDs, calls atomic.Int64
 	var kmu sync.Mutex
 	bykind := map[string][]int64{} // the failed seeds by kind of violation
 	one := func(t *testing.T, seed int64) {
@@ -77,6 +77,7 @@ func TestSim(t *testing.T) {
 				t.Fatalf("seed %d: %v", seed, err)
 			}
 			ids.Add(int64(res.IDs))
+			segIDs.Add(int64(min(res.SegmentIDs, 1<<62)))
 			calls.Add(int64(res.Calls))
 			if res.Failed() {
 				failed.Add(1)
@@ -112,9 +113,9 @@ func TestSim(t *testing.T) {
 	wg.Wait()
 	t.Cleanup(func() {
 		el := time.Since(start)
-		t.Logf("%d seeds × %v virtual in %v: %.1f seeds/s, %.0f× real time; %d calls, %d IDs checked; %d failed",
+		t.Logf("%d seeds × %v virtual in %v: %.1f seeds/s, %.0f× real time; %d calls, %d IDs and %d segment IDs checked; %d failed",
 			n, *virtual, el.Round(time.Millisecond), float64(n)/el.Seconds(),
-			float64(time.Duration(n)*(*virtual))/float64(el), calls.Load(), ids.Load(), failed.Load())
+			float64(time.Duration(n)*(*virtual))/float64(el), calls.Load(), ids.Load(), segIDs.Load(), failed.Load())
 		if len(bykind) > 0 {
 			var lines []string
 			for _, k := range slices.Sorted(maps.Keys(bykind)) {

@@ -50,18 +50,28 @@ func (e stateEntry) String() string {
 	return fmt.Sprintf("%s %s %q", e.state, r.Code, r.Reason)
 }
 
-// stateLog is one node life's serving states, in order.
+// stateLog is one node life's serving states of one generator, in order.
 type stateLog struct {
+	gen     string // the generator's name
 	mu      sync.Mutex
 	entries []stateEntry
+	// onEntry, when set, sees each state recorded (with h.mu held).
+	onEntry func(stateEntry)
 }
 
-// watch records every transition of nc's generator.
+// watch records every transition of nc's generator h.gen.
 func (h *stateLog) watch(nc *core.Core) error {
-	_, err := nc.Watch(generatorName, func(tr clockguard.Transition) {
-		sn, err := nc.StateSnapshot(generatorName)
+	_, err := nc.Watch(h.gen, func(tr clockguard.Transition) {
+		sn, err := nc.StateSnapshot(h.gen)
 		h.mu.Lock()
 		defer h.mu.Unlock()
+		if h.onEntry != nil {
+			defer func(n int) {
+				for _, e := range h.entries[n:] {
+					h.onEntry(e)
+				}
+			}(len(h.entries))
+		}
 		if err == nil && sn.State == tr.To && sn.Reason == tr.Reason {
 			h.entries = append(h.entries, entryOf(sn))
 			return
@@ -108,7 +118,7 @@ func (h *stateLog) caughtUp(sn clockguard.Snapshot) bool {
 // those recorded while it ran, and the one read after its answer, once
 // the deliveries of the changes before that reading are in.
 func (h *stateLog) callStates(nc *core.Core, pre stateEntry, mark int, spins int) []stateEntry {
-	post, err := nc.StateSnapshot(generatorName)
+	post, err := nc.StateSnapshot(h.gen)
 	for i := 0; i < spins && err == nil && !h.caughtUp(post); i++ {
 		runtime.Gosched()
 	}
