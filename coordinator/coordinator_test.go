@@ -343,3 +343,13 @@ func TestLazyAdmin(t *testing.T) {
 		t.Fatalf("calls reaching the backend: %v, want %v", rec.calls, want)
 	}
 }
+
+// TestCounterEvidenceAtMax: the evidence of a counter used up to MaxID
+// (next 2^63) is a valid marker.
+func TestCounterEvidenceAtMax(t *testing.T) {
+	rb := &CounterRolledBackError{Generator: "g", Seen: segment.Counter{Next: segment.MaxID + 1}, Known: segment.Mark{Seq: 9, Next: segment.MaxID + 1}, Cause: segment.ErrForked}
+	ev := rb.Evidence(NodeInfo{Name: "n"}, time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC))
+	if err := ev.Validate(); err != nil || ev.Acked < 0 || ev.Shown < 0 {
+		t.Fatalf("evidence %+v: %v", ev, err)
+	}
+}

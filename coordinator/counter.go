@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -125,7 +126,10 @@ func (e *CounterRolledBackError) Is(target error) bool { return target == ErrRol
 // Evidence is the restore marker's record of e: Acked and Shown are the
 // counter's next ID as seen by the node and as shown.
 func (e *CounterRolledBackError) Evidence(node NodeInfo, at time.Time) RestoreEvidence {
-	return RestoreEvidence{Generator: e.Generator, Acked: int64(e.Known.Next), Shown: int64(e.Seen.Next), At: at, Node: node, Counter: true}
+	// Next is at most 2^63 (MaxID+1, the definition used up): kept within
+	// int64.
+	clamp := func(v uint64) int64 { return int64(min(v, math.MaxInt64)) }
+	return RestoreEvidence{Generator: e.Generator, Acked: clamp(e.Known.Next), Shown: clamp(e.Seen.Next), At: at, Node: node, Counter: true}
 }
 
 // Claim is one claim's outcome: the IDs claimed and the record written.

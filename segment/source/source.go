@@ -128,8 +128,30 @@ type Stats struct {
 	Available  uint64          // IDs claimed, confirmed and not yet handed out
 	Settling   uint64          // IDs claimed, waiting for Settle and a confirming read
 	Polls      uint64          // reads of the counter that checked its history
+	Adopted    uint64          // IDs of claims whose reply was lost, found landed (ClaimInDoubtError) and taken
 	Counter    segment.Counter // as last read or written: Skipped is cluster-wide
 }
+
+// ShortError refuses a take larger than what the source holds while its
+// claims fail: the source serves takes up to Have, and this one may
+// succeed after Wait, once a claim lands.
+type ShortError struct {
+	Generator  string
+	Have, Want uint64
+	Wait       time.Duration
+	Err        error // why no claim brings more now
+}
+
+func (e *ShortError) Error() string {
+	return fmt.Sprintf("segment source: generator %q holds %d IDs, fewer than the %d asked for, and cannot claim more now: %v",
+		e.Generator, e.Have, e.Want, e.Err)
+}
+
+func (e *ShortError) Unwrap() error { return e.Err }
+
+// deadlineMargin is how long before its caller's deadline a take that
+// waits for a claim gives up (SettleError).
+const deadlineMargin = 20 * time.Millisecond
 
 // SettleError refuses a take whose deadline falls before the claim that
 // would cover it is confirmed (Config.Settle).
@@ -161,7 +183,8 @@ type Source struct {
 	last     segment.Counter    // the last record read or written
 	lost     uint64             // Config.Lost until a claim has counted it
 	doubt    *coordinator.Claim // a claim whose reply was lost (ClaimInDoubtError)
-	restored bool               // fatal is a restore: reads go on, a bump clears it
+	restored bool
+	lat      time.Duration // the coordinator's recent latency (observe)               // fatal is a restore: reads go on, a bump clears it
 	step     uint64
 	fail     error         // why no claim succeeded last (nil: none)
 	told     bool          // Notify was told of fail
@@ -184,8 +207,9 @@ type Source struct {
 
 // settling is a claim waiting for its confirming read.
 type settling struct {
-	r  segment.Range
-	at time.Duration // monotonic: a read begun at or after it confirms r
+	r    segment.Range
+	at   time.Duration // monotonic: a read begun at or after it confirms r
+	mark segment.Mark  // the claim's own write, which the read must still show
 }
 
 // New starts the source: its first claim is made at once.
@@ -254,24 +278,51 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 	s.mu.Lock()
 	for s.avail < n {
 		err := s.refusalLocked()
+		if err != nil && s.avail > 0 && s.fatal == nil && !s.stopped {
+			// The source still serves smaller takes: this one is short,
+			// not a reason to stop serving. The claim loop is asked for a
+			// claim that covers it.
+			if s.avail+s.pendLen < n {
+				s.need = max(s.need, n-s.avail-s.pendLen)
+			}
+			s.askLocked()
+			err = &ShortError{Generator: s.cfg.Spec.Generator, Have: s.avail, Want: n, Wait: s.cfg.RetryEvery, Err: err}
+		}
 		if err != nil {
 			s.mu.Unlock()
 			return runs, err
 		}
-		if err := s.settleRefusalLocked(ctx, n); err != nil {
-			s.mu.Unlock()
-			return runs, err
-		}
 		// The next claim covers this take whatever the step: a take
-		// larger than the step must not wait for several claims.
+		// larger than the step must not wait for several claims (nor, when
+		// refused for its deadline below, find none made when it comes
+		// back).
 		if s.avail+s.pendLen < n {
 			s.need = max(s.need, n-s.avail-s.pendLen)
 		}
 		s.askLocked()
+		if err := s.settleRefusalLocked(ctx, n); err != nil {
+			s.mu.Unlock()
+			return runs, err
+		}
 		ch := s.changed
 		s.mu.Unlock()
+		// The wait ends before the caller's deadline: a claim that takes
+		// longer than its estimate is refused as such, not as a deadline.
+		var cut <-chan time.Time
+		if dl, ok := ctx.Deadline(); ok && s.cfg.Settle > 0 {
+			t := time.NewTimer(max(time.Until(dl)-deadlineMargin, 0))
+			defer t.Stop()
+			cut = t.C
+		}
 		select {
 		case <-ch:
+		case <-cut:
+			s.mu.Lock()
+			if s.avail >= n {
+				continue
+			}
+			s.mu.Unlock()
+			return runs, &SettleError{Generator: s.cfg.Spec.Generator, Wait: s.cfg.Settle}
 		case <-ctx.Done():
 			return runs, fmt.Errorf("segment source: generator %q: waiting for a claim of the counter: %w", s.cfg.Spec.Generator, ctx.Err())
 		}
@@ -319,18 +370,21 @@ func (s *Source) settleRefusalLocked(ctx context.Context, n uint64) error {
 	if !ok || s.cfg.Settle <= 0 {
 		return nil
 	}
-	wall, mono := s.cfg.Clock.Now()
-	left := dl.Sub(wall)
-	ready := mono + s.cfg.Settle // a claim made now
+	// The deadline against the process's own time (time.Until: the
+	// context's monotonic reading), not the node's clock, which clock
+	// faults may have moved.
+	left := time.Until(dl)
+	_, mono := s.cfg.Clock.Now()
+	ready := mono + s.lat + s.cfg.Settle + s.lat // a claim made now, then its confirming read
 	have := s.avail
 	for _, p := range s.pending {
 		have += p.r.Len()
 		if have >= n {
-			ready = p.at
+			ready = max(p.at, s.nextPoll) + s.lat
 			break
 		}
 	}
-	if wait := ready - mono; wait > left {
+	if wait := ready - mono; wait > 0 && wait > left {
 		return &SettleError{Generator: s.cfg.Spec.Generator, Wait: wait}
 	}
 	return nil
@@ -421,7 +475,9 @@ func (s *Source) run(ctx context.Context) {
 		if s.cfg.PollEvery > 0 || s.restored {
 			due = s.nextPoll
 		}
-		if len(s.pending) > 0 && (due < 0 || s.pending[0].at < due) {
+		if len(s.pending) > 0 && s.pollErr == nil && (due < 0 || s.pending[0].at < due) {
+			// A settling claim is confirmed by the first read after its
+			// time; after a failed read, the next is at nextPoll.
 			due = s.pending[0].at
 		}
 		s.mu.Unlock()
@@ -474,6 +530,9 @@ func (s *Source) poll(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	rec, err := coordinator.ReadFollowing(cctx, s.cfg.Counters, s.cfg.Spec, known)
 	cancel()
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: the read took longer than %v: %v", coordinator.ErrUnavailable, s.cfg.Timeout, err)
+	}
 	s.observe("counter_read", began, err)
 	s.mu.Lock()
 	s.stats.Polls++
@@ -524,6 +583,18 @@ func (s *Source) poll(ctx context.Context) {
 		p := s.pending[0]
 		s.pending = s.pending[1:]
 		s.pendLen -= p.r.Len()
+		// Confirmed only by the claim's own write in the history read: a
+		// bump since (the history starts again), or more writes than the
+		// history keeps, leave it unproven — a claim made on a restored
+		// counter before the bump that cleared the restore would repeat
+		// IDs. Dropped (skipped), and claimed again.
+		if id, ok := rec.State.WriteAt(p.mark.Seq); !ok || id != p.mark.ID {
+			s.lost += p.r.Len()
+			s.stats.Dropped += p.r.Len()
+			s.cfg.Log.Warn("segment claim not confirmed: the counter's history no longer shows it (a bump, or many writes since); its IDs are skipped",
+				"generator", s.cfg.Spec.Generator, "range", p.r.String(), "seq", p.mark.Seq)
+			continue
+		}
 		s.segs = append(s.segs, p.r)
 		s.avail += p.r.Len()
 		confirmed = true
@@ -548,10 +619,12 @@ func (s *Source) claim(ctx context.Context) error {
 	above, known, doubt := s.above, s.known, s.doubt
 	held := s.avail + s.pendLen
 	s.mu.Unlock()
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	// A claim is a read and a swap: a Timeout each.
+	cctx, cancel := context.WithTimeout(ctx, 2*s.cfg.Timeout)
 	_, began := s.cfg.Clock.Now()
 	var c coordinator.Claim
 	var err error
+	var own segment.Mark // the claim's own write
 	landed := false
 	if doubt != nil {
 		// The last claim's reply was lost: its write may have landed.
@@ -564,6 +637,8 @@ func (s *Source) claim(ctx context.Context) error {
 			switch {
 			case landed:
 				c = coordinator.Claim{Range: doubt.Range, Record: rec}
+				own = doubt.Record.State.Mark()
+				s.stats.Adopted += doubt.Range.Len()
 			case !ok: // too many writes since to tell: counted as skipped
 				s.lost += doubt.Range.Len()
 			}
@@ -577,6 +652,7 @@ func (s *Source) claim(ctx context.Context) error {
 		lost := s.lost
 		s.mu.Unlock()
 		c, err = coordinator.ClaimSegment(cctx, s.cfg.Counters, s.cfg.Spec, step, above, known, lost)
+		own = c.Record.State.Mark()
 		var de *coordinator.ClaimInDoubtError
 		if errors.As(err, &de) {
 			s.mu.Lock()
@@ -585,6 +661,10 @@ func (s *Source) claim(ctx context.Context) error {
 		}
 	}
 	cancel()
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		// The claim's own timeout, not a caller's deadline.
+		err = fmt.Errorf("%w: the claim took longer than %v: %v", coordinator.ErrUnavailable, 2*s.cfg.Timeout, err)
+	}
 	s.observe("claim", began, err)
 	if err == nil && s.cfg.Record != nil {
 		if rerr := s.cfg.Record(c.Record.State.Mark(), held+c.Range.Len()); rerr != nil {
@@ -620,7 +700,7 @@ func (s *Source) claim(ctx context.Context) error {
 	s.stats.Claims++
 	if s.cfg.Settle > 0 {
 		_, landed := s.cfg.Clock.Now()
-		s.pending = append(s.pending, settling{r: c.Range, at: landed + s.cfg.Settle})
+		s.pending = append(s.pending, settling{r: c.Range, at: landed + s.cfg.Settle, mark: own})
 		s.pendLen += c.Range.Len()
 		s.mu.Unlock()
 		return nil
@@ -689,6 +769,8 @@ func (s *Source) fatalLocked(ctx context.Context, err error) bool {
 	}
 	// Nothing claimed is handed out any more: a restored counter may give
 	// it out again, and a used-up or foreign one is not ours to trust.
+	// Those IDs are skipped.
+	s.stats.Dropped += s.avail + s.pendLen
 	s.segs, s.avail, s.pending, s.pendLen = nil, 0, nil, 0
 	s.signalLocked()
 	return true
@@ -758,11 +840,18 @@ func (s *Source) pollEvery() time.Duration {
 
 // observe reports a coordinator call begun at began (monotonic).
 func (s *Source) observe(op string, began time.Duration, err error) {
-	if s.cfg.Observe == nil {
-		return
-	}
 	_, now := s.cfg.Clock.Now()
-	s.cfg.Observe(op, now-began, err)
+	took := now - began
+	s.mu.Lock()
+	// The coordinator's latency, for how long a take would wait: rises at
+	// once, decays by a fifth per call.
+	// A call never takes longer than its timeout (2 × Timeout, a claim):
+	// a longer reading is the process paused, not the coordinator.
+	s.lat = max(min(took, 2*s.cfg.Timeout), s.lat*4/5)
+	s.mu.Unlock()
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(op, took, err)
+	}
 }
 
 func (s *Source) fatalErr() error {

@@ -129,20 +129,31 @@ func (rt *Generator) segmentRuns(ctx context.Context, n uint64) ([]segment.Range
 	}
 	runs, err := rt.seg.Take(ctx, n, make([]segment.Range, 0, 2))
 	if err != nil {
-		if r := rt.refusal(); r != nil {
-			return nil, r
-		}
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			return nil, err
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // the caller's deadline, not a claim's timeout
 		}
 		var se *source.SettleError
-		if errors.As(err, &se) {
+		var short *source.ShortError
+		switch {
+		case errors.As(err, &se):
 			// The generator serves; this call's deadline is too short for
 			// the claim that would cover it.
 			return nil, &admission.OverloadedError{Generator: rt.cfg.Name, Asked: int(min(n, 1<<31)), Deadline: true, RetryAfter: se.Wait,
 				Detail: fmt.Sprintf("the claim of the counter that covers these %d IDs is usable in %v (a claim settles %v on a shared coordinator), after the call's deadline", n, se.Wait.Round(time.Millisecond), source.DefaultSettle)}
+		case errors.As(err, &short):
+			// The generator serves smaller calls from what it holds.
+			return nil, &admission.OverloadedError{Generator: rt.cfg.Name, Asked: int(min(n, 1<<31)), RetryAfter: short.Wait,
+				Detail: fmt.Sprintf("this node holds %d IDs, fewer than these %d, and claims of the counter fail (%v)", short.Have, n, short.Err)}
 		}
+		if r := rt.refusal(); r != nil {
+			return nil, r
+		}
+		// The source cannot serve: the state says so (its news may not
+		// have reached the state yet), and the refusal is the state's.
 		rt.segmentState(err)
+		if r := rt.refusal(); r != nil {
+			return nil, r
+		}
 		return nil, &NotServingError{Generator: rt.cfg.Name, Reason: err.Error(), Code: clockguard.CodeCoordinatorUnavailable}
 	}
 	rt.issued.Add(n)

@@ -16,6 +16,7 @@ import (
 	"github.com/firnid/firn/coordinator/memory"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/segment"
+	"github.com/firnid/firn/segment/source"
 	"github.com/firnid/firn/server/admission"
 	"github.com/firnid/firn/server/core"
 )
@@ -44,16 +45,10 @@ import (
 // segmentRestores makes a coordinator restore of the schedule restore the
 // counters too (to a snapshot taken with the main store's), with the
 // operator's bump raising the counter by what was claimed since (the
-// counter's Bump). Off: restores leave the counters alone. The current
-// code's restore detection for counters has known gaps (docs/design.md
-// "Known gaps"): a node notices a restore only at its next claim, and only
-// while the counter's seq is still below what it acknowledged, and a node
-// with an empty data dir cannot tell at all; with segmentRestores on,
-// seeds with restores duplicate segment IDs. It goes on once the nodes
-// recognise a forked history (write IDs in the record, live nodes reading
-// the counter every second, a fresh node waiting two such periods before
-// its first claim).
-const segmentRestores = false
+// counter's Bump). Off: restores leave the counters alone. On, the nodes
+// must find every restore (write IDs in the record, reads every second, a
+// claim settling before use) and never hand out an ID twice.
+const segmentRestores = true
 
 // segHandBackFailed is what a node logs (Warn) when its segment
 // generator's graceful stop could not hand every remainder back
@@ -61,9 +56,8 @@ const segmentRestores = false
 const segHandBackFailed = "segment remainders not all handed back; they are skipped"
 
 // Bugs the segment checks found in the node (server/core/segment.go,
-// segment/source), not fixed on this branch: each const excuses exactly
-// that bug's signature, leaving its check on for everything else. Set it
-// to false once the bug is fixed.
+// segment/source), fixed since: each const, when true, excuses exactly
+// that bug's signature (to replay it on a build that has it).
 const (
 	// segBugRefusalReason: a take the source refuses for lack of IDs
 	// after a failed claim is refused by segmentRuns with Reason
@@ -73,7 +67,7 @@ const (
 	// noticed, when it comes before the source's own notice, with code
 	// COORDINATOR_UNAVAILABLE where the state holds RESTORE_DETECTED;
 	// not excused, and not seen in 300 seeds with segmentRestores.)
-	segBugRefusalReason = true
+	segBugRefusalReason = false
 	// segBugStuckAfterFailedTake: a take larger than what the source
 	// holds, refused because the last claim failed, leaves the
 	// generator not serving for good: segmentRuns sets the state, every
@@ -82,14 +76,14 @@ const (
 	// waiting, never claims again, so no landed claim clears it. The
 	// settle excuses a generator not serving COORDINATOR_UNAVAILABLE
 	// while its source holds IDs.
-	segBugStuckAfterFailedTake = true
+	segBugStuckAfterFailedTake = false
 	// segBugClaimTimeoutAsDeadline: a take refused because the last
 	// claim timed out (the claim's own context, "… the last claim
 	// failed: …: context deadline exceeded") is returned by segmentRuns
 	// as the error itself, at once: the caller sees its deadline
 	// exceeded (DEADLINE_EXCEEDED) long before its deadline, with no
 	// cause.
-	segBugClaimTimeoutAsDeadline = true
+	segBugClaimTimeoutAsDeadline = false
 )
 
 // segName is the segment generator's name; every violation of a segment
@@ -203,6 +197,7 @@ type segLife struct {
 // segStats are the source's figures at the process's end.
 type segStats struct {
 	claimed, issued, handedBack, dropped uint64
+	adopted                              uint64 // claims whose reply was lost, found landed and taken
 }
 
 // segCaller asks its node's segment generator for IDs until stop,
@@ -418,7 +413,15 @@ func (n *node) checkSegRefusal(r refusal) {
 		}
 		w.violate("%s: %s refused as its deadline exceeded after %v, its deadline not reached: %v", id, r.what, r.took, err)
 	case errors.As(err, &ov):
-		w.violate("%s: %s refused as overloaded (a segment generator queues nothing): %v", id, r.what, err)
+		// A segment generator queues nothing; a call for more IDs than the
+		// node holds waits for a claim, and is refused as overloaded, its
+		// wait (the settle and the coordinator's latency) as the retry
+		// delay, when its deadline falls before the claim is usable or
+		// while claims fail; one that waited longer than estimated gives
+		// up just before its deadline, the same way.
+		if ov.Detail == "" || ov.RetryAfter <= 0 || ov.RetryAfter > source.DefaultSettle+10*time.Second || r.took >= callDeadline {
+			w.violate("%s: %s refused as overloaded (a segment generator queues nothing) after %v: %v", id, r.what, r.took, err)
+		}
 	case errors.As(err, &bad):
 		w.violate("%s: %s refused as a bad request, a size Info advertises: %v", id, r.what, err)
 	default:
@@ -443,7 +446,7 @@ func (w *world) segEnded(life *segLife, nc *core.Core, graceful, warned bool) {
 		return
 	}
 	s := st.Segment
-	life.stats = segStats{claimed: s.Claimed, issued: s.Issued, handedBack: s.HandedBack, dropped: s.Dropped}
+	life.stats = segStats{claimed: s.Claimed, issued: s.Issued, handedBack: s.HandedBack, dropped: s.Dropped, adopted: s.Adopted}
 }
 
 // segSettled reports whether the node's segment generator may stay out
@@ -519,7 +522,8 @@ func (w *world) segAccount() {
 		byNext[s.next] = append(byNext[s.next], i)
 	}
 	inHistory := make([]bool, len(w.swaps))
-	var unacked uint64 // consumed by writes whose replies never came
+	var unacked uint64       // consumed by writes whose replies never came
+	var unackedClaims uint64 // by those of them that consumed (claims, not hand-backs)
 	for cur, steps := string(final.Raw), 0; cur != first; steps++ {
 		idx := byNext[cur]
 		if len(idx) == 0 || steps > len(w.swaps) {
@@ -536,6 +540,9 @@ func (w *world) segAccount() {
 		inHistory[k] = true
 		if !w.swaps[k].acked {
 			unacked += w.swaps[k].delta
+			if w.swaps[k].delta < 1<<63 {
+				unackedClaims += w.swaps[k].delta
+			}
 		}
 		cur = w.swaps[k].prev
 	}
@@ -545,7 +552,9 @@ func (w *world) segAccount() {
 		}
 	}
 	var held uint64 // lost by the processes that ended
+	var adopted uint64
 	for _, l := range w.segLives {
+		adopted += l.stats.adopted
 		if !l.ended {
 			w.violateLocked("%s accounting: %s never ended", segName, l.key)
 			continue
@@ -565,6 +574,13 @@ func (w *world) segAccount() {
 		held += kept
 	}
 	lost := consumed - w.segIDs
+	if adopted > unackedClaims {
+		w.violateLocked("%s accounting: the nodes took %d IDs of claims in doubt as landed; unacknowledged claims in the counter's history hold %d", segName, adopted, unackedClaims)
+	}
+	// A claim found landed is its process's (in held, or received); an
+	// unacknowledged hand-back that landed returned IDs its process counts
+	// as kept (its delta is negative, modulo 2^64).
+	unacked -= adopted
 	if lost != held+unacked {
 		w.violateLocked("%s accounting: the counter advanced %d with %d free: %d IDs consumed, %d received by callers, so %d lost; but the processes that ended held %d unused and unacknowledged claims took %d",
 			segName, c.Next-w.segDef.Start, c.FreeLen(), consumed, w.segIDs, int64(lost), held, int64(unacked))
