@@ -23,9 +23,13 @@ func TestRulesAndDashboardOnRealPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatalf("prometheus: %v (test/run.sh installs Debian's prometheus package)", err)
 	}
-	n := startNode(t, true)
+	// A segment generator beside the default: the dashboard's segment row.
+	n := startNode(t, true, "--generator", "default=snowflake", "--generator", "orders=segment")
 	n.waitReady(t, 200, 30*time.Second)
 	n.issue(t, 1000)
+	if code, body, err := httpGet("http://" + n.httpAddr + "/v1/ids?generator=orders&count=1000"); err != nil || code != 200 {
+		t.Fatalf("/v1/ids?generator=orders: %d %s %v", code, body, err)
+	}
 
 	dir := t.TempDir()
 	rules, err := filepath.Abs(rulesFile)

@@ -251,9 +251,17 @@ step "the simulator must fail under each weakened build, for its reason"
 #   firn_wedge            a reservation wait that ignores the clock coming back
 #   firn_weakhold         a wide generator's members rejoin held while it serves
 #   firn_weakreserve      IDs issued past the acknowledged reservation
+# A tag written TAG@S starts at seed S of the same 2000-seed budget (the
+# seeds below S ran on the real build above, and catch nothing of it):
+# firn_weakfence_lease is caught by seeds 1059, 1690 and 1875 only, and
+# from seed 1 took about 120 s of the suite's tail to reach the first.
+# Should the seeds that catch it move below S, the step goes red, never
+# green by mistake.
 sim_passed=()
-while read -r tag kinds; do
-	out=$(GOGC=400 FIRN_SIM_SEEDS=2000 go test -count=1 -failfast -timeout 15m -tags "$tag" -run '^TestSim$' ./test/sim/ 2>&1 || true)
+while read -r tagat kinds; do
+	tag=${tagat%@*}; from=1
+	[ "$tagat" = "$tag" ] || from=${tagat#*@}
+	out=$(GOGC=400 FIRN_SIM_SEEDS=$((2001 - from)) go test -count=1 -failfast -timeout 15m -tags "$tag" -run '^TestSim$' ./test/sim/ -args -seed "$from" 2>&1 || true)
 	seen=$(printf '%s\n' "$out" | sed -n 's/^ *\([a-z-]*\): [0-9]* seeds (.*/\1/p' | sort -u | tr '\n' ' ')
 	if printf '%s\n' "$out" | grep -q 'virtual time stood still'; then seen="$seen stall"; fi
 	hit=""
@@ -270,7 +278,7 @@ while read -r tag kinds; do
 	fi
 done <<'TAGS'
 firn_weakfence duplicate holder-overlap holder-bounds
-firn_weakfence_lease duplicate holder-overlap holder-bounds
+firn_weakfence_lease@1000 duplicate holder-overlap holder-bounds
 firn_weakstep clock-wait deadline
 firn_wedge deadline no-recovery busy-loop stall
 firn_weakhold refused-while-serving
