@@ -1,16 +1,11 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/firnid/firn/internal/testing/etcdtest"
-	"github.com/firnid/firn/internal/testing/zktest"
 )
 
 // TestRestoreSegmentEtcdSnapshot and TestRestoreSegmentZooKeeperDataDir:
@@ -29,30 +24,12 @@ import (
 // the settle the fresh node hands out node 1's IDs) and the simulator's.
 func TestRestoreSegmentEtcdSnapshot(t *testing.T) {
 	t.Parallel() // its own etcd, ports and dirs
-	procs := etcdtest.StartCluster(t, 1)
-	m := procs.Members[0]
-	snap := filepath.Join(t.TempDir(), "snapshot.db")
-	runSegmentRestoreStory(t, restoreStory{
-		coord:    []string{"--etcd", m.ClientURL},
-		snapshot: func() { m.SaveSnapshot(t, snap) },
-		restore:  func() { procs.RestoreSnapshot(t, m, snap) },
-		describe: func() string { b, _ := os.ReadFile(m.LogPath); return tail(string(b), 30) },
-	})
+	runSegmentRestoreStory(t, etcdSnapshotStory(t))
 }
 
 func TestRestoreSegmentZooKeeperDataDir(t *testing.T) {
 	t.Parallel() // its own ZooKeeper, ports and dirs
-	s := zktest.StartStandalone(t)
-	var put func()
-	runSegmentRestoreStory(t, restoreStory{
-		coord:    []string{"--zookeeper", s.Addr},
-		snapshot: func() { put = zkDataCopy(t, s) },
-		restore: func() {
-			s.Kill()
-			put()
-		},
-		describe: func() string { return s.LogTail(30) },
-	})
+	runSegmentRestoreStory(t, zkDataDirStory(t))
 }
 
 func runSegmentRestoreStory(t *testing.T, st restoreStory) {

@@ -63,15 +63,7 @@ type restoreStory struct {
 // and no ID of the whole run repeats.
 func TestRestoreEtcdSnapshot(t *testing.T) {
 	t.Parallel() // its own etcd, ports and dirs: beside the ZooKeeper story
-	procs := etcdtest.StartCluster(t, 1)
-	m := procs.Members[0]
-	snap := filepath.Join(t.TempDir(), "snapshot.db")
-	runRestoreStory(t, restoreStory{
-		coord:    []string{"--etcd", m.ClientURL},
-		snapshot: func() { m.SaveSnapshot(t, snap) },
-		restore:  func() { procs.RestoreSnapshot(t, m, snap) },
-		describe: func() string { b, _ := os.ReadFile(m.LogPath); return tail(string(b), 30) },
-	})
+	runRestoreStory(t, etcdSnapshotStory(t))
 }
 
 // TestRestoreZooKeeperDataDir: the same story on a standalone Debian
@@ -80,9 +72,29 @@ func TestRestoreEtcdSnapshot(t *testing.T) {
 // dir replaced by the copy, and started again).
 func TestRestoreZooKeeperDataDir(t *testing.T) {
 	t.Parallel() // its own ZooKeeper, ports and dirs: beside the etcd story
+	runRestoreStory(t, zkDataDirStory(t))
+}
+
+// etcdSnapshotStory is a one-member etcd of its own, copied by `etcdctl
+// snapshot save` and restored from the snapshot into a fresh data dir.
+func etcdSnapshotStory(t *testing.T) restoreStory {
+	procs := etcdtest.StartCluster(t, 1)
+	m := procs.Members[0]
+	snap := filepath.Join(t.TempDir(), "snapshot.db")
+	return restoreStory{
+		coord:    []string{"--etcd", m.ClientURL},
+		snapshot: func() { m.SaveSnapshot(t, snap) },
+		restore:  func() { procs.RestoreSnapshot(t, m, snap) },
+		describe: func() string { b, _ := os.ReadFile(m.LogPath); return tail(string(b), 30) },
+	}
+}
+
+// zkDataDirStory is a standalone ZooKeeper server of its own, restored
+// from an older copy of its data directory.
+func zkDataDirStory(t *testing.T) restoreStory {
 	s := zktest.StartStandalone(t)
 	var put func()
-	runRestoreStory(t, restoreStory{
+	return restoreStory{
 		coord:    []string{"--zookeeper", s.Addr},
 		snapshot: func() { put = zkDataCopy(t, s) },
 		restore: func() {
@@ -90,7 +102,7 @@ func TestRestoreZooKeeperDataDir(t *testing.T) {
 			put()
 		},
 		describe: func() string { return s.LogTail(30) },
-	})
+	}
 }
 
 // zkDataCopy copies the data dir of the standalone server s, stopped for

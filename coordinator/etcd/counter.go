@@ -111,11 +111,8 @@ func counterFrom(k keys, spec coordinator.CounterSpec, pins, counters, markers [
 	if len(pins) != 1 {
 		return coordinator.CounterRecord{}, fmt.Errorf("%w: generator %q has no pin", segment.ErrCounter, spec.Generator)
 	}
-	var pin coordinator.Pin
-	if err := json.Unmarshal(pins[0].Value, &pin); err != nil {
-		return coordinator.CounterRecord{}, fmt.Errorf("etcd: pin %s is not readable: %w", k.pin(), err)
-	}
-	if err := pin.Check(spec.PinSpec()); err != nil {
+	pin, err := checkCounterPin(k, spec, pins[0].Value)
+	if err != nil {
 		return coordinator.CounterRecord{}, err
 	}
 	if len(counters) != 1 {
@@ -147,11 +144,7 @@ func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterS
 		if len(pins) != 1 || len(counters) != 1 {
 			return coordinator.CounterBump{}, fmt.Errorf("%w: generator %q has no counter to bump", coordinator.ErrInvalidSpec, spec.Generator)
 		}
-		var pin coordinator.Pin
-		if err := json.Unmarshal(pins[0].Value, &pin); err != nil {
-			return coordinator.CounterBump{}, fmt.Errorf("etcd: pin %s is not readable: %w", k.pin(), err)
-		}
-		if err := pin.Check(spec.PinSpec()); err != nil {
+		if _, err := checkCounterPin(k, spec, pins[0].Value); err != nil {
 			return coordinator.CounterBump{}, err
 		}
 		bump, raw, err := coordinator.BumpedCounter(k.counter(), spec, counters[0].Value, by)
@@ -181,4 +174,14 @@ func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterS
 		}
 	}
 	return coordinator.CounterBump{}, fmt.Errorf("%w: etcd counter of %q kept changing during the bump", coordinator.ErrUnavailable, spec.Generator)
+}
+
+// checkCounterPin decodes a segment generator's stored pin and checks it
+// against spec's definition.
+func checkCounterPin(k keys, spec coordinator.CounterSpec, raw []byte) (coordinator.Pin, error) {
+	var pin coordinator.Pin
+	if err := json.Unmarshal(raw, &pin); err != nil {
+		return pin, fmt.Errorf("etcd: pin %s is not readable: %w", k.pin(), err)
+	}
+	return pin, pin.Check(spec.PinSpec())
 }
