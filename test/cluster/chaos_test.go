@@ -33,8 +33,9 @@ import (
 // machine, idle. The ten segment runs add about 90 s alone (two of them,
 // a coordinator's leader killed, 16 s and 21 s one after another; eight
 // beside, 47 s four at a time); 44 runs took 10 min 1 s on this machine
-// shared with other work (load average 10). test/run.sh prints the line.
-const chaosBudget = 10 * time.Minute
+// shared with other work (load average 10), and 10 min 4 s–10 min 7 s in
+// fresh-clone runs of the whole suite. test/run.sh prints the line.
+const chaosBudget = 11 * time.Minute
 
 // Row is one line of the report.
 type Row struct {
