@@ -275,6 +275,8 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 	if n == 0 {
 		return runs, fmt.Errorf("segment source: a take of 0 IDs")
 	}
+	var cut <-chan time.Time // just before the caller's deadline
+	var cutT *time.Timer
 	s.mu.Lock()
 	for s.avail < n {
 		err := s.refusalLocked()
@@ -308,11 +310,10 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 		s.mu.Unlock()
 		// The wait ends before the caller's deadline: a claim that takes
 		// longer than its estimate is refused as such, not as a deadline.
-		var cut <-chan time.Time
-		if dl, ok := ctx.Deadline(); ok && s.cfg.Settle > 0 {
-			t := time.NewTimer(max(time.Until(dl)-deadlineMargin, 0))
-			defer t.Stop()
-			cut = t.C
+		if dl, ok := ctx.Deadline(); ok && s.cfg.Settle > 0 && cutT == nil {
+			cutT = time.NewTimer(max(time.Until(dl)-deadlineMargin, 0)) // one per take, however often it waits
+			defer cutT.Stop()
+			cut = cutT.C
 		}
 		select {
 		case <-ch:
