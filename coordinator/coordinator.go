@@ -569,6 +569,15 @@ type Lease interface {
 	Reserve(ctx context.Context, until int64, hb Heartbeat) error
 	// Reserved is the last reservation acknowledged by the coordinator.
 	Reserved() int64
+	// Assured is how long from now the coordinator keeps this ownership
+	// at least, whatever this process does from here on: the TTL counted
+	// from when the last renewal the coordinator acknowledged was sent
+	// (etcd: the lease's keepalive; ZooKeeper: any request of the
+	// session); 0 once the lease is known lost. A holder that answers
+	// only while it is above a margin never answers after another holder
+	// could have taken the slot, even when paused in between (a sequence
+	// generator's sections, docs/design.md Per-key sequences).
+	Assured() time.Duration
 	// Done is closed when the lease is known lost or released.
 	Done() <-chan struct{}
 	// Ctx is cancelled when Done closes.

@@ -288,3 +288,47 @@ func DecodeCounterRecord(key string, spec CounterSpec, raw []byte, version int64
 	}
 	return CounterRecord{State: st, Raw: raw, Version: version}, nil
 }
+
+// Raised is one write of a sequence generator's section maxima: the
+// record it replaced (Prev: each section's maximum before it) and the one
+// written.
+type Raised struct {
+	Prev   segment.Counter
+	Record CounterRecord
+}
+
+// RaiseSections writes each section s of raise a maximum of at least
+// raise[s] in spec's counter (a sequence generator, segment.Counter.Raise),
+// for a node that saw the write known: read, raise, stamp with a fresh
+// write ID, compare-and-swap, again from the record returned while another
+// write came first. A write is made even when no maximum rises (with
+// always: a section's new owner makes one, which it confirms after the
+// settle). A history lacking known is a restore
+// (*CounterRolledBackError, nothing written). A write whose reply is lost
+// returns the backend's error: a raise that landed unseen only raised.
+func RaiseSections(ctx context.Context, c Counters, spec CounterSpec, raise map[int]uint64, known segment.Mark, always bool) (Raised, error) {
+	rec, err := c.ReadCounter(ctx, spec)
+	for {
+		if err != nil {
+			return Raised{}, err
+		}
+		if err := follows(spec, rec, known); err != nil {
+			return Raised{}, err
+		}
+		next, rose := rec.State.Raise(raise)
+		if !rose && !always {
+			return Raised{Prev: rec.State, Record: rec}, nil
+		}
+		if !rose {
+			next.Seq++
+		}
+		var written CounterRecord
+		written, err = c.SwapCounter(ctx, spec, rec, next.Stamp(WriteID()))
+		if err == nil {
+			return Raised{Prev: rec.State, Record: written}, nil
+		}
+		if errors.Is(err, ErrCounterMoved) {
+			rec, err = written, nil
+		}
+	}
+}

@@ -35,6 +35,8 @@ func (s *scriptLease) Ctx() context.Context  { return context.Background() }
 func (s *scriptLease) Release(context.Context, int64) error {
 	return nil
 }
+func (s *scriptLease) Assured() time.Duration { return time.Hour }
+
 func (s *scriptLease) Reserved() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

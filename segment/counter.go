@@ -49,6 +49,12 @@ type Counter struct {
 	// handing back, as its next start from the same data dir reports it
 	// (at most what it held at its last claim: an upper bound).
 	Skipped uint64
+	// Sec are a sequence generator's persisted maxima, one per section
+	// (Definition.Sections of them; none for a segment generator): no
+	// value above Sec[s] was handed out for a key of section s, and a
+	// section's new owner starts every key of it above Sec[s]. A write
+	// only raises them (Raise), except a bump, which raises all.
+	Sec []uint64
 }
 
 // HistLen is how many write IDs a counter keeps: a node that remembers a
@@ -119,7 +125,31 @@ func (c Counter) Follows(m Mark) error {
 }
 
 // NewCounter is the state of a definition no claim has touched.
-func NewCounter(d Definition) Counter { return Counter{Next: d.Start} }
+func NewCounter(d Definition) Counter {
+	c := Counter{Next: d.Start}
+	if d.IsSeq() {
+		c.Sec = make([]uint64, d.Sections)
+	}
+	return c
+}
+
+// Raise is the state with each section s of raise given a maximum of at
+// least raise[s] (a sequence generator's write ahead), and whether any
+// rose (Seq then counts the write). A maximum is never lowered.
+func (c Counter) Raise(raise map[int]uint64) (Counter, bool) {
+	next := c.clone()
+	rose := false
+	for s, v := range raise {
+		if s >= 0 && s < len(next.Sec) && v > next.Sec[s] {
+			next.Sec[s] = min(v, MaxID)
+			rose = true
+		}
+	}
+	if rose {
+		next.Seq++
+	}
+	return next, rose
+}
 
 // ErrExhausted marks a claim refused because the definition's IDs are
 // used up (every ID up to Max claimed).
@@ -239,6 +269,16 @@ func (c Counter) FreeLen() uint64 {
 func (c Counter) Bump(d Definition, by uint64) (Counter, uint64) {
 	dropped := c.FreeLen()
 	next := Counter{Next: c.Next, Seq: c.Seq + by} // Hist starts again: Seq jumped
+	if d.IsSeq() {
+		// Every section's maximum rises by by: each section's next owner
+		// starts above anything handed out before the restore when by
+		// covers what the snapshot missed.
+		next.Sec = make([]uint64, len(c.Sec))
+		for i, v := range c.Sec {
+			next.Sec[i] = v + min(by, MaxID-min(v, MaxID))
+		}
+		return next, 0
+	}
 	if room := d.Max + 1 - min(c.Next, d.Max+1); by > room {
 		next.Next = d.Max + 1
 	} else {
@@ -252,6 +292,19 @@ func (c Counter) Bump(d Definition, by uint64) (Counter, uint64) {
 // [Start, Max+1], a free range outside [Start, Next), out of order or
 // touching another.
 func (c Counter) Validate(d Definition) error {
+	switch {
+	case d.IsSeq() && len(c.Sec) != d.Sections:
+		return fmt.Errorf("%w: %d section maxima for %d sections", ErrCounter, len(c.Sec), d.Sections)
+	case d.IsSeq() && len(c.Free) > 0:
+		return fmt.Errorf("%w: a sequence generator's counter has free ranges", ErrCounter)
+	case !d.IsSeq() && len(c.Sec) > 0:
+		return fmt.Errorf("%w: a segment generator's counter has %d section maxima", ErrCounter, len(c.Sec))
+	}
+	for i, v := range c.Sec {
+		if v > MaxID {
+			return fmt.Errorf("%w: section %d maximum %d above %d", ErrCounter, i, v, MaxID)
+		}
+	}
 	if c.Next < d.Start || c.Next > d.Max+1 {
 		return fmt.Errorf("%w: next %d outside [%d, %d]", ErrCounter, c.Next, d.Start, d.Max+1)
 	}
@@ -287,6 +340,7 @@ type counterJSON struct {
 	Free [][2]string `json:"free,omitempty"`
 	Hist []string    `json:"hist,omitempty"` // 16 hex digits each
 	Skip string      `json:"skipped,omitempty"`
+	Sec  []string    `json:"sec,omitempty"`
 }
 
 // Encode is the stored form of c (JSON, numbers as decimal strings).
@@ -300,6 +354,9 @@ func (c Counter) Encode() []byte {
 	}
 	if c.Skipped > 0 {
 		j.Skip = strconv.FormatUint(c.Skipped, 10)
+	}
+	for _, v := range c.Sec {
+		j.Sec = append(j.Sec, strconv.FormatUint(v, 10))
 	}
 	b, _ := json.Marshal(j)
 	return b
@@ -341,6 +398,13 @@ func DecodeCounter(b []byte) (Counter, error) {
 			return Counter{}, fmt.Errorf("%w: skipped %q is not a canonical positive decimal", ErrCounter, j.Skip)
 		}
 	}
+	for _, v := range j.Sec {
+		n, err := canonical("sec", v)
+		if err != nil {
+			return Counter{}, err
+		}
+		c.Sec = append(c.Sec, n)
+	}
 	for _, h := range j.Hist {
 		v, err := strconv.ParseUint(h, 16, 64)
 		if err != nil || len(h) != 16 || fmt.Sprintf("%016x", v) != h {
@@ -364,6 +428,7 @@ func canonical(field, s string) (uint64, error) {
 func (c Counter) clone() Counter {
 	c.Free = slices.Clone(c.Free)
 	c.Hist = slices.Clone(c.Hist)
+	c.Sec = slices.Clone(c.Sec)
 	return c
 }
 

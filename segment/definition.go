@@ -33,6 +33,28 @@ const JSMaxID uint64 = 1<<53 - 1
 type Definition struct {
 	Start uint64 // the first ID (default 1)
 	Max   uint64 // the largest ID (default MaxID)
+	// Sections, when positive, makes this the counter of a per-key
+	// sequence generator (package seq): the record keeps one persisted
+	// maximum per section (Counter.Sec) and Start, Max and Next are
+	// unused (Start 1, Max MaxID). Its canonical form is the sequence
+	// generator's (`seq,sections=S`).
+	Sections int
+}
+
+// SeqKind is the word that starts every per-key sequence definition.
+const SeqKind = "seq"
+
+// MaxSections bounds a sequence generator's sections: the record keeps
+// a maximum per section, and every node reads it several times a second.
+const MaxSections = 1024
+
+// IsSeq reports whether d is a per-key sequence generator's counter.
+func (d Definition) IsSeq() bool { return d.Sections > 0 }
+
+// SeqDefinition is the counter definition of a sequence generator with
+// sections sections.
+func SeqDefinition(sections int) Definition {
+	return Definition{Start: 1, Max: MaxID, Sections: sections}
 }
 
 // ErrDefinition marks every refusal of ParseDefinition and Validate.
@@ -110,6 +132,15 @@ func ParseDefinition(s string) (Definition, error) {
 // Validate checks the bounds ParseDefinition enforces, for a definition
 // built in code.
 func (d Definition) Validate() error {
+	if d.Sections != 0 {
+		if d.Sections < 1 || d.Sections > MaxSections {
+			return defErr("sections", "%d is outside [1, %d]", d.Sections, MaxSections)
+		}
+		if d.Start != 1 || d.Max != MaxID {
+			return defErr("sections", "a sequence generator's counter has start 1 and max %d", MaxID)
+		}
+		return nil
+	}
 	switch {
 	case d.Max < 2 || d.Max > MaxID:
 		return defErr("max", "%d is outside [2, %d]", d.Max, MaxID)
@@ -125,6 +156,9 @@ func (d Definition) Validate() error {
 // so that two nodes' definitions are equal exactly when their strings
 // are (the coordinator's pin compares them).
 func (d Definition) String() string {
+	if d.IsSeq() {
+		return fmt.Sprintf("%s,sections=%d", SeqKind, d.Sections)
+	}
 	return fmt.Sprintf("%s,start=%d,max=%d", Kind, d.Start, d.Max)
 }
 

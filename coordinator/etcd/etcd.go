@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -61,6 +62,22 @@ type session struct {
 	id   clientv3.LeaseID
 	done chan struct{} // closed when the keepalive ends: the lease is gone
 	stop context.CancelFunc
+	// base is read before the grant was sent; sent is when the last
+	// acknowledged renewal (or the grant) was sent, as nanoseconds after
+	// base: etcd keeps the lease at least TTL after it.
+	base time.Time
+	sent atomic.Int64
+	ttl  time.Duration
+}
+
+// assured is how long etcd keeps the lease at least, from now.
+func (s *session) assured() time.Duration {
+	select {
+	case <-s.done:
+		return 0
+	default:
+	}
+	return max(time.Until(s.base.Add(time.Duration(s.sent.Load())+s.ttl)), 0)
 }
 
 // New connects to etcd. It returns an error matching
@@ -221,6 +238,7 @@ func (c *Coordinator) getSession(ctx context.Context) (*session, error) {
 	}
 	c.mu.Unlock()
 
+	base := time.Now()
 	cctx, cancel := c.call(ctx)
 	g, err := c.cli.Grant(cctx, int64(c.cfg.Timing.LeaseTTL/time.Second))
 	cancel()
@@ -228,11 +246,11 @@ func (c *Coordinator) getSession(ctx context.Context) (*session, error) {
 		return nil, unavailable("grant", err)
 	}
 	kctx, stop := context.WithCancel(c.bg)
-	s := &session{id: g.ID, done: make(chan struct{}), stop: stop}
+	s := &session{id: g.ID, done: make(chan struct{}), stop: stop, base: base, ttl: time.Duration(g.TTL) * time.Second}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		why := c.keepAlive(kctx, g.ID)
+		why := c.keepAlive(kctx, s)
 		close(s.done)
 		c.log.Info("etcd lease ended", "lease", fmt.Sprintf("%x", int64(s.id)), "reason", why)
 	}()
@@ -251,13 +269,14 @@ func (c *Coordinator) getSession(ctx context.Context) (*session, error) {
 // balancer sends to the next member. The lease is declared lost (the return)
 // once TTL has passed since the last renewal that was acknowledged, counted
 // from when it was sent: the server may have expired it by then.
-func (c *Coordinator) keepAlive(kctx context.Context, id clientv3.LeaseID) string {
+func (c *Coordinator) keepAlive(kctx context.Context, s *session) string {
+	id := s.id
 	ttl := c.cfg.Timing.LeaseTTL
 	interval := ttl / 5
 	// A renewal answers in milliseconds; a short bound per attempt gives
 	// many attempts, on different members, within one TTL.
 	attempt := min(c.cfg.Timing.Timeout, interval/2)
-	lastSent := time.Now()
+	lastSent := s.base
 	wait := interval
 	for {
 		select {
@@ -272,6 +291,7 @@ func (c *Coordinator) keepAlive(kctx context.Context, id clientv3.LeaseID) strin
 		switch {
 		case err == nil && resp.TTL > 0:
 			lastSent, wait = sent, interval
+			s.sent.Store(int64(sent.Sub(s.base)))
 			continue
 		case err == nil:
 			return "lease expired"

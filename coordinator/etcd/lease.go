@@ -1,6 +1,8 @@
 package etcd
 
 import (
+	"time"
+
 	"context"
 	"fmt"
 	"sync"
@@ -214,4 +216,13 @@ func LeaseID(l coordinator.Lease) (clientv3.LeaseID, bool) {
 		return 0, false
 	}
 	return el.etcdLease(), true
+}
+
+// Assured is how long etcd keeps the lease's etcd lease at least: its TTL
+// from when the last acknowledged renewal was sent.
+func (l *lease) Assured() time.Duration {
+	if l.IsDone() {
+		return 0
+	}
+	return l.sess.assured()
 }

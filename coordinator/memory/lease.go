@@ -157,3 +157,14 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 	l.Finish("released")
 	return nil
 }
+
+// Assured is how long the store keeps the lease: the store ends ownership
+// only when told to (an injected expiry, a take-back, a restore), and the
+// lease's end is seen at once, so a live lease is assured for an hour and
+// an ended one not at all.
+func (l *lease) Assured() time.Duration {
+	if l.IsDone() || l.sess.isDone() {
+		return 0
+	}
+	return time.Hour
+}

@@ -1,6 +1,8 @@
 package zookeeper
 
 import (
+	"time"
+
 	"bytes"
 	"context"
 	"errors"
@@ -237,4 +239,13 @@ func SessionOf(l coordinator.Lease) (int64, bool) {
 		return 0, false
 	}
 	return zl.session, true
+}
+
+// Assured is how long ZooKeeper keeps the lease's session at least: its
+// timeout from when the session's latest answered request was sent.
+func (l *lease) Assured() time.Duration {
+	if l.IsDone() {
+		return 0
+	}
+	return l.c.assured(l.session)
 }

@@ -42,6 +42,13 @@ type Coordinator struct {
 	sid        atomic.Int64
 	negotiated atomic.Int64
 
+	// okSid and okSent: the session of the latest request sent that the
+	// server answered, and when it was sent. The server keeps that
+	// session at least its timeout after it (Assured).
+	okMu   sync.Mutex
+	okSid  int64
+	okSent time.Time
+
 	mu        sync.Mutex
 	gate      *gate // the current client's dialer
 	redialing bool  // a new client is being set up
@@ -464,6 +471,7 @@ func call[T any](c *Coordinator, ctx context.Context, f func() (T, error)) (T, e
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timing.Timeout)
 	defer cancel()
 	ch := make(chan result[T], 1)
+	sid, sent := c.sid.Load(), time.Now()
 	if !c.track() {
 		var zero T
 		return zero, zk.ErrClosing
@@ -475,11 +483,37 @@ func call[T any](c *Coordinator, ctx context.Context, f func() (T, error)) (T, e
 	}()
 	select {
 	case r := <-ch:
+		if answered(r.err) && sid != 0 && c.sid.Load() == sid {
+			c.okMu.Lock()
+			if c.okSid != sid || sent.After(c.okSent) {
+				c.okSid, c.okSent = sid, sent
+			}
+			c.okMu.Unlock()
+		}
 		return r.v, r.err
 	case <-ctx.Done():
 		var zero T
 		return zero, fmt.Errorf("%w: %w", errTimeout, ctx.Err())
 	}
+}
+
+// answered reports whether err is the server's answer (none, or one of
+// the answers about nodes and versions), not a failure to reach it.
+func answered(err error) bool {
+	return err == nil || errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrNodeExists) ||
+		errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNotEmpty)
+}
+
+// assured is how long the server keeps session sid at least, from now: its
+// timeout after the latest answered request of it was sent.
+func (c *Coordinator) assured(sid int64) time.Duration {
+	c.okMu.Lock()
+	okSid, sent := c.okSid, c.okSent
+	c.okMu.Unlock()
+	if sid == 0 || okSid != sid || c.sid.Load() != sid {
+		return 0
+	}
+	return max(time.Until(sent.Add(c.SessionTimeout())), 0)
 }
 
 type getResult struct {
