@@ -419,6 +419,12 @@ type Spec struct {
 	// as the taker's own stale record. It is the taking process's own
 	// knowledge, never sent anywhere (not part of the JSON form).
 	Held map[Slot]bool `json:"-"`
+	// NoTakeBack leaves out the taker's own stale records: only free
+	// slots are taken. A sequence generator's sections ask it: a record
+	// whose heartbeat is old may still belong to a live process of the
+	// same instance (a zombie beside its replacement) that answers for
+	// the section until its lease ends (Lease.Assured).
+	NoTakeBack bool `json:"-"`
 }
 
 // Slot is one (datacenter, worker) pair handed out from the cursor.

@@ -184,7 +184,7 @@ func Plan(spec Spec, node NodeInfo, s Scan, now time.Time) ([]Candidate, error) 
 	var cands []Candidate
 	for i := range s.Owners {
 		o := &s.Owners[i]
-		if o.OwnSession || o.Record.Instance != node.InstanceID || now.Sub(o.Record.Wall) <= TakeBackAge || !spec.Contains(o.Slot) || held(spec, o.Slot) {
+		if spec.NoTakeBack || o.OwnSession || o.Record.Instance != node.InstanceID || now.Sub(o.Record.Wall) <= TakeBackAge || !spec.Contains(o.Slot) || held(spec, o.Slot) {
 			continue
 		}
 		if c, ok := candidate(TakeBack, o.Slot, 0, own); ok {

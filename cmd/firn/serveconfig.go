@@ -13,6 +13,7 @@ import (
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/certfile"
 	"github.com/firnid/firn/segment"
+	"github.com/firnid/firn/seq"
 	"github.com/firnid/firn/server/core"
 )
 
@@ -184,6 +185,15 @@ func (sc *serveConfig) finish(now time.Time) (core.Config, error) {
 				return c, flagErr("generator", "%s: %v", name, err)
 			}
 			c.Generators = append(c.Generators, core.GeneratorConfig{Name: name, Segment: &d})
+			continue
+		}
+		if seq.IsDefinition(layout) {
+			d, err := seq.ParseDefinition(layout)
+			if err != nil {
+				return c, flagErr("generator", "%s: %v", name, err)
+			}
+			cd := d.Counter()
+			c.Generators = append(c.Generators, core.GeneratorConfig{Name: name, Segment: &cd})
 			continue
 		}
 		l, err := generator.ParseLayout(layout)

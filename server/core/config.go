@@ -479,8 +479,12 @@ func (c *Config) MaxBatchFor(g GeneratorConfig) int {
 // claim of its own.
 const SegmentMaxRange = 1 << 24
 
-// Kind is "segment" for a segment generator, "snowflake" otherwise.
+// Kind is "seq" for a sequence generator, "segment" for a segment
+// generator, "snowflake" otherwise.
 func (g GeneratorConfig) Kind() string {
+	if g.Segment != nil && g.Segment.IsSeq() {
+		return segment.SeqKind
+	}
 	if g.Segment != nil {
 		return segment.Kind
 	}

@@ -382,6 +382,12 @@ func (c *Core) start() error {
 	}
 	c.policy.WaitFirstPeers()
 	for _, rt := range c.gens {
+		if rt.isSeq() {
+			if err := c.startSeq(rt); err != nil {
+				return err
+			}
+			continue
+		}
 		if rt.isSegment() {
 			if err := c.startSegment(rt); err != nil {
 				return err
@@ -530,6 +536,9 @@ func (c *Core) stop() {
 	for _, rt := range c.gens {
 		if rt.seg != nil {
 			c.stopSegment(rt)
+		}
+		if rt.seqm != nil {
+			c.stopSeq(rt)
 		}
 		if rt.ring != nil {
 			rt.ring.Close()

@@ -15,6 +15,7 @@ import (
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
 	"github.com/firnid/firn/segment/source"
+	"github.com/firnid/firn/seq/sections"
 	"github.com/firnid/firn/server/admission"
 	"github.com/firnid/firn/server/clockpolicy"
 )
@@ -46,6 +47,7 @@ type Generator struct {
 	// seg is a segment generator's source (nil for a snowflake one; set
 	// by Start): no ring, no workers, no clock policy (segment.go).
 	seg    *source.Source
+	seqm   *sections.Manager // a sequence generator's sections
 	issued atomic.Uint64
 	// A wide generator's holders (members.go): maxWorkers is --workers, or
 	// --max-workers under auto; wantW the current target.
@@ -446,10 +448,13 @@ type GeneratorStatus struct {
 	MaxRange        uint64
 	// Wide: the workers the generator holds.
 	Wide WorkersStatus
-	// Kind is "snowflake" or "segment"; Segment is a segment generator's
-	// source (nil for a snowflake generator).
+	// Kind is "snowflake", "segment" or "seq"; Segment is a segment
+	// generator's source (nil for the other kinds); Seq a sequence
+	// generator's sections and Owners its section map as last read.
 	Kind    string
 	Segment *source.Stats
+	Seq     *sections.Stats
+	Owners  []sections.Owner
 }
 
 // commonStatus is what Status shows of every kind.
@@ -473,6 +478,11 @@ func (rt *Generator) commonStatus() GeneratorStatus {
 // Status is the generator as it stands at wall.
 func (rt *Generator) Status(wall time.Time) GeneratorStatus {
 	s := rt.commonStatus()
+	if rt.isSeq() {
+		st := rt.SeqStats()
+		s.Seq, s.Owners = &st, rt.SeqOwners()
+		return s
+	}
 	if rt.isSegment() {
 		st := rt.SegmentStats()
 		s.Segment = &st

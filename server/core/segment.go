@@ -23,7 +23,9 @@ import (
 // claimed IDs or the last claim succeeded; the last claim's failure is its
 // reason otherwise.
 
-// isSegment reports whether rt is a segment generator.
+// isSegment reports whether rt is a segment generator or a sequence
+// generator (isSeq): a generator on a counter of the coordinator, with no
+// worker, ring or clock.
 func (rt *Generator) isSegment() bool { return rt.cfg.Segment != nil }
 
 // newSegmentGenerator is the Generator of segment generator gc: a serving
@@ -124,6 +126,10 @@ func (rt *Generator) segmentState(err error) {
 
 // segmentRuns takes n IDs of a segment generator as runs.
 func (rt *Generator) segmentRuns(ctx context.Context, n uint64) ([]segment.Range, error) {
+	if rt.isSeq() {
+		return nil, BadField("generator", Echo(rt.cfg.Name), "a snowflake or segment generator",
+			"generator %q is a sequence generator: its values are per key (NextSeq, NextSeqs, CurrentSeq)", rt.cfg.Name)
+	}
 	if err := rt.refusal(); err != nil {
 		return nil, err
 	}
@@ -206,7 +212,7 @@ func (rt *Generator) SegmentStats() source.Stats {
 func (rt *Generator) Decode(id uint64) (generator.Parts, error) {
 	if rt.isSegment() {
 		return generator.Parts{}, BadField("generator", Echo(rt.cfg.Name), "a snowflake generator",
-			"generator %q is a segment generator: its IDs are numbers from a counter, with no time, worker or sequence to decode", rt.cfg.Name)
+			"generator %q is a %s generator: its IDs are numbers from a counter, with no time, worker or sequence to decode", rt.cfg.Name, rt.cfg.Kind())
 	}
 	p, err := rt.cfg.Layout.Decode(id)
 	if err != nil {

@@ -1,0 +1,858 @@
+// Package sections is one node's serving side of a per-key sequence
+// generator: its membership among the generator's nodes, the leases of
+// the sections it should own (rendezvous hashing over the live members),
+// each owned section's keys and their current values in memory, and the
+// write ahead of each section's persisted maximum in the coordinator's
+// counter record (docs/design.md, Per-key sequences). A node serves it
+// through server/core/seq.go.
+//
+// The rules that make a key's values strictly increase across owners:
+//   - a value is handed out only when the section's persisted maximum,
+//     acknowledged by the coordinator, is at or above it;
+//   - a section's new owner writes the record (a fenced compare-and-swap)
+//     after it took the section's lease, and starts every key of the
+//     section above the maximum that write replaced;
+//   - an owner answers only while the coordinator is assured to keep its
+//     lease for more than Margin (coordinator.Lease.Assured), checked after
+//     every raise the answer relies on: a new owner takes the lease only
+//     after the old one ended, so every answer of the old owner came
+//     before the new owner's first write, and nothing it handed out is
+//     above the maximum that write replaced.
+package sections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/segment"
+	"github.com/firnid/firn/seq"
+)
+
+// Defaults.
+const (
+	DefaultPollEvery = 250 * time.Millisecond
+	DefaultSettle    = 750 * time.Millisecond
+	DefaultMargin    = 500 * time.Millisecond
+	DefaultBudget    = 10_000_000
+	DefaultMinStep   = 1000
+	DefaultInterval  = 2 * time.Second
+	// MaxMembers is how many nodes may serve one sequence generator: the
+	// member slots follow the sections' in the generator's slot space.
+	MaxMembers = 256
+)
+
+// Config is what a Manager needs.
+type Config struct {
+	Generator string
+	Def       seq.Definition
+	Coord     coordinator.Coordinator
+	// Workers lists the generator's slots (coordinator.Admin.Workers).
+	Workers  func(ctx context.Context, generator string) ([]coordinator.SlotState, error)
+	Counters coordinator.Counters
+	Node     coordinator.NodeInfo
+	Clock    clockguard.Clock
+	// Timeout bounds each coordinator call.
+	Timeout time.Duration
+	// PollEvery is how often the node reads the counter and the slots;
+	// Settle how long a section's new owner waits, on a shared
+	// coordinator, before it confirms its take (0: a private coordinator,
+	// no wait).
+	PollEvery, Settle time.Duration
+	// Margin: a section is answered for only while its lease is assured
+	// for longer than this.
+	Margin time.Duration
+	// Budget is the most keys kept in memory; past it a section forgets
+	// keys (a forgotten key starts again above the section's highest
+	// value: always safe).
+	Budget int
+	// MinStep and Interval size the write ahead: a section's maximum is
+	// raised to its highest value plus max(MinStep, rate × Interval).
+	MinStep  uint64
+	Interval time.Duration
+	// Known is the last write of the counter this node's data dir
+	// remembers (zero: none); Record, when set, stores each write the node
+	// makes before any value of it is handed out.
+	Known  segment.Mark
+	Record func(segment.Mark) error
+	// Mark writes the generator's restore marker.
+	Mark   func(ctx context.Context, ev coordinator.RestoreEvidence) error
+	Log    *slog.Logger
+	Notify func(err error) // nil: the generator serves; else why not
+	// Observe reports each coordinator operation (op: "counter_read",
+	// "raise", "acquire").
+	Observe func(op string, took time.Duration, err error)
+}
+
+// WrongNodeError: another node owns the key's section.
+type WrongNodeError struct {
+	Generator string
+	Section   int
+	Owner     coordinator.NodeInfo
+}
+
+func (e *WrongNodeError) Error() string {
+	return fmt.Sprintf("generator %q: section %d of this key is owned by node %q at %s; call it there (the client routes keys by the section map in Info)",
+		e.Generator, e.Section, e.Owner.Name, e.Owner.Address)
+}
+
+// MovingError: no node answers for the key's section right now (its
+// owner's lease has not ended yet, or its new owner is settling).
+type MovingError struct {
+	Generator  string
+	Section    int
+	Why        string
+	RetryAfter time.Duration
+}
+
+func (e *MovingError) Error() string {
+	return fmt.Sprintf("generator %q: section %d has no serving owner: %s; retry in %v", e.Generator, e.Section, e.Why, e.RetryAfter.Round(time.Millisecond))
+}
+
+// RaiseError: the section's maximum must rise for this call and the
+// write failed.
+type RaiseError struct {
+	Generator string
+	Section   int
+	Err       error
+}
+
+func (e *RaiseError) Error() string {
+	return fmt.Sprintf("generator %q: section %d: its persisted maximum could not be raised: %v", e.Generator, e.Section, e.Err)
+}
+
+func (e *RaiseError) Unwrap() error { return e.Err }
+
+// Owner is one section's owner as the node last read it.
+type Owner struct {
+	Section int
+	Node    coordinator.NodeInfo
+	// Serving: this node owns it and answers for it; Settling: this node
+	// took it and waits for the take to settle.
+	Mine, Serving, Settling bool
+}
+
+// Stats is what the manager has done.
+type Stats struct {
+	Members  int    // live members as last read
+	Owned    int    // sections this node holds a lease of
+	Serving  int    // of them, answered for
+	Keys     int64  // keys in memory
+	Evicted  uint64 // keys forgotten past the budget
+	Raises   uint64 // writes of the counter record (raises and takes)
+	Takes    uint64 // sections taken
+	Releases uint64 // sections given up (moves, drains, lost leases)
+	Issued   uint64 // values handed out
+}
+
+// section is one owned section.
+type section struct {
+	idx   int
+	lease coordinator.Lease
+
+	mu      sync.Mutex
+	keys    map[uint64]uint64 // key hash → highest value handed out
+	floor   uint64            // a key not in keys has had no value above it
+	acked   uint64            // the persisted maximum, acknowledged
+	top     uint64            // the highest value handed out
+	want    uint64            // a waiting call needs acked >= want
+	raised  chan struct{}     // closed at each raise's outcome
+	lastErr error             // the last raise's failure (nil once one lands)
+	dropped bool              // no longer answered for
+
+	// rate: top at the last step computation, and when.
+	rateTop uint64
+	rateAt  time.Duration
+
+	serving              atomic.Bool
+	settleAt             time.Duration // mono
+	takeSeq              uint64
+	takeID               uint64
+	releasing, confirmed bool
+}
+
+// Manager serves one sequence generator's sections on one node.
+type Manager struct {
+	cfg   Config
+	cspec coordinator.CounterSpec
+	log   *slog.Logger
+
+	sec []atomic.Pointer[section]
+
+	mu       sync.Mutex // guards what follows
+	member   coordinator.Lease
+	beatAt   time.Duration
+	members  []string
+	nodes    map[string]coordinator.NodeInfo // instance → node
+	owners   []coordinator.NodeInfo          // section → live owner (zero: none)
+	mark     segment.Mark
+	stopped  bool
+	notified string
+
+	keys    atomic.Int64
+	evicted atomic.Uint64
+	raises  atomic.Uint64
+	takes   atomic.Uint64
+	rels    atomic.Uint64
+	issued  atomic.Uint64
+
+	kick chan struct{}
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// New starts a manager.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Def.Sections < 1 || cfg.Def.Sections > segment.MaxSections {
+		return nil, fmt.Errorf("sections: generator %q: %d sections, want 1..%d", cfg.Generator, cfg.Def.Sections, segment.MaxSections)
+	}
+	if cfg.PollEvery <= 0 {
+		cfg.PollEvery = DefaultPollEvery
+	}
+	if cfg.Margin <= 0 {
+		cfg.Margin = DefaultMargin
+	}
+	if cfg.Budget <= 0 {
+		cfg.Budget = DefaultBudget
+	}
+	if cfg.MinStep == 0 {
+		cfg.MinStep = DefaultMinStep
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Notify == nil {
+		cfg.Notify = func(error) {}
+	}
+	if cfg.Observe == nil {
+		cfg.Observe = func(string, time.Duration, error) {}
+	}
+	m := &Manager{
+		cfg:      cfg,
+		cspec:    coordinator.CounterSpec{Generator: cfg.Generator, Definition: cfg.Def.Counter()},
+		log:      cfg.Log,
+		sec:      make([]atomic.Pointer[section], cfg.Def.Sections),
+		owners:   make([]coordinator.NodeInfo, cfg.Def.Sections),
+		mark:     cfg.Known,
+		notified: "starting",
+		kick:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+	}
+	m.wg.Add(2)
+	go m.loop()
+	go m.raiseLoop()
+	return m, nil
+}
+
+func (m *Manager) mono() time.Duration {
+	_, mono := m.cfg.Clock.Now()
+	return mono
+}
+
+// slotSpec is the coordinator spec of the generator's slot space:
+// sections first, then MaxMembers member slots; held are left out.
+func (m *Manager) slotSpec(held func(coordinator.Slot) bool) coordinator.Spec {
+	n := uint64(m.cfg.Def.Sections + MaxMembers)
+	sp := coordinator.Spec{
+		Generator: m.cfg.Generator, Layout: m.cfg.Def.String(), WorkerLimit: n, DatacenterLimit: 1,
+		Datacenter: -1, MaxFloor: math.MaxInt64, LocalFloor: -1, NoTakeBack: true,
+		Held: map[coordinator.Slot]bool{},
+	}
+	for w := range n {
+		if s := (coordinator.Slot{Worker: w}); held(s) {
+			sp.Held[s] = true
+		}
+	}
+	return sp
+}
+
+// --- requests ----------------------------------------------------------------
+
+// Next hands out n values of key (its hash h): the first returned, the
+// others following it.
+func (m *Manager) Next(ctx context.Context, h uint64, n uint64) (uint64, error) {
+	s := m.cfg.Def.Section(h)
+	st := m.sec[s].Load()
+	if st == nil || !st.serving.Load() {
+		return 0, m.notServed(s, st)
+	}
+	st.mu.Lock()
+	for {
+		if st.dropped {
+			st.mu.Unlock()
+			return 0, m.notServed(s, nil)
+		}
+		cur, ok := st.keys[h]
+		if !ok {
+			cur = st.floor
+		}
+		if cur+n <= st.acked {
+			if err := m.assured(st); err != nil {
+				st.mu.Unlock()
+				return 0, err
+			}
+			if !ok {
+				m.admit(st, h)
+			}
+			st.keys[h] = cur + n
+			st.top = max(st.top, cur+n)
+			if st.acked-st.top < m.step(st)/2 {
+				m.kickRaise()
+			}
+			st.mu.Unlock()
+			m.issued.Add(n)
+			return cur + 1, nil
+		}
+		if cur > segment.MaxID-n {
+			st.mu.Unlock()
+			return 0, &RaiseError{Generator: m.cfg.Generator, Section: s, Err: fmt.Errorf("%w: key at %d cannot take %d more values", segment.ErrExhausted, cur, n)}
+		}
+		st.want = max(st.want, cur+n)
+		ch := st.raised
+		st.mu.Unlock()
+		m.kickRaise()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		st.mu.Lock()
+		if err := st.lastErr; err != nil && st.acked < st.want {
+			st.mu.Unlock()
+			return 0, &RaiseError{Generator: m.cfg.Generator, Section: s, Err: err}
+		}
+	}
+}
+
+// Current is a value at or above every value handed out for key (its
+// hash h), without handing one out.
+func (m *Manager) Current(ctx context.Context, h uint64) (uint64, error) {
+	s := m.cfg.Def.Section(h)
+	st := m.sec[s].Load()
+	if st == nil || !st.serving.Load() {
+		return 0, m.notServed(s, st)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.dropped {
+		return 0, m.notServed(s, nil)
+	}
+	if err := m.assured(st); err != nil {
+		return 0, err
+	}
+	if v, ok := st.keys[h]; ok {
+		return v, nil
+	}
+	return st.floor, nil
+}
+
+// assured refuses when st's lease is not assured beyond the margin.
+func (m *Manager) assured(st *section) error {
+	if a := st.lease.Assured(); a <= m.cfg.Margin {
+		return &MovingError{Generator: m.cfg.Generator, Section: st.idx, RetryAfter: m.cfg.Margin + a,
+			Why: fmt.Sprintf("this node's lease of it is assured for only %v (renewals unacknowledged): it answers no more", a.Round(time.Millisecond))}
+	}
+	return nil
+}
+
+// admit counts a new key of st, forgetting another of st past the budget
+// (st.mu held): a forgotten key starts again above the section's highest
+// value.
+func (m *Manager) admit(st *section, h uint64) {
+	if m.keys.Add(1) <= int64(m.cfg.Budget) {
+		return
+	}
+	for k := range st.keys {
+		if k != h {
+			delete(st.keys, k)
+			st.floor = max(st.floor, st.top)
+			m.keys.Add(-1)
+			m.evicted.Add(1)
+			return
+		}
+	}
+}
+
+// notServed is the refusal for a section this node does not answer for.
+func (m *Manager) notServed(s int, st *section) error {
+	if st != nil && !st.dropped && !st.serving.Load() {
+		left := max(st.settleAt-m.mono(), 0) + m.cfg.PollEvery
+		return &MovingError{Generator: m.cfg.Generator, Section: s, RetryAfter: left, Why: "this node took it and its take settles"}
+	}
+	m.mu.Lock()
+	owner := m.owners[s]
+	stopped := m.stopped
+	m.mu.Unlock()
+	if stopped {
+		return &MovingError{Generator: m.cfg.Generator, Section: s, RetryAfter: time.Second, Why: "this node stopped serving the generator"}
+	}
+	if owner.InstanceID != "" && owner.InstanceID != m.cfg.Node.InstanceID {
+		return &WrongNodeError{Generator: m.cfg.Generator, Section: s, Owner: owner}
+	}
+	return &MovingError{Generator: m.cfg.Generator, Section: s, RetryAfter: m.cfg.PollEvery * 2,
+		Why: "no live owner holds its lease (its last owner's lease has not ended, or its next owner has not taken it yet)"}
+}
+
+// --- the write ahead ------------------------------------------------------------
+
+// step is st's write-ahead step (st.mu held).
+func (m *Manager) step(st *section) uint64 {
+	now := m.mono()
+	el := now - st.rateAt
+	step := m.cfg.MinStep
+	if el > 0 && st.top > st.rateTop {
+		r := float64(st.top-st.rateTop) / el.Seconds() * m.cfg.Interval.Seconds()
+		if r > float64(step) {
+			step = uint64(min(r, float64(segment.MaxID/4)))
+		}
+	}
+	return step
+}
+
+func (m *Manager) kickRaise() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// raiseLoop writes the raises the sections need, all in one write.
+func (m *Manager) raiseLoop() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-m.kick:
+		}
+		m.raiseOnce()
+	}
+}
+
+func (m *Manager) raiseOnce() {
+	want := map[int]uint64{}
+	var sts []*section
+	for i := range m.sec {
+		st := m.sec[i].Load()
+		if st == nil {
+			continue
+		}
+		st.mu.Lock()
+		step := m.step(st)
+		if !st.dropped && st.serving.Load() && (st.want > st.acked || st.acked-min(st.top, st.acked) < step/2) {
+			want[i] = min(max(st.want, st.top), segment.MaxID-step) + step
+			sts = append(sts, st)
+			st.rateTop, st.rateAt = st.top, m.mono()
+		}
+		st.mu.Unlock()
+	}
+	if len(want) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*m.cfg.Timeout)
+	defer cancel()
+	m.mu.Lock()
+	known := m.mark
+	m.mu.Unlock()
+	start := m.mono()
+	r, err := coordinator.RaiseSections(ctx, m.cfg.Counters, m.cspec, want, known, false)
+	m.cfg.Observe("raise", m.mono()-start, err)
+	if err == nil {
+		m.raises.Add(1)
+		err = m.noteWrite(r.Record.State)
+	}
+	if err != nil {
+		m.log.Warn("sequence sections' maxima not raised", "sections", len(want), "err", err)
+		if errors.Is(err, coordinator.ErrRolledBack) || errors.Is(err, coordinator.ErrRestored) {
+			m.restored(err)
+		}
+	}
+	for _, st := range sts {
+		st.mu.Lock()
+		if err == nil {
+			st.acked = max(st.acked, r.Record.State.Sec[st.idx])
+			st.lastErr = nil
+		} else {
+			st.lastErr = err
+		}
+		close(st.raised)
+		st.raised = make(chan struct{})
+		st.mu.Unlock()
+	}
+}
+
+// noteWrite remembers the record this node wrote (its mark, in memory and
+// in the data dir) before any value of it is handed out.
+func (m *Manager) noteWrite(c segment.Counter) error {
+	mk := c.Mark()
+	m.mu.Lock()
+	if mk.Seq >= m.mark.Seq {
+		m.mark = mk
+	}
+	m.mu.Unlock()
+	if m.cfg.Record != nil {
+		return m.cfg.Record(mk)
+	}
+	return nil
+}
+
+// --- the loop ----------------------------------------------------------------
+
+func (m *Manager) loop() {
+	defer m.wg.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		m.tick()
+		t.Reset(m.cfg.PollEvery)
+	}
+}
+
+func (m *Manager) notify(err error) {
+	s := ""
+	if err != nil {
+		s = err.Error()
+	}
+	m.mu.Lock()
+	same := s == m.notified
+	m.notified = s
+	m.mu.Unlock()
+	if !same {
+		m.cfg.Notify(err)
+	}
+}
+
+// tick is one round: membership, the counter read (a restore noticed,
+// settled takes confirmed), the slots read, then the sections to take and
+// to give up.
+func (m *Manager) tick() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*m.cfg.Timeout)
+	defer cancel()
+	if err := m.membership(ctx); err != nil {
+		m.notify(err)
+		if errors.Is(err, coordinator.ErrRestored) || errors.Is(err, coordinator.ErrLayoutMismatch) {
+			m.dropAll("restore or pin: " + err.Error())
+		}
+		return
+	}
+	readAt := m.mono()
+	m.mu.Lock()
+	known := m.mark
+	m.mu.Unlock()
+	rec, err := coordinator.ReadFollowing(ctx, m.cfg.Counters, m.cspec, known)
+	m.cfg.Observe("counter_read", m.mono()-readAt, err)
+	if err != nil {
+		if errors.Is(err, coordinator.ErrRolledBack) || errors.Is(err, coordinator.ErrRestored) {
+			m.restored(err)
+			return
+		}
+		m.notify(err)
+		return
+	}
+	m.mu.Lock()
+	if mk := rec.State.Mark(); mk.Seq >= m.mark.Seq {
+		m.mark = mk
+	}
+	m.mu.Unlock()
+	m.confirm(rec.State, readAt)
+
+	slots, err := m.cfg.Workers(ctx, m.cfg.Generator)
+	if err != nil {
+		m.notify(fmt.Errorf("generator %q: reading its sections' owners: %w", m.cfg.Generator, err))
+		return
+	}
+	m.notify(nil)
+	S := m.cfg.Def.Sections
+	owners := make([]coordinator.NodeInfo, S)
+	nodes := map[string]coordinator.NodeInfo{}
+	for _, sl := range slots {
+		if !sl.Live {
+			continue
+		}
+		if i := int(sl.Slot.Worker); i < S {
+			owners[i] = sl.Heartbeat.Node
+		} else {
+			nodes[sl.Heartbeat.Node.InstanceID] = sl.Heartbeat.Node
+		}
+	}
+	nodes[m.cfg.Node.InstanceID] = m.cfg.Node
+	members := make([]string, 0, len(nodes))
+	for id := range nodes {
+		members = append(members, id)
+	}
+	sort.Strings(members)
+	m.mu.Lock()
+	m.owners, m.nodes, m.members = owners, nodes, members
+	m.mu.Unlock()
+
+	me := m.cfg.Node.InstanceID
+	for s := range S {
+		st := m.sec[s].Load()
+		top := seq.Owner(s, members)
+		switch {
+		case st != nil && ended(st.lease):
+			m.drop(st, "its lease ended")
+		case st != nil && top != me:
+			m.release(ctx, st, fmt.Sprintf("node %q (%s) joined and owns it now", nodes[top].Name, nodes[top].Address))
+		case st == nil && top == me && owners[s].InstanceID == "":
+			m.take(ctx, s, rec)
+		}
+	}
+}
+
+// membership holds a member slot and beats it once a second.
+func (m *Manager) membership(ctx context.Context) error {
+	m.mu.Lock()
+	l := m.member
+	m.mu.Unlock()
+	if l != nil && ended(l) {
+		l = nil
+	}
+	S := uint64(m.cfg.Def.Sections)
+	if l == nil {
+		start := m.mono()
+		nl, err := m.cfg.Coord.Acquire(ctx, m.slotSpec(func(s coordinator.Slot) bool { return s.Worker < S }), m.cfg.Node)
+		m.cfg.Observe("acquire", m.mono()-start, err)
+		if err != nil {
+			return fmt.Errorf("generator %q: joining its members: %w", m.cfg.Generator, err)
+		}
+		m.mu.Lock()
+		m.member, m.beatAt = nl, m.mono()
+		m.mu.Unlock()
+		return nil
+	}
+	if now := m.mono(); now-m.beatAt >= time.Second {
+		wall, _ := m.cfg.Clock.Now()
+		if err := l.Reserve(ctx, 0, coordinator.Heartbeat{Node: m.cfg.Node, Wall: wall}); err != nil {
+			m.log.Warn("sequence membership heartbeat failed", "err", err)
+		}
+		m.mu.Lock()
+		m.beatAt = now
+		m.mu.Unlock()
+	}
+	return nil
+}
+
+// take acquires section s's lease and writes the record, starting every
+// key of s above the maximum the write replaced.
+func (m *Manager) take(ctx context.Context, s int, rec coordinator.CounterRecord) {
+	start := m.mono()
+	l, err := m.cfg.Coord.Acquire(ctx, m.slotSpec(func(sl coordinator.Slot) bool { return sl.Worker != uint64(s) }), m.cfg.Node)
+	m.cfg.Observe("acquire", m.mono()-start, err)
+	if err != nil {
+		if !errors.Is(err, coordinator.ErrExhausted) {
+			m.log.Warn("sequence section not taken", "section", s, "err", err)
+		}
+		return
+	}
+	if l.Slot().Worker != uint64(s) {
+		// Never: every other slot was held out.
+		_ = l.Release(ctx, 0)
+		return
+	}
+	m.mu.Lock()
+	known := m.mark
+	m.mu.Unlock()
+	target := min(rec.State.Sec[s], segment.MaxID-m.cfg.MinStep) + m.cfg.MinStep
+	start = m.mono()
+	r, err := coordinator.RaiseSections(ctx, m.cfg.Counters, m.cspec, map[int]uint64{s: target}, known, true)
+	m.cfg.Observe("raise", m.mono()-start, err)
+	if err == nil {
+		err = m.noteWrite(r.Record.State)
+	}
+	if err != nil {
+		m.log.Warn("sequence section taken, its first write failed: given up", "section", s, "err", err)
+		rctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
+		_ = l.Release(rctx, 0)
+		cancel()
+		if errors.Is(err, coordinator.ErrRolledBack) || errors.Is(err, coordinator.ErrRestored) {
+			m.restored(err)
+		}
+		return
+	}
+	m.raises.Add(1)
+	m.takes.Add(1)
+	base := startAbove(r.Prev.Sec[s])
+	mk := r.Record.State.Mark()
+	st := &section{idx: s, lease: l, keys: map[uint64]uint64{}, floor: base, acked: r.Record.State.Sec[s], top: base,
+		raised: make(chan struct{}), rateTop: base, rateAt: m.mono(), settleAt: m.mono() + m.cfg.Settle, takeSeq: mk.Seq, takeID: mk.ID}
+	if m.cfg.Settle <= 0 {
+		st.serving.Store(true)
+	}
+	m.sec[s].Store(st)
+	m.log.Info("sequence section taken", "generator", m.cfg.Generator, "section", s, "above", base, "max", st.acked, "settle", m.cfg.Settle)
+}
+
+// confirm serves each settling section whose take settled: the read began
+// after its settle and still records its write.
+func (m *Manager) confirm(c segment.Counter, readAt time.Duration) {
+	for i := range m.sec {
+		st := m.sec[i].Load()
+		if st == nil || st.serving.Load() || readAt < st.settleAt {
+			continue
+		}
+		if id, ok := c.WriteAt(st.takeSeq); !ok || id != st.takeID {
+			m.release(context.Background(), st, "its take did not settle: the counter no longer records the take's write (a bump, or more writes than the history keeps)")
+			continue
+		}
+		st.serving.Store(true)
+		m.log.Info("sequence section serving", "generator", m.cfg.Generator, "section", i)
+	}
+}
+
+// drop stops answering for st (st.mu taken: the calls under way finish
+// first).
+func (m *Manager) drop(st *section, why string) bool {
+	st.mu.Lock()
+	was := st.dropped
+	st.dropped = true
+	st.serving.Store(false)
+	n := len(st.keys)
+	st.keys = nil
+	close(st.raised) // waiting calls see it dropped
+	st.raised = make(chan struct{})
+	st.mu.Unlock()
+	if was {
+		return false
+	}
+	m.keys.Add(-int64(n))
+	m.sec[st.idx].CompareAndSwap(st, nil)
+	m.rels.Add(1)
+	m.log.Info("sequence section given up", "generator", m.cfg.Generator, "section", st.idx, "reason", why)
+	return true
+}
+
+// release stops answering for st, then frees its lease.
+func (m *Manager) release(ctx context.Context, st *section, why string) {
+	if !m.drop(st, why) {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
+	if err := st.lease.Release(rctx, 0); err != nil {
+		m.log.Warn("sequence section lease not released (it ends with its TTL)", "section", st.idx, "err", err)
+	}
+}
+
+func (m *Manager) dropAll(why string) {
+	for i := range m.sec {
+		if st := m.sec[i].Load(); st != nil {
+			m.release(context.Background(), st, why)
+		}
+	}
+}
+
+// restored handles a restore found: the marker written, every section
+// given up.
+func (m *Manager) restored(err error) {
+	var rb *coordinator.CounterRolledBackError
+	if errors.As(err, &rb) && m.cfg.Mark != nil {
+		wall, _ := m.cfg.Clock.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
+		if merr := m.cfg.Mark(ctx, rb.Evidence(m.cfg.Node, wall)); merr != nil {
+			m.log.Error("restore marker not written", "err", merr)
+		}
+		cancel()
+	}
+	m.dropAll("restore: " + err.Error())
+	m.notify(err)
+}
+
+// Owners is the section map as last read, this node's own sections
+// marked.
+func (m *Manager) Owners() []Owner {
+	m.mu.Lock()
+	owners := slices.Clone(m.owners)
+	m.mu.Unlock()
+	out := make([]Owner, len(owners))
+	for s := range owners {
+		o := Owner{Section: s, Node: owners[s]}
+		if st := m.sec[s].Load(); st != nil {
+			o.Mine, o.Node = true, m.cfg.Node
+			o.Serving = st.serving.Load()
+			o.Settling = !o.Serving
+		}
+		out[s] = o
+	}
+	return out
+}
+
+// Stats is what the manager has done.
+func (m *Manager) Stats() Stats {
+	st := Stats{Keys: m.keys.Load(), Evicted: m.evicted.Load(), Raises: m.raises.Load(), Takes: m.takes.Load(),
+		Releases: m.rels.Load(), Issued: m.issued.Load()}
+	m.mu.Lock()
+	st.Members = len(m.members)
+	m.mu.Unlock()
+	for i := range m.sec {
+		if s := m.sec[i].Load(); s != nil {
+			st.Owned++
+			if s.serving.Load() {
+				st.Serving++
+			}
+		}
+	}
+	return st
+}
+
+// Stop stops the manager. Graceful: every section is given up and its
+// lease freed, then the membership; otherwise (a crash) leases end with
+// their TTL.
+func (m *Manager) Stop(ctx context.Context, graceful bool) {
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return
+	}
+	m.stopped = true
+	m.mu.Unlock()
+	close(m.stop)
+	m.wg.Wait()
+	for i := range m.sec {
+		st := m.sec[i].Load()
+		if st == nil {
+			continue
+		}
+		if graceful {
+			m.release(ctx, st, "the node stops")
+		} else {
+			m.drop(st, "the node stops")
+		}
+	}
+	m.mu.Lock()
+	l := m.member
+	m.mu.Unlock()
+	if graceful && l != nil {
+		_ = l.Release(ctx, 0)
+	}
+}
+
+// ended reports whether l is known lost or released.
+func ended(l coordinator.Lease) bool {
+	select {
+	case <-l.Done():
+		return true
+	default:
+		return false
+	}
+}
