@@ -15,6 +15,7 @@ import (
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/ringbuffer"
+	"github.com/firnid/firn/seq/sections"
 	"github.com/firnid/firn/server/admission"
 	"github.com/firnid/firn/server/core"
 )
@@ -25,6 +26,8 @@ const (
 	reasonNotFound   clockguard.Code = "NOT_FOUND"
 	reasonBadRequest clockguard.Code = "BAD_REQUEST"
 	reasonOverloaded clockguard.Code = "OVERLOADED"
+	reasonWrongNode  clockguard.Code = "WRONG_NODE"
+	reasonMoving     clockguard.Code = "SECTION_MOVING"
 )
 
 // ErrorDomain is the domain of every ErrorInfo the node sends.
@@ -38,6 +41,10 @@ func code(err error) codes.Code {
 		return codes.OK
 	case errors.Is(err, core.ErrBadRequest):
 		return codes.InvalidArgument
+	case errors.As(err, new(*sections.WrongNodeError)):
+		return codes.FailedPrecondition
+	case errors.As(err, new(*sections.MovingError)), errors.As(err, new(*sections.RaiseError)):
+		return codes.Unavailable
 	case errors.Is(err, core.ErrUnknownGenerator):
 		return codes.NotFound
 	case errors.Is(err, core.ErrNotServing),
@@ -85,7 +92,17 @@ func describe(err error) (d detail, ok bool) {
 	var re *core.RequestError
 	var ue *core.UnknownGeneratorError
 	var rb *generator.RollbackError
+	var wn *sections.WrongNodeError
+	var mv *sections.MovingError
+	var rs *sections.RaiseError
 	switch {
+	case errors.As(err, &wn):
+		return detail{reasonWrongNode, meta("generator", wn.Generator, "owner", wn.Owner.Address, "owner_name", wn.Owner.Name,
+			"section", strconv.Itoa(wn.Section)), 0}, true
+	case errors.As(err, &mv):
+		return detail{reasonMoving, meta("generator", mv.Generator, "section", strconv.Itoa(mv.Section)), mv.RetryAfter}, true
+	case errors.As(err, &rs):
+		return detail{clockguard.CodeCoordinatorUnavailable, meta("generator", rs.Generator, "section", strconv.Itoa(rs.Section)), 0}, true
 	case errors.As(err, &ns):
 		return detail{ns.Code, meta("generator", ns.Generator, "limit", ns.Limit, "measured", ns.Measured), ns.RetryAfter}, true
 	case errors.As(err, &oe):
@@ -209,6 +226,8 @@ func httpStatus(c codes.Code) int {
 		return 403
 	case codes.NotFound:
 		return 404
+	case codes.FailedPrecondition:
+		return 409
 	case codes.Unavailable:
 		return 503
 	case codes.DeadlineExceeded:

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/server/core"
 )
 
 // idService implements firn.v1.IDService over the node's generators.
@@ -100,6 +101,13 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 			MaxRange:        st.MaxRange,
 			Kind:            st.Kind,
 		}
+		if sq := st.Seq; sq != nil {
+			gi.Sections, gi.SeqKeys = uint32(len(st.Owners)), uint64(max(sq.Keys, 0))
+			for _, o := range st.Owners {
+				gi.SectionOwners = append(gi.SectionOwners, &firnv1.SectionOwner{Section: uint32(o.Section),
+					Address: o.Node.Address, Node: o.Node.Name, Serving: o.Node.Address != "" && (!o.Mine || o.Serving)})
+			}
+		}
 		if seg := st.Segment; seg != nil {
 			gi.CounterNext, gi.SegmentStep, gi.SegmentSkipped = seg.Counter.Next, seg.Step, seg.Counter.Skipped
 		}
@@ -115,4 +123,49 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 		resp.Generators = append(resp.Generators, gi)
 	}
 	return resp, nil
+}
+
+func (s *idService) NextSeq(ctx context.Context, req *firnv1.NextSeqRequest) (*firnv1.NextSeqResponse, error) {
+	n := uint64(max(req.GetCount(), 1))
+	first, err := s.node.core.NextSeq(ctx, req.GetGenerator(), req.GetKey(), n)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &firnv1.NextSeqResponse{First: first, Count: uint32(n)}, nil
+}
+
+func (s *idService) NextSeqs(ctx context.Context, req *firnv1.NextSeqsRequest) (*firnv1.NextSeqsResponse, error) {
+	items := make([]core.SeqItem, len(req.GetItems()))
+	for i, it := range req.GetItems() {
+		items[i] = core.SeqItem{Key: it.GetKey(), Count: uint64(max(it.GetCount(), 1))}
+	}
+	if err := s.node.core.NextSeqs(ctx, req.GetGenerator(), items); err != nil {
+		return nil, grpcError(err)
+	}
+	out := make([]firnv1.SeqResult, len(items))
+	resp := &firnv1.NextSeqsResponse{Results: make([]*firnv1.SeqResult, len(items))}
+	for i, it := range items {
+		r := &out[i]
+		if it.Err != nil {
+			r.Error = it.Err.Error()
+			if d, ok := describe(it.Err); ok {
+				r.Reason, r.Owner = string(d.reason), d.metadata["owner"]
+				if d.retry > 0 {
+					r.RetryAfter = durationpb.New(d.retry)
+				}
+			}
+		} else {
+			r.First, r.Count = it.First, uint32(it.Count)
+		}
+		resp.Results[i] = r
+	}
+	return resp, nil
+}
+
+func (s *idService) CurrentSeq(ctx context.Context, req *firnv1.CurrentSeqRequest) (*firnv1.CurrentSeqResponse, error) {
+	v, err := s.node.core.CurrentSeq(ctx, req.GetGenerator(), req.GetKey())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &firnv1.CurrentSeqResponse{Value: v}, nil
 }

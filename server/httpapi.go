@@ -8,6 +8,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -72,6 +73,7 @@ func (n *Node) httpHandler() http.Handler {
 	routes := map[string]http.Handler{
 		"GET /v1/ids":         n.requireClientCert(n.handleIDs),
 		"GET /v1/decode/{id}": n.requireClientCert(n.handleDecode),
+		"POST /v1/seq":        n.requireClientCert(n.handleSeq),
 		"GET /metrics":        promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}),
 		"GET /healthz": http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -129,7 +131,7 @@ func apiFallback(mux *http.ServeMux, routes map[string]http.Handler) http.Handle
 				Message: fmt.Sprintf("no path %s: did you mean %s?", path, core.Echo(rec.header.Get("Location")))}})
 		default:
 			writeJSON(w, http.StatusNotFound, httpError{Error: httpErrorBody{Code: codeName(codes.NotFound),
-				Message: fmt.Sprintf("no path %s (the API: GET /v1/ids, GET /v1/decode/{id}, GET /readyz, GET /healthz, GET /metrics, POST /admin/resume, GET /)", path)}})
+				Message: fmt.Sprintf("no path %s (the API: GET /v1/ids, GET /v1/decode/{id}, POST /v1/seq, GET /readyz, GET /healthz, GET /metrics, POST /admin/resume, GET /)", path)}})
 		}
 	})
 }
@@ -485,4 +487,57 @@ func (n *Node) browserRefusal(r *http.Request) string {
 		return ""
 	}
 	return fmt.Sprintf("refused for Host %q: on a listener without mTLS, address the node by a loopback address or localhost", core.Echo(r.Host))
+}
+
+// seqJSON is POST /v1/seq's body: a key as a string, or as base64 for
+// bytes (key_base64), and a count (default 1).
+type seqJSON struct {
+	Generator string `json:"generator"`
+	Key       string `json:"key"`
+	KeyBase64 string `json:"key_base64"`
+	Count     uint64 `json:"count"`
+}
+
+// handleSeq serves POST /v1/seq: {"generator", "key" | "key_base64",
+// "count"} → {"first": "N", "last": "M", "count": C} (values as decimal
+// strings, exact in any JSON reader). The body must be JSON
+// (Content-Type application/json): a web page on another site cannot send
+// that without the browser asking first, and the node answers no such
+// request.
+func (n *Node) handleSeq(w http.ResponseWriter, r *http.Request) {
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		writeErr(w, core.BadField("Content-Type", core.Echo(ct), "application/json", "POST /v1/seq takes a JSON body (Content-Type: application/json), not %q", core.Echo(ct)))
+		return
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+	dec.DisallowUnknownFields()
+	var req seqJSON
+	if err := dec.Decode(&req); err != nil {
+		writeErr(w, core.BadField("body", "", `{"generator","key" or "key_base64","count"}, at most 4096 bytes`, "the body is not a sequence request: %v", err))
+		return
+	}
+	key := []byte(req.Key)
+	switch {
+	case req.Key != "" && req.KeyBase64 != "":
+		writeErr(w, core.BadField("key", "", "one of key, key_base64", "give the key once: as key (a string) or key_base64 (bytes)"))
+		return
+	case req.KeyBase64 != "":
+		b, err := base64.StdEncoding.DecodeString(req.KeyBase64)
+		if err != nil {
+			writeErr(w, core.BadField("key_base64", core.Echo(req.KeyBase64), "standard base64", "key_base64 is not base64: %v", err))
+			return
+		}
+		key = b
+	}
+	count := max(req.Count, 1)
+	ctx, cancel := context.WithTimeout(admission.WithHTTPFlowKey(r.Context(), r), n.cfg.HTTPRequestTimeout)
+	defer cancel()
+	first, err := n.core.NextSeq(ctx, req.Generator, key, count)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	fmt.Fprintf(w, "{\"first\":\"%d\",\"last\":\"%d\",\"count\":%d}\n", first, first+count-1, count)
 }

@@ -110,6 +110,14 @@ const (
 	// metadata limit is the live nodes the peer check needs, measured those
 	// it counted.
 	ErrorReason_CLOCK_UNCHECKED ErrorReason = 18
+	// The key's section of a sequence generator is owned by another node
+	// (FAILED_PRECONDITION): metadata owner is its gRPC address, owner_name
+	// its name, section the section.
+	ErrorReason_WRONG_NODE ErrorReason = 19
+	// No node answers for the key's section right now (UNAVAILABLE): its
+	// last owner's lease has not ended, or its new owner's take settles.
+	// RetryInfo says when to try again.
+	ErrorReason_SECTION_MOVING ErrorReason = 20
 )
 
 // Enum value maps for ErrorReason.
@@ -134,6 +142,8 @@ var (
 		16: "BAD_REQUEST",
 		17: "OVERLOADED",
 		18: "CLOCK_UNCHECKED",
+		19: "WRONG_NODE",
+		20: "SECTION_MOVING",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -155,6 +165,8 @@ var (
 		"BAD_REQUEST":              16,
 		"OVERLOADED":               17,
 		"CLOCK_UNCHECKED":          18,
+		"WRONG_NODE":               19,
+		"SECTION_MOVING":           20,
 	}
 )
 
@@ -185,6 +197,522 @@ func (ErrorReason) EnumDescriptor() ([]byte, []int) {
 	return file_firn_v1_firn_proto_rawDescGZIP(), []int{0}
 }
 
+type NextSeqRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generator     string                 `protobuf:"bytes,1,opt,name=generator,proto3" json:"generator,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Count         uint32                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextSeqRequest) Reset() {
+	*x = NextSeqRequest{}
+	mi := &file_firn_v1_firn_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextSeqRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextSeqRequest) ProtoMessage() {}
+
+func (x *NextSeqRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextSeqRequest.ProtoReflect.Descriptor instead.
+func (*NextSeqRequest) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *NextSeqRequest) GetGenerator() string {
+	if x != nil {
+		return x.Generator
+	}
+	return ""
+}
+
+func (x *NextSeqRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *NextSeqRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type NextSeqResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The values first … first+count-1.
+	First         uint64 `protobuf:"fixed64,1,opt,name=first,proto3" json:"first,omitempty"`
+	Count         uint32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextSeqResponse) Reset() {
+	*x = NextSeqResponse{}
+	mi := &file_firn_v1_firn_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextSeqResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextSeqResponse) ProtoMessage() {}
+
+func (x *NextSeqResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextSeqResponse.ProtoReflect.Descriptor instead.
+func (*NextSeqResponse) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *NextSeqResponse) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *NextSeqResponse) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type SeqItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Count         uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeqItem) Reset() {
+	*x = SeqItem{}
+	mi := &file_firn_v1_firn_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeqItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeqItem) ProtoMessage() {}
+
+func (x *SeqItem) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeqItem.ProtoReflect.Descriptor instead.
+func (*SeqItem) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SeqItem) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *SeqItem) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type NextSeqsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generator     string                 `protobuf:"bytes,1,opt,name=generator,proto3" json:"generator,omitempty"`
+	Items         []*SeqItem             `protobuf:"bytes,2,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextSeqsRequest) Reset() {
+	*x = NextSeqsRequest{}
+	mi := &file_firn_v1_firn_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextSeqsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextSeqsRequest) ProtoMessage() {}
+
+func (x *NextSeqsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextSeqsRequest.ProtoReflect.Descriptor instead.
+func (*NextSeqsRequest) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NextSeqsRequest) GetGenerator() string {
+	if x != nil {
+		return x.Generator
+	}
+	return ""
+}
+
+func (x *NextSeqsRequest) GetItems() []*SeqItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// SeqResult is one item's outcome: its values, or why it was refused.
+type SeqResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	First uint64                 `protobuf:"fixed64,1,opt,name=first,proto3" json:"first,omitempty"`
+	Count uint32                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// Set when the item was refused: its ErrorReason name, the message,
+	// the owner's address for WRONG_NODE, and the retry delay when known.
+	Reason        string               `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Error         string               `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	Owner         string               `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,6,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeqResult) Reset() {
+	*x = SeqResult{}
+	mi := &file_firn_v1_firn_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeqResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeqResult) ProtoMessage() {}
+
+func (x *SeqResult) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeqResult.ProtoReflect.Descriptor instead.
+func (*SeqResult) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SeqResult) GetFirst() uint64 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *SeqResult) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *SeqResult) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SeqResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *SeqResult) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *SeqResult) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+type NextSeqsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*SeqResult           `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextSeqsResponse) Reset() {
+	*x = NextSeqsResponse{}
+	mi := &file_firn_v1_firn_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextSeqsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextSeqsResponse) ProtoMessage() {}
+
+func (x *NextSeqsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextSeqsResponse.ProtoReflect.Descriptor instead.
+func (*NextSeqsResponse) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *NextSeqsResponse) GetResults() []*SeqResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type CurrentSeqRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Generator     string                 `protobuf:"bytes,1,opt,name=generator,proto3" json:"generator,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CurrentSeqRequest) Reset() {
+	*x = CurrentSeqRequest{}
+	mi := &file_firn_v1_firn_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CurrentSeqRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CurrentSeqRequest) ProtoMessage() {}
+
+func (x *CurrentSeqRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CurrentSeqRequest.ProtoReflect.Descriptor instead.
+func (*CurrentSeqRequest) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CurrentSeqRequest) GetGenerator() string {
+	if x != nil {
+		return x.Generator
+	}
+	return ""
+}
+
+func (x *CurrentSeqRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+type CurrentSeqResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Value         uint64                 `protobuf:"fixed64,1,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CurrentSeqResponse) Reset() {
+	*x = CurrentSeqResponse{}
+	mi := &file_firn_v1_firn_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CurrentSeqResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CurrentSeqResponse) ProtoMessage() {}
+
+func (x *CurrentSeqResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CurrentSeqResponse.ProtoReflect.Descriptor instead.
+func (*CurrentSeqResponse) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CurrentSeqResponse) GetValue() uint64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+// SectionOwner is one section of a sequence generator and the node that
+// owns it, as the answering node last read it (every 250 ms).
+type SectionOwner struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Section uint32                 `protobuf:"varint,1,opt,name=section,proto3" json:"section,omitempty"`
+	// The owner's gRPC address and name; empty while no node owns it.
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Node    string `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	// The owner answers for it (false while its take settles).
+	Serving       bool `protobuf:"varint,4,opt,name=serving,proto3" json:"serving,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SectionOwner) Reset() {
+	*x = SectionOwner{}
+	mi := &file_firn_v1_firn_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SectionOwner) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SectionOwner) ProtoMessage() {}
+
+func (x *SectionOwner) ProtoReflect() protoreflect.Message {
+	mi := &file_firn_v1_firn_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SectionOwner.ProtoReflect.Descriptor instead.
+func (*SectionOwner) Descriptor() ([]byte, []int) {
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SectionOwner) GetSection() uint32 {
+	if x != nil {
+		return x.Section
+	}
+	return 0
+}
+
+func (x *SectionOwner) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *SectionOwner) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SectionOwner) GetServing() bool {
+	if x != nil {
+		return x.Serving
+	}
+	return false
+}
+
 type NextIDRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Generator     string                 `protobuf:"bytes,1,opt,name=generator,proto3" json:"generator,omitempty"`
@@ -194,7 +722,7 @@ type NextIDRequest struct {
 
 func (x *NextIDRequest) Reset() {
 	*x = NextIDRequest{}
-	mi := &file_firn_v1_firn_proto_msgTypes[0]
+	mi := &file_firn_v1_firn_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -206,7 +734,7 @@ func (x *NextIDRequest) String() string {
 func (*NextIDRequest) ProtoMessage() {}
 
 func (x *NextIDRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[0]
+	mi := &file_firn_v1_firn_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -219,7 +747,7 @@ func (x *NextIDRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextIDRequest.ProtoReflect.Descriptor instead.
 func (*NextIDRequest) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{0}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NextIDRequest) GetGenerator() string {
@@ -238,7 +766,7 @@ type NextIDResponse struct {
 
 func (x *NextIDResponse) Reset() {
 	*x = NextIDResponse{}
-	mi := &file_firn_v1_firn_proto_msgTypes[1]
+	mi := &file_firn_v1_firn_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +778,7 @@ func (x *NextIDResponse) String() string {
 func (*NextIDResponse) ProtoMessage() {}
 
 func (x *NextIDResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[1]
+	mi := &file_firn_v1_firn_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,7 +791,7 @@ func (x *NextIDResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextIDResponse.ProtoReflect.Descriptor instead.
 func (*NextIDResponse) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{1}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NextIDResponse) GetId() uint64 {
@@ -283,7 +811,7 @@ type NextIDsRequest struct {
 
 func (x *NextIDsRequest) Reset() {
 	*x = NextIDsRequest{}
-	mi := &file_firn_v1_firn_proto_msgTypes[2]
+	mi := &file_firn_v1_firn_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +823,7 @@ func (x *NextIDsRequest) String() string {
 func (*NextIDsRequest) ProtoMessage() {}
 
 func (x *NextIDsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[2]
+	mi := &file_firn_v1_firn_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +836,7 @@ func (x *NextIDsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextIDsRequest.ProtoReflect.Descriptor instead.
 func (*NextIDsRequest) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{2}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NextIDsRequest) GetGenerator() string {
@@ -335,7 +863,7 @@ type NextIDsResponse struct {
 
 func (x *NextIDsResponse) Reset() {
 	*x = NextIDsResponse{}
-	mi := &file_firn_v1_firn_proto_msgTypes[3]
+	mi := &file_firn_v1_firn_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -347,7 +875,7 @@ func (x *NextIDsResponse) String() string {
 func (*NextIDsResponse) ProtoMessage() {}
 
 func (x *NextIDsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[3]
+	mi := &file_firn_v1_firn_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -360,7 +888,7 @@ func (x *NextIDsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextIDsResponse.ProtoReflect.Descriptor instead.
 func (*NextIDsResponse) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{3}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NextIDsResponse) GetIds() []uint64 {
@@ -380,7 +908,7 @@ type NextRangeRequest struct {
 
 func (x *NextRangeRequest) Reset() {
 	*x = NextRangeRequest{}
-	mi := &file_firn_v1_firn_proto_msgTypes[4]
+	mi := &file_firn_v1_firn_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +920,7 @@ func (x *NextRangeRequest) String() string {
 func (*NextRangeRequest) ProtoMessage() {}
 
 func (x *NextRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[4]
+	mi := &file_firn_v1_firn_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +933,7 @@ func (x *NextRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextRangeRequest.ProtoReflect.Descriptor instead.
 func (*NextRangeRequest) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{4}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NextRangeRequest) GetGenerator() string {
@@ -435,7 +963,7 @@ type Run struct {
 
 func (x *Run) Reset() {
 	*x = Run{}
-	mi := &file_firn_v1_firn_proto_msgTypes[5]
+	mi := &file_firn_v1_firn_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +975,7 @@ func (x *Run) String() string {
 func (*Run) ProtoMessage() {}
 
 func (x *Run) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[5]
+	mi := &file_firn_v1_firn_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +988,7 @@ func (x *Run) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Run.ProtoReflect.Descriptor instead.
 func (*Run) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{5}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Run) GetFirst() uint64 {
@@ -488,7 +1016,7 @@ type NextRangeResponse struct {
 
 func (x *NextRangeResponse) Reset() {
 	*x = NextRangeResponse{}
-	mi := &file_firn_v1_firn_proto_msgTypes[6]
+	mi := &file_firn_v1_firn_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -500,7 +1028,7 @@ func (x *NextRangeResponse) String() string {
 func (*NextRangeResponse) ProtoMessage() {}
 
 func (x *NextRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[6]
+	mi := &file_firn_v1_firn_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -513,7 +1041,7 @@ func (x *NextRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NextRangeResponse.ProtoReflect.Descriptor instead.
 func (*NextRangeResponse) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{6}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *NextRangeResponse) GetRuns() []*Run {
@@ -533,7 +1061,7 @@ type DecodeRequest struct {
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_firn_v1_firn_proto_msgTypes[7]
+	mi := &file_firn_v1_firn_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +1073,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[7]
+	mi := &file_firn_v1_firn_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +1086,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{7}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DecodeRequest) GetGenerator() string {
@@ -587,7 +1115,7 @@ type DecodeResponse struct {
 
 func (x *DecodeResponse) Reset() {
 	*x = DecodeResponse{}
-	mi := &file_firn_v1_firn_proto_msgTypes[8]
+	mi := &file_firn_v1_firn_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +1127,7 @@ func (x *DecodeResponse) String() string {
 func (*DecodeResponse) ProtoMessage() {}
 
 func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[8]
+	mi := &file_firn_v1_firn_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +1140,7 @@ func (x *DecodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeResponse.ProtoReflect.Descriptor instead.
 func (*DecodeResponse) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{8}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DecodeResponse) GetTime() *timestamppb.Timestamp {
@@ -651,7 +1179,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_firn_v1_firn_proto_msgTypes[9]
+	mi := &file_firn_v1_firn_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +1191,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[9]
+	mi := &file_firn_v1_firn_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +1204,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{9}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{18}
 }
 
 type InfoResponse struct {
@@ -706,7 +1234,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_firn_v1_firn_proto_msgTypes[10]
+	mi := &file_firn_v1_firn_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +1246,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[10]
+	mi := &file_firn_v1_firn_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +1259,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{10}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *InfoResponse) GetNodeName() string {
@@ -839,10 +1367,11 @@ type GeneratorInfo struct {
 	WorkersWanted uint32 `protobuf:"varint,20,opt,name=workers_wanted,json=workersWanted,proto3" json:"workers_wanted,omitempty"`
 	// The largest count NextRange accepts for this generator.
 	MaxRange uint64 `protobuf:"varint,21,opt,name=max_range,json=maxRange,proto3" json:"max_range,omitempty"`
-	// "snowflake" (time-ordered IDs from a bit layout) or "segment" (dense
+	// "snowflake" (time-ordered IDs from a bit layout), "segment" (dense
 	// IDs from a counter in the coordinator; layout then holds the segment
 	// definition, and worker, datacenter, reservation and clock fields do
-	// not apply).
+	// not apply) or "seq" (per-key sequences; layout holds
+	// "seq,sections=S").
 	Kind string `protobuf:"bytes,22,opt,name=kind,proto3" json:"kind,omitempty"`
 	// A segment generator's counter as this node last read or wrote it
 	// (read every second on a shared coordinator): the lowest ID no claim
@@ -856,13 +1385,20 @@ type GeneratorInfo struct {
 	// when it stopped without handing back (counted when it starts again
 	// from the same data dir; at most what it held at its last claim).
 	SegmentSkipped uint64 `protobuf:"varint,25,opt,name=segment_skipped,json=segmentSkipped,proto3" json:"segment_skipped,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A sequence generator's number of sections (kind "seq"): a key's
+	// section is fnv1a64(key) mod sections.
+	Sections uint32 `protobuf:"varint,26,opt,name=sections,proto3" json:"sections,omitempty"`
+	// Every section of a sequence generator and its owner.
+	SectionOwners []*SectionOwner `protobuf:"bytes,27,rep,name=section_owners,json=sectionOwners,proto3" json:"section_owners,omitempty"`
+	// Keys of a sequence generator this node keeps in memory.
+	SeqKeys       uint64 `protobuf:"varint,28,opt,name=seq_keys,json=seqKeys,proto3" json:"seq_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GeneratorInfo) Reset() {
 	*x = GeneratorInfo{}
-	mi := &file_firn_v1_firn_proto_msgTypes[11]
+	mi := &file_firn_v1_firn_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1410,7 @@ func (x *GeneratorInfo) String() string {
 func (*GeneratorInfo) ProtoMessage() {}
 
 func (x *GeneratorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_firn_v1_firn_proto_msgTypes[11]
+	mi := &file_firn_v1_firn_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1423,7 @@ func (x *GeneratorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GeneratorInfo.ProtoReflect.Descriptor instead.
 func (*GeneratorInfo) Descriptor() ([]byte, []int) {
-	return file_firn_v1_firn_proto_rawDescGZIP(), []int{11}
+	return file_firn_v1_firn_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GeneratorInfo) GetName() string {
@@ -1065,11 +1601,65 @@ func (x *GeneratorInfo) GetSegmentSkipped() uint64 {
 	return 0
 }
 
+func (x *GeneratorInfo) GetSections() uint32 {
+	if x != nil {
+		return x.Sections
+	}
+	return 0
+}
+
+func (x *GeneratorInfo) GetSectionOwners() []*SectionOwner {
+	if x != nil {
+		return x.SectionOwners
+	}
+	return nil
+}
+
+func (x *GeneratorInfo) GetSeqKeys() uint64 {
+	if x != nil {
+		return x.SeqKeys
+	}
+	return 0
+}
+
 var File_firn_v1_firn_proto protoreflect.FileDescriptor
 
 const file_firn_v1_firn_proto_rawDesc = "" +
 	"\n" +
-	"\x12firn/v1/firn.proto\x12\afirn.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"-\n" +
+	"\x12firn/v1/firn.proto\x12\afirn.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"V\n" +
+	"\x0eNextSeqRequest\x12\x1c\n" +
+	"\tgenerator\x18\x01 \x01(\tR\tgenerator\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\"=\n" +
+	"\x0fNextSeqResponse\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x06R\x05first\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\"1\n" +
+	"\aSeqItem\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\"W\n" +
+	"\x0fNextSeqsRequest\x12\x1c\n" +
+	"\tgenerator\x18\x01 \x01(\tR\tgenerator\x12&\n" +
+	"\x05items\x18\x02 \x03(\v2\x10.firn.v1.SeqItemR\x05items\"\xb7\x01\n" +
+	"\tSeqResult\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\x06R\x05first\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\x12:\n" +
+	"\vretry_after\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"@\n" +
+	"\x10NextSeqsResponse\x12,\n" +
+	"\aresults\x18\x01 \x03(\v2\x12.firn.v1.SeqResultR\aresults\"C\n" +
+	"\x11CurrentSeqRequest\x12\x1c\n" +
+	"\tgenerator\x18\x01 \x01(\tR\tgenerator\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"*\n" +
+	"\x12CurrentSeqResponse\x12\x14\n" +
+	"\x05value\x18\x01 \x01(\x06R\x05value\"p\n" +
+	"\fSectionOwner\x12\x18\n" +
+	"\asection\x18\x01 \x01(\rR\asection\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04node\x18\x03 \x01(\tR\x04node\x12\x18\n" +
+	"\aserving\x18\x04 \x01(\bR\aserving\"-\n" +
 	"\rNextIDRequest\x12\x1c\n" +
 	"\tgenerator\x18\x01 \x01(\tR\tgenerator\" \n" +
 	"\x0eNextIDResponse\x12\x0e\n" +
@@ -1111,7 +1701,7 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"generators\x12'\n" +
 	"\x0fclock_unchecked\x18\b \x01(\bR\x0eclockUnchecked\x12\x1f\n" +
 	"\vclock_check\x18\t \x01(\tR\n" +
-	"clockCheck\"\x86\a\n" +
+	"clockCheck\"\xfb\a\n" +
 	"\rGeneratorInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06layout\x18\x02 \x01(\tR\x06layout\x12\x1d\n" +
@@ -1145,7 +1735,10 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\x04kind\x18\x16 \x01(\tR\x04kind\x12!\n" +
 	"\fcounter_next\x18\x17 \x01(\x04R\vcounterNext\x12!\n" +
 	"\fsegment_step\x18\x18 \x01(\x04R\vsegmentStep\x12'\n" +
-	"\x0fsegment_skipped\x18\x19 \x01(\x04R\x0esegmentSkipped*\xfd\x02\n" +
+	"\x0fsegment_skipped\x18\x19 \x01(\x04R\x0esegmentSkipped\x12\x1a\n" +
+	"\bsections\x18\x1a \x01(\rR\bsections\x12<\n" +
+	"\x0esection_owners\x18\x1b \x03(\v2\x15.firn.v1.SectionOwnerR\rsectionOwners\x12\x19\n" +
+	"\bseq_keys\x18\x1c \x01(\x04R\aseqKeys*\xa1\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eCLOCK_ROLLBACK\x10\x01\x12\x0e\n" +
@@ -1170,13 +1763,20 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\vBAD_REQUEST\x10\x10\x12\x0e\n" +
 	"\n" +
 	"OVERLOADED\x10\x11\x12\x13\n" +
-	"\x0fCLOCK_UNCHECKED\x10\x122\xb8\x02\n" +
+	"\x0fCLOCK_UNCHECKED\x10\x12\x12\x0e\n" +
+	"\n" +
+	"WRONG_NODE\x10\x13\x12\x12\n" +
+	"\x0eSECTION_MOVING\x10\x142\xfe\x03\n" +
 	"\tIDService\x129\n" +
 	"\x06NextID\x12\x16.firn.v1.NextIDRequest\x1a\x17.firn.v1.NextIDResponse\x12<\n" +
 	"\aNextIDs\x12\x17.firn.v1.NextIDsRequest\x1a\x18.firn.v1.NextIDsResponse\x12B\n" +
 	"\tNextRange\x12\x19.firn.v1.NextRangeRequest\x1a\x1a.firn.v1.NextRangeResponse\x129\n" +
 	"\x06Decode\x12\x16.firn.v1.DecodeRequest\x1a\x17.firn.v1.DecodeResponse\x123\n" +
-	"\x04Info\x12\x14.firn.v1.InfoRequest\x1a\x15.firn.v1.InfoResponseB-Z+github.com/firnid/firn/client/firnv1;firnv1b\x06proto3"
+	"\x04Info\x12\x14.firn.v1.InfoRequest\x1a\x15.firn.v1.InfoResponse\x12<\n" +
+	"\aNextSeq\x12\x17.firn.v1.NextSeqRequest\x1a\x18.firn.v1.NextSeqResponse\x12?\n" +
+	"\bNextSeqs\x12\x18.firn.v1.NextSeqsRequest\x1a\x19.firn.v1.NextSeqsResponse\x12E\n" +
+	"\n" +
+	"CurrentSeq\x12\x1a.firn.v1.CurrentSeqRequest\x1a\x1b.firn.v1.CurrentSeqResponseB-Z+github.com/firnid/firn/client/firnv1;firnv1b\x06proto3"
 
 var (
 	file_firn_v1_firn_proto_rawDescOnce sync.Once
@@ -1191,48 +1791,67 @@ func file_firn_v1_firn_proto_rawDescGZIP() []byte {
 }
 
 var file_firn_v1_firn_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_firn_v1_firn_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_firn_v1_firn_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_firn_v1_firn_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: firn.v1.ErrorReason
-	(*NextIDRequest)(nil),         // 1: firn.v1.NextIDRequest
-	(*NextIDResponse)(nil),        // 2: firn.v1.NextIDResponse
-	(*NextIDsRequest)(nil),        // 3: firn.v1.NextIDsRequest
-	(*NextIDsResponse)(nil),       // 4: firn.v1.NextIDsResponse
-	(*NextRangeRequest)(nil),      // 5: firn.v1.NextRangeRequest
-	(*Run)(nil),                   // 6: firn.v1.Run
-	(*NextRangeResponse)(nil),     // 7: firn.v1.NextRangeResponse
-	(*DecodeRequest)(nil),         // 8: firn.v1.DecodeRequest
-	(*DecodeResponse)(nil),        // 9: firn.v1.DecodeResponse
-	(*InfoRequest)(nil),           // 10: firn.v1.InfoRequest
-	(*InfoResponse)(nil),          // 11: firn.v1.InfoResponse
-	(*GeneratorInfo)(nil),         // 12: firn.v1.GeneratorInfo
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(*NextSeqRequest)(nil),        // 1: firn.v1.NextSeqRequest
+	(*NextSeqResponse)(nil),       // 2: firn.v1.NextSeqResponse
+	(*SeqItem)(nil),               // 3: firn.v1.SeqItem
+	(*NextSeqsRequest)(nil),       // 4: firn.v1.NextSeqsRequest
+	(*SeqResult)(nil),             // 5: firn.v1.SeqResult
+	(*NextSeqsResponse)(nil),      // 6: firn.v1.NextSeqsResponse
+	(*CurrentSeqRequest)(nil),     // 7: firn.v1.CurrentSeqRequest
+	(*CurrentSeqResponse)(nil),    // 8: firn.v1.CurrentSeqResponse
+	(*SectionOwner)(nil),          // 9: firn.v1.SectionOwner
+	(*NextIDRequest)(nil),         // 10: firn.v1.NextIDRequest
+	(*NextIDResponse)(nil),        // 11: firn.v1.NextIDResponse
+	(*NextIDsRequest)(nil),        // 12: firn.v1.NextIDsRequest
+	(*NextIDsResponse)(nil),       // 13: firn.v1.NextIDsResponse
+	(*NextRangeRequest)(nil),      // 14: firn.v1.NextRangeRequest
+	(*Run)(nil),                   // 15: firn.v1.Run
+	(*NextRangeResponse)(nil),     // 16: firn.v1.NextRangeResponse
+	(*DecodeRequest)(nil),         // 17: firn.v1.DecodeRequest
+	(*DecodeResponse)(nil),        // 18: firn.v1.DecodeResponse
+	(*InfoRequest)(nil),           // 19: firn.v1.InfoRequest
+	(*InfoResponse)(nil),          // 20: firn.v1.InfoResponse
+	(*GeneratorInfo)(nil),         // 21: firn.v1.GeneratorInfo
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_firn_v1_firn_proto_depIdxs = []int32{
-	6,  // 0: firn.v1.NextRangeResponse.runs:type_name -> firn.v1.Run
-	13, // 1: firn.v1.DecodeResponse.time:type_name -> google.protobuf.Timestamp
-	12, // 2: firn.v1.InfoResponse.generators:type_name -> firn.v1.GeneratorInfo
-	13, // 3: firn.v1.GeneratorInfo.reserved_until:type_name -> google.protobuf.Timestamp
-	14, // 4: firn.v1.GeneratorInfo.clock_lead:type_name -> google.protobuf.Duration
-	14, // 5: firn.v1.GeneratorInfo.ntp_offset:type_name -> google.protobuf.Duration
-	14, // 6: firn.v1.GeneratorInfo.max_lead:type_name -> google.protobuf.Duration
-	14, // 7: firn.v1.GeneratorInfo.max_staleness:type_name -> google.protobuf.Duration
-	1,  // 8: firn.v1.IDService.NextID:input_type -> firn.v1.NextIDRequest
-	3,  // 9: firn.v1.IDService.NextIDs:input_type -> firn.v1.NextIDsRequest
-	5,  // 10: firn.v1.IDService.NextRange:input_type -> firn.v1.NextRangeRequest
-	8,  // 11: firn.v1.IDService.Decode:input_type -> firn.v1.DecodeRequest
-	10, // 12: firn.v1.IDService.Info:input_type -> firn.v1.InfoRequest
-	2,  // 13: firn.v1.IDService.NextID:output_type -> firn.v1.NextIDResponse
-	4,  // 14: firn.v1.IDService.NextIDs:output_type -> firn.v1.NextIDsResponse
-	7,  // 15: firn.v1.IDService.NextRange:output_type -> firn.v1.NextRangeResponse
-	9,  // 16: firn.v1.IDService.Decode:output_type -> firn.v1.DecodeResponse
-	11, // 17: firn.v1.IDService.Info:output_type -> firn.v1.InfoResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	3,  // 0: firn.v1.NextSeqsRequest.items:type_name -> firn.v1.SeqItem
+	22, // 1: firn.v1.SeqResult.retry_after:type_name -> google.protobuf.Duration
+	5,  // 2: firn.v1.NextSeqsResponse.results:type_name -> firn.v1.SeqResult
+	15, // 3: firn.v1.NextRangeResponse.runs:type_name -> firn.v1.Run
+	23, // 4: firn.v1.DecodeResponse.time:type_name -> google.protobuf.Timestamp
+	21, // 5: firn.v1.InfoResponse.generators:type_name -> firn.v1.GeneratorInfo
+	23, // 6: firn.v1.GeneratorInfo.reserved_until:type_name -> google.protobuf.Timestamp
+	22, // 7: firn.v1.GeneratorInfo.clock_lead:type_name -> google.protobuf.Duration
+	22, // 8: firn.v1.GeneratorInfo.ntp_offset:type_name -> google.protobuf.Duration
+	22, // 9: firn.v1.GeneratorInfo.max_lead:type_name -> google.protobuf.Duration
+	22, // 10: firn.v1.GeneratorInfo.max_staleness:type_name -> google.protobuf.Duration
+	9,  // 11: firn.v1.GeneratorInfo.section_owners:type_name -> firn.v1.SectionOwner
+	10, // 12: firn.v1.IDService.NextID:input_type -> firn.v1.NextIDRequest
+	12, // 13: firn.v1.IDService.NextIDs:input_type -> firn.v1.NextIDsRequest
+	14, // 14: firn.v1.IDService.NextRange:input_type -> firn.v1.NextRangeRequest
+	17, // 15: firn.v1.IDService.Decode:input_type -> firn.v1.DecodeRequest
+	19, // 16: firn.v1.IDService.Info:input_type -> firn.v1.InfoRequest
+	1,  // 17: firn.v1.IDService.NextSeq:input_type -> firn.v1.NextSeqRequest
+	4,  // 18: firn.v1.IDService.NextSeqs:input_type -> firn.v1.NextSeqsRequest
+	7,  // 19: firn.v1.IDService.CurrentSeq:input_type -> firn.v1.CurrentSeqRequest
+	11, // 20: firn.v1.IDService.NextID:output_type -> firn.v1.NextIDResponse
+	13, // 21: firn.v1.IDService.NextIDs:output_type -> firn.v1.NextIDsResponse
+	16, // 22: firn.v1.IDService.NextRange:output_type -> firn.v1.NextRangeResponse
+	18, // 23: firn.v1.IDService.Decode:output_type -> firn.v1.DecodeResponse
+	20, // 24: firn.v1.IDService.Info:output_type -> firn.v1.InfoResponse
+	2,  // 25: firn.v1.IDService.NextSeq:output_type -> firn.v1.NextSeqResponse
+	6,  // 26: firn.v1.IDService.NextSeqs:output_type -> firn.v1.NextSeqsResponse
+	8,  // 27: firn.v1.IDService.CurrentSeq:output_type -> firn.v1.CurrentSeqResponse
+	20, // [20:28] is the sub-list for method output_type
+	12, // [12:20] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_firn_v1_firn_proto_init() }
@@ -1246,7 +1865,7 @@ func file_firn_v1_firn_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_firn_v1_firn_proto_rawDesc), len(file_firn_v1_firn_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,11 +22,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IDService_NextID_FullMethodName    = "/firn.v1.IDService/NextID"
-	IDService_NextIDs_FullMethodName   = "/firn.v1.IDService/NextIDs"
-	IDService_NextRange_FullMethodName = "/firn.v1.IDService/NextRange"
-	IDService_Decode_FullMethodName    = "/firn.v1.IDService/Decode"
-	IDService_Info_FullMethodName      = "/firn.v1.IDService/Info"
+	IDService_NextID_FullMethodName     = "/firn.v1.IDService/NextID"
+	IDService_NextIDs_FullMethodName    = "/firn.v1.IDService/NextIDs"
+	IDService_NextRange_FullMethodName  = "/firn.v1.IDService/NextRange"
+	IDService_Decode_FullMethodName     = "/firn.v1.IDService/Decode"
+	IDService_Info_FullMethodName       = "/firn.v1.IDService/Info"
+	IDService_NextSeq_FullMethodName    = "/firn.v1.IDService/NextSeq"
+	IDService_NextSeqs_FullMethodName   = "/firn.v1.IDService/NextSeqs"
+	IDService_CurrentSeq_FullMethodName = "/firn.v1.IDService/CurrentSeq"
 )
 
 // IDServiceClient is the client API for IDService service.
@@ -56,6 +59,27 @@ type IDServiceClient interface {
 	Decode(ctx context.Context, in *DecodeRequest, opts ...grpc.CallOption) (*DecodeResponse, error)
 	// Info describes the node and each of its generators.
 	Info(ctx context.Context, in *InfoRequest, opts ...grpc.CallOption) (*InfoResponse, error)
+	// NextSeq hands out count values of a key's sequence in a sequence
+	// generator (--generator NAME=seq): first … first+count-1. For one key,
+	// values strictly increase in real time: a call that returned before
+	// another began got smaller values, whichever nodes answered. Only the
+	// node owning the key's section answers (the section is
+	// fnv1a64(key) mod sections, GeneratorInfo.sections; the owners are
+	// GeneratorInfo.section_owners); any other node refuses
+	// FAILED_PRECONDITION with reason WRONG_NODE and metadata owner (the
+	// owner's gRPC address) and owner_name, and a section between owners is
+	// UNAVAILABLE with reason SECTION_MOVING and RetryInfo. A key is 1 to
+	// 256 bytes; count 0 means 1, at most 10000.
+	NextSeq(ctx context.Context, in *NextSeqRequest, opts ...grpc.CallOption) (*NextSeqResponse, error)
+	// NextSeqs serves many keys in one call: one result per item, in order,
+	// each refused alone with its reason (a key owned by another node
+	// included: the client sends each node its own keys). At most 1000
+	// items.
+	NextSeqs(ctx context.Context, in *NextSeqsRequest, opts ...grpc.CallOption) (*NextSeqsResponse, error)
+	// CurrentSeq returns a value at or above every value handed out for the
+	// key, without handing one out: 0 for a key never used in a section
+	// that never moved. Routed as NextSeq.
+	CurrentSeq(ctx context.Context, in *CurrentSeqRequest, opts ...grpc.CallOption) (*CurrentSeqResponse, error)
 }
 
 type iDServiceClient struct {
@@ -116,6 +140,36 @@ func (c *iDServiceClient) Info(ctx context.Context, in *InfoRequest, opts ...grp
 	return out, nil
 }
 
+func (c *iDServiceClient) NextSeq(ctx context.Context, in *NextSeqRequest, opts ...grpc.CallOption) (*NextSeqResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NextSeqResponse)
+	err := c.cc.Invoke(ctx, IDService_NextSeq_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *iDServiceClient) NextSeqs(ctx context.Context, in *NextSeqsRequest, opts ...grpc.CallOption) (*NextSeqsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NextSeqsResponse)
+	err := c.cc.Invoke(ctx, IDService_NextSeqs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *iDServiceClient) CurrentSeq(ctx context.Context, in *CurrentSeqRequest, opts ...grpc.CallOption) (*CurrentSeqResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CurrentSeqResponse)
+	err := c.cc.Invoke(ctx, IDService_CurrentSeq_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IDServiceServer is the server API for IDService service.
 // All implementations must embed UnimplementedIDServiceServer
 // for forward compatibility.
@@ -143,6 +197,27 @@ type IDServiceServer interface {
 	Decode(context.Context, *DecodeRequest) (*DecodeResponse, error)
 	// Info describes the node and each of its generators.
 	Info(context.Context, *InfoRequest) (*InfoResponse, error)
+	// NextSeq hands out count values of a key's sequence in a sequence
+	// generator (--generator NAME=seq): first … first+count-1. For one key,
+	// values strictly increase in real time: a call that returned before
+	// another began got smaller values, whichever nodes answered. Only the
+	// node owning the key's section answers (the section is
+	// fnv1a64(key) mod sections, GeneratorInfo.sections; the owners are
+	// GeneratorInfo.section_owners); any other node refuses
+	// FAILED_PRECONDITION with reason WRONG_NODE and metadata owner (the
+	// owner's gRPC address) and owner_name, and a section between owners is
+	// UNAVAILABLE with reason SECTION_MOVING and RetryInfo. A key is 1 to
+	// 256 bytes; count 0 means 1, at most 10000.
+	NextSeq(context.Context, *NextSeqRequest) (*NextSeqResponse, error)
+	// NextSeqs serves many keys in one call: one result per item, in order,
+	// each refused alone with its reason (a key owned by another node
+	// included: the client sends each node its own keys). At most 1000
+	// items.
+	NextSeqs(context.Context, *NextSeqsRequest) (*NextSeqsResponse, error)
+	// CurrentSeq returns a value at or above every value handed out for the
+	// key, without handing one out: 0 for a key never used in a section
+	// that never moved. Routed as NextSeq.
+	CurrentSeq(context.Context, *CurrentSeqRequest) (*CurrentSeqResponse, error)
 	mustEmbedUnimplementedIDServiceServer()
 }
 
@@ -167,6 +242,15 @@ func (UnimplementedIDServiceServer) Decode(context.Context, *DecodeRequest) (*De
 }
 func (UnimplementedIDServiceServer) Info(context.Context, *InfoRequest) (*InfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Info not implemented")
+}
+func (UnimplementedIDServiceServer) NextSeq(context.Context, *NextSeqRequest) (*NextSeqResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NextSeq not implemented")
+}
+func (UnimplementedIDServiceServer) NextSeqs(context.Context, *NextSeqsRequest) (*NextSeqsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method NextSeqs not implemented")
+}
+func (UnimplementedIDServiceServer) CurrentSeq(context.Context, *CurrentSeqRequest) (*CurrentSeqResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CurrentSeq not implemented")
 }
 func (UnimplementedIDServiceServer) mustEmbedUnimplementedIDServiceServer() {}
 func (UnimplementedIDServiceServer) testEmbeddedByValue()                   {}
@@ -279,6 +363,60 @@ func _IDService_Info_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IDService_NextSeq_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NextSeqRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IDServiceServer).NextSeq(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IDService_NextSeq_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IDServiceServer).NextSeq(ctx, req.(*NextSeqRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IDService_NextSeqs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NextSeqsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IDServiceServer).NextSeqs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IDService_NextSeqs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IDServiceServer).NextSeqs(ctx, req.(*NextSeqsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IDService_CurrentSeq_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CurrentSeqRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IDServiceServer).CurrentSeq(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IDService_CurrentSeq_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IDServiceServer).CurrentSeq(ctx, req.(*CurrentSeqRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IDService_ServiceDesc is the grpc.ServiceDesc for IDService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -305,6 +443,18 @@ var IDService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Info",
 			Handler:    _IDService_Info_Handler,
+		},
+		{
+			MethodName: "NextSeq",
+			Handler:    _IDService_NextSeq_Handler,
+		},
+		{
+			MethodName: "NextSeqs",
+			Handler:    _IDService_NextSeqs_Handler,
+		},
+		{
+			MethodName: "CurrentSeq",
+			Handler:    _IDService_CurrentSeq_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -84,6 +84,11 @@ type Config struct {
 	// makes before any value of it is handed out.
 	Known  segment.Mark
 	Record func(segment.Mark) error
+	// TakeBack lets the node take back its own instance's stale slots (a
+	// restart after a crash) without waiting for their leases to end: only
+	// on a coordinator no other process of the instance can reach (the
+	// node's private embedded one, whose data dir admits one process).
+	TakeBack bool
 	// Mark writes the generator's restore marker.
 	Mark   func(ctx context.Context, ev coordinator.RestoreEvidence) error
 	Log    *slog.Logger
@@ -196,6 +201,7 @@ type Manager struct {
 	owners   []coordinator.NodeInfo          // section → live owner (zero: none)
 	mark     segment.Mark
 	stopped  bool
+	ready    bool // every section this node should own served once
 	notified string
 
 	keys    atomic.Int64
@@ -270,7 +276,7 @@ func (m *Manager) slotSpec(held func(coordinator.Slot) bool) coordinator.Spec {
 	n := uint64(m.cfg.Def.Sections + MaxMembers)
 	sp := coordinator.Spec{
 		Generator: m.cfg.Generator, Layout: m.cfg.Def.String(), WorkerLimit: n, DatacenterLimit: 1,
-		Datacenter: -1, MaxFloor: math.MaxInt64, LocalFloor: -1, NoTakeBack: true,
+		Datacenter: -1, MaxFloor: math.MaxInt64, LocalFloor: -1, NoTakeBack: !m.cfg.TakeBack,
 		Held: map[coordinator.Slot]bool{},
 	}
 	for w := range n {
@@ -548,13 +554,6 @@ func (m *Manager) notify(err error) {
 func (m *Manager) tick() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*m.cfg.Timeout)
 	defer cancel()
-	if err := m.membership(ctx); err != nil {
-		m.notify(err)
-		if errors.Is(err, coordinator.ErrRestored) || errors.Is(err, coordinator.ErrLayoutMismatch) {
-			m.dropAll("restore or pin: " + err.Error())
-		}
-		return
-	}
 	readAt := m.mono()
 	m.mu.Lock()
 	known := m.mark
@@ -575,13 +574,21 @@ func (m *Manager) tick() {
 	}
 	m.mu.Unlock()
 	m.confirm(rec.State, readAt)
+	// The counter is read (and so created, with the pin) before the first
+	// acquisition, which would create the pin alone.
+	if err := m.membership(ctx); err != nil {
+		m.notify(err)
+		if errors.Is(err, coordinator.ErrRestored) || errors.Is(err, coordinator.ErrLayoutMismatch) {
+			m.dropAll("restore or pin: " + err.Error())
+		}
+		return
+	}
 
 	slots, err := m.cfg.Workers(ctx, m.cfg.Generator)
 	if err != nil {
 		m.notify(fmt.Errorf("generator %q: reading its sections' owners: %w", m.cfg.Generator, err))
 		return
 	}
-	m.notify(nil)
 	S := m.cfg.Def.Sections
 	owners := make([]coordinator.NodeInfo, S)
 	nodes := map[string]coordinator.NodeInfo{}
@@ -606,6 +613,7 @@ func (m *Manager) tick() {
 	m.mu.Unlock()
 
 	me := m.cfg.Node.InstanceID
+	var toTake []int
 	for s := range S {
 		st := m.sec[s].Load()
 		top := seq.Owner(s, members)
@@ -614,10 +622,38 @@ func (m *Manager) tick() {
 			m.drop(st, "its lease ended")
 		case st != nil && top != me:
 			m.release(ctx, st, fmt.Sprintf("node %q (%s) joined and owns it now", nodes[top].Name, nodes[top].Address))
-		case st == nil && top == me && owners[s].InstanceID == "":
-			m.take(ctx, s, rec)
+		case st == nil && top == me && (owners[s].InstanceID == "" || m.cfg.TakeBack && owners[s].InstanceID == me):
+			toTake = append(toTake, s)
 		}
 	}
+	if len(toTake) > 0 {
+		m.take(ctx, toTake, rec)
+	}
+	m.readyCheck(members)
+}
+
+// readyCheck tells the serving state the generator serves once every
+// section this node should own serves here (at its start: a restart
+// after a crash waits for its old leases to end), and at every round
+// after that.
+func (m *Manager) readyCheck(members []string) {
+	m.mu.Lock()
+	ready := m.ready
+	m.mu.Unlock()
+	if !ready {
+		for s := range m.sec {
+			if seq.Owner(s, members) != m.cfg.Node.InstanceID {
+				continue
+			}
+			if st := m.sec[s].Load(); st == nil || !st.serving.Load() {
+				return
+			}
+		}
+		m.mu.Lock()
+		m.ready = true
+		m.mu.Unlock()
+	}
+	m.notify(nil)
 }
 
 // membership holds a member slot and beats it once a second.
@@ -653,54 +689,67 @@ func (m *Manager) membership(ctx context.Context) error {
 	return nil
 }
 
-// take acquires section s's lease and writes the record, starting every
-// key of s above the maximum the write replaced.
-func (m *Manager) take(ctx context.Context, s int, rec coordinator.CounterRecord) {
-	start := m.mono()
-	l, err := m.cfg.Coord.Acquire(ctx, m.slotSpec(func(sl coordinator.Slot) bool { return sl.Worker != uint64(s) }), m.cfg.Node)
-	m.cfg.Observe("acquire", m.mono()-start, err)
-	if err != nil {
-		if !errors.Is(err, coordinator.ErrExhausted) {
-			m.log.Warn("sequence section not taken", "section", s, "err", err)
+// take acquires the leases of sections ss, then writes the record once,
+// starting every key of each section taken above the maximum that write
+// replaced.
+func (m *Manager) take(ctx context.Context, ss []int, rec coordinator.CounterRecord) {
+	leases := map[int]coordinator.Lease{}
+	target := map[int]uint64{}
+	for _, s := range ss {
+		start := m.mono()
+		l, err := m.cfg.Coord.Acquire(ctx, m.slotSpec(func(sl coordinator.Slot) bool { return sl.Worker != uint64(s) }), m.cfg.Node)
+		m.cfg.Observe("acquire", m.mono()-start, err)
+		if err != nil {
+			if !errors.Is(err, coordinator.ErrExhausted) {
+				m.log.Warn("sequence section not taken", "section", s, "err", err)
+			}
+			continue
 		}
-		return
+		if l.Slot().Worker != uint64(s) {
+			_ = l.Release(ctx, 0) // never: every other slot was held out
+			continue
+		}
+		leases[s] = l
+		target[s] = min(rec.State.Sec[s], segment.MaxID-m.cfg.MinStep) + m.cfg.MinStep
 	}
-	if l.Slot().Worker != uint64(s) {
-		// Never: every other slot was held out.
-		_ = l.Release(ctx, 0)
+	if len(leases) == 0 {
 		return
 	}
 	m.mu.Lock()
 	known := m.mark
 	m.mu.Unlock()
-	target := min(rec.State.Sec[s], segment.MaxID-m.cfg.MinStep) + m.cfg.MinStep
-	start = m.mono()
-	r, err := coordinator.RaiseSections(ctx, m.cfg.Counters, m.cspec, map[int]uint64{s: target}, known, true)
+	start := m.mono()
+	r, err := coordinator.RaiseSections(ctx, m.cfg.Counters, m.cspec, target, known, true)
 	m.cfg.Observe("raise", m.mono()-start, err)
 	if err == nil {
 		err = m.noteWrite(r.Record.State)
 	}
 	if err != nil {
-		m.log.Warn("sequence section taken, its first write failed: given up", "section", s, "err", err)
-		rctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
-		_ = l.Release(rctx, 0)
-		cancel()
+		m.log.Warn("sequence sections taken, their first write failed: given up", "sections", len(leases), "err", err)
+		for _, l := range leases {
+			rctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
+			_ = l.Release(rctx, 0)
+			cancel()
+		}
 		if errors.Is(err, coordinator.ErrRolledBack) || errors.Is(err, coordinator.ErrRestored) {
 			m.restored(err)
 		}
 		return
 	}
 	m.raises.Add(1)
-	m.takes.Add(1)
-	base := startAbove(r.Prev.Sec[s])
 	mk := r.Record.State.Mark()
-	st := &section{idx: s, lease: l, keys: map[uint64]uint64{}, floor: base, acked: r.Record.State.Sec[s], top: base,
-		raised: make(chan struct{}), rateTop: base, rateAt: m.mono(), settleAt: m.mono() + m.cfg.Settle, takeSeq: mk.Seq, takeID: mk.ID}
-	if m.cfg.Settle <= 0 {
-		st.serving.Store(true)
+	now := m.mono()
+	for s, l := range leases {
+		m.takes.Add(1)
+		base := startAbove(r.Prev.Sec[s])
+		st := &section{idx: s, lease: l, keys: map[uint64]uint64{}, floor: base, acked: r.Record.State.Sec[s], top: base,
+			raised: make(chan struct{}), rateTop: base, rateAt: now, settleAt: now + m.cfg.Settle, takeSeq: mk.Seq, takeID: mk.ID}
+		if m.cfg.Settle <= 0 {
+			st.serving.Store(true)
+		}
+		m.sec[s].Store(st)
+		m.log.Info("sequence section taken", "generator", m.cfg.Generator, "section", s, "above", base, "max", st.acked, "settle", m.cfg.Settle)
 	}
-	m.sec[s].Store(st)
-	m.log.Info("sequence section taken", "generator", m.cfg.Generator, "section", s, "above", base, "max", st.acked, "settle", m.cfg.Settle)
 }
 
 // confirm serves each settling section whose take settled: the read began

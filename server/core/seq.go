@@ -60,6 +60,7 @@ func (c *Core) startSeq(rt *Generator) error {
 			}
 		},
 	}
+	sc.TakeBack = c.cfg.PrivateCoordinator
 	if !c.cfg.PrivateCoordinator {
 		// A take settles before use on a shared coordinator, which may be
 		// restored under the cluster (docs/design.md, Per-key sequences).
