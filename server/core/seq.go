@@ -26,7 +26,9 @@ import (
 func (rt *Generator) isSeq() bool { return rt.cfg.Segment != nil && rt.cfg.Segment.IsSeq() }
 
 // seqDef is rt's sequence definition.
-func (rt *Generator) seqDef() seq.Definition { return seq.Definition{Sections: rt.cfg.Segment.Sections} }
+func (rt *Generator) seqDef() seq.Definition {
+	return seq.Definition{Sections: rt.cfg.Segment.Sections}
+}
 
 // startSeq starts rt's sections manager.
 func (c *Core) startSeq(rt *Generator) error {
