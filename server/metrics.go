@@ -68,6 +68,14 @@ var (
 	descSegBack      = prometheus.NewDesc("firn_segment_handed_back_ids_total", "IDs this node handed back to the counter at a graceful stop.", []string{"generator"}, nil)
 	descSegDropped   = prometheus.NewDesc("firn_segment_dropped_ids_total", "Claimed IDs this node could neither hand out nor hand back (skipped).", []string{"generator"}, nil)
 	descSegSkipped   = prometheus.NewDesc("firn_segment_skipped_ids", "IDs of a segment generator skipped cluster-wide, as the counter this node last read or wrote records them (hand-backs the free list could not keep, bumps, and what nodes held when they stopped without handing back, counted at their next start).", []string{"generator"}, nil)
+	descSeqOwned     = prometheus.NewDesc("firn_seq_sections_owned", "Sections of a sequence generator this node holds the lease of.", []string{"generator"}, nil)
+	descSeqServing   = prometheus.NewDesc("firn_seq_sections_serving", "Sections of a sequence generator this node answers for (owned, take settled).", []string{"generator"}, nil)
+	descSeqMembers   = prometheus.NewDesc("firn_seq_members", "Nodes serving a sequence generator, as this node last read them.", []string{"generator"}, nil)
+	descSeqKeys      = prometheus.NewDesc("firn_seq_keys", "Keys of a sequence generator this node keeps in memory.", []string{"generator"}, nil)
+	descSeqEvicted   = prometheus.NewDesc("firn_seq_evicted_keys_total", "Keys this node forgot past its memory budget (each starts again above its section's highest value).", []string{"generator"}, nil)
+	descSeqWrites    = prometheus.NewDesc("firn_seq_writes_total", "Writes of a sequence generator's persisted section maxima by this node (raises ahead of demand, and takes).", []string{"generator"}, nil)
+	descSeqTakes     = prometheus.NewDesc("firn_seq_section_takes_total", "Sections this node took (at its start, a move to it, a failover).", []string{"generator"}, nil)
+	descSeqReleases  = prometheus.NewDesc("firn_seq_section_releases_total", "Sections this node gave up (a move to another node, a lease lost, a stop).", []string{"generator"}, nil)
 	descSegSettling  = prometheus.NewDesc("firn_segment_settling_ids", "IDs this node claimed that wait for their settle time and a confirming read before use (shared coordinators).", []string{"generator"}, nil)
 	descLayoutLeft   = prometheus.NewDesc("firn_layout_seconds_remaining", "Time until the layout's time field runs out.", []string{"generator"}, nil)
 	descMaxOffset    = prometheus.NewDesc("firn_max_clock_offset_seconds", "Configured --max-clock-offset.", nil, nil)
@@ -88,6 +96,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		descRingStale, descRingRefills, descServing, descNotServing, descState, descWorker, descDatacenter,
 		descQueueIDs, descQueueSeconds, descQueueLimit, descShed, descWorkers, descWorkersWant,
 		descSegNext, descSegStep, descSegAvail, descSegClaimed, descSegClaims, descSegBack, descSegDropped, descSegSkipped, descSegSettling,
+		descSeqOwned, descSeqServing, descSeqMembers, descSeqKeys, descSeqEvicted, descSeqWrites, descSeqTakes, descSeqReleases,
 		descInUse, descLimit, descResLeft, descLead, descMaxLead, descLayoutLeft, descMaxOffset, descNTPOffset,
 		descNTPUnchecked, descFault, descFaultOffset, descBuild, descMaxPeerSkew, descWindow} {
 		ch <- d
@@ -118,6 +127,17 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, s := range []clockguard.State{clockguard.StateStarting, clockguard.StateChecking, clockguard.StateServing,
 			clockguard.StateNotServing, clockguard.StateDraining, clockguard.StateStopped} {
 			ch <- g(descState, prometheus.GaugeValue, b2f(snap.State == s), name, s.String())
+		}
+		if sq := st.Seq; sq != nil {
+			ch <- g(descSeqOwned, prometheus.GaugeValue, float64(sq.Owned), name)
+			ch <- g(descSeqServing, prometheus.GaugeValue, float64(sq.Serving), name)
+			ch <- g(descSeqMembers, prometheus.GaugeValue, float64(sq.Members), name)
+			ch <- g(descSeqKeys, prometheus.GaugeValue, float64(sq.Keys), name)
+			ch <- g(descSeqEvicted, prometheus.CounterValue, float64(sq.Evicted), name)
+			ch <- g(descSeqWrites, prometheus.CounterValue, float64(sq.Raises), name)
+			ch <- g(descSeqTakes, prometheus.CounterValue, float64(sq.Takes), name)
+			ch <- g(descSeqReleases, prometheus.CounterValue, float64(sq.Releases), name)
+			continue
 		}
 		if seg := st.Segment; seg != nil {
 			ch <- g(descSegNext, prometheus.GaugeValue, float64(seg.Counter.Next), name)

@@ -40,7 +40,11 @@ small{color:#555}
 {{if not .Serving}}<p class="down" id="reason-{{.Name}}">Why: {{.Reason}}</p>{{end}}
 <table>
 <tr><th>state</th><td>{{.State}}</td></tr>
-{{if .Segment}}<tr><th>segment</th><td><code>{{.Layout}}</code></td></tr>
+{{if .Seq}}<tr><th>sequence</th><td><code>{{.Layout}}</code></td></tr>
+<tr><th>sections</th><td id="sections-{{.Name}}">{{.Seq.Serving}} answered here ({{.Seq.Owned}} held) of {{len .Owners}}; {{.Seq.Members}} nodes serve it; taken {{.Seq.Takes}}, given up {{.Seq.Releases}}</td></tr>
+<tr><th>keys</th><td>{{.Seq.Keys}} in memory (forgotten past the budget: {{.Seq.Evicted}}); {{.Seq.Raises}} writes of the section maxima</td></tr>
+<tr><th>values issued</th><td>{{.Issued}} (rate {{printf "%.0f" .Rate}}/s)</td></tr>
+{{else if .Segment}}<tr><th>segment</th><td><code>{{.Layout}}</code></td></tr>
 <tr><th>counter</th><td id="counter-{{.Name}}">next {{.Segment.Counter.Next}} (seq {{.Segment.Counter.Seq}}, as this node last wrote it)</td></tr>
 <tr><th>claimed</th><td>{{.Segment.Available}} IDs held, {{.Segment.Settling}} settling; step {{.Segment.Step}}; {{.Segment.Claimed}} IDs in {{.Segment.Claims}} claims; handed back {{.Segment.HandedBack}}, skipped here {{.Segment.Dropped}}; cluster-wide: counter next {{.Segment.Counter.Next}}, skipped {{.Segment.Counter.Skipped}}</td></tr>
 <tr><th>IDs issued</th><td>{{.Issued}} (rate {{printf "%.0f" .Rate}}/s)</td></tr>

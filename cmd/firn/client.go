@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -254,6 +255,25 @@ func cmdInfo(args []string, stdout, stderr io.Writer) int {
 		def := ""
 		if g.GetIsDefault() {
 			def = " (default)"
+		}
+		if g.GetKind() == "seq" {
+			per := map[string]int{}
+			unowned := 0
+			for _, o := range g.GetSectionOwners() {
+				if o.GetAddress() == "" {
+					unowned++
+					continue
+				}
+				per[fmt.Sprintf("%s (%s)", o.GetNode(), o.GetAddress())]++
+			}
+			owners := make([]string, 0, len(per))
+			for k, v := range per {
+				owners = append(owners, fmt.Sprintf("%s: %d", k, v))
+			}
+			sort.Strings(owners)
+			fmt.Fprintf(stdout, "generator %s%s: %s\n  sequence %s\n  sections by owner: %s; without an owner: %d\n  keys in memory here %d, values issued %d\n",
+				g.GetName(), def, state, g.GetLayout(), strings.Join(owners, ", "), unowned, g.GetSeqKeys(), g.GetIdsIssued())
+			continue
 		}
 		if g.GetKind() == "segment" {
 			fmt.Fprintf(stdout, "generator %s%s: %s\n  segment %s\n  counter next %d (as this node last wrote it), step %d, skipped %d, max batch %d, max range %d, issued %d\n",
