@@ -16,6 +16,7 @@ import (
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/segment"
+	"github.com/firnid/firn/seq"
 	"github.com/firnid/firn/server/core"
 )
 
@@ -179,9 +180,13 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitFailure, "workers: %v", err)
 	}
 	st := states[name]
-	if st != nil && segment.IsDefinition(st.Pin.Layout) {
+	if st != nil && isCounterDef(st.Pin.Layout) {
 		// A segment generator has no workers: its counter instead.
-		fmt.Fprintf(stdout, "generator %s is a segment generator (%s): no worker IDs\n", name, st.Pin.Layout)
+		kind := "segment"
+		if seq.IsDefinition(st.Pin.Layout) {
+			kind = "sequence"
+		}
+		fmt.Fprintf(stdout, "generator %s is a %s generator (%s): no worker IDs\n", name, kind, st.Pin.Layout)
 		if st.Restore != nil {
 			fmt.Fprintln(stdout, markerLine(st.Restore, generator.Layout{}))
 		}
@@ -244,22 +249,36 @@ type bumpTarget struct {
 	state   *coordinator.GeneratorState
 }
 
+// isCounterDef reports whether s names a kind kept on a counter in the
+// coordinator: a segment generator's definition or a sequence generator's.
+func isCounterDef(s string) bool { return segment.IsDefinition(s) || seq.IsDefinition(s) }
+
+// parseCounterDef reads a segment or sequence definition as the counter's
+// definition.
+func parseCounterDef(s string) (segment.Definition, error) {
+	if seq.IsDefinition(s) {
+		d, err := seq.ParseDefinition(s)
+		return d.Counter(), err
+	}
+	return segment.ParseDefinition(s)
+}
+
 // pinnedDefinition is the definition of segment generator name, from its
 // pin (nil: the pin is not a segment generator's, or there is none). A
 // definition given on the command line must be the same.
 func pinnedDefinition(name, given string, st *coordinator.GeneratorState) (*segment.Definition, error) {
-	if st == nil || !segment.IsDefinition(st.Pin.Layout) {
-		if segment.IsDefinition(given) {
+	if st == nil || !isCounterDef(st.Pin.Layout) {
+		if isCounterDef(given) {
 			return nil, fmt.Errorf("generator %q has no segment counter in the coordinator to bump", name)
 		}
 		return nil, nil
 	}
-	d, err := segment.ParseDefinition(st.Pin.Layout)
+	d, err := parseCounterDef(st.Pin.Layout)
 	if err != nil {
 		return nil, fmt.Errorf("generator %q: the pinned definition %q does not parse: %w", name, st.Pin.Layout, err)
 	}
 	if given != "" {
-		g, err := segment.ParseDefinition(given)
+		g, err := parseCounterDef(given)
 		if err != nil || g != d {
 			return nil, fmt.Errorf("generator %q is pinned to %q; --generator gives %q: refusing (omit the definition to use the pinned one)", name, d, given)
 		}
@@ -275,7 +294,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var c adminFlags
 	c.register(fs, "", "the generator to bump, as NAME (default: every generator of the cluster); its layout, which gives the time unit and the layout's end, is read from its pin; NAME=LAYOUT is refused when LAYOUT differs from the pin and is needed only for a generator the coordinator has no pin for")
-	ids := fs.Uint64("ids", 0, "for segment generators: raise the counter by this many IDs, above every ID issued before the restore (at least the IDs claimed between the snapshot and the restore: the restore marker says what the noticing node saw); the free ranges are dropped")
+	ids := fs.Uint64("ids", 0, "for segment generators: raise the counter by this many IDs, above every ID issued before the restore (at least the IDs claimed between the snapshot and the restore: the restore marker says what the noticing node saw); the free ranges are dropped. For sequence generators: raise every section's persisted maximum by this much (at least what any key advanced between the snapshot and the restore)")
 	by := fs.Duration("by", 0, "for snowflake generators, after restoring the coordinator from a snapshot: raise every reservation of the generator, and the floor of every worker first used later, by this much (at least the time between the snapshot and the last write before the restore, plus the reservation window; at least the gap a restore marker recorded)")
 	maxLead := fs.Duration("max-lead", 0, "the nodes' --max-lead, to say when they serve again and how far ahead a busy node reserves (0: max(1s, 2 units) per generator)")
 	maxSkew := fs.Duration("max-skew", core.DefaultConfig().MaxPeerSkew, "how far the nodes' clocks may stand ahead of this one (the default is the nodes' default --max-peer-skew): a reservation beyond this clock plus the reservation window, max-lead and this was written by a clock ahead, and the bump refuses, naming the worker and its node, unless --include-ahead")
@@ -293,7 +312,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitUsage, "coordinator bump: --by %v must be positive", *by)
 	}
 	if *by == 0 && *ids == 0 {
-		return fail(stderr, exitUsage, "coordinator bump: want --by D (snowflake generators) or --ids N (segment generators)")
+		return fail(stderr, exitUsage, "coordinator bump: want --by D (snowflake generators) or --ids N (segment and sequence generators)")
 	}
 	if *maxSkew < 0 {
 		return fail(stderr, exitUsage, "coordinator bump: --max-skew %v must not be negative", *maxSkew)
@@ -302,7 +321,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 	if name == "" && given != "" {
 		return fail(stderr, exitUsage, "coordinator bump: --generator %q needs a name", c.generator)
 	}
-	if given != "" && !segment.IsDefinition(given) {
+	if given != "" && !isCounterDef(given) {
 		if _, err := generator.ParseLayout(given); err != nil {
 			return fail(stderr, exitUsage, "coordinator bump: --generator %s: %v", name, err)
 		}
@@ -333,7 +352,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 		}
 		if d != nil {
 			if *ids == 0 {
-				return fail(stderr, exitUsage, "coordinator bump: generator %s is a segment generator (%s): give --ids N, the IDs to raise its counter by; nothing was bumped", n, d)
+				return fail(stderr, exitUsage, "coordinator bump: generator %s is kept on a counter (%s): give --ids N, the IDs to raise its counter by; nothing was bumped", n, d)
 			}
 			targets = append(targets, bumpTarget{name: n, segment: d, state: states[n]})
 			continue
@@ -482,9 +501,18 @@ func (br *bumpRun) bumpCounter(ctx context.Context, coord coordinator.Counters, 
 		fmt.Fprintf(br.stderr, "firn: coordinator bump: generator %s: %s\n", tg.name, strings.ReplaceAll(err.Error(), "\n", " "))
 		return false
 	}
-	fmt.Fprintf(br.stdout, "generator %s: raised the counter by %d IDs (next %d -> %d), dropped %d free IDs; nodes claim again at once, from %d\n",
-		tg.name, br.ids, res.Before.Next, res.After.Next, res.Dropped, res.After.Next)
-	if res.After.Next > tg.segment.Max {
+	if tg.segment.IsSeq() {
+		hi := uint64(0)
+		for _, v := range res.After.Sec {
+			hi = max(hi, v)
+		}
+		fmt.Fprintf(br.stdout, "generator %s: raised every section's persisted maximum by %d (the highest now %d); each section's next owner starts its keys above it\n",
+			tg.name, br.ids, hi)
+	} else {
+		fmt.Fprintf(br.stdout, "generator %s: raised the counter by %d IDs (next %d -> %d), dropped %d free IDs; nodes claim again at once, from %d\n",
+			tg.name, br.ids, res.Before.Next, res.After.Next, res.Dropped, res.After.Next)
+	}
+	if !tg.segment.IsSeq() && res.After.Next > tg.segment.Max {
 		fmt.Fprintf(br.stdout, "generator %s: the counter is past max=%d: the generator is used up\n", tg.name, tg.segment.Max)
 	}
 	if ev := res.Cleared; ev != nil {
