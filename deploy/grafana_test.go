@@ -35,7 +35,7 @@ func TestDashboardLayout(t *testing.T) {
 			}
 		}
 	}
-	if got, want := strings.Join(rows, ","), "Overview,Clocks,Coordinator,Ring buffer,gRPC,Segment generators"; got != want {
+	if got, want := strings.Join(rows, ","), "Overview,Clocks,Coordinator,Ring buffer,gRPC,Segment generators,Sequence generators"; got != want {
 		t.Errorf("rows %q, want %q", got, want)
 	}
 	vars := map[string]string{}

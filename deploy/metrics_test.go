@@ -16,8 +16,8 @@ var prometheusWritten = map[string]bool{"up": true}
 // and leave panels empty until the first one), that the failing node
 // reports the cause, and that promtool accepts both scrapes.
 func TestMetricsExposedByRealNode(t *testing.T) {
-	// A segment generator beside the default: its panels' series too.
-	n := startNode(t, true, "--generator", "default=snowflake", "--generator", "orders=segment")
+	// A segment and a sequence generator beside the default: their panels' series too.
+	n := startNode(t, true, "--generator", "default=snowflake", "--generator", "orders=segment", "--generator", "chats=seq")
 	n.waitReady(t, 200, 30*time.Second)
 	n.issue(t, 100)
 	serving := n.scrape(t)

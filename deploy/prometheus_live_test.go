@@ -24,7 +24,7 @@ func TestRulesAndDashboardOnRealPrometheus(t *testing.T) {
 		t.Fatalf("prometheus: %v (test/run.sh installs Debian's prometheus package)", err)
 	}
 	// A segment generator beside the default: the dashboard's segment row.
-	n := startNode(t, true, "--generator", "default=snowflake", "--generator", "orders=segment")
+	n := startNode(t, true, "--generator", "default=snowflake", "--generator", "orders=segment", "--generator", "chats=seq")
 	n.waitReady(t, 200, 30*time.Second)
 	n.issue(t, 1000)
 	if code, body, err := httpGet("http://" + n.httpAddr + "/v1/ids?generator=orders&count=1000"); err != nil || code != 200 {

@@ -68,6 +68,7 @@ var (
 	descSegBack      = prometheus.NewDesc("firn_segment_handed_back_ids_total", "IDs this node handed back to the counter at a graceful stop.", []string{"generator"}, nil)
 	descSegDropped   = prometheus.NewDesc("firn_segment_dropped_ids_total", "Claimed IDs this node could neither hand out nor hand back (skipped).", []string{"generator"}, nil)
 	descSegSkipped   = prometheus.NewDesc("firn_segment_skipped_ids", "IDs of a segment generator skipped cluster-wide, as the counter this node last read or wrote records them (hand-backs the free list could not keep, bumps, and what nodes held when they stopped without handing back, counted at their next start).", []string{"generator"}, nil)
+	descSeqSections  = prometheus.NewDesc("firn_seq_sections", "Sections of a sequence generator (fixed at its creation).", []string{"generator"}, nil)
 	descSeqOwned     = prometheus.NewDesc("firn_seq_sections_owned", "Sections of a sequence generator this node holds the lease of.", []string{"generator"}, nil)
 	descSeqServing   = prometheus.NewDesc("firn_seq_sections_serving", "Sections of a sequence generator this node answers for (owned, take settled).", []string{"generator"}, nil)
 	descSeqMembers   = prometheus.NewDesc("firn_seq_members", "Nodes serving a sequence generator, as this node last read them.", []string{"generator"}, nil)
@@ -96,7 +97,7 @@ func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 		descRingStale, descRingRefills, descServing, descNotServing, descState, descWorker, descDatacenter,
 		descQueueIDs, descQueueSeconds, descQueueLimit, descShed, descWorkers, descWorkersWant,
 		descSegNext, descSegStep, descSegAvail, descSegClaimed, descSegClaims, descSegBack, descSegDropped, descSegSkipped, descSegSettling,
-		descSeqOwned, descSeqServing, descSeqMembers, descSeqKeys, descSeqEvicted, descSeqWrites, descSeqTakes, descSeqReleases,
+		descSeqSections, descSeqOwned, descSeqServing, descSeqMembers, descSeqKeys, descSeqEvicted, descSeqWrites, descSeqTakes, descSeqReleases,
 		descInUse, descLimit, descResLeft, descLead, descMaxLead, descLayoutLeft, descMaxOffset, descNTPOffset,
 		descNTPUnchecked, descFault, descFaultOffset, descBuild, descMaxPeerSkew, descWindow} {
 		ch <- d
@@ -129,6 +130,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- g(descState, prometheus.GaugeValue, b2f(snap.State == s), name, s.String())
 		}
 		if sq := st.Seq; sq != nil {
+			ch <- g(descSeqSections, prometheus.GaugeValue, float64(len(st.Owners)), name)
 			ch <- g(descSeqOwned, prometheus.GaugeValue, float64(sq.Owned), name)
 			ch <- g(descSeqServing, prometheus.GaugeValue, float64(sq.Serving), name)
 			ch <- g(descSeqMembers, prometheus.GaugeValue, float64(sq.Members), name)
