@@ -125,7 +125,8 @@ type Stats struct {
 	Ticks uint64
 	// Endpoint is the endpoint the client last got IDs from.
 	Endpoint string
-	// SeqCalls counts the calls of NextSeq, NextSeqs and CurrentSeq;
+	// SeqCalls counts the calls of NextSeq, NextSeqs and CurrentSeq that
+	// passed the local checks of key and count;
 	// SeqRedirects the WRONG_NODE refusals they got (each followed to
 	// the owner it names: none while the section map is current);
 	// SeqRetries the waits after a refusal or failure at a section's
