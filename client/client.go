@@ -88,6 +88,9 @@ type Client struct {
 		rate        atomic.Uint64 // float64 bits
 	}
 
+	// seq routes the sequence calls (seq.go).
+	seq seqRouter
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -122,6 +125,14 @@ type Stats struct {
 	Ticks uint64
 	// Endpoint is the endpoint the client last got IDs from.
 	Endpoint string
+	// SeqCalls counts the calls of NextSeq, NextSeqs and CurrentSeq that
+	// passed the local checks of key and count;
+	// SeqRedirects the WRONG_NODE refusals they got (each followed to
+	// the owner it names: none while the section map is current);
+	// SeqRetries the waits after a refusal or failure at a section's
+	// owner (a section that moves, an owner that does not answer);
+	// SeqMapRefreshes the reads of the section map.
+	SeqCalls, SeqRedirects, SeqRetries, SeqMapRefreshes uint64
 }
 
 // New returns a client of the firn nodes at endpoints (gRPC targets such
@@ -174,6 +185,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 		empty:    newEmptyBatch(),
 		attempts: map[*attempt]struct{}{},
 	}
+	c.seq.kick = make(chan struct{}, 1)
 	c.sys, _ = o.clock.(*systemClock)
 	c.cur.Store(c.empty)
 	c.stats.batchSize.Store(int64(o.minBatch))
@@ -622,6 +634,11 @@ func (c *Client) Stats() Stats {
 		Dropped:     c.stats.dropped.Load(),
 		Ticks:       c.stats.ticks.Load(),
 		Endpoint:    c.activeAddr(),
+
+		SeqCalls:        c.seq.calls.Load(),
+		SeqRedirects:    c.seq.redirects.Load(),
+		SeqRetries:      c.seq.retries.Load(),
+		SeqMapRefreshes: c.seq.refreshes.Load(),
 	}
 }
 
@@ -636,8 +653,9 @@ func (c *Client) activeAddr() string {
 }
 
 // Close stops the refiller and the health watches, ends the direct calls
-// in flight (NextN, NextRange, Info, Decode) and waits for them, and
-// closes the connections. IDs still buffered, and those of a call in
+// in flight (NextN, NextRange, Info, Decode, the sequence calls) and waits
+// for them, and closes the connections (the section owners' dialled on
+// demand too). IDs still buffered, and those of a call in
 // flight, are dropped. Calls during and after Close return ErrClosed. Close returns the connections' close errors, and nil on later
 // calls.
 func (c *Client) Close() error {
@@ -661,6 +679,9 @@ func (c *Client) Close() error {
 		c.calls.Lock()
 		c.calls.Unlock()
 		var errs []error
+		if err := c.seqClose(); err != nil {
+			errs = append(errs, err)
+		}
 		c.epMu.Lock()
 		eps := c.endpointList()
 		c.epMu.Unlock()

@@ -7,6 +7,9 @@
 //	id, err := c.Next(ctx)
 //	runs, err := c.NextRange(ctx, 100_000) // many IDs as runs of consecutive IDs
 //
+//	chats, err := client.New([]string{"10.0.0.1:7300"}, client.WithGenerator("chats")) // a sequence generator
+//	first, err := chats.NextSeq(ctx, []byte("chat:42"), 1) // the key's next value
+//
 // It imports only firn's proto package, gRPC and the standard library, and
 // declares the one interface it needs, a Clock (the method set of
 // clockguard's clocks).
@@ -119,6 +122,51 @@
 // NextRange again a minute later, so a node upgraded in place gets
 // ranges. Other endpoints are not affected.
 //
+// # Sequences
+//
+// NextSeq, NextSeqs and CurrentSeq serve a sequence generator
+// (--generator NAME=seq): per-key values, each key's own sequence. What
+// is promised, and by whom:
+//
+//   - Per-key order is the nodes' promise, not the client's: for one key,
+//     a call that returned before another began got smaller values,
+//     whichever clients and nodes served them. The client adds routing and
+//     retries only, and buffers nothing: every call is one request to a
+//     node (a buffer would hand a later caller a value below one an
+//     earlier caller of another client already got). A retry asks again
+//     and returns only the answer of the request that succeeded; values a
+//     request got whose answer was lost are never handed out (gaps, never
+//     repeats).
+//   - Routing: only the node owning a key's section answers for it (the
+//     section is FNV-1a-64(key) mod sections). The client reads the section
+//     map from Info on its first sequence call, again every 3 s while
+//     sequence calls are made (nothing runs on a client that makes none),
+//     and soon after any refusal, and sends each key to its owner's gRPC
+//     address, so that while the map holds no call is refused WRONG_NODE
+//     (Stats.SeqRedirects stays 0). An owner's address need not be among
+//     the endpoints given to New: it is dialled on demand, with the same
+//     dial options and TLS, and closed by Close (or once the map no longer
+//     names it). A key whose section has no known owner goes to an
+//     endpoint, which names the owner or says that the section moves.
+//   - Retries: a WRONG_NODE refusal is followed at once to the owner it
+//     names (at most 3 in a row; then as a move). A section between
+//     owners (SECTION_MOVING, for about 0.5 to 6 s), an owner that does not
+//     serve or answer (UNAVAILABLE, a connection error, no answer within
+//     CallTimeout) or sheds (OVERLOADED) is asked again after the wait its
+//     RetryInfo gives (at most 5 s; else 25 ms doubling to 1 s, jittered),
+//     until the caller's deadline (10 s without one): a call whose next
+//     wait would pass the deadline fails at once with ErrUnavailable
+//     wrapping the last refusal, which Reason and RetryAfter read. Any
+//     other refusal (INVALID_ARGUMENT: a bad key or count, a generator of
+//     another kind; NOT_FOUND) returns at once.
+//   - NextSeqs splits its items by owner and sends each owner one request
+//     (1000 items at most each) at once; the results come back in the
+//     items' order. Each item is retried alone as above; an item refused
+//     otherwise carries its refusal in its SeqResult.Err and the others are
+//     served.
+//   - Bounds checked before any request: a key is 1 to MaxSeqKey bytes
+//     (ErrInvalidKey), a count 1 to MaxSeqCount (ErrInvalidCount).
+//
 // # Hazards
 //
 //   - Order: across a failover IDs do not increase. NextN and NextRange
@@ -143,4 +191,13 @@
 //   - The freshness check is a monotonic clock read on every take: about
 //     28ns on a VM's kvm-clock, most of Next's cost (see
 //     docs/performance.md).
+//   - Sequence owners are dialled at the address they give, which is the
+//     address their gRPC listener is bound to: a node bound to a wildcard
+//     address ("0.0.0.0:7300") gives one no client can dial, and the
+//     client then cannot route that node's keys (a WRONG_NODE naming it
+//     is returned as the error). With TLS, an owner that is not one of
+//     the endpoints is verified against the host of its address (an IP
+//     address) unless WithTLS's config sets ServerName.
+//   - Sequence calls ask only the key's owner: while a section moves, its
+//     calls wait (within their deadlines) instead of failing over.
 package client

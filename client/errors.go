@@ -22,8 +22,12 @@ var (
 	// argument or option; the message names the option and its bound.
 	ErrInvalidOption = errors.New("client: invalid option")
 	// ErrInvalidCount is wrapped by the error of NextN and NextRange for a
-	// count outside their bounds.
+	// count outside their bounds, and of the sequence calls for a count
+	// outside [1, MaxSeqCount] (or NextSeqs without items).
 	ErrInvalidCount = errors.New("client: invalid count")
+	// ErrInvalidKey is wrapped by the error of the sequence calls for a
+	// key outside [1, MaxSeqKey] bytes.
+	ErrInvalidKey = errors.New("client: invalid key")
 )
 
 // EndpointError is one endpoint's failure, as wrapped in the error of a
