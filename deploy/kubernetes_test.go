@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -322,15 +323,30 @@ func TestKubernetesStatefulSet(t *testing.T) {
 
 	// Flags: the args, and FIRN_* environment variables.
 	checkArgs(t, "StatefulSet args", append(append([]string{}, c.Command...), c.Args...))
-	nodeNameFromPod := false
+	nodeNameFromPod, advertisePodIP := false, false
+	used := map[string]bool{} // $(NAME) references in FIRN_* values
+	for _, e := range c.Env {
+		for _, m := range regexp.MustCompile(`\$\(([A-Z_]+)\)`).FindAllStringSubmatch(e.Value, -1) {
+			used[m[1]] = true
+		}
+	}
 	for _, e := range c.Env {
 		f, ok := flagOfEnv(e.Name)
-		if !ok {
-			t.Errorf("env %s is not FIRN_<FLAG> of a serve flag", e.Name)
+		if !ok && !used[e.Name] {
+			t.Errorf("env %s is not FIRN_<FLAG> of a serve flag, nor used by one", e.Name)
+		}
+		if !ok && (e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "status.podIP") {
+			t.Errorf("env %s (used by a FIRN_* value) should be the pod's IP", e.Name)
+		}
+		if f == "advertise-addr" && e.Value == "$(POD_IP):7300" {
+			advertisePodIP = true
 		}
 		if f == "node-name" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name" {
 			nodeNameFromPod = true
 		}
+	}
+	if !advertisePodIP {
+		t.Error("FIRN_ADVERTISE_ADDR must be $(POD_IP):7300: sequence generators name section owners by it, and the listener is a wildcard")
 	}
 	if !nodeNameFromPod {
 		t.Error("FIRN_NODE_NAME does not come from the pod name (downward API metadata.name)")

@@ -182,7 +182,14 @@ func (n *Node) listen() error {
 		n.log.Warn("FAULT INJECTION ENABLED: this node's clock can be shifted over HTTP; never run it in production",
 			"fault_addr", n.faultLis.Addr().String(), "offset", n.offset.CurrentOffset())
 	}
-	n.core.SetAddress(n.grpcLis.Addr().String())
+	addr := n.grpcLis.Addr().String()
+	if n.cfg.AdvertiseAddr != "" {
+		addr = n.cfg.AdvertiseAddr
+	} else if host, _, err := net.SplitHostPort(addr); err == nil && net.ParseIP(host).IsUnspecified() {
+		n.log.Warn("gRPC listener on a wildcard address and no --advertise-addr: sequence generators name this node "+addr+" as the owner of its sections, which other hosts cannot dial",
+			"grpc_addr", addr)
+	}
+	n.core.SetAddress(addr)
 	return nil
 }
 

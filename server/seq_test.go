@@ -2,8 +2,8 @@ package server_test
 
 import (
 	"context"
-	"io"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"

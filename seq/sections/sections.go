@@ -622,6 +622,11 @@ func (m *Manager) tick() {
 			m.drop(st, "its lease ended")
 		case st != nil && top != me:
 			m.release(ctx, st, fmt.Sprintf("node %q (%s) joined and owns it now", nodes[top].Name, nodes[top].Address))
+			// Calls for it are sent there from now on (WRONG_NODE), not
+			// told it moves until the next read shows the new owner.
+			m.mu.Lock()
+			m.owners[s] = nodes[top]
+			m.mu.Unlock()
 		case st == nil && top == me && (owners[s].InstanceID == "" || m.cfg.TakeBack && owners[s].InstanceID == me):
 			toTake = append(toTake, s)
 		}

@@ -51,6 +51,12 @@ type Config struct {
 	// GRPCAddr and HTTPAddr are the listeners (host:port; port 0 picks a
 	// free one). Default loopback 7300 and 7301.
 	GRPCAddr, HTTPAddr string
+	// AdvertiseAddr is the gRPC address clients reach this node at, as
+	// other nodes name it: a sequence generator's section owners are named
+	// by it (WRONG_NODE, Info's section map). Empty: the gRPC listener's
+	// address (on a wildcard listener, 0.0.0.0:7300, which no other host
+	// can dial: set it, as deploy/kubernetes does from the pod's IP).
+	AdvertiseAddr string
 	// TLS, when set, serves gRPC and HTTP over TLS. ClientAuth
 	// tls.RequireAndVerifyClientCert turns on mTLS: the ID API and POST
 	// /admin/resume then need a verified client certificate, and
@@ -251,6 +257,12 @@ func (c *Config) Finish(now time.Time) error {
 	}
 	if err := c.checkLimits(); err != nil {
 		return err
+	}
+	if c.AdvertiseAddr != "" {
+		host, port, err := net.SplitHostPort(c.AdvertiseAddr)
+		if err != nil || host == "" || port == "" || net.ParseIP(host).IsUnspecified() {
+			return configErr("advertise-addr", "%q is not host:port with a host other nodes' clients can dial", c.AdvertiseAddr)
+		}
 	}
 	if len(c.NTP) > 0 {
 		if _, err := c.ntpConfig(); err != nil {

@@ -518,6 +518,14 @@ func (c *Core) Drain(reason string) {
 	for _, rt := range c.gens {
 		rt.state.Drain(reason)
 	}
+	// A sequence generator's sections are freed as the drain begins (a
+	// crash leaves them to their TTL), so that other nodes take them while
+	// this one finishes its calls.
+	for _, rt := range c.gens {
+		if rt.seqm != nil {
+			c.stopSeq(rt)
+		}
+	}
 }
 
 // stop ends the core: the holders release their leases (lowering each
