@@ -4,13 +4,17 @@
 // server takes message IDs from firn's "msg" generator (snowflake layout:
 // millisecond time on top, so IDs sort by time) and user IDs from its
 // "user" generator (the compact layout: 42-bit IDs, short enough for URLs),
-// keys a one-to-one chat by its two user IDs (smaller first), drops a
-// retried message it already stored (same clientMsgId, same message ID in
-// the acknowledgement), and pages a conversation by message ID.
+// keys a one-to-one chat by its two user IDs (smaller first), numbers each
+// message of a chat from the chat's own sequence (firn's "chats" sequence
+// generator: strictly increasing per chat, so a device that saw a chat up
+// to seq n asks for everything after n, and a gap it notices is only ever
+// a jump, never a lost message), drops a retried message it already
+// stored (same clientMsgId, same message ID and seq in the
+// acknowledgement), and pages a conversation by message ID.
 //
-// Run a node with both generators, then the program:
+// Run a node with the three generators, then the program:
 //
-//	firn serve --generator msg=snowflake --generator user=compact
+//	firn serve --generator msg=snowflake --generator user=compact --generator chats=seq
 //	go run ./examples/im --addr 127.0.0.1:7300
 //
 // The store is in memory: the program shows the use of the IDs, not a
@@ -36,7 +40,7 @@ import (
 )
 
 func main() {
-	addr := flag.String("addr", "127.0.0.1:7300", "a firn node running the msg and user generators")
+	addr := flag.String("addr", "127.0.0.1:7300", "a firn node running the msg, user and chats generators")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -54,6 +58,7 @@ type User struct {
 // A Message is one stored message.
 type Message struct {
 	ID          uint64 // from the msg generator: sorts by time
+	Seq         uint64 // from the chat's sequence: strictly increasing within the chat
 	ClientMsgID string // the sender's UUID, for dedup and the ack
 	Chat        string
 	From, To    uint64
@@ -69,11 +74,12 @@ func ChatID(a, b uint64) string {
 // Server is the message server: it takes IDs from firn and stores
 // messages by chat, in message-ID order.
 type Server struct {
-	msgs, users *client.Client
+	msgs, users, seqs *client.Client
 
 	mu     sync.Mutex
 	sent   map[string]Message   // clientMsgId → the message stored for it
 	chats  map[string][]Message // by chat, increasing message ID
+	bySeq  map[string][]Message // by chat, increasing seq
 	people map[uint64]User
 }
 
@@ -89,13 +95,23 @@ func NewServer(endpoints []string) (*Server, error) {
 		msgs.Close()
 		return nil, err
 	}
-	return &Server{msgs: msgs, users: users, sent: map[string]Message{}, chats: map[string][]Message{}, people: map[uint64]User{}}, nil
+	// Sequence calls go to the node owning the chat's section: the
+	// client learns which from the nodes (one endpoint is enough).
+	seqs, err := client.New(endpoints, client.WithGenerator("chats"), client.WithLogger(quiet))
+	if err != nil {
+		msgs.Close()
+		users.Close()
+		return nil, err
+	}
+	return &Server{msgs: msgs, users: users, seqs: seqs, sent: map[string]Message{}, chats: map[string][]Message{},
+		bySeq: map[string][]Message{}, people: map[uint64]User{}}, nil
 }
 
 // Close releases the firn clients.
 func (s *Server) Close() {
 	s.msgs.Close()
 	s.users.Close()
+	s.seqs.Close()
 }
 
 // Register creates a user with an ID from the user generator.
@@ -134,7 +150,12 @@ func (s *Server) Send(ctx context.Context, from, to uint64, clientMsgID, text st
 	if err != nil {
 		return Message{}, false, fmt.Errorf("message ID: %w", err)
 	}
-	m = Message{ID: id, ClientMsgID: clientMsgID, Chat: ChatID(from, to), From: from, To: to, Text: text}
+	chat := ChatID(from, to)
+	seq, err := s.seqs.NextSeq(ctx, []byte(chat), 1)
+	if err != nil {
+		return Message{}, false, fmt.Errorf("chat seq: %w", err)
+	}
+	m = Message{ID: id, Seq: seq, ClientMsgID: clientMsgID, Chat: chat, From: from, To: to, Text: text}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if prev, ok := s.sent[clientMsgID]; ok { // a retry raced this one: keep the first
@@ -146,7 +167,25 @@ func (s *Server) Send(ctx context.Context, from, to uint64, clientMsgID, text st
 	msgs := s.chats[m.Chat]
 	i := sort.Search(len(msgs), func(i int) bool { return msgs[i].ID > m.ID })
 	s.chats[m.Chat] = slices.Insert(msgs, i, m)
+	// Two sends of one chat may store in either order; their seqs are in
+	// the order firn handed them out.
+	bs := s.bySeq[m.Chat]
+	j := sort.Search(len(bs), func(i int) bool { return bs[i].Seq > m.Seq })
+	s.bySeq[m.Chat] = slices.Insert(bs, j, m)
 	return m, false, nil
+}
+
+// After returns the chat's messages whose seq is above after, oldest
+// first: a device's sync from the last seq it saw. A message stored
+// later always has a larger seq than every message stored before its
+// send began, so a device that synced up to n and asks again from n
+// misses nothing that was stored when it asked.
+func (s *Server) After(chat string, after uint64) []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	bs := s.bySeq[chat]
+	i := sort.Search(len(bs), func(i int) bool { return bs[i].Seq > after })
+	return slices.Clone(bs[i:])
 }
 
 // Page returns up to limit messages of the chat older than before (0:
@@ -239,6 +278,19 @@ func run(ctx context.Context, endpoints []string, out io.Writer) error {
 		}
 	}
 	chat := ChatID(alice.ID, bob.ID)
+	all := srv.After(chat, 0)
+	fmt.Fprintf(out, "chat seqs:")
+	for _, m := range all {
+		fmt.Fprintf(out, " %d", m.Seq)
+	}
+	fmt.Fprintln(out)
+	// Bob's phone saw the chat up to the third message; it syncs the rest.
+	seen := all[2].Seq
+	fmt.Fprintf(out, "sync after seq %d:", seen)
+	for _, m := range srv.After(chat, seen) {
+		fmt.Fprintf(out, " %q", m.Text)
+	}
+	fmt.Fprintln(out)
 	page1 := srv.Page(chat, 0, 3)
 	page2 := srv.Page(chat, page1[len(page1)-1].ID, 3)
 	for n, page := range [][]Message{page1, page2} {

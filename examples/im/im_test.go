@@ -27,7 +27,7 @@ func freePort(t *testing.T) string {
 }
 
 // startFirn builds cmd/firn and runs `firn serve --generator msg=snowflake
-// --generator user=compact` on loopback until the test ends; it returns the
+// --generator user=compact --generator chats=seq` on loopback until the test ends; it returns the
 // gRPC address once /readyz says 200.
 func startFirn(t *testing.T) string {
 	t.Helper()
@@ -41,7 +41,7 @@ func startFirn(t *testing.T) string {
 	cmd := exec.Command(bin, "serve", "--data-dir", filepath.Join(dir, "data"),
 		"--grpc-addr", grpcAddr, "--http-addr", httpAddr,
 		"--embedded-client-addr", "127.0.0.1:"+freePort(t), "--embedded-peer-addr", "127.0.0.1:"+freePort(t),
-		"--generator", "msg=snowflake", "--generator", "user=compact")
+		"--generator", "msg=snowflake", "--generator", "user=compact", "--generator", "chats=seq")
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -92,7 +92,8 @@ func TestIMAgainstFirn(t *testing.T) {
 	}
 	t.Logf("output:\n%s", out.String())
 	for _, want := range []string{"(the same from either side: true)", "after 2 attempts (the first ack was lost), stored once: true",
-		`page 1: "message 4" "message 3" "message 2"`, `page 2: "message 1" "hello bob"`} {
+		`page 1: "message 4" "message 3" "message 2"`, `page 2: "message 1" "hello bob"`,
+		"chat seqs: 1 2 3 4 5", `sync after seq 3: "message 3" "message 4"`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -153,6 +154,21 @@ func TestIMAgainstFirn(t *testing.T) {
 		}
 		paged = append(paged, page...)
 		before = page[len(page)-1].ID
+	}
+	// The chat's seqs: one per message, strictly increasing in the order
+	// the sends were made (they were made one after another), the retry
+	// keeping its seq.
+	synced := srv.After(chat, 0)
+	if len(synced) != 51 || synced[0].Seq != m1.Seq {
+		t.Fatalf("after 0: %d messages, first seq %d; want 51, %d", len(synced), synced[0].Seq, m1.Seq)
+	}
+	for i := 1; i < len(synced); i++ {
+		if synced[i].Seq <= synced[i-1].Seq || synced[i].Text != strconv.Itoa(i-1) {
+			t.Fatalf("seq order: %d (%q) after %d", synced[i].Seq, synced[i].Text, synced[i-1].Seq)
+		}
+	}
+	if got := srv.After(chat, synced[40].Seq); len(got) != 10 || got[0].Text != "40" {
+		t.Fatalf("after seq %d: %d messages starting %q; want the last 10 from \"40\"", synced[40].Seq, len(got), got[0].Text)
 	}
 	if len(paged) != 51 {
 		t.Fatalf("paged %d messages, want 51", len(paged))
