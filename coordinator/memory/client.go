@@ -63,6 +63,21 @@ type session struct {
 	id   int64
 	done chan struct{} // closed when the client gives the session up
 	once sync.Once
+	// base is read before the grant was sent; sent is when the last
+	// acknowledged renewal (or the grant) was sent, as nanoseconds after
+	// base: the store keeps the session at least its TTL after it, unless
+	// told otherwise (Expire, Restore).
+	base time.Time
+	sent atomic.Int64
+	ttl  time.Duration
+}
+
+// assured is how long the store keeps s at least, from now.
+func (s *session) assured() time.Duration {
+	if s.isDone() {
+		return 0
+	}
+	return max(time.Until(s.base.Add(time.Duration(s.sent.Load())+s.ttl)), 0)
 }
 
 func (s *session) end() { s.once.Do(func() { close(s.done) }) }
@@ -213,6 +228,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	}
 	c.mu.Unlock()
 	var id int64
+	base := time.Now()
 	err := c.call(ctx, OpAcquire, "grant", func(now time.Time) error {
 		c.s.nextSession++
 		id = c.s.nextSession
@@ -222,7 +238,7 @@ func (c *Client) session(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &session{id: id, done: make(chan struct{})}
+	s := &session{id: id, done: make(chan struct{}), base: base, ttl: c.s.cfg.TTL}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -247,7 +263,7 @@ func (c *Client) keepAlive(s *session) {
 	interval := ttl / 5
 	attempt := min(c.s.cfg.Timeout, interval/2)
 	pause := max(interval/10, time.Millisecond)
-	lastSent := time.Now()
+	lastSent := s.base
 	wait := interval
 	for {
 		t := time.NewTimer(wait)
@@ -273,6 +289,7 @@ func (c *Client) keepAlive(s *session) {
 		switch {
 		case err == nil:
 			lastSent, wait = sent, interval
+			s.sent.Store(int64(sent.Sub(s.base)))
 			continue
 		case errors.Is(err, errSessionGone):
 			c.sessionLost(s, "session not found")

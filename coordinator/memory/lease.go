@@ -158,13 +158,12 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 	return nil
 }
 
-// Assured is how long the store keeps the lease: the store ends ownership
-// only when told to (an injected expiry, a take-back, a restore), and the
-// lease's end is seen at once, so a live lease is assured for an hour and
-// an ended one not at all.
+// Assured is how long the store keeps the lease at least: the TTL from
+// when the session's last acknowledged renewal was sent (an injected
+// Expire or a Restore ends it sooner, as a revoke would in etcd).
 func (l *lease) Assured() time.Duration {
-	if l.IsDone() || l.sess.isDone() {
+	if l.IsDone() {
 		return 0
 	}
-	return time.Hour
+	return l.sess.assured()
 }

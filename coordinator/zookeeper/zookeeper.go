@@ -142,7 +142,32 @@ func NewContext(ctx context.Context, cfg Config) (*Coordinator, error) {
 	}
 	c.log.Info("zookeeper session established", "session", fmt.Sprintf("%#x", c.sid.Load()),
 		"timeout", neg, "servers", strings.Join(cfg.Servers, ","))
+	if c.track() {
+		go c.touch()
+	}
 	return c, nil
+}
+
+// touch sends a small read six times per session timeout while the
+// coordinator holds a lease: the client's own pings keep the session
+// alive but tell firn nothing, and Lease.Assured counts from the last
+// request the server answered.
+func (c *Coordinator) touch() {
+	defer c.wg.Done()
+	for {
+		every := max(c.SessionTimeout()/6, 100*time.Millisecond)
+		select {
+		case <-c.bg.Done():
+			return
+		case <-time.After(every):
+		}
+		c.mu.Lock()
+		held := len(c.leases) > 0
+		c.mu.Unlock()
+		if held {
+			_, _ = c.exists(c.bg, c.root)
+		}
+	}
 }
 
 // connect starts a client with a fresh state (no session, no zxid seen)

@@ -24,6 +24,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math"
 	"slices"
@@ -165,7 +166,7 @@ type section struct {
 	lease coordinator.Lease
 
 	mu      sync.Mutex
-	keys    map[uint64]uint64 // key hash → highest value handed out
+	keys    map[uint64]uint64 // key's hash (Manager.seed) → highest value handed out
 	floor   uint64            // a key not in keys has had no value above it
 	acked   uint64            // the persisted maximum, acknowledged
 	top     uint64            // the highest value handed out
@@ -192,6 +193,10 @@ type Manager struct {
 	log   *slog.Logger
 
 	sec []atomic.Pointer[section]
+	// seed keys the hash of the keys in memory: random per process, so
+	// that no caller can make two keys share a value in memory (they would
+	// still increase, but one key's calls would move the other's).
+	seed maphash.Seed
 
 	mu       sync.Mutex // guards what follows
 	member   coordinator.Lease
@@ -289,10 +294,10 @@ func (m *Manager) slotSpec(held func(coordinator.Slot) bool) coordinator.Spec {
 
 // --- requests ----------------------------------------------------------------
 
-// Next hands out n values of key (its hash h): the first returned, the
-// others following it.
-func (m *Manager) Next(ctx context.Context, h uint64, n uint64) (uint64, error) {
-	s := m.cfg.Def.Section(h)
+// Next hands out n values of key: the first returned, the others
+// following it.
+func (m *Manager) Next(ctx context.Context, key []byte, n uint64) (uint64, error) {
+	s, h := m.cfg.Def.Section(seq.Hash(key)), maphash.Bytes(m.seed, key)
 	st := m.sec[s].Load()
 	if st == nil || !st.serving.Load() {
 		return 0, m.notServed(s, st)
@@ -345,10 +350,10 @@ func (m *Manager) Next(ctx context.Context, h uint64, n uint64) (uint64, error) 
 	}
 }
 
-// Current is a value at or above every value handed out for key (its
-// hash h), without handing one out.
-func (m *Manager) Current(ctx context.Context, h uint64) (uint64, error) {
-	s := m.cfg.Def.Section(h)
+// Current is a value at or above every value handed out for key, without
+// handing one out.
+func (m *Manager) Current(ctx context.Context, key []byte) (uint64, error) {
+	s, h := m.cfg.Def.Section(seq.Hash(key)), maphash.Bytes(m.seed, key)
 	st := m.sec[s].Load()
 	if st == nil || !st.serving.Load() {
 		return 0, m.notServed(s, st)

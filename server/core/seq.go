@@ -149,7 +149,7 @@ func (rt *Generator) nextSeq(ctx context.Context, key []byte, count uint64) (uin
 	if err := rt.refusal(); err != nil {
 		return 0, err
 	}
-	first, err := rt.seqm.Next(ctx, seq.Hash(key), count)
+	first, err := rt.seqm.Next(ctx, key, count)
 	if err != nil {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
@@ -199,7 +199,7 @@ func (c *Core) CurrentSeq(ctx context.Context, generator string, key []byte) (ui
 	if err := rt.refusal(); err != nil {
 		return 0, err
 	}
-	return rt.seqm.Current(ctx, seq.Hash(key))
+	return rt.seqm.Current(ctx, key)
 }
 
 // SeqOwners is a sequence generator's section map as this node last read

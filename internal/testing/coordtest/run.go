@@ -50,6 +50,7 @@ func Cases() []Case {
 		{"GeneratorsListed", GeneratorsListed},
 		{"Peers", Peers},
 		{"FrozenHolderPastTTL", FrozenHolderPastTTL},
+		{"Assured", Assured},
 	}, CounterCases()...)
 }
 
@@ -781,6 +782,35 @@ func FrozenHolderPastTTL(t *testing.T, b Backend) {
 		t.Fatalf("thawed holder did not report its lease lost: %q", tail(ch.output(), 5))
 	}
 	mustReserve(t, l, l.Floor()+10, Node("parent"))
+}
+
+// Assured: a lease is assured for at most the TTL from its take, stays
+// assured while its client renews it (never dropping to zero over three
+// TTLs), and is assured for nothing once released.
+func Assured(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c := cl.Connect(t, sysClock)
+	l, err := c.Acquire(ctxT(t, 10*time.Second), Spec("assured", 1), Node("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := l.Assured(); a <= 0 || a > cl.TTL() {
+		t.Fatalf("Assured right after the take: %v, want in (0, %v]", a, cl.TTL())
+	}
+	low := cl.TTL()
+	for end := time.Now().Add(3 * cl.TTL()); time.Now().Before(end); time.Sleep(cl.TTL() / 20) {
+		low = min(low, l.Assured())
+	}
+	if low <= 0 {
+		t.Fatalf("Assured fell to %v while the client renewed its lease", low)
+	}
+	t.Logf("lowest Assured over 3 TTLs of %v: %v", cl.TTL(), low)
+	if err := l.Release(ctxT(t, 5*time.Second), -1); err != nil {
+		t.Fatal(err)
+	}
+	if a := l.Assured(); a != 0 {
+		t.Fatalf("Assured after Release: %v, want 0", a)
+	}
 }
 
 // checkAbove fails unless every ack of the child is at or below the new
