@@ -599,7 +599,8 @@ func compare(ctx context.Context, pairs int, nodeCfg, noopCfg runConfig) (*Compa
 // noopMirror is the no-op child's flags that make its Info and its
 // NextRange runs those of the node's generator g: the layout, the workers
 // and max_range; for a segment generator its kind and definition (one
-// run per call).
+// run per call); for a sequence generator its kind and sections (the
+// no-op owning every one).
 func noopMirror(g *firnv1.GeneratorInfo) []string {
 	var args []string
 	if g.GetKind() == kindSeq {
