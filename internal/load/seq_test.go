@@ -360,3 +360,18 @@ firn_segment_claims_total{generator="orders"} 9
 		t.Fatalf("since: %+v", w)
 	}
 }
+
+func TestSeqDialAddr(t *testing.T) {
+	r := &seqRouter{targetHost: "10.0.0.5"}
+	for in, want := range map[string]string{
+		"0.0.0.0:7300":   "10.0.0.5:7300",
+		":7300":          "10.0.0.5:7300",
+		"[::]:7300":      "10.0.0.5:7300",
+		"127.0.0.1:7300": "127.0.0.1:7300",
+		"node-b:7300":    "node-b:7300",
+	} {
+		if got := r.dialAddr(in); got != want {
+			t.Errorf("dialAddr(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
