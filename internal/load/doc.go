@@ -6,9 +6,10 @@
 // # What it measures
 //
 // K callers (--callers) share C connections (--conns) for a measured
-// window (--duration) after an unmeasured warmup, in one of four modes:
+// window (--duration) after an unmeasured warmup, in one of six modes:
 // unary (NextID), batch (NextIDs with --batch N), prefetch (the Go
-// client's Next, C clients) or ranges (NextRange with --batch N). It
+// client's Next, C clients), ranges (NextRange with --batch N), or the
+// sequence modes seq and seqs (below). It
 // prints a progress line to stderr once a second, and at the end RPC/s,
 // IDs/s, call latency p50/p90/p99/p99.9, errors by gRPC code, and the
 // duplicate IDs received: every ID of the measured window (up to --record)
@@ -25,6 +26,61 @@
 // workers it holds (Info's workers, at least 1; the more of the readings
 // before and after the window) times its layout's rate. --batch must not
 // exceed the generator's max_range (Info), checked before each run.
+//
+// # The sequence modes
+//
+// --mode seq calls NextSeq of a sequence generator (Info's kind "seq")
+// with count --batch (default 1, at most seq.MaxCount); --mode seqs calls
+// NextSeqs with --batch keys (default 100, at most seq.MaxItems) of count
+// 1 each, and its IDs/s are values/s (keys × calls) beside RPC/s. Keys are
+// "k0" … "k<N-1>" (--keys N, default 100,000), drawn per caller from a
+// generator seeded by --seed and the caller's index, so runs repeat: with
+// --key-dist uniform alike, with zipf as math/rand's Zipf with s = 1.1,
+// v = 1 (P(k) ∝ (1+k)^-1.1: k0 hottest, about 13 % of the draws at
+// 100,000 keys, the ten hottest about 36 %). A NextSeqs batch may draw one
+// key more than once.
+//
+// Routing: the run reads the section map of --target's Info (sections,
+// section_owners) and sends each key to the owner of its section
+// (seq.Hash(key) mod sections, seq.Definition.Section), over --conns
+// connections per owner; --target is any one node, the others are learned
+// from the map (an owner advertising an unspecified host, 0.0.0.0:P or
+// :P, is dialled at the target's host). A WRONG_NODE refusal (a
+// FAILED_PRECONDITION whose ErrorInfo names the owner; in NextSeqs an
+// item's reason and owner) moves the section to the owner named — dialled
+// on first use — and the call, or the refused items, go there at once, at
+// most maxSeqHops times; the report counts these refusals, which in
+// steady state are 0. A SECTION_MOVING refusal fails the call (its
+// RetryInfo waited out, as for any refusal) and is counted apart. In seq
+// mode a call is one key's NextSeq, its latency from its first attempt
+// to its answer, and RPCs count the followed refusals too; in seqs mode a
+// caller's batch is split by owner into one NextSeqs each (items per RPC
+// reported), and a call is one such RPC.
+//
+// The checker: every response of the measured window (a NextSeq, a
+// NextSeqs item) is kept — key index, values, the start and end of the
+// attempt that answered on the run's monotonic clock, the owner — in one
+// record preallocated before the run, 32 bytes a response, --seq-record
+// of them (default 4 Mi: 128 MiB), shared by the callers in equal parts
+// as the IDs of --record are. After the window the record is sorted by key
+// and each key's calls go through seqcheck.Check (no value twice for a
+// key; a call that returned before another began got smaller values),
+// one key at a time, so the check needs beyond the record only its
+// busiest key's calls, about 200 bytes each. Any violation makes Main exit
+// with code 3 (as a duplicate ID does), naming the first of them; at most
+// maxViolations are collected. A response whose count is not the one
+// asked is malformed (exit 1).
+//
+// --compare noop in a sequence mode starts the no-op server as a
+// sequence generator of the node's sections (Info) whose Info owns every
+// section at its own address, so the same routing reaches it. It answers
+// from one counter, one atomic add per call whatever the keys (no
+// per-key map, no lock, no hashing): every value once across all keys and
+// increasing in real time, so it passes the checker, and it costs the
+// gRPC path and the messages alone. With --node-metrics each node window
+// also reports firn_seq_writes_total over the window per second (the
+// writes of the sections' persisted maxima to the coordinator) and
+// firn_seq_keys at its close.
 //
 // --target noop runs the no-op floor: this same binary re-executed
 // (os.Args[0]) as a child process, serving the same IDService with
@@ -78,6 +134,9 @@
 //     10 s run receives more IDs than are kept; the report says how many
 //     were checked. (Not in ranges mode, whose memory is 16 bytes per
 //     interval: about one per RPC when many callers interleave.)
+//     --seq-record bounds the sequence checker the same way: each caller
+//     keeps the first responses of its window that fit its part, and the
+//     report says how many of how many were checked.
 //   - --pin pins this process's threads and the node's, and restores both
 //     when Main returns (threads the node starts during the run inherit
 //     the pin and keep it).

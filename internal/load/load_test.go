@@ -322,7 +322,7 @@ func TestFlagsRefused(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--mode", "stream"}, "--mode \"stream\": want unary, batch, prefetch or ranges"},
+		{[]string{"--mode", "stream"}, "--mode \"stream\": want unary, batch, prefetch, ranges, seq or seqs"},
 		{[]string{"--batch", "0"}, "--batch 0 outside [1, 1000000] (NextIDs' count)"},
 		{[]string{"--mode", "ranges", "--batch", "0"}, "--batch 0 outside [1, 1099511627776] (NextRange's count"},
 		{[]string{"--mode", "ranges", "--batch", "1099511627777"}, "--batch 1099511627777 outside [1, 1099511627776]"},

@@ -21,6 +21,7 @@ import (
 	"github.com/firnid/firn/client"
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/seq"
 )
 
 // Exit codes of Main.
@@ -28,7 +29,7 @@ const (
 	exitOK        = 0
 	exitFailed    = 1 // the run could not be made
 	exitUsage     = 2 // bad flags
-	exitDuplicate = 3 // the run received the same ID twice
+	exitDuplicate = 3 // the run received the same ID twice, or a key's sequence broke its rules
 )
 
 const minPairs = 5
@@ -96,13 +97,19 @@ type flags struct {
 	ignoreRetry                           bool
 	noopDupAt                             uint64
 	nodeMetrics                           string
+	keys, seqRecord                       int
+	keyDist                               string
+	seed                                  uint64
+	batchSet                              bool // --batch given (the sequence modes' defaults differ)
 }
 
 // Main is `firn bench`: args are those after "bench". It writes the
 // report to stdout and progress to stderr, and returns the exit code: 0,
 // 1 when the run could not be made or a NextRange response broke its
 // contract, 2 for bad flags, 3 when an ID was received twice. With
-// NoopCommand as args[0] it runs the no-op server instead (NoopMain).
+// NoopCommand as args[0] it runs the no-op server instead (NoopMain). In
+// the sequence modes 3 also means a key's values broke seqcheck's rules
+// (a value twice, or out of real-time order).
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == NoopCommand {
 		return NoopMain(args[1:], stdout, stderr)
@@ -125,6 +132,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
+	fs.Visit(func(fl *flag.Flag) { f.batchSet = f.batchSet || fl.Name == "batch" })
+	f.defaults()
 	if err := f.validate(); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
 		return exitUsage
@@ -154,8 +163,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bench: DUPLICATE IDs received: %d\n", rep.duplicates())
 		return exitDuplicate
 	}
+	if n, samples := rep.seqViolations(); n > 0 {
+		fmt.Fprintf(stderr, "bench: SEQUENCE VIOLATIONS: %d (internal/seqcheck; the first %d):\n", n, len(samples))
+		for _, s := range samples {
+			fmt.Fprintf(stderr, "bench:   %s\n", s)
+		}
+		return exitDuplicate
+	}
 	if m := rep.malformed(); m > 0 {
-		fmt.Fprintf(stderr, "bench: MALFORMED NextRange responses: %d\n", m)
+		fmt.Fprintf(stderr, "bench: MALFORMED responses (NextRange runs, or NextSeq/NextSeqs counts): %d\n", m)
 		return exitFailed
 	}
 	return exitOK
@@ -192,6 +208,25 @@ generator the no-op server hands out one run per NextRange call, as the
 node does, and --node-metrics reports the node's counter writes (claims)
 per second over each window.
 
+--mode seq calls NextSeq of a sequence generator (--generator NAME=seq on
+the node) with count --batch (default 1) on keys drawn from --keys
+(--key-dist uniform or zipf); --mode seqs calls NextSeqs with --batch keys
+(default 100) per call and reports values/s beside RPC/s. Each key goes to
+its section's owner, from the section map of --target's Info (any one
+node; the others are learned from it), and a WRONG_NODE refusal is
+followed to the owner it names: the report counts those (0 in steady
+state) and SECTION_MOVING refusals. Every response of the window (up to
+--seq-record) goes through the per-key checker (internal/seqcheck): a
+value twice for a key, or a call that returned before another began
+without smaller values, exits 3 naming them. --compare noop runs the
+no-op server as a sequence generator owning every section (a counter, no
+per-key state); --node-metrics adds the node's writes of its sections'
+maxima per second and the keys it keeps.
+
+  firn bench --target 127.0.0.1:7300 --generator chats --mode seq --callers 16 --conns 4
+  firn bench --target 127.0.0.1:7300 --generator chats --mode seqs --batch 100 --key-dist zipf \
+      --compare noop --node-metrics http://127.0.0.1:7301/metrics
+
 `
 
 // define defines f's flags on fs.
@@ -199,8 +234,8 @@ func (f *flags) define(fs *flag.FlagSet) {
 	fs.StringVar(&f.target, "addr", "127.0.0.1:7300", "node gRPC address (host:port), or noop for the no-op floor server")
 	fs.StringVar(&f.target, "target", "127.0.0.1:7300", "the older name of --addr")
 	fs.StringVar(&f.generator, "generator", "", "generator name (empty: the node's default)")
-	fs.StringVar(&f.mode, "mode", modeUnary, "unary (NextID), batch (NextIDs --batch N), prefetch (the Go client's Next) or ranges (NextRange --batch N)")
-	fs.IntVar(&f.batch, "batch", 1000, "count of each call: NextIDs in batch mode, NextRange in ranges mode")
+	fs.StringVar(&f.mode, "mode", modeUnary, "unary (NextID), batch (NextIDs --batch N), prefetch (the Go client's Next), ranges (NextRange --batch N), seq (NextSeq, count --batch) or seqs (NextSeqs of --batch keys)")
+	fs.IntVar(&f.batch, "batch", 1000, "count of each call: NextIDs in batch mode, NextRange in ranges mode, NextSeq in seq mode (default there 1), keys per NextSeqs in seqs mode (default there 100)")
 	fs.IntVar(&f.callers, "callers", 1, "concurrent callers K")
 	fs.IntVar(&f.conns, "conns", 1, "connections C (prefetch mode: clients), shared round-robin by the callers")
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured window of each run")
@@ -224,18 +259,49 @@ func (f *flags) define(fs *flag.FlagSet) {
 	fs.BoolVar(&f.ignoreRetry, "ignore-retry-info", false, "after a refusal, pause 1 ms instead of the RetryInfo it carries (an uncooperative client)")
 	fs.IntVar(&f.record, "record", 32<<20, "IDs kept for the duplicate check (preallocated, 8 bytes each; ranges mode checks every ID, as intervals, and keeps these for the flood only)")
 	fs.Uint64Var(&f.noopDupAt, "noop-duplicate-at", 0, "make the no-op server hand out one ID twice, at this ID (checks the duplicate check)")
-	fs.StringVar(&f.nodeMetrics, "node-metrics", "", "the node's /metrics URL (http://host:port/metrics): report a segment generator's counter writes (claims) over each node window")
+	fs.StringVar(&f.nodeMetrics, "node-metrics", "", "the node's /metrics URL (http://host:port/metrics): report a segment generator's counter writes (claims), or a sequence generator's writes and keys, over each node window")
+	fs.IntVar(&f.keys, "keys", 100_000, "seq and seqs modes: the keys drawn from (k0 … kN-1)")
+	fs.StringVar(&f.keyDist, "key-dist", distUniform, "seq and seqs modes: uniform, or zipf (s=1.1: key k0 hottest, about 13% of the calls at 100,000 keys)")
+	fs.Uint64Var(&f.seed, "seed", 1, "seq and seqs modes: seed of the key draws (each caller's keys follow from it and the caller's index)")
+	fs.IntVar(&f.seqRecord, "seq-record", defaultSeqRecord, "seq and seqs modes: responses kept for the per-key checker (preallocated, 32 bytes each; the check after the window adds about 200 bytes per response of the busiest key)")
+}
+
+// defaults sets what depends on the mode: --batch in the sequence modes.
+func (f *flags) defaults() {
+	if f.batchSet {
+		return
+	}
+	switch f.mode {
+	case modeSeq:
+		f.batch = 1
+	case modeSeqs:
+		f.batch = 100
+	}
 }
 
 func (f *flags) validate() error {
 	switch {
 	case f.target == "":
 		return errors.New("--target is empty (an address host:port, or noop)")
-	case !slices.Contains([]string{modeUnary, modeBatch, modePrefetch, modeRanges}, f.mode):
-		return fmt.Errorf("--mode %q: want unary, batch, prefetch or ranges", f.mode)
+	case !slices.Contains([]string{modeUnary, modeBatch, modePrefetch, modeRanges, modeSeq, modeSeqs}, f.mode):
+		return fmt.Errorf("--mode %q: want unary, batch, prefetch, ranges, seq or seqs", f.mode)
 	case f.mode == modeRanges && (f.batch < 1 || uint64(f.batch) > maxRangeBatch):
 		return fmt.Errorf("--batch %d outside [1, %d] (NextRange's count; the node bounds it by its max_range)", f.batch, uint64(maxRangeBatch))
-	case f.mode != modeRanges && (f.batch < 1 || f.batch > 1_000_000):
+	case f.mode == modeSeq && (f.batch < 1 || f.batch > seq.MaxCount):
+		return fmt.Errorf("--batch %d outside [1, %d] (NextSeq's count)", f.batch, seq.MaxCount)
+	case f.mode == modeSeqs && (f.batch < 1 || f.batch > seq.MaxItems):
+		return fmt.Errorf("--batch %d outside [1, %d] (NextSeqs' keys per call)", f.batch, seq.MaxItems)
+	case f.keys < 1 || f.keys > maxSeqKeys:
+		return fmt.Errorf("--keys %d outside [1, %d]", f.keys, maxSeqKeys)
+	case f.keyDist != distUniform && f.keyDist != distZipf:
+		return fmt.Errorf("--key-dist %q: want uniform or zipf", f.keyDist)
+	case f.seqRecord < 0:
+		return fmt.Errorf("--seq-record %d is negative", f.seqRecord)
+	case isSeqMode(f.mode) && f.noopDupAt != 0:
+		return errors.New("--noop-duplicate-at does not apply to the sequence modes")
+	case isSeqMode(f.mode) && f.floodCallers > 0:
+		return errors.New("--flood-callers does not apply to the sequence modes")
+	case f.mode != modeRanges && !isSeqMode(f.mode) && (f.batch < 1 || f.batch > 1_000_000):
 		return fmt.Errorf("--batch %d outside [1, 1000000] (NextIDs' count)", f.batch)
 	case f.callers < 1 || f.callers > 10_000:
 		return fmt.Errorf("--callers %d outside [1, 10000]", f.callers)
@@ -379,15 +445,20 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 		return rep, err
 	}
 
-	// Ranges runs check their IDs as intervals: no record to keep.
+	// Ranges runs check their IDs as intervals: no record to keep. The
+	// sequence modes keep responses for the per-key checker instead.
 	var record []uint64
-	if f.mode != modeRanges {
+	var seqRec []seqRecord
+	switch {
+	case isSeqMode(f.mode):
+		seqRec = make([]seqRecord, f.seqRecord)
+	case f.mode != modeRanges:
 		record = make([]uint64, f.record)
 	}
 	base := runConfig{
 		generator: f.generator, mode: f.mode, batch: f.batch, callers: f.callers, conns: f.conns,
 		warmup: f.warmup, duration: f.duration, timeout: f.timeout, record: record, progress: progress,
-		ignoreRetry: f.ignoreRetry,
+		ignoreRetry: f.ignoreRetry, keys: f.keys, keyDist: f.keyDist, seed: f.seed, seqRecord: seqRec,
 	}
 	nodeCfg, noopCfg := base, base
 	nodeCfg.label, nodeCfg.addr, nodeCfg.tls = "node", f.target, nodeTLS
@@ -440,13 +511,22 @@ func startNoop(ctx context.Context, f *flags, nodeTLS *tls.Config, stderr io.Wri
 		// The no-op serves the generator the calls name.
 		extra = append(extra, "--generator", f.generator)
 	}
-	if f.mode == modeRanges && f.compare == "noop" {
+	switch {
+	case (f.mode == modeRanges || isSeqMode(f.mode)) && f.compare == "noop":
 		g, err := generatorInfo(ctx, f.target, nodeTLS, f.generator)
 		if err != nil {
 			stop()
 			return nil, nil, func() {}, err
 		}
+		if isSeqMode(f.mode) && g.GetKind() != kindSeq {
+			stop()
+			return nil, nil, func() {}, fmt.Errorf("%s: generator %q is of kind %q: --mode %s calls a sequence generator (--generator NAME=seq on the node)",
+				f.target, g.GetName(), g.GetKind(), f.mode)
+		}
 		extra = append(extra, noopMirror(g)...)
+	case isSeqMode(f.mode):
+		// --target noop: a sequence generator of the default sections.
+		extra = append(extra, "--kind", kindSeq)
 	}
 	if noop, err = startNoopChild(extra, stderr); err != nil {
 		stop()
@@ -519,9 +599,13 @@ func compare(ctx context.Context, pairs int, nodeCfg, noopCfg runConfig) (*Compa
 // noopMirror is the no-op child's flags that make its Info and its
 // NextRange runs those of the node's generator g: the layout, the workers
 // and max_range; for a segment generator its kind and definition (one
-// run per call).
+// run per call); for a sequence generator its kind and sections (the
+// no-op owning every one).
 func noopMirror(g *firnv1.GeneratorInfo) []string {
 	var args []string
+	if g.GetKind() == kindSeq {
+		return []string{"--kind", kindSeq, "--sections", strconv.FormatUint(uint64(g.GetSections()), 10)}
+	}
 	if g.GetKind() == kindSegment {
 		args = append(args, "--kind", kindSegment, "--layout", g.GetLayout())
 		if m := g.GetMaxRange(); m > 0 {

@@ -28,33 +28,53 @@ const (
 // Prometheus text exposition at url. A generator without them (not a
 // segment generator, or no such generator) is an error.
 func readSegmentMetrics(ctx context.Context, url, gen string) (segmentMetrics, error) {
+	var m segmentMetrics
+	var found bool
+	err := fetchMetrics(ctx, url, func(r io.Reader) (err error) {
+		m, found, err = parseSegmentMetrics(r, gen)
+		return err
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("--node-metrics %s: no %s{generator=%q}: not a segment generator of this node?", url, metricSegClaims, gen)
+	}
+	return m, err
+}
+
+// fetchMetrics GETs a node's /metrics at url and hands the body to parse.
+func fetchMetrics(ctx context.Context, url string, parse func(io.Reader) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return segmentMetrics{}, fmt.Errorf("--node-metrics %q: %w", url, err)
+		return fmt.Errorf("--node-metrics %q: %w", url, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return segmentMetrics{}, fmt.Errorf("--node-metrics: %w", err)
+		return fmt.Errorf("--node-metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return segmentMetrics{}, fmt.Errorf("--node-metrics %s: HTTP %s", url, resp.Status)
+		return fmt.Errorf("--node-metrics %s: HTTP %s", url, resp.Status)
 	}
-	m, found, err := parseSegmentMetrics(resp.Body, gen)
-	if err != nil {
-		return m, fmt.Errorf("--node-metrics %s: %w", url, err)
+	if err := parse(resp.Body); err != nil {
+		return fmt.Errorf("--node-metrics %s: %w", url, err)
 	}
-	if !found {
-		return m, fmt.Errorf("--node-metrics %s: no %s{generator=%q}: not a segment generator of this node?", url, metricSegClaims, gen)
-	}
-	return m, nil
+	return nil
 }
 
 // parseSegmentMetrics picks gen's claim counters out of a text
 // exposition; found says the claims counter was there.
 func parseSegmentMetrics(r io.Reader, gen string) (m segmentMetrics, found bool, err error) {
+	seen, err := parseGeneratorMetrics(r, gen, map[string]*float64{
+		metricSegClaims: &m.claims, metricSegClaimed: &m.claimed, metricSegStep: &m.step})
+	return m, seen[metricSegClaims], err
+}
+
+// parseGeneratorMetrics reads, from a text exposition, the samples
+// labelled {generator="gen"} alone of the metrics named in dst into
+// them; seen says which it found.
+func parseGeneratorMetrics(r io.Reader, gen string, dst map[string]*float64) (seen map[string]bool, err error) {
+	seen = map[string]bool{}
 	label := "{generator=" + strconv.Quote(gen) + "} "
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -64,15 +84,8 @@ func parseSegmentMetrics(r io.Reader, gen string) (m segmentMetrics, found bool,
 		if !ok || strings.HasPrefix(line, "#") {
 			continue
 		}
-		var dst *float64
-		switch name {
-		case metricSegClaims:
-			dst = &m.claims
-		case metricSegClaimed:
-			dst = &m.claimed
-		case metricSegStep:
-			dst = &m.step
-		default:
+		d, ok := dst[name]
+		if !ok {
 			continue
 		}
 		v, ok := strings.CutPrefix("{"+rest, label)
@@ -81,12 +94,12 @@ func parseSegmentMetrics(r io.Reader, gen string) (m segmentMetrics, found bool,
 		}
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil {
-			return m, found, fmt.Errorf("%s: %w", line, err)
+			return seen, fmt.Errorf("%s: %w", line, err)
 		}
-		*dst = f
-		found = found || name == metricSegClaims
+		*d = f
+		seen[name] = true
 	}
-	return m, found, sc.Err()
+	return seen, sc.Err()
 }
 
 // since is what the counters say of the window from m0 to m, of seconds.
@@ -99,4 +112,44 @@ func (m segmentMetrics) since(m0 segmentMetrics, gen string, seconds float64) *C
 		ClaimedIDs: uint64(max(m.claimed-m0.claimed, 0)),
 		Step:       uint64(m.step),
 	}
+}
+
+// seqMetrics is what a node's /metrics says of one sequence generator at
+// one moment.
+type seqMetrics struct {
+	writes, keys float64
+}
+
+// The node's sequence metrics read by --node-metrics (server/metrics.go).
+const (
+	metricSeqWrites = "firn_seq_writes_total"
+	metricSeqKeys   = "firn_seq_keys"
+)
+
+// readSeqMetrics reads sequence generator gen's writes and keys from a
+// node's /metrics at url. A generator without them is an error.
+func readSeqMetrics(ctx context.Context, url, gen string) (seqMetrics, error) {
+	var m seqMetrics
+	var found bool
+	err := fetchMetrics(ctx, url, func(r io.Reader) (err error) {
+		m, found, err = parseSeqMetrics(r, gen)
+		return err
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("--node-metrics %s: no %s{generator=%q}: not a sequence generator of this node?", url, metricSeqWrites, gen)
+	}
+	return m, err
+}
+
+// parseSeqMetrics picks gen's sequence metrics out of a text exposition;
+// found says the writes counter was there.
+func parseSeqMetrics(r io.Reader, gen string) (m seqMetrics, found bool, err error) {
+	seen, err := parseGeneratorMetrics(r, gen, map[string]*float64{metricSeqWrites: &m.writes, metricSeqKeys: &m.keys})
+	return m, seen[metricSeqWrites], err
+}
+
+// since is what the metrics say of the window from m0 to m, of seconds.
+func (m seqMetrics) since(m0 seqMetrics, gen string, seconds float64) *SeqWrites {
+	w := uint64(max(m.writes-m0.writes, 0))
+	return &SeqWrites{Generator: gen, Writes: w, PerSecond: ratio(float64(w), seconds), Keys: uint64(max(m.keys, 0))}
 }

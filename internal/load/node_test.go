@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -253,6 +254,79 @@ func TestAgainstRealSegmentNode(t *testing.T) {
 			if d := rep.duplicates(); d != 1 {
 				t.Fatalf("%s: %d duplicates, want the 1 injected", mode, d)
 			}
+		}
+	})
+}
+
+// TestAgainstRealSeqNode drives a real node's sequence generator (beside
+// a snowflake default): NextSeq for about a second and NextSeqs on zipf
+// keys, every response through the per-key checker (a violation exits 3
+// and fails the test), routed by the node's section map (one node: no
+// WRONG_NODE refusal), with the node's writes from its /metrics; then
+// node/noop pairs, and a sequence mode against the snowflake generator
+// refused.
+func TestAgainstRealSeqNode(t *testing.T) {
+	addr, httpAddr, pid := startFirnNodeHTTP(t, "--generator", "default=snowflake", "--generator", "chats=seq")
+	metrics := "http://" + httpAddr + "/metrics"
+	g, err := generatorInfo(context.Background(), addr, nil, "chats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.GetKind() != kindSeq || g.GetSections() != 64 {
+		t.Fatalf("generator chats: kind %q, sections %d; want a sequence generator of 64 sections", g.GetKind(), g.GetSections())
+	}
+	sq := append([]string{"--target", addr, "--generator", "chats", "--node-metrics", metrics}, seqShort...)
+	check := func(t *testing.T, r *Result, node bool) {
+		t.Helper()
+		q := r.Seq
+		if q == nil || r.Calls == 0 || len(r.Errors) != 0 || r.Malformed != 0 {
+			t.Fatalf("run %+v", r)
+		}
+		if q.Violations != 0 || q.Checked == 0 || q.Checked > q.Responses || q.WrongNode != 0 || q.SectionMoving != 0 || len(q.Owners) != 1 {
+			t.Fatalf("seq %+v", q)
+		}
+		if !node {
+			return
+		}
+		if q.Owners[0] != addr || r.ServerCPU == nil || r.ServerCPU.PID != pid {
+			t.Fatalf("owners %v (want %s), server cpu %+v (want pid %d)", q.Owners, addr, r.ServerCPU, pid)
+		}
+		if w := q.NodeWrites; w == nil || w.Generator != "chats" || w.Keys == 0 {
+			t.Fatalf("node writes %+v", w)
+		}
+	}
+	t.Run("seq", func(t *testing.T) {
+		r := bench(t, exitOK, append(sq, "--mode", "seq", "--callers", "4", "--conns", "2", "--duration", "1s")...).Run
+		check(t, r, true)
+		if r.IDs != r.Calls || r.Seq.Checked != r.Seq.Responses {
+			t.Fatalf("%d values from %d calls, %d of %d responses checked", r.IDs, r.Calls, r.Seq.Checked, r.Seq.Responses)
+		}
+	})
+	t.Run("seqs", func(t *testing.T) {
+		r := bench(t, exitOK, append(sq, "--mode", "seqs", "--batch", "50", "--key-dist", "zipf", "--callers", "2")...).Run
+		check(t, r, true)
+		if r.Seq.ItemsPerRPC != 50 || r.IDs != 50*r.Calls {
+			t.Fatalf("%.1f items per NextSeqs, %d values from %d calls", r.Seq.ItemsPerRPC, r.IDs, r.Calls)
+		}
+	})
+	t.Run("compare", func(t *testing.T) {
+		c := bench(t, exitOK, append(sq, "--mode", "seq", "--compare", "noop", "--callers", "4", "--duration", "150ms", "--warmup", "50ms")...).Compare
+		if c == nil || len(c.Pairs) != minPairs || c.Median.RPC <= 0 || c.Median.CPUPerCall <= 0 {
+			t.Fatalf("compare %+v", c)
+		}
+		for _, p := range c.Pairs {
+			check(t, p.Node, true)
+			check(t, p.Noop, false)
+			if p.Noop.Seq.Sections != 64 || p.Noop.Seq.Owners[0] == addr {
+				t.Fatalf("noop: %+v; want the node's sections, owned by the no-op's own address", p.Noop.Seq)
+			}
+		}
+	})
+	t.Run("not a sequence generator", func(t *testing.T) {
+		var out strings.Builder
+		args := append(append([]string{}, short...), "--target", addr, "--generator", "default", "--mode", "seq")
+		if code := Main(args, &out, &out); code != exitFailed || !strings.Contains(out.String(), `of kind "snowflake"`) {
+			t.Fatalf("exit %d: %s", code, out.String())
 		}
 	})
 }

@@ -29,6 +29,8 @@ import (
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/segment"
+	"github.com/firnid/firn/seq"
 	"github.com/firnid/firn/server/grpcopt"
 )
 
@@ -77,8 +79,15 @@ type NoopOptions struct {
 	// (runs cut as above), or "segment": a node's segment generator hands
 	// out a take as one run of consecutive IDs (two where it spans two
 	// claims), so NextRange returns one run per call, Layout is reported
-	// as is (the segment definition) and Workers do not apply.
+	// as is (the segment definition) and Workers do not apply; or "seq":
+	// a sequence generator (see Sections).
 	Kind string
+	// Sections is a sequence generator's sections (Kind "seq"; default
+	// seq.DefaultSections), Address the server's own gRPC address: its
+	// Info reports every section owned by Address, so that firn bench's
+	// routing (the section map of Info) sends it every key.
+	Sections int
+	Address  string
 }
 
 // kindSegment is Info's kind of a segment generator.
@@ -90,6 +99,14 @@ const defaultNoopMaxRange = 1 << 24
 
 // noopService is the IDService of the no-op floor: a counter, with the
 // node's request validation and nothing else.
+//
+// As a sequence generator (Kind "seq") it answers NextSeq and NextSeqs
+// from the same counter, one atomic add per call whatever the keys: no
+// per-key state, no hashing, no lock. Every value is handed out once
+// across all keys and values increase in real time, so the per-key
+// checker passes, and what the floor costs is the gRPC path and the
+// messages (keys in, results out) alone: a node/noop ratio of CPU per
+// call is what the node's sections, maps and locks add to that.
 type noopService struct {
 	firnv1.UnimplementedIDServiceServer
 	next     atomic.Uint64 // the next ID
@@ -109,6 +126,9 @@ type noopService struct {
 	// as the node's IDs would.
 	block uint64
 	join  []bool
+	// A sequence generator's sections and own address (Info).
+	sections int
+	addr     string
 }
 
 var _ firnv1.IDServiceServer = (*noopService)(nil)
@@ -137,6 +157,10 @@ func newNoopService(o NoopOptions) *noopService {
 	}
 	if s.maxRange == 0 {
 		s.maxRange = defaultNoopMaxRange
+	}
+	s.sections, s.addr = o.Sections, o.Address
+	if s.sections == 0 {
+		s.sections = seq.DefaultSections
 	}
 	if len(s.workers) == 0 {
 		s.workers = []uint32{0}
@@ -287,6 +311,89 @@ func injectDuplicate(runs []generator.Run, d uint64) []generator.Run {
 	return runs
 }
 
+// checkSeqItem is the node's validation of one sequence item (count 0
+// means 1); the error is the message a node gives.
+func checkSeqItem(key []byte, count uint32) (uint64, error) {
+	n := uint64(max(count, 1))
+	if err := seq.CheckKey(key); err != nil {
+		return 0, err
+	}
+	if err := seq.CheckCount(n); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// checkSeqGenerator refuses a call for another name or a generator of
+// another kind, as the node does.
+func (s *noopService) checkSeqGenerator(name string) error {
+	if err := s.checkGenerator(name); err != nil {
+		return err
+	}
+	if s.kind != kindSeq {
+		return status.Errorf(codes.InvalidArgument, "generator %q is a %s generator: NextSeq, NextSeqs and CurrentSeq serve sequence generators", s.name, s.kind)
+	}
+	return nil
+}
+
+// NextSeq takes count values from the counter (see noopService).
+func (s *noopService) NextSeq(_ context.Context, req *firnv1.NextSeqRequest) (*firnv1.NextSeqResponse, error) {
+	if err := s.checkSeqGenerator(req.GetGenerator()); err != nil {
+		return nil, err
+	}
+	n, err := checkSeqItem(req.GetKey(), req.GetCount())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &firnv1.NextSeqResponse{First: s.next.Add(n) - n, Count: uint32(n)}, nil
+}
+
+// NextSeqs takes every valid item's values from the counter in one add;
+// an invalid item is refused alone (BAD_REQUEST), as a node's is.
+func (s *noopService) NextSeqs(_ context.Context, req *firnv1.NextSeqsRequest) (*firnv1.NextSeqsResponse, error) {
+	if err := s.checkSeqGenerator(req.GetGenerator()); err != nil {
+		return nil, err
+	}
+	items := req.GetItems()
+	if len(items) < 1 || len(items) > seq.MaxItems {
+		return nil, status.Errorf(codes.InvalidArgument, "%d items: a call carries 1 to %d", len(items), seq.MaxItems)
+	}
+	// One slab for the results, as the node's.
+	out := make([]firnv1.SeqResult, len(items))
+	resp := &firnv1.NextSeqsResponse{Results: make([]*firnv1.SeqResult, len(items))}
+	var total uint64
+	for i, it := range items {
+		n, err := checkSeqItem(it.GetKey(), it.GetCount())
+		if err != nil {
+			out[i].Reason, out[i].Error = "BAD_REQUEST", err.Error()
+		} else {
+			out[i].Count = uint32(n)
+			total += n
+		}
+		resp.Results[i] = &out[i]
+	}
+	next := s.next.Add(total) - total
+	for i := range out {
+		if out[i].Count > 0 {
+			out[i].First = next
+			next += uint64(out[i].Count)
+		}
+	}
+	return resp, nil
+}
+
+// CurrentSeq is the counter's last value: at or above every value handed
+// out, for any key.
+func (s *noopService) CurrentSeq(_ context.Context, req *firnv1.CurrentSeqRequest) (*firnv1.CurrentSeqResponse, error) {
+	if err := s.checkSeqGenerator(req.GetGenerator()); err != nil {
+		return nil, err
+	}
+	if err := seq.CheckKey(req.GetKey()); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &firnv1.CurrentSeqResponse{Value: s.next.Load() - 1}, nil
+}
+
 // Decode splits an ID under the snowflake layout (41 time bits in ms from
 // the Twitter epoch, 5 datacenter, 5 worker, 12 sequence).
 func (s *noopService) Decode(_ context.Context, req *firnv1.DecodeRequest) (*firnv1.DecodeResponse, error) {
@@ -319,9 +426,17 @@ func (s *noopService) Info(context.Context, *firnv1.InfoRequest) (*firnv1.InfoRe
 		State: "serving", MaxBatch: s.maxBatch, IdsIssued: s.next.Load(), MaxRange: s.maxRange,
 		Kind: "snowflake",
 	}
-	if s.kind == kindSegment {
+	switch s.kind {
+	case kindSeq:
+		g.Kind, g.Layout, g.Sections = kindSeq, seq.Definition{Sections: s.sections}.String(), uint32(s.sections)
+		g.MaxRange, g.MaxBatch = 0, 0
+		g.SectionOwners = make([]*firnv1.SectionOwner, s.sections)
+		for i := range g.SectionOwners {
+			g.SectionOwners[i] = &firnv1.SectionOwner{Section: uint32(i), Address: s.addr, Node: "noop", Serving: true}
+		}
+	case kindSegment:
 		g.Kind, g.CounterNext = kindSegment, s.next.Load()
-	} else {
+	default:
 		g.Worker, g.Datacenter = s.worker, s.dc
 		g.Workers, g.WorkersWanted = s.workers, uint32(len(s.workers))
 	}
@@ -353,7 +468,8 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	workerList := fs.String("workers", "0", "workers Info reports, as Info's workers: node fields (datacenter × 2^worker_bits + worker), ascending, comma-separated; NextRange cuts runs as a node holding them")
 	maxRange := fs.Uint64("max-range", defaultNoopMaxRange, "largest NextRange count")
 	name := fs.String("generator", "default", "the generator's name (calls name it or none)")
-	kind := fs.String("kind", "snowflake", "the generator's kind: snowflake, or segment (NextRange returns one run per call; --layout is then the segment definition Info reports)")
+	kind := fs.String("kind", "snowflake", "the generator's kind: snowflake, segment (NextRange returns one run per call; --layout is then the segment definition Info reports) or seq (NextSeq and NextSeqs from the counter; Info owns every section at the listen address)")
+	sections := fs.Int("sections", seq.DefaultSections, "a seq generator's sections (Info)")
 	stdinEOF := fs.Bool("exit-on-stdin-eof", false, "exit when standard input closes")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -383,8 +499,12 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 		if *layout != "" && !strings.HasPrefix(*layout, kindSegment) {
 			return fail("--layout %q: a segment generator's definition starts with %q", *layout, kindSegment)
 		}
+	case kindSeq:
+		if *sections < 1 || *sections > segment.MaxSections {
+			return fail("--sections %d outside [1, %d]", *sections, segment.MaxSections)
+		}
 	default:
-		return fail("--kind %q: want snowflake or segment", *kind)
+		return fail("--kind %q: want snowflake, segment or seq", *kind)
 	}
 	if *name == "" {
 		return fail("--generator is empty")
@@ -405,7 +525,8 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 		return fail("listen: %v", err)
 	}
 	srv := NewNoopServer(tlsConfig, NoopOptions{Base: *base, MaxBatch: uint32(*maxBatch), DuplicateAt: *dupAt,
-		Layout: *layout, Workers: workers, MaxRange: *maxRange, Name: *name, Kind: *kind})
+		Layout: *layout, Workers: workers, MaxRange: *maxRange, Name: *name, Kind: *kind,
+		Sections: *sections, Address: lis.Addr().String()})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *stdinEOF {

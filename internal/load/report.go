@@ -36,7 +36,11 @@ func writeResult(w io.Writer, r *Result) {
 		mode = fmt.Sprintf("%s %d", r.Mode, r.Batch)
 	}
 	fmt.Fprintf(w, "%s %s  mode %s  callers %d  conns %d  %.1fs\n", r.Label, r.Target, mode, r.Callers, r.Conns, r.Seconds)
-	fmt.Fprintf(w, "  rpc/s %.0f  ids/s %.0f  calls/s %.0f  (%d calls, %d RPCs, %d IDs)\n", r.RPCPS, r.IDsPS, r.CallsPS, r.Calls, r.RPCs, r.IDs)
+	if r.Seq != nil {
+		fmt.Fprintf(w, "  rpc/s %.0f  values/s %.0f  calls/s %.0f  (%d calls, %d RPCs, %d values)\n", r.RPCPS, r.IDsPS, r.CallsPS, r.Calls, r.RPCs, r.IDs)
+	} else {
+		fmt.Fprintf(w, "  rpc/s %.0f  ids/s %.0f  calls/s %.0f  (%d calls, %d RPCs, %d IDs)\n", r.RPCPS, r.IDsPS, r.CallsPS, r.Calls, r.RPCs, r.IDs)
+	}
 	sampled := ""
 	if r.Mode == modePrefetch {
 		sampled = fmt.Sprintf(", 1 call in %d timed", prefetchSample)
@@ -47,7 +51,11 @@ func writeResult(w io.Writer, r *Result) {
 	if l := r.ErrLatency; l != nil {
 		fmt.Fprintf(w, "  failed calls' latency p50 %s  p99 %s  max %s\n", fmtNS(l.P50), fmtNS(l.P99), fmtNS(l.Max))
 	}
-	fmt.Fprintf(w, "  duplicates %d  (%d of %d IDs checked)\n", r.Dups, r.Checked, r.IDs)
+	if q := r.Seq; q != nil {
+		writeSeq(w, r, q)
+	} else {
+		fmt.Fprintf(w, "  duplicates %d  (%d of %d IDs checked)\n", r.Dups, r.Checked, r.IDs)
+	}
 	if c := r.ServerCPU; c != nil {
 		fmt.Fprintf(w, "  server cpu %.2f of a core, %s per call  (pid %d, %.2fs in 10 ms ticks)\n", c.Cores, fmtNS(int64(c.PerCallNS)), c.PID, c.CPUSeconds)
 	}
@@ -106,6 +114,30 @@ func writeText(w io.Writer, rep *Report) {
 	}
 }
 
+// writeSeq prints a sequence run's own figures.
+func writeSeq(w io.Writer, r *Result, q *SeqResult) {
+	fmt.Fprintf(w, "  generator %q: %d sections; keys %d %s; owners called %d (%s)\n",
+		q.Generator, q.Sections, q.Keys, q.KeyDist, len(q.Owners), strings.Join(q.Owners, " "))
+	fmt.Fprintf(w, "  refusals: WRONG_NODE followed %d, SECTION_MOVING %d", q.WrongNode, q.SectionMoving)
+	if len(q.ItemErrors) > 0 {
+		fmt.Fprintf(w, "; items refused %s", fmtErrors(q.ItemErrors))
+	}
+	if r.Mode == modeSeqs {
+		fmt.Fprintf(w, "; %.1f items per NextSeqs", q.ItemsPerRPC)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "  checker: %d violations  (%d of %d responses checked, %d keys)\n", q.Violations, q.Checked, q.Responses, q.CheckedKeys)
+	for _, v := range q.Samples {
+		fmt.Fprintf(w, "    %s\n", v)
+	}
+	if r.Malformed > 0 {
+		fmt.Fprintf(w, "  malformed responses %d (a count other than asked)\n", r.Malformed)
+	}
+	if nw := q.NodeWrites; nw != nil {
+		fmt.Fprintf(w, "  node sequence writes %.2f/s  (%d over the window); keys in memory %d\n", nw.PerSecond, nw.Writes, nw.Keys)
+	}
+}
+
 // fmtRatio prints a ratio, or "-" where there is none.
 func fmtRatio(r float64) string {
 	if r <= 0 {
@@ -118,13 +150,25 @@ func fmtRatio(r float64) string {
 // measured beside its rate: the servers' CPU per call and the node's
 // counter writes.
 func writeCompareMedians(w io.Writer, c *Comparison) {
-	var nodeCPU, noopCPU, nodeCores, noopCores, writes, claimed []float64
+	var nodeCPU, noopCPU, nodeCores, noopCores, writes, claimed, seqWrites []float64
+	var wrongNode, moving uint64
+	seqMode := false
 	for _, p := range c.Pairs {
 		if s := p.Node.ServerCPU; s != nil {
 			nodeCPU, nodeCores = append(nodeCPU, s.PerCallNS), append(nodeCores, s.Cores)
 		}
 		if s := p.Noop.ServerCPU; s != nil {
 			noopCPU, noopCores = append(noopCPU, s.PerCallNS), append(noopCores, s.Cores)
+		}
+		for _, r := range []*Result{p.Node, p.Noop} {
+			if q := r.Seq; q != nil {
+				seqMode = true
+				wrongNode += q.WrongNode
+				moving += q.SectionMoving
+			}
+		}
+		if q := p.Node.Seq; q != nil && q.NodeWrites != nil {
+			seqWrites = append(seqWrites, q.NodeWrites.PerSecond)
 		}
 		if cw := p.Node.CounterWrites; cw != nil {
 			writes = append(writes, cw.PerSecond)
@@ -146,5 +190,11 @@ func writeCompareMedians(w io.Writer, c *Comparison) {
 			per = fmt.Sprintf("%.0f IDs per claim", median(claimed))
 		}
 		fmt.Fprintf(w, "node counter writes (segment claims, median of %d windows): %.2f/s, %s\n", len(writes), median(writes), per)
+	}
+	if seqMode {
+		fmt.Fprintf(w, "sequence refusals over all windows: WRONG_NODE followed %d, SECTION_MOVING %d\n", wrongNode, moving)
+	}
+	if len(seqWrites) > 0 {
+		fmt.Fprintf(w, "node sequence writes (median of %d windows): %.2f/s\n", len(seqWrites), median(seqWrites))
 	}
 }

@@ -65,8 +65,16 @@ type runConfig struct {
 	serverPID int
 	// metricsURL is the node's /metrics (empty: not read): a segment
 	// generator's counter claims are read at the window's ends
-	// (Result.CounterWrites).
+	// (Result.CounterWrites), a sequence generator's writes and keys
+	// (SeqResult.NodeWrites).
 	metricsURL string
+	// The sequence modes: keys drawn from [0, keys) by keyDist, seeded
+	// by seed and the caller's index; seqRecord is preallocated: the
+	// window's responses kept for the checker.
+	keys      int
+	keyDist   string
+	seed      uint64
+	seqRecord []seqRecord
 }
 
 // Result is one run's measurement.
@@ -118,6 +126,11 @@ type Result struct {
 	// CounterWrites is what a segment generator wrote to its counter
 	// over the window (--node-metrics).
 	CounterWrites *CounterWrites `json:"counter_writes,omitempty"`
+	// Seq is what a sequence mode measured beside the common figures: the
+	// refusals followed, the checker's findings, the node's writes. In
+	// these modes IDs counts values (a NextSeq's count, a NextSeqs item
+	// each), Calls the NextSeq keys (seq) or NextSeqs RPCs (seqs).
+	Seq *SeqResult `json:"seq,omitempty"`
 
 	// ids is a ranges run's IDs, kept for the overload scenario's
 	// checks across windows.
@@ -182,6 +195,13 @@ type worker struct {
 	// already, the IDs checked and the malformed responses.
 	set                      intervals.Set
 	dups, checked, malformed uint64
+	// The sequence modes: the caller's part of the preallocated record,
+	// the WRONG_NODE refusals followed, the SECTION_MOVING refusals, the
+	// values' grants (calls, items) and the items sent, and the items
+	// refused by reason.
+	seqRec                           []seqRecord
+	wrongNode, moving, grants, items uint64
+	itemErrs                         map[string]uint64
 }
 
 // mono reads the monotonic clock (time since the run's origin).
@@ -226,6 +246,9 @@ func waitReady(ctx context.Context, conn *grpc.ClientConn) error {
 // run performs one measured run: warmup, then the measured window, with
 // a progress line every second.
 func run(ctx context.Context, cfg runConfig) (*Result, error) {
+	if isSeqMode(cfg.mode) {
+		return runSeq(ctx, cfg)
+	}
 	now := newMono()
 	conns, clients, err := dial(ctx, cfg)
 	defer func() {

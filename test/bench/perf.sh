@@ -16,6 +16,16 @@
 # node's counter writes per second over each window (--node-metrics); then
 # the Go client's Next from segment runs in process (BenchmarkNextSegment).
 #
+# section seq runs only the sequence generator's rows: a node serving
+# `--generator default=snowflake --generator chats=seq` (64 sections),
+# NextSeq from 16 callers on 100,000 keys (uniform, then zipf) and
+# NextSeqs of 100 keys from 8 callers, each against the no-op floor in
+# interleaved pairs (the floor shaped as a sequence generator owning every
+# section: a counter), with each server's CPU per call, the node's writes
+# of its sections' maxima per second (--node-metrics), the WRONG_NODE
+# refusals followed (0 on one node) and every response through the
+# per-key checker (firn bench exits 3 on a violation).
+#
 # The load comes from `firn bench` (internal/load, built into the binary).
 # A freshly started node gets 5 s of unmeasured calls before its first
 # measured row. On this 2-core VM one node/no-op pair can differ by ±30 %
@@ -25,7 +35,7 @@ cd "$(dirname "$0")/../.."
 D=${1:-5s}
 P=${2:-9}
 S=${3:-all}
-case "$S" in all | segment) ;; *) echo "section $S: want all or segment" >&2; exit 2 ;; esac
+case "$S" in all | segment | seq) ;; *) echo "section $S: want all, segment or seq" >&2; exit 2 ;; esac
 W=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"' EXIT
 go build -o "$W/firn" ./cmd/firn
@@ -74,8 +84,26 @@ segment() {
 	echo "## the Go client's Next from segment runs, in process (serial, 16 goroutines)"
 	(cd client && go test -run '^$' -bench 'NextSegment' -benchmem -benchtime 2s -count 3)
 }
+seqgen() {
+	echo "## sequence generator: chats=seq beside the snowflake default, embedded coordinator"
+	serve "$W/d5" --generator default=snowflake --generator chats=seq
+	ready_after >/dev/null
+	local sq=(--target 127.0.0.1:17300 --generator chats --node-metrics http://127.0.0.1:17301/metrics)
+	"$F" bench --target 127.0.0.1:17300 --generator chats --mode seq --callers 16 --conns 4 --duration 5s --warmup 0s --quiet >/dev/null
+	echo "## NextSeq(1), K=16, 100,000 keys uniform, vs the no-op floor (median of $P interleaved pairs)"
+	"$F" bench "${sq[@]}" --mode seq --callers 16 --conns 4 --duration "$D" --compare noop --pairs "$P" --pin --quiet
+	echo "## NextSeq(1), K=16, 100,000 keys zipf, vs the no-op floor (median of $P interleaved pairs)"
+	"$F" bench "${sq[@]}" --mode seq --key-dist zipf --callers 16 --conns 4 --duration "$D" --compare noop --pairs "$P" --pin --quiet
+	echo "## NextSeqs of 100 keys, 8 callers, uniform, vs the no-op floor (median of $P interleaved pairs)"
+	"$F" bench "${sq[@]}" --mode seqs --batch 100 --callers 8 --conns 4 --duration "$D" --compare noop --pairs "$P" --pin --quiet
+	stop TERM
+}
 if [ "$S" = segment ]; then
 	segment
+	exit 0
+fi
+if [ "$S" = seq ]; then
+	seqgen
 	exit 0
 fi
 
@@ -136,3 +164,4 @@ ready_after >/dev/null
 stop TERM
 
 segment
+seqgen
