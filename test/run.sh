@@ -120,6 +120,10 @@ step "weakened builds the simulator cannot reach must fail their unit test"
 # session, so no sibling's lease ends unknown to the taker (2000 seeds
 # pass). Spec.Held is the rule that keeps it so should either change; its
 # unit test must catch the weakening.
+# firn_weakseq: a sequence section's new owner starts its keys at half
+# the persisted maximum its take replaced. Three real-time managers on one
+# memory coordinator, keys hammered while sections move, must fail the
+# per-key checker (the unit test; the simulator checks it too).
 while read -r tag pkg test; do
 	out=$(go test -json -count=1 -tags "$tag" -run "^${test}\$" "$pkg" 2>&1 || true)
 	if printf '%s\n' "$out" | grep -q -E '"Action":"fail".*"Test":"'"${test}"'"'; then
@@ -131,6 +135,7 @@ while read -r tag pkg test; do
 done <<'TAGS'
 firn_weakjournal ./datadir/ TestCheck
 firn_weakheld ./coordinator/ TestPlanSkipsHeldSlots
+firn_weakseq ./seq/sections/ TestMovesKeepOrder
 TAGS
 
 # --- fence step (run beside the simulator, reported near the end) ---

@@ -258,6 +258,7 @@ func New(cfg Config) (*Manager, error) {
 		cspec:    coordinator.CounterSpec{Generator: cfg.Generator, Definition: cfg.Def.Counter()},
 		log:      cfg.Log,
 		sec:      make([]atomic.Pointer[section], cfg.Def.Sections),
+		seed:     maphash.MakeSeed(),
 		owners:   make([]coordinator.NodeInfo, cfg.Def.Sections),
 		mark:     cfg.Known,
 		notified: "starting",

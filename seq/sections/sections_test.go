@@ -1,0 +1,259 @@
+package sections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/memory"
+	"github.com/firnid/firn/internal/seqcheck"
+	"github.com/firnid/firn/seq"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// start runs a manager of generator "chats" (sections S) on a client of
+// store st.
+func start(t testing.TB, st *memory.Store, name string, sections int, settle time.Duration, budget int) (*Manager, *memory.Client) {
+	t.Helper()
+	clock := clockguard.NewSystem()
+	c := st.Connect(clock)
+	m, err := New(Config{
+		Generator: "chats", Def: seq.Definition{Sections: sections}, Coord: c, Workers: c.Workers, Counters: c,
+		Node:  coordinator.NodeInfo{Name: name, InstanceID: "inst-" + name, Address: name + ":7300"},
+		Clock: clock, Timeout: 500 * time.Millisecond, PollEvery: 50 * time.Millisecond, Settle: settle,
+		Budget: budget, Mark: c.MarkRestored, Log: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		m.Stop(ctx, true)
+		c.Close()
+	})
+	return m, c
+}
+
+// waitServing waits until m answers for every section it owns and owns
+// want of them.
+func waitServing(t testing.TB, m *Manager, want int) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st := m.Stats(); st.Serving == want && st.Owned == want {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("after 10 s: %+v, want %d sections serving", m.Stats(), want)
+		}
+	}
+}
+
+// TestNextAndCurrent: one node owns every section; a key's values follow
+// each other from 1; Current reads without advancing; a second key has
+// its own sequence; the write ahead keeps the persisted maxima above
+// every value.
+func TestNextAndCurrent(t *testing.T) {
+	st := memory.New(memory.Config{TTL: 2 * time.Second})
+	m, _ := start(t, st, "a", 8, 0, 0)
+	waitServing(t, m, 8)
+	ctx := context.Background()
+	for want := uint64(1); want < 3000; want += 3 {
+		first, err := m.Next(ctx, []byte("conv-1"), 3)
+		if err != nil || first != want {
+			t.Fatalf("Next(conv-1, 3) = %d, %v; want %d", first, err, want)
+		}
+	}
+	if cur, err := m.Current(ctx, []byte("conv-1")); err != nil || cur != 3000 {
+		t.Fatalf("Current(conv-1) = %d, %v; want 3000", cur, err)
+	}
+	if first, err := m.Next(ctx, []byte("conv-2"), 1); err != nil || first != 1 {
+		t.Fatalf("Next(conv-2) = %d, %v; want 1", first, err)
+	}
+	if cur, err := m.Current(ctx, []byte("never")); err != nil || cur != 0 {
+		t.Fatalf("Current(never) = %d, %v; want 0", cur, err)
+	}
+	if s := m.Stats(); s.Raises < 2 || s.Keys != 2 || s.Issued != 3001 {
+		t.Fatalf("stats %+v: want at least one raise beyond the take, 2 keys, 3001 issued", s)
+	}
+}
+
+// TestMovesKeepOrder: keys hammered on the first node while a second and
+// a third join and take their sections from it: every key's values never
+// repeat and increase in real time (the checker), across the moves. The
+// weakened build firn_weakseq (a new owner starting one step below the
+// persisted maximum) fails it.
+func TestMovesKeepOrder(t *testing.T) {
+	st := memory.New(memory.Config{TTL: 2 * time.Second})
+	var mu sync.Mutex
+	a, _ := start(t, st, "a", 8, 150*time.Millisecond, 0)
+	ms := []*Manager{a}
+	nodes := func() []*Manager {
+		mu.Lock()
+		defer mu.Unlock()
+		return ms
+	}
+	waitServing(t, a, 8)
+	var rec seqcheck.Recorder
+	t0 := time.Now()
+	stop := make(chan struct{})
+	done := make(chan error, 4)
+	for c := range 4 {
+		go func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 1))
+			for {
+				select {
+				case <-stop:
+					done <- nil
+					return
+				default:
+				}
+				key := fmt.Sprintf("k%d", rng.IntN(50))
+				n := uint64(1 + rng.IntN(3))
+				for _, m := range nodes() {
+					s := time.Since(t0)
+					first, err := m.Next(context.Background(), []byte(key), n)
+					if err == nil {
+						rec.Add(seqcheck.Call{Key: key, First: first, Count: n, Start: s, End: time.Since(t0)})
+						break
+					}
+					var wn *WrongNodeError
+					var mv *MovingError
+					if !errors.As(err, &wn) && !errors.As(err, &mv) {
+						done <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, name := range []string{"b", "c"} {
+		m, _ := start(t, st, name, 8, 150*time.Millisecond, 0)
+		mu.Lock()
+		ms = append(slices.Clone(ms), m)
+		mu.Unlock()
+		time.Sleep(500 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v := seqcheck.Check(rec.Calls(), 10); len(v) > 0 {
+		t.Fatalf("%d calls: %v", rec.Len(), v)
+	}
+	if a.Stats().Releases == 0 {
+		t.Fatalf("no section moved from a: %+v", a.Stats())
+	}
+	t.Logf("%d calls through the moves; a: %+v", rec.Len(), a.Stats())
+}
+
+// TestUnassuredRefuses: an owner whose lease renewals go unanswered (its
+// client frozen, as SIGSTOP would) refuses once its lease is no longer
+// assured for more than the margin, before the store could let another
+// node take its sections.
+func TestUnassuredRefuses(t *testing.T) {
+	st := memory.New(memory.Config{TTL: 2 * time.Second})
+	m, c := start(t, st, "a", 4, 0, 0)
+	waitServing(t, m, 4)
+	if _, err := m.Next(context.Background(), []byte("k"), 1); err != nil {
+		t.Fatal(err)
+	}
+	c.Freeze()
+	defer c.Thaw()
+	frozen := time.Now()
+	var mv *MovingError
+	for {
+		_, err := m.Next(context.Background(), []byte("k"), 1)
+		if errors.As(err, &mv) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Next while frozen: %v", err)
+		}
+		if time.Since(frozen) > 2*time.Second-DefaultMargin {
+			t.Fatalf("still answering %v after the renewals stopped (TTL 2 s, margin %v)", time.Since(frozen), DefaultMargin)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("refused %v after the freeze: %v", time.Since(frozen).Round(time.Millisecond), mv)
+}
+
+// TestBudgetForgets: past its budget a node forgets keys, and a
+// forgotten key starts again above everything its section handed out.
+func TestBudgetForgets(t *testing.T) {
+	st := memory.New(memory.Config{TTL: 2 * time.Second})
+	m, _ := start(t, st, "a", 1, 0, 10)
+	waitServing(t, m, 1)
+	ctx := context.Background()
+	var rec seqcheck.Recorder
+	t0 := time.Now()
+	for i := range 200 {
+		key := fmt.Sprintf("k%d", i%37)
+		s := time.Since(t0)
+		first, err := m.Next(ctx, []byte(key), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Add(seqcheck.Call{Key: key, First: first, Count: 2, Start: s, End: time.Since(t0)})
+	}
+	if v := seqcheck.Check(rec.Calls(), 5); len(v) > 0 {
+		t.Fatal(v)
+	}
+	if s := m.Stats(); s.Keys > 10 || s.Evicted == 0 {
+		t.Fatalf("stats %+v: want at most 10 keys in memory and some forgotten", s)
+	}
+}
+
+// BenchmarkNextManyKeys measures memory per key and Next's latency with
+// b.N... keys: set FIRN_SEQ_KEYS (default 1e6) keys first, then Next on
+// random ones of them.
+func BenchmarkNextManyKeys(b *testing.B) {
+	n := 1_000_000
+	if v, err := fmt.Sscan(getenv("FIRN_SEQ_KEYS"), &n); v != 1 || err != nil {
+		n = 1_000_000
+	}
+	st := memory.New(memory.Config{TTL: 5 * time.Second})
+	m, _ := start(b, st, "a", 64, 0, n+1)
+	waitServing(b, m, 64)
+	ctx := context.Background()
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "conversation-%d", i)
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, k := range keys {
+		if _, err := m.Next(ctx, k, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "B/key")
+	rng := rand.New(rand.NewPCG(1, 2))
+	b.ResetTimer()
+	for range b.N {
+		if _, err := m.Next(ctx, keys[rng.IntN(n)], 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func getenv(k string) string { return os.Getenv(k) }
