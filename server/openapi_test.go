@@ -24,6 +24,7 @@ import (
 
 	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/internal/testing/ntptest"
+	"github.com/firnid/firn/seq/sections"
 	"github.com/firnid/firn/server"
 	"github.com/firnid/firn/server/core"
 )
@@ -69,14 +70,20 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	// --client-rate 1/s with bursts of 5 on the serving node: 3 IDs, then
 	// 5 at once is 429.
-	serving := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.ClientRate, c.ClientBurst = 1, 5 })
+	// Both it and seq2 serve a sequence generator: each owns some of its
+	// sections.
+	seqOpt := seqGen("chats", "seq,sections=8")
+	serving := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.ClientRate, c.ClientBurst = 1, 5 }, seqOpt)
+	seq2 := startNamedNode(t, "seq2", e.Endpoints, t.TempDir(), seqOpt)
 	ntp := ntptest.NewServer(t)
 	ntp.SetOffset(2 * time.Second)
 	out := startNamedNode(t, "out", e.Endpoints, t.TempDir(), ntpServers(time.Second, ntp.Addr()))
 	certs := etcdtest.MakeCerts(t, "firn-operator")
 	mtls := startNamedNode(t, "mtls", e.Endpoints, t.TempDir(), serveTLS(t, certs, true), faultInjection,
-		func(c *core.Config) { c.AdminNames = []string{"firn-operator"} })
+		func(c *core.Config) { c.AdminNames = []string{"firn-operator"} }, seqOpt)
 	waitServing(t, serving.ids, "", 10*time.Second)
+	waitServing(t, serving.ids, "chats", 20*time.Second)
+	waitServing(t, seq2.ids, "chats", 20*time.Second)
 	good, anon := httpsClient(certs.ClientTLS(t)), httpsClient(roots(t, certs))
 	mbase := "https://" + mtls.node.HTTPAddr()
 	get := func(c *http.Client, u string) func() (*http.Response, error) {
@@ -105,6 +112,25 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 			return serving.httpc.Do(req)
 		}
 	}
+	seqPost := func(c *http.Client, base, body string) func() (*http.Response, error) {
+		return func() (*http.Response, error) {
+			return c.Post(base+"/v1/seq", "application/json", strings.NewReader(body))
+		}
+	}
+	// seqOwnedBy posts keys until one is answered with status want (200:
+	// a key of the serving node; 409: one of another node).
+	seqOwnedBy := func(want int) func() (*http.Response, error) {
+		return func() (*http.Response, error) {
+			for i := range 200 {
+				r, err := seqPost(serving.httpc, a, fmt.Sprintf(`{"generator":"chats","key":"k%d"}`, i))()
+				if err != nil || r.StatusCode == want || i == 199 {
+					return r, err
+				}
+				r.Body.Close()
+			}
+			panic("unreachable")
+		}
+	}
 	probes := []struct {
 		key string
 		do  func() (*http.Response, error)
@@ -122,6 +148,15 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 		{"ANY * 405", do(http.MethodPost, a+"/v1/ids", nil)},
 		{"ANY * 414", get(serving.httpc, a+"/v1/ids?generator="+strings.Repeat("g", 9<<10))},
 		{"ANY * 431", do(http.MethodGet, a+"/healthz", http.Header{"X-Big": {strings.Repeat("h", 2<<20)}})},
+		{"POST /v1/seq 200", seqOwnedBy(200)},
+		{"POST /v1/seq 409", seqOwnedBy(409)},
+		{"POST /v1/seq 400", seqPost(serving.httpc, a, `{"generator":"chats","key":""}`)},
+		{"POST /v1/seq 403", seqPost(anon, mbase, `{"generator":"chats","key":"k"}`)},
+		{"POST /v1/seq 404", seqPost(serving.httpc, a, `{"generator":"nope","key":"k"}`)},
+		{"POST /v1/seq 503", errorPath(&sections.MovingError{Generator: "chats", Section: 3, Why: "its take settles", RetryAfter: time.Second})},
+		{"POST /v1/seq 499", errorPath(context.Canceled)},
+		{"POST /v1/seq 500", errorPath(status.Error(codes.Internal, "a fault"))},
+		{"POST /v1/seq 504", errorPath(context.DeadlineExceeded)},
 		{"GET /v1/decode/{id} 200", get(serving.httpc, a+"/v1/decode/2127862948218011648")},
 		{"GET /v1/decode/{id} 400", get(serving.httpc, a+"/v1/decode/abc")},
 		{"GET /v1/decode/{id} 404", get(serving.httpc, a+"/v1/decode/1?generator=nope")},
