@@ -165,15 +165,17 @@ type section struct {
 	idx   int
 	lease coordinator.Lease
 
-	mu      sync.Mutex
-	keys    map[uint64]uint64 // key's hash (Manager.seed) → highest value handed out
-	floor   uint64            // a key not in keys has had no value above it
-	acked   uint64            // the persisted maximum, acknowledged
-	top     uint64            // the highest value handed out
-	want    uint64            // a waiting call needs acked >= want
-	raised  chan struct{}     // closed at each raise's outcome
-	lastErr error             // the last raise's failure (nil once one lands)
-	dropped bool              // no longer answered for
+	mu       sync.Mutex
+	keys     map[uint64]uint64 // key's hash (Manager.seed) → highest value handed out
+	floor    uint64            // a key not in keys has had no value above it
+	acked    uint64            // the persisted maximum, acknowledged
+	top      uint64            // the highest value handed out
+	low      uint64            // a raise starts once top reaches it (acked less half a step)
+	lastStep uint64            // the step of the last raise
+	want     uint64            // a waiting call needs acked >= want
+	raised   chan struct{}     // closed at each raise's outcome
+	lastErr  error             // the last raise's failure (nil once one lands)
+	dropped  bool              // no longer answered for
 
 	// rate: top at the last step computation, and when.
 	rateTop uint64
@@ -323,7 +325,7 @@ func (m *Manager) Next(ctx context.Context, key []byte, n uint64) (uint64, error
 			}
 			st.keys[h] = cur + n
 			st.top = max(st.top, cur+n)
-			if st.acked-st.top < m.step(st)/2 {
+			if st.top >= st.low {
 				m.kickRaise()
 			}
 			st.mu.Unlock()
@@ -466,6 +468,7 @@ func (m *Manager) raiseOnce() {
 		}
 		st.mu.Lock()
 		step := m.step(st)
+		st.lastStep = step
 		if !st.dropped && st.serving.Load() && (st.want > st.acked || st.acked-min(st.top, st.acked) < step/2) {
 			want[i] = min(max(st.want, st.top), segment.MaxID-step) + step
 			sts = append(sts, st)
@@ -498,6 +501,7 @@ func (m *Manager) raiseOnce() {
 		st.mu.Lock()
 		if err == nil {
 			st.acked = max(st.acked, r.Record.State.Sec[st.idx])
+			st.low = st.acked - min(st.acked, st.lastStep/2)
 			st.lastErr = nil
 		} else {
 			st.lastErr = err
@@ -755,6 +759,7 @@ func (m *Manager) take(ctx context.Context, ss []int, rec coordinator.CounterRec
 		base := startAbove(r.Prev.Sec[s])
 		st := &section{idx: s, lease: l, keys: map[uint64]uint64{}, floor: base, acked: r.Record.State.Sec[s], top: base,
 			raised: make(chan struct{}), rateTop: base, rateAt: now, settleAt: now + m.cfg.Settle, takeSeq: mk.Seq, takeID: mk.ID}
+		st.low = st.acked - min(st.acked-base, m.cfg.MinStep/2)
 		if m.cfg.Settle <= 0 {
 			st.serving.Store(true)
 		}
