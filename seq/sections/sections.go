@@ -637,7 +637,12 @@ func (m *Manager) tick() {
 			m.mu.Lock()
 			m.owners[s] = nodes[top]
 			m.mu.Unlock()
-		case st == nil && top == me && (owners[s].InstanceID == "" || m.cfg.TakeBack && owners[s].InstanceID == me):
+		case st == nil && top == me && (owners[s].InstanceID == "" || owners[s].InstanceID == me && (m.cfg.TakeBack || m.ownProcess(owners[s]))):
+			// A record of this very process that it holds no lease of (a
+			// take whose reply was lost, or one a restore brought back) is
+			// deleted by the acquisition; one of another process of this
+			// instance waits for its lease to end (but on the private
+			// coordinator, TakeBack).
 			toTake = append(toTake, s)
 		}
 	}
@@ -669,6 +674,12 @@ func (m *Manager) readyCheck(members []string) {
 		m.mu.Unlock()
 	}
 	m.notify(nil)
+}
+
+// ownProcess reports whether n, a live owner record's node, is this
+// process (its instance and its start).
+func (m *Manager) ownProcess(n coordinator.NodeInfo) bool {
+	return n.InstanceID == m.cfg.Node.InstanceID && n.StartTime.Equal(m.cfg.Node.StartTime)
 }
 
 // membership holds a member slot and beats it once a second.
