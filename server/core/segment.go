@@ -103,25 +103,39 @@ func (c *Core) startSegment(rt *Generator) error {
 // claim landed (the first one ends the start checks), else why the
 // source holds no IDs and cannot claim.
 func (rt *Generator) segmentState(err error) {
-	if err == nil {
-		rt.state.Clear(clockguard.SourceCoordinator)
-		rt.state.Clear(clockguard.SourceLease)
-		_ = rt.state.Ready()
+	if rt.counterNews(err) {
 		return
 	}
-	switch {
-	case errors.Is(err, coordinator.ErrRolledBack), errors.Is(err, coordinator.ErrRestored):
-		rt.state.SetCause(clockguard.SourceCoordinator, err.Error(), clockguard.Detail{Code: clockguard.CodeRestoreDetected})
-	case errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, coordinator.ErrSchemaTooNew), errors.Is(err, segment.ErrCounter):
-		rt.state.Set(clockguard.SourceCoordinator, err.Error()) // as for a snowflake generator's pin
-	case errors.Is(err, segment.ErrExhausted):
+	if errors.Is(err, segment.ErrExhausted) {
 		rt.state.SetCause(clockguard.SourceLease, err.Error(), clockguard.Detail{Code: clockguard.CodeReservationExhausted,
 			Limit: fmt.Sprintf("max=%d", rt.cfg.Segment.Max)})
-	default:
+	} else {
 		rt.state.SetCause(clockguard.SourceLease, "segment claim failed: "+err.Error(),
 			clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 	}
 	_ = rt.state.Ready()
+}
+
+// counterNews is what every kind kept on a counter of the coordinator
+// (segment and sequence generators) tells its serving state alike: nil,
+// serving (the start checks end); a restore found or a marker standing,
+// RESTORE_DETECTED; a pin of another definition or a counter that does
+// not decode, as for a snowflake generator's pin. False for any other
+// error, which the kind words itself.
+func (rt *Generator) counterNews(err error) bool {
+	switch {
+	case err == nil:
+		rt.state.Clear(clockguard.SourceCoordinator)
+		rt.state.Clear(clockguard.SourceLease)
+	case errors.Is(err, coordinator.ErrRolledBack), errors.Is(err, coordinator.ErrRestored):
+		rt.state.SetCause(clockguard.SourceCoordinator, err.Error(), clockguard.Detail{Code: clockguard.CodeRestoreDetected})
+	case errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, coordinator.ErrSchemaTooNew), errors.Is(err, segment.ErrCounter):
+		rt.state.Set(clockguard.SourceCoordinator, err.Error())
+	default:
+		return false
+	}
+	_ = rt.state.Ready()
+	return true
 }
 
 // segmentRuns takes n IDs of a segment generator as runs.

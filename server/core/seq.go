@@ -86,20 +86,12 @@ func (c *Core) stopSeq(rt *Generator) {
 
 // seqState feeds the manager's news to the serving state.
 func (rt *Generator) seqState(err error) {
-	if err == nil {
-		rt.state.Clear(clockguard.SourceCoordinator)
-		rt.state.Clear(clockguard.SourceLease)
-		_ = rt.state.Ready()
+	if rt.counterNews(err) {
 		return
 	}
-	switch {
-	case errors.Is(err, coordinator.ErrRolledBack), errors.Is(err, coordinator.ErrRestored):
-		rt.state.SetCause(clockguard.SourceCoordinator, err.Error(), clockguard.Detail{Code: clockguard.CodeRestoreDetected})
-	case errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, coordinator.ErrSchemaTooNew), errors.Is(err, segment.ErrCounter):
-		rt.state.Set(clockguard.SourceCoordinator, err.Error())
-	case errors.Is(err, coordinator.ErrNameInUse):
+	if errors.Is(err, coordinator.ErrNameInUse) {
 		rt.state.SetCause(clockguard.SourceLease, err.Error(), clockguard.Detail{Code: clockguard.CodeInstanceConflict})
-	default:
+	} else {
 		rt.state.SetCause(clockguard.SourceLease, "sequence sections: "+err.Error(),
 			clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 	}
