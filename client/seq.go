@@ -40,7 +40,7 @@ const (
 	// sequence calls are made.
 	seqRefreshEvery = 3 * time.Second
 	// seqRefreshGap spaces the reads of the map that refusals ask for:
-	// a node reads the owners every 250 ms.
+	// a node reads the owners every 200 ms.
 	seqRefreshGap = 250 * time.Millisecond
 	// seqLoadGap spaces the reads of the map a call makes itself while
 	// the client has none.

@@ -642,7 +642,7 @@ func (x *CurrentSeqResponse) GetValue() uint64 {
 }
 
 // SectionOwner is one section of a sequence generator and the node that
-// owns it, as the answering node last read it (every 250 ms).
+// owns it, as the answering node last read it (every 200 ms).
 type SectionOwner struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Section uint32                 `protobuf:"varint,1,opt,name=section,proto3" json:"section,omitempty"`

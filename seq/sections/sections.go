@@ -41,8 +41,8 @@ import (
 
 // Defaults.
 const (
-	DefaultPollEvery = 250 * time.Millisecond
-	DefaultSettle    = 750 * time.Millisecond
+	DefaultPollEvery = 200 * time.Millisecond
+	DefaultSettle    = 500 * time.Millisecond
 	DefaultMargin    = 500 * time.Millisecond
 	DefaultBudget    = 10_000_000
 	DefaultMinStep   = 1000
@@ -540,8 +540,24 @@ func (m *Manager) loop() {
 		case <-t.C:
 		}
 		m.tick()
-		t.Reset(m.cfg.PollEvery)
+		t.Reset(m.nextRound())
 	}
+}
+
+// nextRound is the wait before the next round: PollEvery, or less when a
+// take settles sooner, so that its confirming read begins as its settle
+// ends.
+func (m *Manager) nextRound() time.Duration {
+	wait := m.cfg.PollEvery
+	now := m.mono()
+	for i := range m.sec {
+		// A settle already over waits for the next round like the rest
+		// (its confirming read may have failed: no busy loop).
+		if st := m.sec[i].Load(); st != nil && !st.serving.Load() && st.settleAt > now {
+			wait = min(wait, st.settleAt-now)
+		}
+	}
+	return wait
 }
 
 func (m *Manager) notify(err error) {
