@@ -409,7 +409,7 @@ func waitFor(d time.Duration, cond func() bool) (time.Duration, bool) {
 // scenarios are every scenario, in the order they run and the report
 // lists them.
 var scenarios = slices.Concat(faultScenarios, clockScenarios, startScenarios, clientScenarios,
-	coordinatorScenarios, forwardStepScenarios, zombieScenarios, segmentScenarios)
+	coordinatorScenarios, forwardStepScenarios, zombieScenarios, segmentScenarios, seqScenarios)
 
 // faultScenarios: faults of the nodes and of the network between them and
 // the coordinator — backward clock steps, kill -9 and restart, SIGSTOP past
