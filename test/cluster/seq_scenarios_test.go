@@ -45,6 +45,7 @@ var seqScenarios = []scenario{
 		// settle and serve. n1 stays down until each one served again.
 		took := e.waitMoved(load, owned, "n1", killed, e.ttl()+10*time.Second)
 		e.row.Recover = recoverFigure(took, e.ttl())
+		e.t.Logf("after the kill, as the new owners logged it: %s", e.takesSince(ns[1:], owned, killed))
 		restarted := time.Now()
 		ns[0].Start()
 		back := e.waitBack(load, ns, ns[0], restarted, 20*time.Second)
@@ -72,6 +73,7 @@ var seqScenarios = []scenario{
 		frozen := time.Now()
 		ns[0].Freeze()
 		took := e.waitMoved(load, owned, "n1", frozen, e.ttl()+10*time.Second)
+		e.t.Logf("after the freeze, as the new owners logged it: %s", e.takesSince(ns[1:], owned, frozen))
 		if time.Since(frozen) < e.ttl()+time.Second {
 			time.Sleep(e.ttl() + time.Second - time.Since(frozen))
 		}
@@ -228,10 +230,13 @@ func (e *env) startSeq(ns ...*Node) {
 }
 
 // startSeqLoad starts the scenarios' sequence load on ns: six callers,
-// one call in twenty a NextSeqs of 20 keys, one a CurrentSeq.
+// one call in twenty a NextSeqs of 20 keys, one a CurrentSeq, each caller
+// pausing 3 ms between calls (about 1,000 calls a second: each section
+// answered every 15 ms or so, and a 2-core machine left to the scenarios
+// beside).
 func (e *env) startSeqLoad(ns []*Node, f func(o *SeqLoadOptions)) *SeqLoad {
 	o := SeqLoadOptions{Generator: seqGen, Sections: seqSections, Keys: 10_000, Callers: 6, Deadline: callDeadline,
-		Pause: time.Millisecond, BatchPct: 5, BatchKeys: 20, CurrentPct: 5}
+		Pause: 3 * time.Millisecond, BatchPct: 5, BatchKeys: 20, CurrentPct: 5}
 	if f != nil {
 		f(&o)
 	}
@@ -391,6 +396,40 @@ func recoverFigure(took []time.Duration, ttl time.Duration) string {
 		f += fmt.Sprintf(", TTL %v", ttl)
 	}
 	return f
+}
+
+// takesSince says when nodes logged taking sections, and serving them,
+// since t (the latest of each, from t): where a section's move spends its
+// time — its old lease ending and the take, then the take's settle.
+func (e *env) takesSince(nodes []*Node, sections []int, t time.Time) string {
+	var taken, serving time.Time
+	n := 0
+	for _, nd := range nodes {
+		for _, m := range nd.LogLines() {
+			msg, _ := m["msg"].(string)
+			if msg != "sequence section taken" && msg != "sequence section serving" {
+				continue
+			}
+			sec, _ := m["section"].(float64)
+			ts, _ := m["time"].(string)
+			at, err := time.Parse(time.RFC3339Nano, ts)
+			if err != nil || at.Before(t) || !slices.Contains(sections, int(sec)) {
+				continue
+			}
+			if msg == "sequence section taken" {
+				n++
+				if at.After(taken) {
+					taken = at
+				}
+			} else if at.After(serving) {
+				serving = at
+			}
+		}
+	}
+	if n == 0 {
+		return "no take logged"
+	}
+	return fmt.Sprintf("%d takes, the last %v after, serving %v after", n, taken.Sub(t).Round(10*time.Millisecond), serving.Sub(t).Round(10*time.Millisecond))
 }
 
 // longestGap is the longest time between two answers for one section

@@ -63,7 +63,8 @@ type SeqLoadOptions struct {
 // kept with its start and end on one clock (the load's start), for
 // seqcheck; a call that failed by its deadline goes to the scenario's
 // Recorder as its last hop failed (a refusal with its cause, the
-// transport's error, or the deadline).
+// transport's error, or the deadline), or where that was a WRONG_NODE
+// redirect, as the last hop before it that was not.
 type SeqLoad struct {
 	o      SeqLoadOptions
 	nodes  []*Node
@@ -234,12 +235,11 @@ func (l *SeqLoad) target(rng *rand.Rand, s int) string {
 // and is recorded so: without an answer from the node.
 const minHop = 250 * time.Millisecond
 
-// hop is the decision after one refused attempt: the next node, how long
-// to wait first, and whether the refusal carried a cause.
+// hop is the decision after one refused attempt: the next node, and how
+// long to wait first.
 type hop struct {
-	next  string
-	wait  time.Duration
-	cause bool
+	next string
+	wait time.Duration
 }
 
 // route decides the next hop after err from node for section s.
@@ -255,21 +255,21 @@ func (l *SeqLoad) route(rng *rand.Rand, s int, node string, err error, wrongInRo
 			w = 20 * time.Millisecond // two nodes naming each other for a moment
 		}
 		if owner == "" {
-			return hop{next: l.other(rng, node), wait: w, cause: true}
+			return hop{next: l.other(rng, node), wait: w}
 		}
-		return hop{next: owner, wait: w, cause: true}
+		return hop{next: owner, wait: w}
 	case ei != nil && ei.GetReason() == "SECTION_MOVING":
 		*wrongInRow = 0
 		next := l.ownerOf(s)
 		if next == "" {
 			next = node
 		}
-		return hop{next: next, wait: 50 * time.Millisecond, cause: true}
+		return hop{next: next, wait: 50 * time.Millisecond}
 	case ei != nil:
 		// The node refuses whole (starting, draining, its coordinator
 		// lost): the map may be stale; another node names the owner.
 		*wrongInRow = 0
-		return hop{next: l.other(rng, node), wait: 50 * time.Millisecond, cause: true}
+		return hop{next: l.other(rng, node), wait: 50 * time.Millisecond}
 	default:
 		// Not reached, or no answer in time.
 		*wrongInRow = 0
@@ -489,13 +489,12 @@ func (l *SeqLoad) nextSeqs(ctx context.Context, rng *rand.Rand, caller int) {
 				err = status.Errorf(codes.Internal, "NextSeqs of %d items answered %d results", len(its), len(resp.GetResults()))
 			}
 			if err != nil {
+				// The whole call refused (the node starting or draining) or
+				// not answered: every item goes to another node.
 				h := l.route(rng, its[0].s, node, err, &wrong)
 				for _, it := range its {
 					it.node = l.other(rng, node)
 					it.fail(err, node)
-					if h.cause {
-						it.node = l.target(rng, it.s)
-					}
 				}
 				wait = max(wait, h.wait)
 				left = append(left, its...)
