@@ -93,7 +93,7 @@ func StartSeqLoad(fails *Recorder, nodes []*Node, o SeqLoadOptions) *SeqLoad {
 		o.Callers = 6
 	}
 	if o.Deadline == 0 {
-		o.Deadline = callDeadline
+		o.Deadline = 2 * time.Second // the scenarios' call deadline
 	}
 	if o.BatchKeys == 0 {
 		o.BatchKeys = 20
