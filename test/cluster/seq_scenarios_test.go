@@ -12,6 +12,7 @@ import (
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/internal/seqcheck"
+	"github.com/firnid/firn/seq"
 )
 
 // seqScenarios: three nodes serve a per-key sequence generator (sections
@@ -36,8 +37,11 @@ var seqScenarios = []scenario{
 	{name: "seq: kill -9 of one node of three, restarted", beside: true, both: true, run: func(e *env) {
 		ns := e.seqNodes(e.ttlFlags()...)
 		e.startSeq(ns...)
-		load := e.startSeqLoad(ns, nil)
-		time.Sleep(1500 * time.Millisecond)
+		load := e.startSeqLoad(ns, e.hotOn(ns[0]))
+		// The hot key's values climb past a few write-ahead steps (above
+		// half its section's maximum: a new owner starting anywhere below
+		// that maximum hands out values it already gave).
+		time.Sleep(3500 * time.Millisecond)
 		owned := e.sectionsOf(ns[0])
 		killed := time.Now()
 		ns[0].Kill()
@@ -67,7 +71,8 @@ var seqScenarios = []scenario{
 		e.startSeq(ns...)
 		// A hop to the frozen node gives up after a second, as a client
 		// would, and tries another node.
-		load := e.startSeqLoad(ns, func(o *SeqLoadOptions) { o.AttemptTimeout = time.Second })
+		hot := e.hotOn(ns[0])
+		load := e.startSeqLoad(ns, func(o *SeqLoadOptions) { hot(o); o.AttemptTimeout = time.Second })
 		time.Sleep(1500 * time.Millisecond)
 		owned := e.sectionsOf(ns[0])
 		frozen := time.Now()
@@ -111,7 +116,7 @@ var seqScenarios = []scenario{
 	{name: "seq: coordinator leader killed (one member lost), restarted", both: true, run: func(e *env) {
 		ns := e.seqNodes()
 		e.startSeq(ns...)
-		load := e.startSeqLoad(ns, nil)
+		load := e.startSeqLoad(ns, e.hotOn(ns[0]))
 		time.Sleep(time.Second)
 		lost := time.Now()
 		switch e.b.name {
@@ -154,7 +159,7 @@ var seqScenarios = []scenario{
 	{name: "seq: rolling restart of three nodes (SIGTERM, one at a time)", beside: true, both: true, run: func(e *env) {
 		ns := e.seqNodes()
 		e.startSeq(ns...)
-		load := e.startSeqLoad(ns, nil)
+		load := e.startSeqLoad(ns, e.hotOn(ns[0]))
 		time.Sleep(time.Second)
 		var took []time.Duration
 		var window []fault
@@ -229,18 +234,32 @@ func (e *env) startSeq(ns ...*Node) {
 	e.waitMap(ns, 20*time.Second)
 }
 
-// startSeqLoad starts the scenarios' sequence load on ns: six callers,
+// startSeqLoad starts the scenarios' sequence load on ns: five callers,
 // one call in twenty a NextSeqs of 20 keys, one a CurrentSeq, each caller
-// pausing 3 ms between calls (about 1,000 calls a second: each section
-// answered every 15 ms or so, and a 2-core machine left to the scenarios
-// beside).
+// pausing 4 ms between calls (with the hot key's caller, hotOn, about
+// 800 calls a second: each section answered every 20 ms or so, and a
+// 2-core machine left to the scenarios beside).
 func (e *env) startSeqLoad(ns []*Node, f func(o *SeqLoadOptions)) *SeqLoad {
-	o := SeqLoadOptions{Generator: seqGen, Sections: seqSections, Keys: 10_000, Callers: 6, Deadline: callDeadline,
-		Pause: 3 * time.Millisecond, BatchPct: 5, BatchKeys: 20, CurrentPct: 5}
+	o := SeqLoadOptions{Generator: seqGen, Sections: seqSections, Keys: 10_000, Callers: 5, Deadline: callDeadline,
+		Pause: 4 * time.Millisecond, BatchPct: 5, BatchKeys: 20, CurrentPct: 5}
 	if f != nil {
 		f(&o)
 	}
 	return StartSeqLoad(e.rec, ns, o)
+}
+
+// hotOn sets the load's hot key to one of a section n serves, asked for
+// every 2 ms.
+func (e *env) hotOn(n *Node) func(o *SeqLoadOptions) {
+	e.t.Helper()
+	mine := e.sectionsOf(n)
+	def := seq.Definition{Sections: seqSections}
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("hot%d", i)
+		if slices.Contains(mine, def.Section(seq.Hash([]byte(k)))) {
+			return func(o *SeqLoadOptions) { o.Hot, o.HotPause = k, 2*time.Millisecond }
+		}
+	}
 }
 
 // seqInfo is the sequence generator's Info on n.
@@ -573,8 +592,15 @@ func (e *env) seqEnd(load *SeqLoad, ok func(Failure) bool) {
 	for _, p := range CheckCurrents(calls, currents, 20) {
 		e.t.Error(p)
 	}
-	e.t.Logf("checked %d calls (%d values, %d of them NextSeqs items), %d CurrentSeq answers: %d violations; values by node %v; %d WRONG_NODE refusals followed; failed calls by node and cause: %v",
-		len(calls), values, batch, len(currents), len(vs), per, load.Hops(), causes)
+	hot, hotTop := 0, uint64(0)
+	for _, c := range calls {
+		if c.Key == load.o.Hot {
+			hot++
+			hotTop = max(hotTop, c.Last())
+		}
+	}
+	e.t.Logf("checked %d calls (%d values, %d of them NextSeqs items; %d calls of the hot key %q, its highest value %d), %d CurrentSeq answers: %d violations; values by node %v; %d WRONG_NODE refusals followed; failed calls by node and cause: %v",
+		len(calls), values, batch, hot, load.o.Hot, hotTop, len(currents), len(vs), per, load.Hops(), causes)
 	for _, n := range e.nodes {
 		if per[n.Name] < minIDs {
 			e.t.Errorf("node %s handed out %d values; a scenario must see at least %d from each", n.Name, per[n.Name], minIDs)

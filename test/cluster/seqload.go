@@ -52,6 +52,13 @@ type SeqLoadOptions struct {
 	// by owner, one call to each) and CurrentPct are CurrentSeq; the rest
 	// NextSeq.
 	BatchPct, BatchKeys, CurrentPct int
+	// Hot, when set, is a key one more caller asks for values of, call
+	// after call (NextSeq, 1–3 values, HotPause between calls): a busy
+	// conversation, whose values climb through its section's write-ahead
+	// steps (the raises, and the calls that wait for them) where the
+	// 10,000 others each get a few values.
+	Hot      string
+	HotPause time.Duration
 }
 
 // SeqLoad drives a sequence generator's nodes with callers that route
@@ -121,6 +128,18 @@ func StartSeqLoad(fails *Recorder, nodes []*Node, o SeqLoadOptions) *SeqLoad {
 			l.readMap(ctx, i)
 		}
 	}()
+	if o.Hot != "" {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			c := o.Callers // the hot caller's number
+			rng := rand.New(rand.NewPCG(uint64(c), uint64(l.base.UnixNano())))
+			for !l.stop.Load() {
+				l.nextKey(calls, rng, c, o.Hot)
+				time.Sleep(o.HotPause)
+			}
+		}()
+	}
 	for c := range o.Callers {
 		l.wg.Add(1)
 		go func() {
@@ -350,7 +369,11 @@ func (l *SeqLoad) routed(ctx context.Context, rng *rand.Rand, s int, count uint6
 
 // next is one NextSeq of 1–3 values of a random key.
 func (l *SeqLoad) next(ctx context.Context, rng *rand.Rand, caller int) {
-	key := l.key(rng)
+	l.nextKey(ctx, rng, caller, l.key(rng))
+}
+
+// nextKey is one NextSeq of 1–3 values of key.
+func (l *SeqLoad) nextKey(ctx context.Context, rng *rand.Rand, caller int, key string) {
 	s := l.section(key)
 	count := uint64(1 + rng.IntN(3))
 	start := l.now()
