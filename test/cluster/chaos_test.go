@@ -35,10 +35,10 @@ import (
 // beside, 47 s four at a time); 44 runs took 10 min 1 s on this machine
 // shared with other work (load average 10), and 10 min 4 s–10 min 7 s in
 // fresh-clone runs of the whole suite. The eight seq runs add two alone
-// (a coordinator's leader killed: 8.6 s and 10.9 s) and six beside
-// (10–16 s each); 52 runs took 11 min 16 s on this machine shared with
-// two other test runs (load average about 5), 24 s of it one segment run
-// waiting out its 20 s limit before it failed. test/run.sh prints the line.
+// (a coordinator's leader killed: 8.6–10.9 s) and six beside (10–17 s
+// each); 52 runs took 11 min 16 s on this machine shared with two other
+// test runs (load average about 5), 24 s of it one segment run waiting
+// out its 20 s limit before it failed. test/run.sh prints the line.
 const chaosBudget = 11 * time.Minute
 
 // Row is one line of the report.
