@@ -34,7 +34,11 @@ import (
 // a coordinator's leader killed, 16 s and 21 s one after another; eight
 // beside, 47 s four at a time); 44 runs took 10 min 1 s on this machine
 // shared with other work (load average 10), and 10 min 4 s–10 min 7 s in
-// fresh-clone runs of the whole suite. test/run.sh prints the line.
+// fresh-clone runs of the whole suite. The eight seq runs add two alone
+// (a coordinator's leader killed: 8.6–10.9 s) and six beside (10–17 s
+// each); 52 runs took 11 min 16 s on this machine shared with two other
+// test runs (load average about 5), 24 s of it one segment run waiting
+// out its 20 s limit before it failed. test/run.sh prints the line.
 const chaosBudget = 11 * time.Minute
 
 // Row is one line of the report.
@@ -409,7 +413,7 @@ func waitFor(d time.Duration, cond func() bool) (time.Duration, bool) {
 // scenarios are every scenario, in the order they run and the report
 // lists them.
 var scenarios = slices.Concat(faultScenarios, clockScenarios, startScenarios, clientScenarios,
-	coordinatorScenarios, forwardStepScenarios, zombieScenarios, segmentScenarios)
+	coordinatorScenarios, forwardStepScenarios, zombieScenarios, segmentScenarios, seqScenarios)
 
 // faultScenarios: faults of the nodes and of the network between them and
 // the coordinator — backward clock steps, kill -9 and restart, SIGSTOP past

@@ -5,7 +5,10 @@
 // every coordinator endpoint), and a checker that looks at every ID any
 // client received: uniqueness, reservation intervals, per-caller order,
 // bounded disorder, and honest availability — and, for segment generators,
-// the IDs received against the counter the coordinator keeps (CheckCounter).
+// the IDs received against the counter the coordinator keeps (CheckCounter);
+// for sequence generators, every routed call's values per key
+// (internal/seqcheck: no value twice, none below one returned before the
+// call began) and every CurrentSeq against them (CheckCurrents).
 //
 // Run with `go test ./test/cluster/` (part of the README's test command).
 // At the end the suite prints a table of the scenarios and writes it as
