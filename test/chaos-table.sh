@@ -11,7 +11,7 @@ table=${1:-test/artifacts/chaos.md}
 doc=docs/reliability.md
 [ -s "$table" ] || { echo "chaos-table: no $table: run go test ./test/cluster/ first"; exit 1; }
 grep -q '^| scenario ' "$table" || { echo "chaos-table: $table holds no table"; exit 1; }
-if grep -q '| fail |' "$table"; then
+if grep -q -i '| fail |' "$table"; then
 	echo "chaos-table: $table is the report of a failed run"; exit 1
 fi
 grep -q '^<!-- chaos table: begin' "$doc" && grep -q '^<!-- chaos table: end' "$doc" ||
