@@ -469,7 +469,10 @@ func (m *Manager) raiseOnce() {
 		st.mu.Lock()
 		step := m.step(st)
 		st.lastStep = step
-		if !st.dropped && st.serving.Load() && (st.want > st.acked || st.acked-min(st.top, st.acked) < step/2) {
+		// Half a step of headroom left starts a raise (low); a section
+		// within a step rides along in the same write, so that sections
+		// nearing their maxima together cost one write, not one each.
+		if !st.dropped && st.serving.Load() && (st.want > st.acked || st.acked-min(st.top, st.acked) < step) {
 			want[i] = min(max(st.want, st.top), segment.MaxID-step) + step
 			sts = append(sts, st)
 			st.rateTop, st.rateAt = st.top, m.mono()
