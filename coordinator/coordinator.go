@@ -582,7 +582,10 @@ type Lease interface {
 	// session); 0 once the lease is known lost. A holder that answers
 	// only while it is above a margin never answers after another holder
 	// could have taken the slot, even when paused in between (a sequence
-	// generator's sections, docs/design.md Per-key sequences).
+	// generator's sections, docs/design.md Per-key sequences). Once it
+	// has run out it stays 0 for the lease, whatever renewals follow: the
+	// ownership may have ended in between, and a restore can bring the
+	// coordinator's lease or session back.
 	Assured() time.Duration
 	// Done is closed when the lease is known lost or released.
 	Done() <-chan struct{}

@@ -68,17 +68,35 @@ type session struct {
 	base time.Time
 	sent atomic.Int64
 	ttl  time.Duration
+	// lapsedAt: when (after base) a TTL was last found passed with no
+	// renewal acknowledged; 0: never.
+	lapsedAt atomic.Int64
 }
 
-// assured is how long etcd keeps the lease at least, from now.
-func (s *session) assured() time.Duration {
+// assured is how long etcd keeps the lease at least, from now, for a
+// holding taken at since. Once it has run out (or a renewal was sent a
+// TTL after the last acknowledged one: a pause) it stays 0 for every
+// holding taken before: the lease may have ended meanwhile and been
+// revived by a restore, the ownership given away in between.
+func (s *session) assured(since time.Time) time.Duration {
 	select {
 	case <-s.done:
 		return 0
 	default:
 	}
-	return max(time.Until(s.base.Add(time.Duration(s.sent.Load())+s.ttl)), 0)
+	if at := s.lapsedAt.Load(); at != 0 && !since.After(s.base.Add(time.Duration(at))) {
+		return 0
+	}
+	a := time.Until(s.base.Add(time.Duration(s.sent.Load()) + s.ttl))
+	if a <= 0 {
+		s.lapse()
+		return 0
+	}
+	return a
 }
+
+// lapse records that the lease's assurance ran out now.
+func (s *session) lapse() { s.lapsedAt.Store(int64(max(time.Since(s.base), 1))) }
 
 // New connects to etcd. It returns an error matching
 // coordinator.ErrInvalidSpec for a bad configuration, or one matching
@@ -290,6 +308,13 @@ func (c *Coordinator) keepAlive(kctx context.Context, s *session) string {
 		cancel()
 		switch {
 		case err == nil && resp.TTL > 0:
+			if sent.Sub(lastSent) >= ttl {
+				// Acknowledged, but sent a TTL after the last acknowledged
+				// renewal (a pause): the lease may have ended in between
+				// and been revived by a restore. Holdings taken before are
+				// no longer assured (Lease.Assured).
+				s.lapse()
+			}
 			lastSent, wait = sent, interval
 			s.sent.Store(int64(sent.Sub(s.base)))
 			continue

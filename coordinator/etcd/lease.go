@@ -25,13 +25,15 @@ type lease struct {
 
 	writeMu sync.Mutex // one fenced write at a time; guards res
 	res     stored     // the reservation as this holder last read or wrote it
+	created time.Time  // when the take was answered (Assured)
 }
 
 var _ coordinator.Lease = (*lease)(nil)
 
 func newLease(c *Coordinator, spec coordinator.Spec, k keys, slot coordinator.Slot, sess *session,
 	guardLease clientv3.LeaseID, rev int64, res stored, genFloor int64, incarnation string) *lease {
-	l := &lease{c: c, ownerKey: k.owner(slot), resKey: k.reserved(slot), sess: sess, guardLease: guardLease, rev: rev, res: res}
+	l := &lease{c: c, ownerKey: k.owner(slot), resKey: k.reserved(slot), sess: sess, guardLease: guardLease, rev: rev, res: res,
+		created: time.Now()}
 	l.InitLeaseCore(spec, slot, res.value, genFloor, res.value, incarnation, c.log, func() { c.forget(l.ownerKey, l.rev) })
 	c.wg.Add(1)
 	go func() {
@@ -224,5 +226,5 @@ func (l *lease) Assured() time.Duration {
 	if l.IsDone() {
 		return 0
 	}
-	return l.sess.assured()
+	return l.sess.assured(l.created)
 }

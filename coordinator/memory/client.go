@@ -70,15 +70,32 @@ type session struct {
 	base time.Time
 	sent atomic.Int64
 	ttl  time.Duration
+	// lapsedAt: when (after base) a TTL was last found passed with no
+	// renewal acknowledged; 0: never.
+	lapsedAt atomic.Int64
 }
 
-// assured is how long the store keeps s at least, from now.
-func (s *session) assured() time.Duration {
+// assured is how long the store keeps s at least, from now, for a lease
+// taken at since. Once it has run out (or a renewal was sent a TTL after
+// the last acknowledged one) it stays 0 for every lease taken before: a
+// restore revives sessions.
+func (s *session) assured(since time.Time) time.Duration {
 	if s.isDone() {
 		return 0
 	}
-	return max(time.Until(s.base.Add(time.Duration(s.sent.Load())+s.ttl)), 0)
+	if at := s.lapsedAt.Load(); at != 0 && !since.After(s.base.Add(time.Duration(at))) {
+		return 0
+	}
+	a := time.Until(s.base.Add(time.Duration(s.sent.Load()) + s.ttl))
+	if a <= 0 {
+		s.lapse()
+		return 0
+	}
+	return a
 }
+
+// lapse records that the session's assurance ran out now.
+func (s *session) lapse() { s.lapsedAt.Store(int64(max(time.Since(s.base), 1))) }
 
 func (s *session) end() { s.once.Do(func() { close(s.done) }) }
 
@@ -288,6 +305,12 @@ func (c *Client) keepAlive(s *session) {
 		cancel()
 		switch {
 		case err == nil:
+			if sent.Sub(lastSent) >= ttl {
+				// Sent a TTL after the last acknowledged one (a freeze):
+				// the session may have ended in between and a restore
+				// revived it; leases taken before are no longer assured.
+				s.lapse()
+			}
 			lastSent, wait = sent, interval
 			s.sent.Store(int64(sent.Sub(s.base)))
 			continue

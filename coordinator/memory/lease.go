@@ -19,12 +19,14 @@ type lease struct {
 	token        int64
 
 	write chan struct{} // one write at a time (a channel: durably blocking under synctest)
+
+	created time.Time // when the take was answered (Assured)
 }
 
 var _ coordinator.Lease = (*lease)(nil)
 
 func newLease(c *Client, spec coordinator.Spec, slot coordinator.Slot, sess *session, guardSession, token, readR, genFloor int64, incarnation string) *lease {
-	l := &lease{c: c, sess: sess, guardSession: guardSession, token: token, write: make(chan struct{}, 1)}
+	l := &lease{c: c, sess: sess, guardSession: guardSession, token: token, write: make(chan struct{}, 1), created: time.Now()}
 	l.InitLeaseCore(spec, slot, readR, genFloor, readR, incarnation, c.log, func() { c.unregister(l) })
 	return l
 }
@@ -165,5 +167,5 @@ func (l *lease) Assured() time.Duration {
 	if l.IsDone() {
 		return 0
 	}
-	return l.sess.assured()
+	return l.sess.assured(l.created)
 }

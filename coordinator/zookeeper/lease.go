@@ -30,6 +30,8 @@ type lease struct {
 	owner     int64 // session owning the owner node (= session, but for the weak take-back)
 	czxid     int64
 
+	created time.Time // when the take was answered (Assured)
+
 	writeMu sync.Mutex // one fenced write at a time; guards rv, ov
 	rv, ov  int32
 }
@@ -38,7 +40,8 @@ var _ coordinator.Lease = (*lease)(nil)
 
 func newLease(c *Coordinator, spec coordinator.Spec, p paths, slot coordinator.Slot, session, czxid int64,
 	ov, rv int32, readR, genFloor int64, resBytes []byte, incarnation string) *lease {
-	l := &lease{c: c, ownerPath: p.owner(slot), resPath: p.reserved(slot), session: session, owner: session, czxid: czxid, rv: rv, ov: ov}
+	l := &lease{c: c, ownerPath: p.owner(slot), resPath: p.reserved(slot), session: session, owner: session, czxid: czxid, rv: rv, ov: ov,
+		created: time.Now()}
 	acked := readR
 	if v, err := parseValue(resBytes); err == nil {
 		acked = max(acked, v)
@@ -247,5 +250,5 @@ func (l *lease) Assured() time.Duration {
 	if l.IsDone() {
 		return 0
 	}
-	return l.c.assured(l.session)
+	return l.c.assured(l.session, l.created)
 }

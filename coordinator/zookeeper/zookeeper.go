@@ -45,9 +45,11 @@ type Coordinator struct {
 	// okSid and okSent: the session of the latest request sent that the
 	// server answered, and when it was sent. The server keeps that
 	// session at least its timeout after it (Assured).
-	okMu   sync.Mutex
-	okSid  int64
-	okSent time.Time
+	okMu      sync.Mutex
+	okSid     int64
+	okSent    time.Time
+	lapsedSid int64     // a session whose assurance ran out, at lapsedAt:
+	lapsedAt  time.Time // 0 for good for every lease taken before
 
 	mu        sync.Mutex
 	gate      *gate // the current client's dialer
@@ -510,7 +512,14 @@ func call[T any](c *Coordinator, ctx context.Context, f func() (T, error)) (T, e
 	case r := <-ch:
 		if answered(r.err) && sid != 0 && c.sid.Load() == sid {
 			c.okMu.Lock()
-			if c.okSid != sid || sent.After(c.okSent) {
+			switch {
+			case c.okSid == sid && sent.Sub(c.okSent) >= c.SessionTimeout():
+				// Answered, but sent a session timeout after the last
+				// answered request: the session may have expired in
+				// between (and been brought back by a restore).
+				c.lapsedSid, c.lapsedAt = sid, time.Now()
+				c.okSent = sent
+			case c.okSid != sid || sent.After(c.okSent):
 				c.okSid, c.okSent = sid, sent
 			}
 			c.okMu.Unlock()
@@ -529,16 +538,26 @@ func answered(err error) bool {
 		errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNotEmpty)
 }
 
-// assured is how long the server keeps session sid at least, from now: its
-// timeout after the latest answered request of it was sent.
-func (c *Coordinator) assured(sid int64) time.Duration {
+// assured is how long the server keeps session sid at least, from now,
+// for a lease taken at since: its timeout after the latest answered
+// request of it was sent. Once it has run out for a lease it stays 0: the
+// session may have expired meanwhile, and a server restored from an older
+// copy may take it back.
+func (c *Coordinator) assured(sid int64, since time.Time) time.Duration {
 	c.okMu.Lock()
-	okSid, sent := c.okSid, c.okSent
-	c.okMu.Unlock()
-	if sid == 0 || okSid != sid || c.sid.Load() != sid {
+	defer c.okMu.Unlock()
+	if sid == 0 || c.okSid != sid || c.sid.Load() != sid {
 		return 0
 	}
-	return max(time.Until(sent.Add(c.SessionTimeout())), 0)
+	if c.lapsedSid == sid && !since.After(c.lapsedAt) {
+		return 0
+	}
+	a := time.Until(c.okSent.Add(c.SessionTimeout()))
+	if a <= 0 {
+		c.lapsedSid, c.lapsedAt = sid, time.Now()
+		return 0
+	}
+	return a
 }
 
 type getResult struct {

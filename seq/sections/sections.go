@@ -647,8 +647,11 @@ func (m *Manager) tick() {
 		st := m.sec[s].Load()
 		top := seq.Owner(s, members)
 		switch {
-		case st != nil && ended(st.lease):
-			m.drop(st, "its lease ended")
+		case st != nil && (ended(st.lease) || st.lease.Assured() == 0):
+			// A lease no longer assured is given up for good, even if its
+			// renewals resume: ownership may have passed to another node
+			// meanwhile.
+			m.release(ctx, st, "its lease ended, or went unrenewed for its TTL")
 		case st != nil && top != me:
 			m.release(ctx, st, fmt.Sprintf("node %q (%s) joined and owns it now", nodes[top].Name, nodes[top].Address))
 			// Calls for it are sent there from now on (WRONG_NODE), not
@@ -706,7 +709,12 @@ func (m *Manager) membership(ctx context.Context) error {
 	m.mu.Lock()
 	l := m.member
 	m.mu.Unlock()
-	if l != nil && ended(l) {
+	if l != nil && (ended(l) || l.Assured() == 0) {
+		if !ended(l) {
+			rctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+			_ = l.Release(rctx, 0)
+			cancel()
+		}
 		l = nil
 	}
 	S := uint64(m.cfg.Def.Sections)
