@@ -138,14 +138,24 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 		add(at+dur, "NTP normal", func(w *world) { w.setNTP(0, false) })
 	case 5: // coordinator latency
 		lat := []time.Duration{10 * time.Millisecond, 200 * time.Millisecond, 900 * time.Millisecond}[r.Intn(3)]
-		add(at, fmt.Sprintf("coordinator latency %v", lat), func(w *world) { w.faults(func(f *memory.Faults) { f.SetLatency(memory.OpAll, lat) }) })
-		add(at+dur, "coordinator latency ends", func(w *world) { w.faults(func(f *memory.Faults) { f.SetLatency(memory.OpAll, 0) }) })
+		add(at, fmt.Sprintf("coordinator latency %v", lat), func(w *world) {
+			w.faults(func(f *memory.Faults) { f.SetLatency(memory.OpAll, lat) })
+			w.coordFault(true)
+		})
+		add(at+dur, "coordinator latency ends", func(w *world) {
+			w.faults(func(f *memory.Faults) { f.SetLatency(memory.OpAll, 0) })
+			w.coordFault(false)
+		})
 	case 6: // coordinator unavailable
 		a := []memory.Availability{memory.Refusing, memory.Hanging}[r.Intn(2)]
 		dur = time.Duration(500+r.Intn(8000)) * time.Millisecond
-		add(at, fmt.Sprintf("coordinator %v", a), func(w *world) { w.faults(func(f *memory.Faults) { f.SetAvailability(memory.OpAll, a) }) })
+		add(at, fmt.Sprintf("coordinator %v", a), func(w *world) {
+			w.faults(func(f *memory.Faults) { f.SetAvailability(memory.OpAll, a) })
+			w.coordFault(true)
+		})
 		add(at+dur, "coordinator available", func(w *world) {
 			w.faults(func(f *memory.Faults) { f.SetAvailability(memory.OpAll, memory.Available) })
+			w.coordFault(false)
 		})
 	case 7: // lost replies
 		k := 1 + r.Intn(3)
@@ -195,9 +205,10 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 	r := w.rng
 	gap := time.Duration(2+r.Intn(20)) * time.Second
-	var snap, csnap *memory.Snapshot
+	var snap, csnap, qsnap *memory.Snapshot
 	s.add(at, "snapshot of the coordinator", func(w *world) {
 		snap = w.store.Snapshot()
+		qsnap = w.qstore.Snapshot()
 		if segmentRestores {
 			csnap = w.cstore.Snapshot()
 		}
@@ -212,6 +223,10 @@ func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 		w.store.Restore(snap)
 		if csnap != nil {
 			w.cstore.Restore(csnap)
+		}
+		w.qstore.Restore(qsnap)
+		if w.seqRun {
+			w.seqRestored()
 		}
 		w.mu.Lock()
 		if csnap != nil {
@@ -239,12 +254,18 @@ func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 		if segmentRestores {
 			w.bumpCounter()
 		}
+		if w.seqRun {
+			w.bumpSeq(true)
+		}
 	})
 	dur := gap + 10*time.Second
 	s.add(at+dur, "operator bumps any marker left", func(w *world) {
 		w.bumpMarkers()
 		if segmentRestores {
 			w.bumpCounterMarker()
+		}
+		if w.seqRun {
+			w.bumpSeq(false)
 		}
 	})
 	return dur
@@ -310,9 +331,13 @@ func (n *node) freeze(on bool) {
 	if on {
 		n.client.Freeze()
 		n.cclient.Freeze()
+		n.qclient.Freeze()
+		n.frozeLocked()
 	} else {
 		n.client.Thaw()
 		n.cclient.Thaw()
+		n.qclient.Thaw()
+		n.thawedLocked()
 	}
 }
 
@@ -321,6 +346,7 @@ func (n *node) freeze(on bool) {
 func (w *world) faults(f func(*memory.Faults)) {
 	f(w.store.Faults())
 	f(w.cstore.Faults())
+	f(w.qstore.Faults())
 }
 
 func (w *world) setNTP(offset time.Duration, silent bool) {
