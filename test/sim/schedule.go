@@ -97,6 +97,9 @@ func (w *world) plan() *schedule {
 		d := s.fault(w, kind, at, n)
 		busy[res] = at + d + time.Second
 	}
+	if w.seqRun {
+		s.seqPartitions(w)
+	}
 	sort.SliceStable(s.actions, func(i, j int) bool { return s.actions[i].at < s.actions[j].at })
 	return s
 }

@@ -1033,7 +1033,7 @@ func (w *world) settle() {
 		}
 		// The sequence generator: no clock in it either.
 		for w.seqRun {
-			ok, why := w.seqSettled(nc)
+			ok, why := w.seqSettled(n, nc)
 			if ok {
 				break
 			}
