@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"sort"
 	"strings"
+	"testing/synctest"
 	"time"
 
 	"github.com/firnid/firn/coordinator"
@@ -227,7 +228,14 @@ func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 		if csnap != nil {
 			w.cstore.Restore(csnap)
 		}
+		var leased map[*seqLease]bool
+		if w.seqRun {
+			leased = w.seqBeforeRestore()
+		}
 		w.qstore.Restore(qsnap)
+		if w.seqRun {
+			w.seqAfterRestore(leased)
+		}
 		if w.seqRun {
 			w.seqRestored()
 		}
@@ -326,8 +334,8 @@ func (n *node) set(f func()) {
 // callers, as SIGSTOP would stop its process's traffic.
 func (n *node) freeze(on bool) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if !n.up || n.frozen == on {
+		n.mu.Unlock()
 		return
 	}
 	n.frozen = on
@@ -336,12 +344,20 @@ func (n *node) freeze(on bool) {
 		n.cclient.Freeze()
 		n.qclient.Freeze()
 		n.frozeLocked()
-	} else {
-		n.client.Thaw()
-		n.cclient.Thaw()
-		n.qclient.Thaw()
-		n.thawedLocked()
+		n.mu.Unlock()
+		return
 	}
+	n.client.Thaw()
+	n.cclient.Thaw()
+	qclient := n.qclient
+	n.mu.Unlock()
+	// The calls that waited for the process are served before it hears
+	// from the sequence store (seqs.go, seqThawFirst).
+	n.thawed()
+	if n.w.seqRun && seqThawFirst {
+		synctest.Wait()
+	}
+	qclient.Thaw()
 }
 
 // faults applies f to the faults of both stores: the main one and the

@@ -178,7 +178,9 @@ func (c *simCoord) Acquire(ctx context.Context, spec coordinator.Spec, node coor
 	if err != nil {
 		return nil, err
 	}
-	return &seqLease{Lease: l, w: c.w, node: node, epoch: epoch}, nil
+	sl := &seqLease{Lease: l, w: c.w, node: node, epoch: epoch}
+	c.w.seqLeased(sl)
+	return sl, nil
 }
 
 func (c *simCoord) Workers(ctx context.Context, generator string) ([]coordinator.SlotState, error) {

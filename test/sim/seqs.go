@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/rand"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/firnid/firn/clockguard"
@@ -110,6 +112,30 @@ const (
 	// only owner record is such a stray: a live process's, up, which
 	// does not hold it, after a restore.
 	seqBugStrayAfterRestore = true
+	// seqBugRevivedLease: an owner paused past its lease (its session
+	// ended on the coordinator, another node took the section and
+	// handed out values of its keys) whose lease a coordinator restore
+	// brings back before it runs again (the snapshot showed it owning
+	// the section, with the session it still has) answers again from
+	// the keys' values it kept in memory, below what the other node
+	// handed out: a key's values go down. Its client hears nothing
+	// wrong (the first renewal after the pause is acknowledged: the
+	// restored coordinator knows the session; on etcd, Lease.Assured
+	// is positive again from that renewal on), and the restore marker
+	// that would have stopped it was cleared by the operator's bump
+	// before it ran again. A lease whose Assured reached zero may have
+	// ended on the coordinator: answering for its section from memory
+	// after that breaks "a paused holder that wakes after its lease
+	// ran out refuses" (DESIGN.md, Per-key sequences), whatever the
+	// coordinator says later. (Seed 61, with -seqevery 1: n0 frozen at
+	// 9m30.7s, n1 took section 0 at 9m35.5s and answered key k2 21478;
+	// the coordinator was restored at 9m37.5s to a snapshot of 9m22.5s
+	// and bumped at 9m37.6s; n0 thawed at 9m38.7s and answered k2 3954
+	// to a call sent after n1's answer.) The checks excuse a violation
+	// whose answer came from a lease a restore revived: its owner
+	// record had ended on the store before the restore, the restore put
+	// it back, and the answer came while that lease lived.
+	seqBugRevivedLease = true
 )
 
 // seqMemoryAssured, when true, assures leases as the memory backend
@@ -120,6 +146,13 @@ const (
 // about one replay in ten). It shows what the checks catch; the nodes'
 // own rule is etcd's.
 const seqMemoryAssured = false
+
+// seqThawFirst: when a frozen node thaws, the calls that waited for it
+// are served (as far as they go without the sequence store) before its
+// client of the sequence store runs again: the worst order for a paused
+// owner, which has not yet heard that its session ended, and the one
+// the lease's Assured must cover.
+const seqThawFirst = true
 
 // seqDefinition is the sequence generator's counter definition.
 func seqDefinition() segment.Definition { return seq.Definition{Sections: seqSections}.Counter() }
@@ -166,6 +199,9 @@ type seqWorld struct {
 	// lease would have given (its session ended unknown to it).
 	refusals map[string]int
 	unheld   int
+	// leases: each node process's latest lease of each section
+	// (seqBugRevivedLease).
+	leases map[seqLeaseKey]*seqLease
 	// The coordinator faults that slow or fail its calls: how many are on,
 	// and when the last one ended.
 	faultsOn int
@@ -270,6 +306,89 @@ type seqLease struct {
 	w     *world
 	node  coordinator.NodeInfo
 	epoch int // the restores made before the acquisition began
+	// revived: a restore put back its owner record, which had ended on
+	// the store (at revivedAt), and it ended at endedAt (virtual times
+	// since the start; seqBugRevivedLease).
+	revived            atomic.Bool
+	revivedAt, endedAt atomic.Int64
+}
+
+// seqLeaseKey names a node process's lease of one slot.
+type seqLeaseKey struct {
+	name  string
+	start int64 // the process's start time (UnixNano)
+	slot  uint64
+}
+
+func leaseKey(node coordinator.NodeInfo, slot uint64) seqLeaseKey {
+	return seqLeaseKey{node.Name, node.StartTime.UnixNano(), slot}
+}
+
+// seqLeased registers a section's lease (the latest of its process for
+// its section), so that a restore can tell whether it revives it.
+func (w *world) seqLeased(l *seqLease) {
+	if l.Slot().Worker >= seqSections {
+		return
+	}
+	w.seq.mu.Lock()
+	if w.seq.leases == nil {
+		w.seq.leases = map[seqLeaseKey]*seqLease{}
+	}
+	w.seq.leases[leaseKey(l.node, l.Slot().Worker)] = l
+	w.seq.mu.Unlock()
+}
+
+// seqBeforeRestore and seqAfterRestore, around a restore of the
+// sequence store: whether each live section lease had its owner record
+// before, then those whose record the restore put back marked revived.
+func (w *world) seqBeforeRestore() map[*seqLease]bool {
+	w.seq.mu.Lock()
+	var ls []*seqLease
+	for k, l := range w.seq.leases {
+		select {
+		case <-l.Done():
+			delete(w.seq.leases, k)
+			continue
+		default:
+		}
+		ls = append(ls, l)
+	}
+	w.seq.mu.Unlock()
+	held := map[*seqLease]bool{}
+	for _, l := range ls {
+		held[l] = w.seqHeld(l.Slot(), l.node)
+	}
+	return held
+}
+
+func (w *world) seqAfterRestore(before map[*seqLease]bool) {
+	now := int64(time.Since(w.start))
+	for l, held := range before {
+		if held || !w.seqHeld(l.Slot(), l.node) || l.revived.Load() {
+			continue
+		}
+		l.revivedAt.Store(now)
+		l.endedAt.Store(math.MaxInt64)
+		l.revived.Store(true)
+		w.note("%s: the restore revives %s's lease of section %d, whose owner record had ended", seqName, l.node.Name, l.Slot().Worker)
+		go func() {
+			<-l.Done()
+			l.endedAt.Store(int64(time.Since(w.start)))
+		}()
+	}
+}
+
+// revivedTag marks the caller of an answer from a revived lease.
+const revivedTag = " [revived lease]"
+
+// seqRevivedAnswer reports whether the node process node answered for
+// section s, between from and to (virtual), with a lease a restore
+// revived.
+func (w *world) seqRevivedAnswer(node coordinator.NodeInfo, s int, from, to time.Duration) bool {
+	w.seq.mu.Lock()
+	l := w.seq.leases[leaseKey(node, uint64(s))]
+	w.seq.mu.Unlock()
+	return l != nil && l.revived.Load() && l.revivedAt.Load() <= int64(to) && l.endedAt.Load() >= int64(from)
 }
 
 func (l *seqLease) Assured() time.Duration {
@@ -320,27 +439,28 @@ type seqTarget struct {
 	core *core.Core
 	hist *stateLog
 	life int
+	info coordinator.NodeInfo
 }
 
 // seqTargetOf is the node named name when it is up and not frozen (a
 // frozen process answers nothing); thaw, when it is up and frozen, is
-// closed when it thaws or stops.
-func (w *world) seqTargetOf(name string) (t seqTarget, ok bool, thaw <-chan struct{}) {
+// closed when it thaws or stops, and frozen is how long it has been.
+func (w *world) seqTargetOf(name string) (t seqTarget, ok bool, thaw <-chan struct{}, frozen time.Duration) {
 	w.mu.Lock()
 	n := w.byName[name]
 	w.mu.Unlock()
 	if n == nil {
-		return seqTarget{}, false, nil
+		return seqTarget{}, false, nil, 0
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if !n.up || n.qhist == nil {
-		return seqTarget{}, false, nil
+		return seqTarget{}, false, nil, 0
 	}
 	if n.frozen {
-		return seqTarget{}, false, n.thaw
+		return seqTarget{}, false, n.thaw, time.Since(n.frozeAt)
 	}
-	return seqTarget{n: n, core: n.core, hist: n.qhist, life: n.life}, true, nil
+	return seqTarget{n: n, core: n.core, hist: n.qhist, life: n.life, info: n.info}, true, nil, 0
 }
 
 // thawed wakes the calls waiting for the node to thaw.
@@ -354,7 +474,7 @@ func (n *node) thawed() {
 // and count its freeze among the faults seqLease doubts under.
 func (n *node) frozeLocked() {
 	if n.thaw == nil {
-		n.thaw = make(chan struct{})
+		n.thaw, n.frozeAt = make(chan struct{}), time.Now()
 		n.w.seqDoubt(true)
 	}
 }
@@ -482,19 +602,29 @@ func (c *seqCaller) round() {
 func (c *seqCaller) call(kind, to string, keys []seqKey, items []core.SeqItem) (next string, wait time.Duration) {
 	w := c.n.w
 	start := w.seqEvent() // the call is sent: it begins
-	t, ok, thaw := w.seqTargetOf(to)
-	if !ok && thaw != nil && c.rng.Intn(2) == 0 {
-		// Frozen: the request waits in the process (as in its socket's
+	t, ok, thaw, frozen := w.seqTargetOf(to)
+	if !ok && thaw != nil {
+		// Frozen. Most often the call times out and the caller keeps its
+		// route (a stale section map) or forgets it; now and then,
+		// mostly once the node has been frozen longer than a lease lives
+		// (when another node may have taken the section and answered for
+		// the key), the request waits in the process (as in its socket's
 		// buffer while it is stopped) and is served when it thaws, the
-		// moment its owner's lease may have ended unknown to it.
-		tm := time.NewTimer(15 * time.Second)
-		select {
-		case <-thaw:
-		case <-tm.C:
-		case <-c.stop:
+		// moment its lease may have ended unknown to it.
+		k := c.rng.Intn(8)
+		switch {
+		case k == 0 || k < 4 && frozen > 6500*time.Millisecond:
+			tm := time.NewTimer(15 * time.Second)
+			select {
+			case <-thaw:
+			case <-tm.C:
+			case <-c.stop:
+			}
+			tm.Stop()
+			t, ok, _, _ = w.seqTargetOf(to)
+		case k < 6:
+			return "", 0 // timed out; the route kept, as a stale map would
 		}
-		tm.Stop()
-		t, ok, _ = w.seqTargetOf(to)
 	}
 	if !ok {
 		// Down or frozen: the call would time out; the caller forgets
@@ -528,6 +658,14 @@ func (c *seqCaller) call(kind, to string, keys []seqKey, items []core.SeqItem) (
 	end := w.seqEvent()
 	took := time.Since(w.start) - began
 	still := t.still()
+	// An answer from a lease a restore revived is marked so
+	// (seqBugRevivedLease).
+	tag := func(who string, k seqKey) string {
+		if seqBugRevivedLease && w.seqRevivedAnswer(t.info, k.section, began, began+took) {
+			return who + revivedTag
+		}
+		return who
+	}
 	w.seq.mu.Lock()
 	w.seq.calls++
 	w.seq.mu.Unlock()
@@ -540,8 +678,9 @@ func (c *seqCaller) call(kind, to string, keys []seqKey, items []core.SeqItem) (
 		if err != nil {
 			return c.refused(ref(what, err), keys[0], began)
 		}
+		cur := seqCurrent{key: keys[0].name, value: first, start: start, end: end, who: tag(who, keys[0])}
 		w.seq.mu.Lock()
-		w.seq.currents = append(w.seq.currents, seqCurrent{key: keys[0].name, value: first, start: start, end: end, who: who})
+		w.seq.currents = append(w.seq.currents, cur)
 		w.seq.mu.Unlock()
 		return "", 0
 	}
@@ -569,7 +708,7 @@ func (c *seqCaller) call(kind, to string, keys []seqKey, items []core.SeqItem) (
 		if took > answerBound && still {
 			w.violate("%s: %s answered after %v (bound %v)", who, what, took, answerBound)
 		}
-		w.seq.rec.Add(seqcheck.Call{Key: keys[i].name, First: it.First, Count: it.Count, Start: start, End: end, Who: who})
+		w.seq.rec.Add(seqcheck.Call{Key: keys[i].name, First: it.First, Count: it.Count, Start: start, End: end, Who: tag(who, keys[i])})
 	}
 	if kind == "NextSeqs" {
 		return "", 0 // each item refused alone; not retried
@@ -832,7 +971,15 @@ func (w *world) seqCheckLocked() {
 	desc := func(c seqcheck.Call) string {
 		return fmt.Sprintf("[%d, %d] to %s (began %v, returned %v)", c.First, c.Last(), c.Who, s.eventTime(c.Start), s.eventTime(c.End))
 	}
-	for _, v := range seqcheck.Check(calls, 20) {
+	excused := 0
+	for _, v := range seqcheck.Check(calls, 0) {
+		if strings.HasSuffix(v.Before.Who, revivedTag) || strings.HasSuffix(v.After.Who, revivedTag) {
+			excused++
+			continue
+		}
+		if len(w.violations) > 40 {
+			break
+		}
 		if v.Rule == "twice" {
 			w.violateLocked("%s: key %q: a value handed out twice: %s and %s", seqName, v.After.Key, desc(v.Before), desc(v.After))
 		} else {
@@ -861,6 +1008,10 @@ func (w *world) seqCheckLocked() {
 					best = j
 				}
 			}
+			if best >= 0 && c.value < cs[best].Last() && (strings.HasSuffix(c.who, revivedTag) || strings.HasSuffix(cs[best].Who, revivedTag)) {
+				excused++
+				continue
+			}
 			if best >= 0 && c.value < cs[best].Last() && bad < 20 {
 				bad++
 				w.violateLocked("%s: key %q: CurrentSeq answered %d to %s (began %v, returned %v), below %s, which returned before it began",
@@ -868,8 +1019,8 @@ func (w *world) seqCheckLocked() {
 			}
 		}
 	}
-	w.trace = append(w.trace, fmt.Sprintf("%9v  %s: %d calls, %d answered with values, %d CurrentSeq answered; counter maxima written up to %v; refusals %v; %d answers refused for a record the store no longer held",
-		w.since(), seqName, s.calls, len(calls), len(s.currents), s.maxSec, s.refusals, s.unheld))
+	w.trace = append(w.trace, fmt.Sprintf("%9v  %s: %d calls, %d answered with values, %d CurrentSeq answered; counter maxima written up to %v; refusals %v; %d answers refused for a record the store no longer held; %d violations excused (seqBugRevivedLease)",
+		w.since(), seqName, s.calls, len(calls), len(s.currents), s.maxSec, s.refusals, s.unheld, excused))
 }
 
 // --- partitions -------------------------------------------------------------

@@ -46,6 +46,16 @@
 //     says its hand-back failed; every counter write acknowledged is in
 //     the counter's history. Coordinator restores leave the counter alone
 //     unless segmentRestores (the known gaps of restore detection);
+//   - one seed in seqEvery also runs a per-key sequence generator on
+//     every node (seqs.go): for each key, no value handed out twice, and
+//     a call that returned before another began got values all below the
+//     other's, across section moves, kills, pauses past the lease,
+//     partitions and restores; a CurrentSeq at or above every value of
+//     its key returned before it began; refusals WRONG_NODE,
+//     SECTION_MOVING, a raise failing only while the coordinator is
+//     faulted, or not serving for a cause held, never a clock cause; and
+//     once every fault has ended, every node serves it and every section
+//     has a serving owner;
 //   - no wait spins: a loop that polls the clock without blocking, which
 //     would stop virtual time, is found, ended and reported (stall.go);
 //   - no goroutine outlives its node: a synctest bubble ends only when
@@ -393,6 +403,7 @@ type node struct {
 	qclient *memory.Client       // of the sequence store
 	qhist   *stateLog            // this life's sequence generator's states
 	thaw    chan struct{}        // while frozen: closed when it thaws or stops
+	frozeAt time.Time            // when it was frozen last
 	info    coordinator.NodeInfo // this life's, as its leases name it
 	seg     *segLife             // this life's segment generator
 	core    *core.Core
