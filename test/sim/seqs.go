@@ -24,23 +24,25 @@ import (
 	"github.com/firnid/firn/server/core"
 )
 
-// The sequence generator. Every node serves, beside its snowflake and
-// segment generators, a per-key sequence generator (seqName, of
-// seqSections sections, so that sections move at every change of the
-// members: docs/design.md "Per-key sequences"), and one caller of its
-// own per node process calls NextSeq, NextSeqs and CurrentSeq on keys of
-// a small key space (seqKeys: every key is hot, and calls of one key
-// overlap across callers and nodes). A caller calls the node the last
-// WRONG_NODE named for the key's section (its own node at first),
-// follows WRONG_NODE to the owner it names, and retries SECTION_MOVING
-// after the wait it names. Every value a call returned is recorded with
-// when the call began and returned, on one clock (seqClock: the order in
-// which the simulator saw the events, each with its virtual time for the
-// report), and at the end internal/seqcheck checks the promise over all
-// of them: for one key, no value handed out twice, and a call that
-// returned before another began got values all below the other's; and
-// a CurrentSeq is at or above the last value of every call of its key
-// that returned before it began.
+// The sequence generator. In one seed in seqEvery, every node serves,
+// beside its snowflake and segment generators, a per-key sequence
+// generator (seqName, of seqSections sections, so that sections move at
+// every change of the members: shared DESIGN.md "Per-key sequences",
+// seq/sections), and one caller of its own per node process calls
+// NextSeq, NextSeqs and CurrentSeq on the keys of a small key space
+// (seqKeys: every key is hot, and calls of one key overlap across
+// callers and nodes). A caller calls the node the last WRONG_NODE named
+// for the key's section (its own node at first), follows WRONG_NODE to
+// the owner it names, and retries SECTION_MOVING after the wait it
+// names. A call to a frozen node times out, or now and then waits in it
+// and is served when it thaws (seqThawFirst). Every value a call
+// returned is recorded with when the call began and returned, on one
+// clock (seqEvent: the order in which the simulator saw the events,
+// each with its virtual time for the report), and at the end
+// internal/seqcheck checks the promise over all of them: for one key, no
+// value handed out twice, and a call that returned before another began
+// got values all below the other's; and a CurrentSeq is at or above the
+// last value of every call of its key that returned before it began.
 //
 // Refusals name what they must: WRONG_NODE (another node owns the
 // section), SECTION_MOVING (no owner answers now), a raise that failed
@@ -52,16 +54,18 @@ import (
 //
 // The generator's leases and counter live in a memory store of their own
 // (world.qstore), faulted, frozen, killed, snapshotted and restored with
-// the others, so that the snowflake and segment generators' stores run
-// as they did before. An owner answers only while its lease is assured
-// (coordinator.Lease.Assured). The memory backend says so while it has
-// not learnt that its session ended; etcd counts the TTL from the last
-// renewal it sent, so a process paused (or cut off) past its TTL refuses
-// as soon as it runs again, before it has heard from the coordinator.
-// seqLease gives the memory lease that view: assured only while the
-// store still holds the lease's owner record for this node process, so
-// that a paused owner whose session the store ended refuses the moment
-// it is thawed, while another node may take its sections.
+// the others (the operator's bump raising every section: bumpSeq), so
+// that the snowflake and segment generators' stores run as they did
+// before; beside the schedule's faults, a few partitions cut one node off
+// from it alone (seqPartitions). An owner answers only while its lease
+// is assured (coordinator.Lease.Assured). The memory backend says so
+// while it has not learnt that its session ended; etcd counts the TTL
+// from the last renewal it sent, so a process paused (or cut off) past
+// its TTL refuses as soon as it runs again, before it has heard from the
+// coordinator. seqLease gives the memory lease that view: assured only
+// while the store still holds the lease's owner record for this node
+// process, so that a paused owner whose session the store ended refuses
+// the moment it is thawed, while another node may take its sections.
 
 const (
 	seqName     = "chats"
@@ -103,14 +107,18 @@ const (
 	// the process itself does not take back its own records on a
 	// shared coordinator: Spec.NoTakeBack), so the section has no
 	// serving owner until that process's session ends: every call of
-	// its keys is refused SECTION_MOVING, for good. (Seed 261, with
-	// -seqevery 1: n2 and n3 held sections 0, 1, 4 and 5 at the
-	// snapshot and gave them to n1 when it restarted; the operator's
-	// bump came before any node noticed the restore, so no node gave up
-	// its sections and acquired again, which would have dropped its
-	// strays on the memory backend.) The settle excuses a section whose
-	// only owner record is such a stray: a live process's, up, which
-	// does not hold it, after a restore.
+	// its keys is refused SECTION_MOVING, for good. A node whose share
+	// holds such a section is never ready either, and refuses every
+	// call, for every section, with the last cause it noted (seed 524:
+	// f1, started at the restore, refused RESTORE_DETECTED naming the
+	// marker the operator's bump had cleared, to the end). On the
+	// memory backend a process that acquires again (after it found the
+	// restore, say) drops its strays; one that has nothing to take never
+	// does. (Seeds 261 and 524 with -seqevery 1 replay it within a few
+	// tries; TestSeqStrayAfterRestore reproduces it with two managers
+	// and nothing else.) The settle excuses a section whose only owner
+	// record is such a stray (a live process's, up, which does not hold
+	// it, after a restore), and a node whose share holds one.
 	seqBugStrayAfterRestore = true
 	// seqBugRevivedLease: an owner paused past its lease (its session
 	// ended on the coordinator, another node took the section and
@@ -141,10 +149,10 @@ const (
 // seqMemoryAssured, when true, assures leases as the memory backend
 // does (until its client learns that its session ended) instead of as
 // etcd does (seqLease): a frozen owner whose sections moved then answers
-// a call that waited for it to thaw, before it hears from the store, and
-// the checker finds the values handed out twice (seed 22 of -seqevery 1,
-// about one replay in ten). It shows what the checks catch; the nodes'
-// own rule is etcd's.
+// the calls that waited for it to thaw, before it hears from the store,
+// and the checks find the values of a key going down or handed out twice
+// (7 of seeds 1..200 with -seqevery 1). It shows what the checks catch;
+// the nodes' own rule is etcd's.
 const seqMemoryAssured = false
 
 // seqThawFirst: when a frozen node thaws, the calls that waited for it
