@@ -235,8 +235,6 @@ func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 		w.qstore.Restore(qsnap)
 		if w.seqRun {
 			w.seqAfterRestore(leased)
-		}
-		if w.seqRun {
 			w.seqRestored()
 		}
 		w.mu.Lock()
