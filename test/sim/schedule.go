@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"sort"
 	"strings"
+	"testing/synctest"
 	"time"
 
 	"github.com/firnid/firn/coordinator"
@@ -97,6 +98,9 @@ func (w *world) plan() *schedule {
 		d := s.fault(w, kind, at, n)
 		busy[res] = at + d + time.Second
 	}
+	if w.seqRun {
+		s.seqPartitions(w)
+	}
 	sort.SliceStable(s.actions, func(i, j int) bool { return s.actions[i].at < s.actions[j].at })
 	return s
 }
@@ -138,14 +142,24 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 		add(at+dur, "NTP normal", func(w *world) { w.setNTP(0, false) })
 	case 5: // coordinator latency
 		lat := []time.Duration{10 * time.Millisecond, 200 * time.Millisecond, 900 * time.Millisecond}[r.Intn(3)]
-		add(at, fmt.Sprintf("coordinator latency %v", lat), func(w *world) { w.faults(func(f *memory.Faults) { f.SetLatency(memory.OpAll, lat) }) })
-		add(at+dur, "coordinator latency ends", func(w *world) { w.faults(func(f *memory.Faults) { f.SetLatency(memory.OpAll, 0) }) })
+		add(at, fmt.Sprintf("coordinator latency %v", lat), func(w *world) {
+			w.faults(func(f *memory.Faults) { f.SetLatency(memory.OpAll, lat) })
+			w.coordFault(true)
+		})
+		add(at+dur, "coordinator latency ends", func(w *world) {
+			w.faults(func(f *memory.Faults) { f.SetLatency(memory.OpAll, 0) })
+			w.coordFault(false)
+		})
 	case 6: // coordinator unavailable
 		a := []memory.Availability{memory.Refusing, memory.Hanging}[r.Intn(2)]
 		dur = time.Duration(500+r.Intn(8000)) * time.Millisecond
-		add(at, fmt.Sprintf("coordinator %v", a), func(w *world) { w.faults(func(f *memory.Faults) { f.SetAvailability(memory.OpAll, a) }) })
+		add(at, fmt.Sprintf("coordinator %v", a), func(w *world) {
+			w.faults(func(f *memory.Faults) { f.SetAvailability(memory.OpAll, a) })
+			w.coordFault(true)
+		})
 		add(at+dur, "coordinator available", func(w *world) {
 			w.faults(func(f *memory.Faults) { f.SetAvailability(memory.OpAll, memory.Available) })
+			w.coordFault(false)
 		})
 	case 7: // lost replies
 		k := 1 + r.Intn(3)
@@ -195,9 +209,10 @@ func (s *schedule) fault(w *world, kind int, at time.Duration, n *node) time.Dur
 func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 	r := w.rng
 	gap := time.Duration(2+r.Intn(20)) * time.Second
-	var snap, csnap *memory.Snapshot
+	var snap, csnap, qsnap *memory.Snapshot
 	s.add(at, "snapshot of the coordinator", func(w *world) {
 		snap = w.store.Snapshot()
+		qsnap = w.qstore.Snapshot()
 		if segmentRestores {
 			csnap = w.cstore.Snapshot()
 		}
@@ -212,6 +227,15 @@ func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 		w.store.Restore(snap)
 		if csnap != nil {
 			w.cstore.Restore(csnap)
+		}
+		var leased map[*seqLease]bool
+		if w.seqRun {
+			leased = w.seqBeforeRestore()
+		}
+		w.qstore.Restore(qsnap)
+		if w.seqRun {
+			w.seqAfterRestore(leased)
+			w.seqRestored()
 		}
 		w.mu.Lock()
 		if csnap != nil {
@@ -239,12 +263,18 @@ func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 		if segmentRestores {
 			w.bumpCounter()
 		}
+		if w.seqRun {
+			w.bumpSeq(true)
+		}
 	})
 	dur := gap + 10*time.Second
 	s.add(at+dur, "operator bumps any marker left", func(w *world) {
 		w.bumpMarkers()
 		if segmentRestores {
 			w.bumpCounterMarker()
+		}
+		if w.seqRun {
+			w.bumpSeq(false)
 		}
 	})
 	return dur
@@ -302,18 +332,30 @@ func (n *node) set(f func()) {
 // callers, as SIGSTOP would stop its process's traffic.
 func (n *node) freeze(on bool) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if !n.up || n.frozen == on {
+		n.mu.Unlock()
 		return
 	}
 	n.frozen = on
 	if on {
 		n.client.Freeze()
 		n.cclient.Freeze()
-	} else {
-		n.client.Thaw()
-		n.cclient.Thaw()
+		n.qclient.Freeze()
+		n.frozeLocked()
+		n.mu.Unlock()
+		return
 	}
+	n.client.Thaw()
+	n.cclient.Thaw()
+	qclient := n.qclient
+	n.mu.Unlock()
+	// The calls that waited for the process are served before it hears
+	// from the sequence store (seqs.go, seqThawFirst).
+	n.thawed()
+	if n.w.seqRun && seqThawFirst {
+		synctest.Wait()
+	}
+	qclient.Thaw()
 }
 
 // faults applies f to the faults of both stores: the main one and the
@@ -321,6 +363,7 @@ func (n *node) freeze(on bool) {
 func (w *world) faults(f func(*memory.Faults)) {
 	f(w.store.Faults())
 	f(w.cstore.Faults())
+	f(w.qstore.Faults())
 }
 
 func (w *world) setNTP(offset time.Duration, silent bool) {

@@ -128,30 +128,66 @@ func (w *world) consumed(c segment.Counter) uint64 {
 
 // simCoord is a node's coordinator: its client of the main store, whose
 // counter calls (and the segment generator's restore marker) go to its
-// client of the counter store instead. Every counter write passes
+// client of the counter store instead, and whose calls for the sequence
+// generator (its leases, slots, counter and marker) go to its client of
+// the sequence store (seqs.go). Every segment counter write passes
 // through SwapCounter, which records it in the world's ledger.
 type simCoord struct {
 	*memory.Client
 	counters *memory.Client
+	seqs     *memory.Client
 	w        *world
 	who      string // the node life
 }
 
 func (c *simCoord) ReadCounter(ctx context.Context, spec coordinator.CounterSpec) (coordinator.CounterRecord, error) {
+	if spec.Generator == seqName {
+		return c.seqs.ReadCounter(ctx, spec)
+	}
 	return c.counters.ReadCounter(ctx, spec)
 }
 
 func (c *simCoord) SwapCounter(ctx context.Context, spec coordinator.CounterSpec, prev coordinator.CounterRecord, next segment.Counter) (coordinator.CounterRecord, error) {
+	if spec.Generator == seqName {
+		c.w.seqLedger(next)
+		return c.seqs.SwapCounter(ctx, spec, prev, next)
+	}
 	rec, err := c.counters.SwapCounter(ctx, spec, prev, next)
 	c.w.ledger(c.who, prev, next, err)
 	return rec, err
 }
 
 func (c *simCoord) MarkRestored(ctx context.Context, ev coordinator.RestoreEvidence) error {
-	if ev.Generator == segName {
+	switch ev.Generator {
+	case segName:
 		return c.counters.MarkRestored(ctx, ev)
+	case seqName:
+		return c.seqs.MarkRestored(ctx, ev)
 	}
 	return c.Client.MarkRestored(ctx, ev)
+}
+
+func (c *simCoord) Acquire(ctx context.Context, spec coordinator.Spec, node coordinator.NodeInfo) (coordinator.Lease, error) {
+	if spec.Generator != seqName {
+		return c.Client.Acquire(ctx, spec, node)
+	}
+	c.w.seq.mu.Lock()
+	epoch := c.w.seq.restores
+	c.w.seq.mu.Unlock()
+	l, err := c.seqs.Acquire(ctx, spec, node)
+	if err != nil {
+		return nil, err
+	}
+	sl := &seqLease{Lease: l, w: c.w, node: node, epoch: epoch}
+	c.w.seqLeased(sl)
+	return sl, nil
+}
+
+func (c *simCoord) Workers(ctx context.Context, generator string) ([]coordinator.SlotState, error) {
+	if generator == seqName {
+		return c.seqs.Workers(ctx, generator)
+	}
+	return c.Client.Workers(ctx, generator)
 }
 
 // swapRec is one counter write a node (or the operator) asked for.

@@ -46,6 +46,16 @@
 //     says its hand-back failed; every counter write acknowledged is in
 //     the counter's history. Coordinator restores leave the counter alone
 //     unless segmentRestores (the known gaps of restore detection);
+//   - one seed in seqEvery also runs a per-key sequence generator on
+//     every node (seqs.go): for each key, no value handed out twice, and
+//     a call that returned before another began got values all below the
+//     other's, across section moves, kills, pauses past the lease,
+//     partitions and restores; a CurrentSeq at or above every value of
+//     its key returned before it began; refusals WRONG_NODE,
+//     SECTION_MOVING, a raise failing only while the coordinator is
+//     faulted, or not serving for a cause held, never a clock cause; and
+//     once every fault has ended, every node serves it and every section
+//     has a serving owner;
 //   - no wait spins: a loop that polls the clock without blocking, which
 //     would stop virtual time, is found, ended and reported (stall.go);
 //   - no goroutine outlives its node: a synctest bubble ends only when
@@ -96,6 +106,9 @@ type Options struct {
 	// Stall, when set, ends and reports a busy loop that stops virtual
 	// time; its Watch runs beside the run, outside the bubble (stall.go).
 	Stall *Stall
+	// SeqEvery: the seeds that run the sequence generator are those 1
+	// modulo SeqEvery (1: every seed; 0: seqEvery, seqs.go).
+	SeqEvery int
 }
 
 // Result is what a run found.
@@ -105,6 +118,7 @@ type Result struct {
 	Trace      []string // the schedule's events and the run's notable moments
 	IDs        int      // snowflake IDs received and checked
 	SegmentIDs uint64   // segment IDs received and checked (segments.go)
+	SeqCalls   int      // sequence calls answered with values and checked (seqs.go)
 	Calls      int
 	Refused    int // calls refused at once (not serving, or a wait refused)
 }
@@ -147,6 +161,9 @@ var violationKinds = []struct{ kind, phrase string }{
 // segment check (its text names the segment generator) is a kind apart:
 // "segment-duplicate", "segment-order", ….
 func kindOf(v string) string {
+	if strings.Contains(v, seqName) {
+		return "seq-" + seqKindOf(v)
+	}
 	prefix := ""
 	if strings.Contains(v, segName) {
 		prefix = "segment-"
@@ -245,6 +262,8 @@ type world struct {
 	store *memory.Store
 	// cstore keeps the segment generator's counter (segments.go).
 	cstore *memory.Store
+	// qstore keeps the sequence generator's leases and counter (seqs.go).
+	qstore *memory.Store
 	segDef segment.Definition
 	base   clockguard.Clock
 	layout generator.Layout
@@ -283,6 +302,11 @@ type world struct {
 	segLives    []*segLife
 	segRestored int
 	segWarned   map[string]int // per node name: hand-backs it said failed
+	// The sequence generator (seqs.go): the node processes by name (a
+	// refusal names the owner to call), and what its checks keep.
+	byName map[string]*node
+	seqRun bool // this seed's nodes serve the sequence generator
+	seq    seqWorld
 }
 
 // Run runs one seed. Call it inside a testing/synctest bubble.
@@ -291,7 +315,8 @@ func Run(o Options) (*Result, error) {
 		o.Virtual = 10 * time.Minute
 	}
 	w := &world{o: o, rng: rand.New(rand.NewSource(o.Seed)), issued: map[coordinator.Slot][]keyRun{}, start: time.Now(),
-		holders: map[holderKey]*interval{}, closed: map[coordinator.Slot][]*interval{}, segWarned: map[string]int{}}
+		holders: map[holderKey]*interval{}, closed: map[coordinator.Slot][]*interval{}, segWarned: map[string]int{},
+		byName: map[string]*node{}}
 	w.base = newSimClock(era, o.Stall)
 	w.log = slog.New(slog.DiscardHandler)
 	if o.Log != nil {
@@ -315,7 +340,10 @@ func Run(o Options) (*Result, error) {
 		Incarnation: func(string) string { return fmt.Sprintf("sim-%d", o.Seed) }})
 	w.cstore = memory.New(memory.Config{TTL: 5 * time.Second, Timeout: time.Second, Logger: w.log,
 		Incarnation: func(string) string { return fmt.Sprintf("sim-%d", o.Seed) }})
+	w.qstore = memory.New(memory.Config{TTL: 5 * time.Second, Timeout: time.Second, Logger: w.log,
+		Incarnation: func(string) string { return fmt.Sprintf("sim-%d", o.Seed) }})
 	w.segDef = segDefinition(o.Seed)
+	w.seqRun = seqSeed(o.Seed, o.SeqEvery)
 
 	sc := w.plan()
 	for _, n := range w.nodes {
@@ -331,11 +359,12 @@ func Run(o Options) (*Result, error) {
 	w.segAccount()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.seqCheckLocked()
 	if msg := o.Stall.report(w.start); msg != "" {
 		w.violations = append([]string{msg}, w.violations...)
 	}
 	return &Result{Seed: o.Seed, Violations: w.violations, Trace: w.trace, IDs: w.ids, Calls: w.calls, Refused: w.refused,
-		SegmentIDs: w.segIDs}, nil
+		SegmentIDs: w.segIDs, SeqCalls: w.seq.rec.Len()}, nil
 }
 
 // since is the virtual time since the run began, for the trace.
@@ -370,8 +399,13 @@ type node struct {
 
 	mu      sync.Mutex
 	client  *memory.Client
-	cclient *memory.Client // of the counter store
-	seg     *segLife       // this life's segment generator
+	cclient *memory.Client       // of the counter store
+	qclient *memory.Client       // of the sequence store
+	qhist   *stateLog            // this life's sequence generator's states
+	thaw    chan struct{}        // while frozen: closed when it thaws or stops
+	frozeAt time.Time            // when it was frozen last
+	info    coordinator.NodeInfo // this life's, as its leases name it
+	seg     *segLife             // this life's segment generator
 	core    *core.Core
 	ntp     *fakeNTP
 	up      bool
@@ -418,8 +452,11 @@ func (n *node) startNode(wipe bool) error {
 	// default's 25 ms: the ring's filler wakes on it while it holds IDs,
 	// and those wake-ups are most of a run's events.
 	cfg.MaxStaleness = time.Second
-	def := w.segDef
+	def, qdef := w.segDef, seqDefinition()
 	cfg.Generators = []core.GeneratorConfig{{Name: generatorName, Layout: w.layout}, {Name: segName, Segment: &def}}
+	if w.seqRun {
+		cfg.Generators = append(cfg.Generators, core.GeneratorConfig{Name: seqName, Segment: &qdef})
+	}
 	cfg.Workers = w.workers
 	if w.ntp {
 		cfg.NTP = []string{"127.0.0.1:123"}
@@ -456,8 +493,9 @@ func (n *node) startNode(wipe bool) error {
 	}
 	n.client = w.store.Connect(n.clock)
 	n.cclient = w.cstore.Connect(n.clock)
+	n.qclient = w.qstore.Connect(n.clock)
 	key := fmt.Sprintf("%s/%d", n.name, n.life)
-	coord := &simCoord{Client: n.client, counters: n.cclient, w: w, who: key}
+	coord := &simCoord{Client: n.client, counters: n.cclient, seqs: n.qclient, w: w, who: key}
 	info := coordinator.NodeInfo{Name: n.name, InstanceID: st.InstanceID(), Address: n.name + ":7300", StartTime: wall}
 	log := slog.New(&holderLog{w: w, node: n.name, next: w.log.Handler()}).With("node", n.name)
 	opts := []core.Option{core.WithLogger(log)}
@@ -471,25 +509,34 @@ func (n *node) startNode(wipe bool) error {
 	if err != nil {
 		n.client.Close()
 		n.cclient.Close()
+		n.qclient.Close()
 		return err
 	}
 	hist := &stateLog{gen: generatorName}
 	shist := &stateLog{gen: segName, onEntry: n.checkSegState}
-	for _, h := range []*stateLog{hist, shist} {
+	hists := []*stateLog{hist, shist}
+	var qhist *stateLog
+	if w.seqRun {
+		qhist = &stateLog{gen: seqName, onEntry: n.checkSeqState}
+		hists = append(hists, qhist)
+	}
+	for _, h := range hists {
 		if err := h.watch(nc); err != nil {
 			n.client.Close()
 			n.cclient.Close()
+			n.qclient.Close()
 			return err
 		}
 	}
 	life := &segLife{key: key}
 	w.mu.Lock()
 	w.segLives = append(w.segLives, life)
+	w.byName[n.name] = n
 	w.mu.Unlock()
 	if err := nc.Start(); err != nil {
 		return err
 	}
-	n.core, n.up, n.frozen, n.seg = nc, true, false, life
+	n.core, n.up, n.frozen, n.seg, n.qhist, n.info = nc, true, false, life, qhist, info
 	n.stop = make(chan struct{})
 	for c := range 2 {
 		n.callers.Add(1)
@@ -497,6 +544,10 @@ func (n *node) startNode(wipe bool) error {
 	}
 	n.callers.Add(1)
 	go n.segCaller(fmt.Sprintf("%s/%d/%s", n.name, n.life, segName), nc, shist, n.stop, life)
+	if w.seqRun {
+		n.callers.Add(1)
+		go n.seqCaller(fmt.Sprintf("%s/%d/%s", n.name, n.life, seqName), n.stop)
+	}
 	return nil
 }
 
@@ -509,12 +560,14 @@ func (n *node) stopNode(graceful bool) {
 	}
 	n.up = false
 	close(n.stop)
-	nc, client, cclient, frozen, life := n.core, n.client, n.cclient, n.frozen, n.seg
+	nc, client, cclient, qclient, frozen, life := n.core, n.client, n.cclient, n.qclient, n.frozen, n.seg
 	n.mu.Unlock()
 	if frozen {
 		client.Thaw()
 		cclient.Thaw()
+		qclient.Thaw()
 	}
+	n.thawed()
 	n.callers.Wait()
 	w := n.w
 	if graceful {
@@ -528,14 +581,17 @@ func (n *node) stopNode(graceful bool) {
 		w.segEnded(life, nc, true, warned > 0)
 		client.Close()
 		cclient.Close()
+		qclient.Close()
 		return
 	}
 	client.Kill()
 	cclient.Kill()
+	qclient.Kill()
 	nc.Crash()
 	w.segEnded(life, nc, false, false)
 	client.Close()
 	cclient.Close()
+	qclient.Close()
 }
 
 // caller asks its node for IDs until stop, checking every answer. Most
@@ -919,13 +975,15 @@ func (w *world) settle() {
 	for _, n := range w.nodes {
 		n.mu.Lock()
 		n.paused, n.burst = false, false
-		frozen, client, cclient := n.frozen, n.client, n.cclient
+		frozen, client, cclient, qclient := n.frozen, n.client, n.cclient, n.qclient
 		n.frozen = false
 		n.mu.Unlock()
+		n.thawed()
 		n.clock.SetOffset(0)
 		if frozen {
 			client.Thaw()
 			cclient.Thaw()
+			qclient.Thaw()
 		}
 		if n.ntp != nil {
 			n.ntp.Trigger()
@@ -984,6 +1042,30 @@ func (w *world) settle() {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		// The sequence generator: no clock in it either.
+		for w.seqRun {
+			ok, why := w.seqSettled(n, nc)
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				w.violate("%s: %s not serving %v after every fault ended: %s", n.name, seqName, bound, why)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// Every section of the sequence generator has a serving owner.
+	for w.seqRun {
+		missing := w.seqUnserved()
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			w.violate("%s: sections %v have no serving owner %v after every fault ended (%s)", seqName, missing, bound, w.seqOwnersOf(missing))
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second) // the callers' answers after recovery are checked too
 }

@@ -22,6 +22,7 @@ var (
 	virtual = flag.Duration("virtual", 10*time.Minute, "virtual time per seed")
 	verbose = flag.Bool("show", false, "print every seed's trace")
 	logTo   = flag.String("log", "", "write the nodes' logs to this file (with one seed)")
+	seqEv   = flag.Int("seqevery", 0, "run the sequence generator in the seeds 1 modulo this (1: every seed; 0: the default, seqEvery)")
 )
 
 // defaultSeeds is the test command's budget: the full count in the
@@ -54,7 +55,7 @@ func TestSim(t *testing.T) {
 	}
 	var failed atomic.Int64
 	start := time.Now()
-	var ids, segIDs, calls atomic.Int64
+	var ids, segIDs, calls, seqCalls atomic.Int64
 	var kmu sync.Mutex
 	bykind := map[string][]int64{} // the failed seeds by kind of violation
 	one := func(t *testing.T, seed int64) {
@@ -63,7 +64,7 @@ func TestSim(t *testing.T) {
 		defer close(done)
 		go stall.Watch(done, fmt.Sprintf("seed %d", seed))
 		synctest.Test(t, func(t *testing.T) {
-			o := Options{Seed: seed, Virtual: *virtual, Stall: stall}
+			o := Options{Seed: seed, Virtual: *virtual, Stall: stall, SeqEvery: *seqEv}
 			if *logTo != "" {
 				f, err := os.Create(*logTo)
 				if err != nil {
@@ -79,6 +80,7 @@ func TestSim(t *testing.T) {
 			ids.Add(int64(res.IDs))
 			segIDs.Add(int64(min(res.SegmentIDs, 1<<62)))
 			calls.Add(int64(res.Calls))
+			seqCalls.Add(int64(res.SeqCalls))
 			if res.Failed() {
 				failed.Add(1)
 				kinds, _ := res.KindCounts()
@@ -113,9 +115,9 @@ func TestSim(t *testing.T) {
 	wg.Wait()
 	t.Cleanup(func() {
 		el := time.Since(start)
-		t.Logf("%d seeds × %v virtual in %v: %.1f seeds/s, %.0f× real time; %d calls, %d IDs and %d segment IDs checked; %d failed",
+		t.Logf("%d seeds × %v virtual in %v: %.1f seeds/s, %.0f× real time; %d calls, %d IDs, %d segment IDs and %d sequence calls checked; %d failed",
 			n, *virtual, el.Round(time.Millisecond), float64(n)/el.Seconds(),
-			float64(time.Duration(n)*(*virtual))/float64(el), calls.Load(), ids.Load(), segIDs.Load(), failed.Load())
+			float64(time.Duration(n)*(*virtual))/float64(el), calls.Load(), ids.Load(), segIDs.Load(), seqCalls.Load(), failed.Load())
 		if len(bykind) > 0 {
 			var lines []string
 			for _, k := range slices.Sorted(maps.Keys(bykind)) {
