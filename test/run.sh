@@ -256,7 +256,7 @@ step "the simulator must fail under each weakened build, for its reason"
 #   firn_wedge            a reservation wait that ignores the clock coming back
 #   firn_weakhold         a wide generator's members rejoin held while it serves
 #   firn_weakreserve      IDs issued past the acknowledged reservation
-#   firn_weakseq          a section's new owner starts its keys a step below the persisted maximum
+#   firn_weakseq          a section's new owner starts its keys at half the persisted maximum
 # A tag written TAG@S starts at seed S of the same 2000-seed budget (the
 # seeds below S ran on the real build above, and catch nothing of it):
 # firn_weakfence_lease is caught by seeds 1059, 1690 and 1875 only, and

@@ -208,7 +208,8 @@ type Manager struct {
 	owners   []coordinator.NodeInfo          // section → live owner (zero: none)
 	mark     segment.Mark
 	stopped  bool
-	ready    bool // every section this node should own served once
+	ready    bool                      // every section this node should own served once
+	orphans  map[int]coordinator.Lease // leases whose release failed, by section
 	notified string
 
 	keys    atomic.Int64
@@ -264,6 +265,7 @@ func New(cfg Config) (*Manager, error) {
 		owners:   make([]coordinator.NodeInfo, cfg.Def.Sections),
 		mark:     cfg.Known,
 		notified: "starting",
+		orphans:  map[int]coordinator.Lease{},
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}
@@ -641,6 +643,7 @@ func (m *Manager) tick() {
 	m.owners, m.nodes, m.members = owners, nodes, members
 	m.mu.Unlock()
 
+	m.releaseOrphans(ctx)
 	me := m.cfg.Node.InstanceID
 	var toTake []int
 	for s := range S {
@@ -659,12 +662,16 @@ func (m *Manager) tick() {
 			m.mu.Lock()
 			m.owners[s] = nodes[top]
 			m.mu.Unlock()
-		case st == nil && top == me && (owners[s].InstanceID == "" || owners[s].InstanceID == me && (m.cfg.TakeBack || m.ownProcess(owners[s]))):
-			// A record of this very process that it holds no lease of (a
-			// take whose reply was lost, or one a restore brought back) is
-			// deleted by the acquisition; one of another process of this
-			// instance waits for its lease to end (but on the private
-			// coordinator, TakeBack).
+		case st == nil && m.ownProcess(owners[s]):
+			// A live record of this very process that it holds no lease of
+			// (a take whose reply was lost, or one a restore brought back)
+			// stands in every node's way: the acquisition deletes it and
+			// takes the section, given up next round if another node
+			// should own it.
+			toTake = append(toTake, s)
+		case st == nil && top == me && (owners[s].InstanceID == "" || owners[s].InstanceID == me && m.cfg.TakeBack):
+			// One of another process of this instance waits for its lease
+			// to end (but on the private coordinator, TakeBack).
 			toTake = append(toTake, s)
 		}
 	}
@@ -779,10 +786,8 @@ func (m *Manager) take(ctx context.Context, ss []int, rec coordinator.CounterRec
 	}
 	if err != nil {
 		m.log.Warn("sequence sections taken, their first write failed: given up", "sections", len(leases), "err", err)
-		for _, l := range leases {
-			rctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
-			_ = l.Release(rctx, 0)
-			cancel()
+		for s, l := range leases {
+			m.releaseLease(context.Background(), s, l)
 		}
 		if errors.Is(err, coordinator.ErrRolledBack) || errors.Is(err, coordinator.ErrRestored) {
 			m.restored(err)
@@ -850,10 +855,46 @@ func (m *Manager) release(ctx context.Context, st *section, why string) {
 	if !m.drop(st, why) {
 		return
 	}
+	m.releaseLease(ctx, st.idx, st.lease)
+}
+
+// releaseLease frees a lease of section s; one whose release failed and
+// that has not ended is kept and released again each round (a release
+// whose reply was lost, the record a restore brought back: while the
+// client holds the lease, the record stands in every node's way).
+func (m *Manager) releaseLease(ctx context.Context, s int, l coordinator.Lease) {
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
 	defer cancel()
-	if err := st.lease.Release(rctx, 0); err != nil {
-		m.log.Warn("sequence section lease not released (it ends with its TTL)", "section", st.idx, "err", err)
+	err := l.Release(rctx, 0)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil || ended(l) {
+		if m.orphans[s] == l {
+			delete(m.orphans, s)
+		}
+		return
+	}
+	if m.orphans[s] != l {
+		m.log.Warn("sequence section lease not released; trying again each round", "section", s, "err", err)
+	}
+	m.orphans[s] = l
+}
+
+// releaseOrphans releases again the leases whose release failed.
+func (m *Manager) releaseOrphans(ctx context.Context) {
+	m.mu.Lock()
+	var ss []int
+	for s := range m.orphans {
+		ss = append(ss, s)
+	}
+	m.mu.Unlock()
+	for _, s := range ss {
+		m.mu.Lock()
+		l := m.orphans[s]
+		m.mu.Unlock()
+		if l != nil {
+			m.releaseLease(ctx, s, l)
+		}
 	}
 }
 

@@ -119,7 +119,7 @@ const (
 	// and nothing else.) The settle excuses a section whose only owner
 	// record is such a stray (a live process's, up, which does not hold
 	// it, after a restore), and a node whose share holds one.
-	seqBugStrayAfterRestore = true
+	seqBugStrayAfterRestore = false
 	// seqBugRevivedLease: an owner paused past its lease (its session
 	// ended on the coordinator, another node took the section and
 	// handed out values of its keys) whose lease a coordinator restore
@@ -143,7 +143,7 @@ const (
 	// whose answer came from a lease a restore revived: its owner
 	// record had ended on the store before the restore, the restore put
 	// it back, and the answer came while that lease lived.
-	seqBugRevivedLease = true
+	seqBugRevivedLease = false
 )
 
 // seqMemoryAssured, when true, assures leases as the memory backend
