@@ -85,28 +85,7 @@ var segmentScenarios = []scenario{
 		load := startSegmentLoad(e, ns)
 		time.Sleep(time.Second)
 		lost := time.Now()
-		switch e.b.name {
-		case "etcd":
-			m := etcdLeader(e)
-			e.t.Logf("killing the etcd leader %s", m.Name)
-			m.Kill()
-			time.Sleep(4 * time.Second)
-			m.Restart(e.t)
-		case "zookeeper":
-			leader, err := e.zk.Leader()
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			e.t.Logf("killing the ZooKeeper leader %s", leader.Addr)
-			leader.Kill()
-			time.Sleep(4 * time.Second)
-			if err := leader.Start(); err != nil {
-				e.t.Fatal(err)
-			}
-			if err := leader.WaitReady(20 * time.Second); err != nil {
-				e.t.Fatal(err)
-			}
-		}
+		e.killLeader(4 * time.Second)
 		// Every node serves both generators again.
 		var worst time.Duration
 		for _, n := range ns {
@@ -477,4 +456,32 @@ func (e *env) readCounter() (segment.Counter, error) {
 	defer cancel()
 	rec, err := counters.ReadCounter(ctx, coordinator.CounterSpec{Generator: segGen, Definition: segDef})
 	return rec.State, err
+}
+
+// killLeader kills the coordinator's leader (etcd or ZooKeeper), keeps it
+// down for down, then starts it again and waits until it serves.
+func (e *env) killLeader(down time.Duration) {
+	e.t.Helper()
+	switch e.b.name {
+	case "etcd":
+		m := etcdLeader(e)
+		e.t.Logf("killing the etcd leader %s", m.Name)
+		m.Kill()
+		time.Sleep(down)
+		m.Restart(e.t)
+	case "zookeeper":
+		leader, err := e.zk.Leader()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		e.t.Logf("killing the ZooKeeper leader %s", leader.Addr)
+		leader.Kill()
+		time.Sleep(down)
+		if err := leader.Start(); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := leader.WaitReady(20 * time.Second); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 }

@@ -119,28 +119,7 @@ var seqScenarios = []scenario{
 		load := e.startSeqLoad(ns, e.hotOn(ns[0]))
 		time.Sleep(time.Second)
 		lost := time.Now()
-		switch e.b.name {
-		case "etcd":
-			m := etcdLeader(e)
-			e.t.Logf("killing the etcd leader %s", m.Name)
-			m.Kill()
-			time.Sleep(4 * time.Second)
-			m.Restart(e.t)
-		case "zookeeper":
-			leader, err := e.zk.Leader()
-			if err != nil {
-				e.t.Fatal(err)
-			}
-			e.t.Logf("killing the ZooKeeper leader %s", leader.Addr)
-			leader.Kill()
-			time.Sleep(4 * time.Second)
-			if err := leader.Start(); err != nil {
-				e.t.Fatal(err)
-			}
-			if err := leader.WaitReady(20 * time.Second); err != nil {
-				e.t.Fatal(err)
-			}
-		}
+		e.killLeader(4 * time.Second)
 		// Every node serves the generator, every section owned and served.
 		d := e.waitMap(ns, 20*time.Second)
 		window := fault{from: lost, causes: slices.Concat(seqSectionMoving, coordinatorLost)}.until(time.Now())
