@@ -302,24 +302,19 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 		}()
 	}
 	var rpcs0 uint64 // the prefetch clients' fetches before the window
-	var cpu0, cpu1 uint64
-	var cpuErr error
+	cw := cpuWindow{pid: cfg.serverPID}
 	var claims0, claims1 segmentMetrics
 	var claimsErr error
 	elapsed := measure(ctx, cfg, workers, &phase, now, func() {
 		for _, c := range clients {
 			rpcs0 += c.Stats().Fetches
 		}
-		if cfg.serverPID != 0 {
-			cpu0, cpuErr = procCPU(cfg.serverPID)
-		}
+		cw.start()
 		if cfg.metricsURL != "" {
 			claims0, claimsErr = readSegmentMetrics(ctx, cfg.metricsURL, gen.GetName())
 		}
 	}, func() {
-		if cfg.serverPID != 0 && cpuErr == nil {
-			cpu1, cpuErr = procCPU(cfg.serverPID)
-		}
+		cw.end()
 		if cfg.metricsURL != "" && claimsErr == nil {
 			claims1, claimsErr = readSegmentMetrics(ctx, cfg.metricsURL, gen.GetName())
 		}
@@ -334,11 +329,7 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 
 	res, recorded := summarize(cfg, workers, elapsed)
 	res.Kind = gen.GetKind()
-	if cfg.serverPID != 0 && cpuErr == nil {
-		cpu := float64(cpu1-cpu0) / userHZ
-		res.ServerCPU = &ServerCPU{PID: cfg.serverPID, CPUSeconds: cpu, Cores: cpu / res.Seconds,
-			PerCallNS: ratio(cpu*1e9, float64(res.Calls))}
-	}
+	cw.set(res)
 	if cfg.metricsURL != "" {
 		res.CounterWrites = claims1.since(claims0, gen.GetName(), res.Seconds)
 	}
@@ -698,5 +689,34 @@ func (w *worker) prefetch(ctx context.Context, c *client.Client, phase *atomic.I
 		if len(w.rec) < cap(w.rec) {
 			w.rec = append(w.rec, id)
 		}
+	}
+}
+
+// cpuWindow reads a server process's CPU time at a window's start and
+// end (pid 0: none), for the CPU per call beside the rates.
+type cpuWindow struct {
+	pid    int
+	c0, c1 uint64
+	err    error
+}
+
+func (w *cpuWindow) start() {
+	if w.pid != 0 {
+		w.c0, w.err = procCPU(w.pid)
+	}
+}
+
+func (w *cpuWindow) end() {
+	if w.pid != 0 && w.err == nil {
+		w.c1, w.err = procCPU(w.pid)
+	}
+}
+
+// set puts the window's server CPU into res (its Seconds and Calls set).
+func (w *cpuWindow) set(res *Result) {
+	if w.pid != 0 && w.err == nil {
+		cpu := float64(w.c1-w.c0) / userHZ
+		res.ServerCPU = &ServerCPU{PID: w.pid, CPUSeconds: cpu, Cores: cpu / res.Seconds,
+			PerCallNS: ratio(cpu*1e9, float64(res.Calls))}
 	}
 }

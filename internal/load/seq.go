@@ -614,21 +614,16 @@ func runSeq(ctx context.Context, cfg runConfig) (*Result, error) {
 			}
 		}()
 	}
-	var cpu0, cpu1 uint64
-	var cpuErr error
+	cw := cpuWindow{pid: cfg.serverPID}
 	var m0, m1 seqMetrics
 	var mErr error
 	elapsed := measure(ctx, cfg, workers, &phase, now, func() {
-		if cfg.serverPID != 0 {
-			cpu0, cpuErr = procCPU(cfg.serverPID)
-		}
+		cw.start()
 		if cfg.metricsURL != "" {
 			m0, mErr = readSeqMetrics(ctx, cfg.metricsURL, g.GetName())
 		}
 	}, func() {
-		if cfg.serverPID != 0 && cpuErr == nil {
-			cpu1, cpuErr = procCPU(cfg.serverPID)
-		}
+		cw.end()
 		if cfg.metricsURL != "" && mErr == nil {
 			m1, mErr = readSeqMetrics(ctx, cfg.metricsURL, g.GetName())
 		}
@@ -643,11 +638,7 @@ func runSeq(ctx context.Context, cfg runConfig) (*Result, error) {
 	res, _ := summarize(cfg, workers, elapsed)
 	res.Kind = g.GetKind()
 	res.Batch = cfg.batch
-	if cfg.serverPID != 0 && cpuErr == nil {
-		cpu := float64(cpu1-cpu0) / userHZ
-		res.ServerCPU = &ServerCPU{PID: cfg.serverPID, CPUSeconds: cpu, Cores: cpu / res.Seconds,
-			PerCallNS: ratio(cpu*1e9, float64(res.Calls))}
-	}
+	cw.set(res)
 	sr := &SeqResult{Generator: g.GetName(), Keys: cfg.keys, KeyDist: cfg.keyDist, Sections: r.def.Sections, Owners: r.addrs()}
 	var items uint64
 	for _, w := range workers {
