@@ -266,8 +266,11 @@ func (s *Server) reply(req [packetSize]byte, to net.Addr, b behaviour) {
 	copy(p[24:32], req[40:48])
 	binary.BigEndian.PutUint64(p[32:40], ntpTime(now))
 	binary.BigEndian.PutUint64(p[40:48], ntpTime(now))
-	if _, err := s.conn.WriteTo(p[:], to); err == nil {
-		s.answers.Add(1)
+	// Counted before it is sent, so that a client holding the answer
+	// always finds it counted (uncounted again if the send fails).
+	s.answers.Add(1)
+	if _, err := s.conn.WriteTo(p[:], to); err != nil {
+		s.answers.Add(^uint64(0))
 	}
 }
 
