@@ -192,10 +192,22 @@ func TestSecure(t *testing.T) {
 // TestFrozenMemberFailover: with one member of three frozen by SIGSTOP,
 // a Reserve fails at most for a call timeout or two and then succeeds on
 // another member, within the reservation window (RECIPES FAILED 2).
+//
+// The lease TTL is longer than any freeze here. etcd before 3.4.28 and
+// 3.5.11 (Debian ships 3.4.23) has a bug, etcd-io/etcd#15247: a leader
+// frozen for longer than a lease's TTL still believes it leads when it is
+// thawed, finds the lease expired by its own stale clock, and its revoke
+// is forwarded to the new leader and committed — though the client renewed
+// the lease on the new leader all along. firn fails closed there (the
+// next fenced write finds the owner key gone and the lease is lost;
+// docs/coordination.md names the versions to run), but that is etcd's
+// availability, not the failover this test measures; with the freeze
+// inside the TTL the stale leader has nothing to revoke.
 func TestFrozenMemberFailover(t *testing.T) {
 	p := etcdtest.StartCluster(t, 3)
 	cfg := baseConfig(p.Endpoints())
 	cfg.Cluster = "failover"
+	cfg.Timing.LeaseTTL = 30 * time.Second
 	c := newCoord(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -218,6 +230,7 @@ func TestFrozenMemberFailover(t *testing.T) {
 	for i, m := range p.Members {
 		t.Logf("freezing %s", m.Name)
 		m.Freeze(t)
+		froze := time.Now()
 		failed := 0
 		var longest time.Duration
 		last := time.Now()
@@ -235,7 +248,11 @@ func TestFrozenMemberFailover(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		longest = max(longest, time.Since(last))
+		frozen := time.Since(froze)
 		m.Thaw(t)
+		if frozen >= cfg.Timing.LeaseTTL {
+			t.Fatalf("member %s was frozen %v, not within the lease TTL %v the test relies on", m.Name, frozen, cfg.Timing.LeaseTTL)
+		}
 		// One member at a time: the next freeze waits until this one has
 		// rejoined, as an operator's rolling fault would.
 		p.WaitCaughtUp(t)
