@@ -1776,7 +1776,8 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\aNextSeq\x12\x17.firn.v1.NextSeqRequest\x1a\x18.firn.v1.NextSeqResponse\x12?\n" +
 	"\bNextSeqs\x12\x18.firn.v1.NextSeqsRequest\x1a\x19.firn.v1.NextSeqsResponse\x12E\n" +
 	"\n" +
-	"CurrentSeq\x12\x1a.firn.v1.CurrentSeqRequest\x1a\x1b.firn.v1.CurrentSeqResponseB-Z+github.com/firnid/firn/client/firnv1;firnv1b\x06proto3"
+	"CurrentSeq\x12\x1a.firn.v1.CurrentSeqRequest\x1a\x1b.firn.v1.CurrentSeqResponseBT\n" +
+	"\x18io.github.firnid.firn.v1B\tFirnProtoP\x01Z+github.com/firnid/firn/client/firnv1;firnv1b\x06proto3"
 
 var (
 	file_firn_v1_firn_proto_rawDescOnce sync.Once
