@@ -1,0 +1,341 @@
+package io.github.firnid.firn.client;
+
+import static org.junit.Assert.assertEquals;
+import static org.junit.Assert.assertFalse;
+import static org.junit.Assert.assertNotNull;
+import static org.junit.Assert.assertTrue;
+import static org.junit.Assert.fail;
+
+import com.google.protobuf.Any;
+import com.google.protobuf.ByteString;
+import com.google.protobuf.CodedOutputStream;
+import com.google.rpc.RetryInfo;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import io.grpc.protobuf.StatusProto;
+import java.io.ByteArrayOutputStream;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.BitSet;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import org.junit.Test;
+
+public class FirnClientTest {
+
+  // ---- FNV-1a 64, against the values firn's seq.Hash (Go) computes ----
+
+  @Test
+  public void fnvMatchesGo() {
+    assertEquals("17504670429736252214", Long.toUnsignedString(FirnClient.fnv1a64("chat:1".getBytes(StandardCharsets.UTF_8))));
+    assertEquals("17504669330224624003", Long.toUnsignedString(FirnClient.fnv1a64("chat:2".getBytes(StandardCharsets.UTF_8))));
+    assertEquals("15475503120500903760", Long.toUnsignedString(FirnClient.fnv1a64(new byte[] {0x00, (byte) 0xff, 0x10})));
+    assertEquals("12638187200555641996", Long.toUnsignedString(FirnClient.fnv1a64("a".getBytes(StandardCharsets.UTF_8))));
+    // The section: unsigned remainder (the hash is above 2^63).
+    FirnClient.SeqMap m = new FirnClient.SeqMap(8, new String[8]);
+    assertEquals(6, m.section("chat:1".getBytes(StandardCharsets.UTF_8)));
+    assertEquals(3, m.section("chat:2".getBytes(StandardCharsets.UTF_8)));
+    assertEquals(0, m.section(new byte[] {0x00, (byte) 0xff, 0x10}));
+    assertEquals(4, m.section("a".getBytes(StandardCharsets.UTF_8)));
+  }
+
+  // ---- the buffer's claim logic ----
+
+  @Test
+  public void claimsNeverOverlapUnderManyThreads() throws Exception {
+    final int threads = 8;
+    final long n = 1_000_000;
+    final long first = (1L << 53) + 12345; // above 2^53: exact as a long
+    Batch b = new Batch(first, n, n / 2, Long.MAX_VALUE, null, 0, 0);
+    BitSet[] got = new BitSet[threads];
+    AtomicLong halfHits = new AtomicLong();
+    CountDownLatch start = new CountDownLatch(1);
+    Thread[] ts = new Thread[threads];
+    for (int t = 0; t < threads; t++) {
+      final int me = t;
+      got[t] = new BitSet();
+      ts[t] = new Thread(() -> {
+        try {
+          start.await();
+        } catch (InterruptedException e) {
+          return;
+        }
+        for (;;) {
+          // Mix single takes and multi takes as next() and nextN() do.
+          long need = (me % 2 == 0) ? 1 : 7;
+          long s = b.claim(need);
+          if (s < 0) {
+            return;
+          }
+          long hi = Math.min(s + need, n);
+          if (s <= b.half && b.half < hi) {
+            halfHits.incrementAndGet();
+          }
+          for (long i = s; i < hi; i++) {
+            got[me].set((int) i);
+          }
+        }
+      });
+      ts[t].start();
+    }
+    start.countDown();
+    for (Thread t : ts) {
+      t.join();
+    }
+    BitSet all = new BitSet();
+    long total = 0;
+    for (BitSet g : got) {
+      assertFalse("an index reached two takers", all.intersects(g));
+      all.or(g);
+      total += g.cardinality();
+    }
+    assertEquals(n, total);
+    assertEquals(n, all.cardinality());
+    assertEquals("exactly one taker wakes the refiller", 1, halfHits.get());
+    assertEquals(n, b.served());
+    assertEquals(0, b.remaining());
+  }
+
+  @Test
+  public void retireStopsLaterTakes() {
+    Batch b = new Batch(100, 10, -1, Long.MAX_VALUE, null, 0, 0);
+    assertEquals(0, b.claim(3));
+    assertEquals(3, b.retire());
+    assertTrue(b.claim(1) < 0);
+    assertTrue(b.claim(100) < 0);
+    assertEquals(10, b.served());
+  }
+
+  @Test
+  public void runsAreSortedAndMerged() {
+    List<Run> runs = new ArrayList<>(List.of(new Run(20, 5), new Run(10, 10), new Run(40, 1)));
+    List<Run> out = FirnClient.sortRuns(runs);
+    assertEquals(List.of(new Run(10, 15), new Run(40, 1)), out);
+    assertEquals(List.of(new Run(5, 3), new Run(9, 1)), FirnClient.runsOf(List.of(5L, 6L, 7L, 9L)));
+  }
+
+  // ---- error mapping ----
+
+  private static Any errorInfo(String reason, String domain, String k, String v) throws Exception {
+    ByteArrayOutputStream bo = new ByteArrayOutputStream();
+    CodedOutputStream out = CodedOutputStream.newInstance(bo);
+    out.writeString(1, reason);
+    out.writeString(2, domain);
+    ByteArrayOutputStream eo = new ByteArrayOutputStream();
+    CodedOutputStream e = CodedOutputStream.newInstance(eo);
+    e.writeString(1, k);
+    e.writeString(2, v);
+    e.flush();
+    out.writeBytes(3, ByteString.copyFrom(eo.toByteArray()));
+    out.flush();
+    return Any.newBuilder().setTypeUrl("type.googleapis.com/google.rpc.ErrorInfo")
+        .setValue(ByteString.copyFrom(bo.toByteArray())).build();
+  }
+
+  private static StatusRuntimeException refusal(int code, String reason, Duration retry) throws Exception {
+    com.google.rpc.Status.Builder st = com.google.rpc.Status.newBuilder().setCode(code).setMessage("refused")
+        .addDetails(errorInfo(reason, "firn", "owner", "127.0.0.1:7300"));
+    if (retry != null) {
+      st.addDetails(Any.pack(RetryInfo.newBuilder().setRetryDelay(com.google.protobuf.Duration.newBuilder()
+          .setSeconds(retry.getSeconds()).setNanos(retry.getNano())).build()));
+    }
+    return StatusProto.toStatusRuntimeException(st.build());
+  }
+
+  @Test
+  public void errorInfoAndRetryInfoAreRead() throws Exception {
+    FirnException.Details d = FirnException.details(
+        refusal(Status.Code.RESOURCE_EXHAUSTED.value(), "OVERLOADED", Duration.ofMillis(250)));
+    assertEquals(Status.Code.RESOURCE_EXHAUSTED, d.code);
+    assertEquals(Reason.OVERLOADED, d.reason);
+    assertEquals(Duration.ofMillis(250), d.retryAfter);
+    assertTrue(d.overloaded());
+    FirnException e = d.toException("x: ");
+    assertEquals(Reason.OVERLOADED, e.reason());
+    assertEquals(Status.Code.RESOURCE_EXHAUSTED, e.code().get());
+    assertEquals(Duration.ofMillis(250), e.retryAfter().get());
+
+    d = FirnException.details(refusal(Status.Code.FAILED_PRECONDITION.value(), "WRONG_NODE", null));
+    assertEquals(Reason.WRONG_NODE, d.reason);
+    assertEquals("127.0.0.1:7300", d.metadata.get("owner"));
+    assertEquals(null, d.retryAfter);
+
+    // An unknown reason name, another domain, no details at all.
+    assertEquals(Reason.ERROR_REASON_UNSPECIFIED,
+        FirnException.details(refusal(Status.Code.UNAVAILABLE.value(), "SOMETHING_NEW", null)).reason);
+    com.google.rpc.Status other = com.google.rpc.Status.newBuilder().setCode(Status.Code.UNAVAILABLE.value())
+        .addDetails(errorInfo("OVERLOADED", "elsewhere", "a", "b")).build();
+    assertEquals(Reason.ERROR_REASON_UNSPECIFIED, FirnException.details(StatusProto.toStatusRuntimeException(other)).reason);
+    d = FirnException.details(Status.UNAVAILABLE.withDescription("connection refused").asRuntimeException());
+    assertEquals(Status.Code.UNAVAILABLE, d.code);
+    assertEquals(Reason.ERROR_REASON_UNSPECIFIED, d.reason);
+  }
+
+  @Test
+  public void reasonNames() {
+    assertEquals(Reason.SECTION_MOVING, Reason.ofNodeName("SECTION_MOVING"));
+    assertEquals(Reason.ERROR_REASON_UNSPECIFIED, Reason.ofNodeName("CLOSED")); // a client reason is not a node's
+    assertTrue(Reason.CLOCK_ROLLBACK.fromNode());
+    assertFalse(Reason.DEADLINE.fromNode());
+    // Every firn.v1.ErrorReason name has its Reason, in the same order.
+    for (io.github.firnid.firn.v1.ErrorReason r : io.github.firnid.firn.v1.ErrorReason.values()) {
+      if (r == io.github.firnid.firn.v1.ErrorReason.UNRECOGNIZED) {
+        continue;
+      }
+      assertEquals(r.name(), Reason.values()[r.getNumber()].name());
+    }
+  }
+
+  // ---- the client without a node ----
+
+  @Test
+  public void badOptionsAreRefused() {
+    String[][] bad = {{}, {""}, {"a:1", "a:1"}, {"nohost"}, {"h:0"}, {"http://h:1"}};
+    for (String[] eps : bad) {
+      try {
+        FirnClient.builder().endpoints(eps).build().close();
+        fail("accepted " + String.join(",", eps));
+      } catch (IllegalArgumentException expected) {
+        // refused
+      }
+    }
+    try {
+      FirnClient.builder().endpoints("127.0.0.1:1").callTimeout(Duration.ofMillis(1)).build().close();
+      fail("accepted a 1ms call timeout");
+    } catch (IllegalArgumentException expected) {
+      // refused
+    }
+  }
+
+  @Test
+  public void invalidArgumentsFailBeforeAnyRequest() {
+    try (FirnClient c = FirnClient.builder().endpoints("127.0.0.1:1").build()) {
+      expect(Reason.INVALID_ARGUMENT, () -> c.nextN(0));
+      expect(Reason.INVALID_ARGUMENT, () -> c.nextRange(0));
+      expect(Reason.INVALID_ARGUMENT, () -> c.nextSeq("", 1));
+      expect(Reason.INVALID_ARGUMENT, () -> c.nextSeq(new byte[257], 1));
+      expect(Reason.INVALID_ARGUMENT, () -> c.nextSeq("k", 10001));
+    }
+  }
+
+  @Test
+  public void unreachableNodeFailsTheRoundAndCloseEndsWaiters() throws Exception {
+    // Port 1 on loopback refuses connections: the round fails UNAVAILABLE.
+    FirnClient c = FirnClient.builder().endpoints("127.0.0.1:1").callTimeout(Duration.ofMillis(500)).build();
+    FirnException e = expect(null, () -> c.next(Duration.ofSeconds(3)));
+    assertTrue(e.reason() == Reason.UNAVAILABLE || e.reason() == Reason.DEADLINE);
+    c.close();
+    expect(Reason.CLOSED, c::next);
+    expect(Reason.CLOSED, () -> c.nextN(5));
+    c.close(); // idempotent
+  }
+
+  @Test
+  public void closeEndsCallersWaitingWithoutDeadline() throws Exception {
+    // A listener that accepts and never answers: callers wait.
+    try (java.net.ServerSocket hang = new java.net.ServerSocket(0, 50, java.net.InetAddress.getLoopbackAddress())) {
+      FirnClient c = FirnClient.builder().endpoints("127.0.0.1:" + hang.getLocalPort()).callTimeout(Duration.ofSeconds(30)).build();
+      int n = 4;
+      FirnException[] got = new FirnException[n];
+      Thread[] ts = new Thread[n];
+      for (int i = 0; i < n; i++) {
+        final int me = i;
+        ts[i] = new Thread(() -> {
+          try {
+            c.next();
+          } catch (FirnException e) {
+            got[me] = e;
+          }
+        });
+        ts[i].start();
+      }
+      Thread.sleep(300);
+      long t0 = System.nanoTime();
+      c.close();
+      for (Thread t : ts) {
+        t.join(5000);
+      }
+      long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+      assertTrue("close took " + ms + "ms", ms < 2000);
+      for (FirnException e : got) {
+        assertNotNull(e);
+        assertEquals(Reason.CLOSED, e.reason());
+      }
+    }
+  }
+
+  @Test
+  public void ecKeyIsWrappedAsPkcs8() throws Exception {
+    java.security.KeyPairGenerator g = java.security.KeyPairGenerator.getInstance("EC");
+    g.initialize(new java.security.spec.ECGenParameterSpec("secp256r1"));
+    java.security.KeyPair kp = g.generateKeyPair();
+    byte[] pkcs8 = kp.getPrivate().getEncoded();
+    // The PKCS#8 form holds the SEC1 key in its OCTET STRING; unwrap it
+    // with the curve added back as [0] is not needed: wrap the inner key
+    // (which Java writes without [0]) after adding the curve.
+    byte[] sec1 = innerOctets(pkcs8);
+    byte[] curve = {(byte) 0xa0, 0x0a, 0x06, 0x08, 0x2a, (byte) 0x86, 0x48, (byte) 0xce, 0x3d, 0x03, 0x01, 0x07};
+    byte[] withCurve = addToSequence(sec1, curve);
+    byte[] wrapped = Tls.ecToPkcs8(withCurve);
+    java.security.PrivateKey k = java.security.KeyFactory.getInstance("EC")
+        .generatePrivate(new java.security.spec.PKCS8EncodedKeySpec(wrapped));
+    assertEquals(((java.security.interfaces.ECPrivateKey) kp.getPrivate()).getS(),
+        ((java.security.interfaces.ECPrivateKey) k).getS());
+  }
+
+  private static byte[] innerOctets(byte[] pkcs8) {
+    // The last element of the outer SEQUENCE is the OCTET STRING.
+    for (int i = pkcs8.length - 1; i > 0; i--) {
+      if (pkcs8[i] == 0x04 && i + 2 < pkcs8.length) {
+        int len = pkcs8[i + 1] & 0xff;
+        int off = i + 2;
+        if (len == 0x81) {
+          len = pkcs8[i + 2] & 0xff;
+          off++;
+        }
+        if (off + len == pkcs8.length && pkcs8[off] == 0x30) {
+          return java.util.Arrays.copyOfRange(pkcs8, off, off + len);
+        }
+      }
+    }
+    throw new AssertionError("no inner key");
+  }
+
+  private static byte[] addToSequence(byte[] seq, byte[] extra) {
+    int len = seq[1] & 0xff;
+    int off = 2;
+    if (len == 0x81) {
+      len = seq[2] & 0xff;
+      off = 3;
+    }
+    byte[] body = new byte[len + extra.length];
+    System.arraycopy(seq, off, body, 0, len);
+    System.arraycopy(extra, 0, body, len, extra.length);
+    ByteArrayOutputStream out = new ByteArrayOutputStream();
+    out.write(0x30);
+    if (body.length < 0x80) {
+      out.write(body.length);
+    } else {
+      out.write(0x81);
+      out.write(body.length);
+    }
+    out.writeBytes(body);
+    return out.toByteArray();
+  }
+
+  private static FirnException expect(Reason want, Runnable r) {
+    try {
+      r.run();
+    } catch (FirnException e) {
+      if (want != null) {
+        assertEquals(e.getMessage(), want, e.reason());
+      }
+      return e;
+    }
+    fail("no error");
+    return null;
+  }
+}
