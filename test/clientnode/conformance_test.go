@@ -57,6 +57,9 @@ func TestConformance(t *testing.T) {
 	bin := buildFirn(t)
 	for _, lang := range langs {
 		t.Run(lang, func(t *testing.T) {
+			// The clients run at once: most of a scenario is nodes
+			// starting and waiting out their guards, not CPU.
+			t.Parallel()
 			runner := runnerPath(t, lang)
 			for _, sc := range file.Scenarios {
 				t.Run(sc.Name, func(t *testing.T) { runScenario(t, bin, runner, sc) })
@@ -266,24 +269,33 @@ func (w *world) start(bin string, sc scenario) {
 		default:
 			t.Fatalf("node %s: tls %q is neither tls nor mtls", ns.Name, ns.TLS)
 		}
-		cn.node = startNodeCreds(t, bin, addr, creds, args...)
+		cn.node = launchNode(t, bin, addr, creds, args...)
+		w.nodes[ns.Name] = cn
+		w.order = append(w.order, cn)
+		if i > 0 {
+			continue // the others join at once, and are waited for below
+		}
+		cn.waitServing(t)
 		info := cn.info(t)
-		if i == 0 {
-			etcdURL = info.GetEmbeddedEtcdUrl()
-			w.kinds = map[string]string{}
-			for _, g := range info.GetGenerators() {
-				w.kinds[g.GetName()] = g.GetKind()
-				if g.GetIsDefault() && g.GetKind() == "snowflake" {
-					w.kinds[""] = g.GetKind()
-					l, err := generator.ParseLayout(g.GetLayout())
-					if err != nil {
-						t.Fatalf("the default generator's layout %q: %v", g.GetLayout(), err)
-					}
-					w.layout = l
+		etcdURL = info.GetEmbeddedEtcdUrl()
+		w.kinds = map[string]string{}
+		for _, g := range info.GetGenerators() {
+			w.kinds[g.GetName()] = g.GetKind()
+			if g.GetIsDefault() && g.GetKind() == "snowflake" {
+				w.kinds[""] = g.GetKind()
+				l, err := generator.ParseLayout(g.GetLayout())
+				if err != nil {
+					t.Fatalf("the default generator's layout %q: %v", g.GetLayout(), err)
 				}
+				w.layout = l
 			}
 		}
-		for _, g := range info.GetGenerators() {
+	}
+	// A node joining a coordinator waits out its restore guard (a few
+	// seconds) before it serves: the joiners start together.
+	for _, cn := range w.order {
+		cn.waitServing(t)
+		for _, g := range cn.info(t).GetGenerators() {
 			if !g.GetIsDefault() || g.GetKind() != "snowflake" {
 				continue
 			}
@@ -292,8 +304,6 @@ func (w *world) start(bin string, sc scenario) {
 				cn.workers[[2]uint64{uint64(g.GetDatacenter()), uint64(wk)}] = true
 			}
 		}
-		w.nodes[ns.Name] = cn
-		w.order = append(w.order, cn)
 	}
 }
 

@@ -69,6 +69,15 @@ func startNodeAt(t *testing.T, bin, addr string, args ...string) *node {
 // (one serving TLS).
 func startNodeCreds(t *testing.T, bin, addr string, creds credentials.TransportCredentials, args ...string) *node {
 	t.Helper()
+	n := launchNode(t, bin, addr, creds, args...)
+	n.waitServing(t)
+	return n
+}
+
+// launchNode starts the node's process and returns without waiting for
+// it to serve (waitServing does), so that several nodes can start at once.
+func launchNode(t *testing.T, bin, addr string, creds credentials.TransportCredentials, args ...string) *node {
+	t.Helper()
 	dir := t.TempDir()
 	n := &node{addr: addr, log: filepath.Join(dir, "node.log"), done: make(chan struct{}), creds: creds}
 	logf, err := os.Create(n.log)
@@ -94,6 +103,12 @@ func startNodeCreds(t *testing.T, bin, addr string, creds credentials.TransportC
 			t.Logf("node %s log:\n%s", n.addr, b)
 		}
 	})
+	return n
+}
+
+// waitServing waits until the node's health says SERVING (60 s at most).
+func (n *node) waitServing(t *testing.T) {
+	t.Helper()
 	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(n.creds))
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +127,6 @@ func startNodeCreds(t *testing.T, bin, addr string, creds credentials.TransportC
 		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
 		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 	})
-	return n
 }
 
 // info asks the node's Info over a fresh connection.
