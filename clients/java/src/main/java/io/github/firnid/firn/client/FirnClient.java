@@ -1104,7 +1104,10 @@ public final class FirnClient implements AutoCloseable {
           }
           throw deadlineError();
         }
-        if (mc[0] || mc[1]) {
+        if ((mc[0] || mc[1]) && d.reason == Reason.ERROR_REASON_UNSPECIFIED) {
+          // No answer in time. A node that answered with its reason (a
+          // shed, a generator that does not serve), if only as the deadline
+          // passed, is reported with that reason instead.
           d = new FirnException.Details(Status.Code.DEADLINE_EXCEEDED, d.reason, d.retryAfter, d.metadata,
               "endpoint " + ep.addr + ": no answer within " + ((mono() - a.start) / MS) + "ms: " + d.message, d.cause, d.proto);
         }
