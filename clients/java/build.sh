@@ -10,7 +10,7 @@ source "$here/classpath.sh"
 rm -rf build/classes build/test-classes
 mkdir -p build/classes build/test-classes
 javac -nowarn -encoding UTF-8 --release 17 -d build/classes -cp "$FIRN_MAIN_CP" \
-  $(find src/main/java src/main/generated -name '*.java' | LC_ALL=C sort) 2>&1 | { grep -v '^Note:' || true; }
+  $(find src/main/java src/main/generated src/debian/java -name '*.java' | LC_ALL=C sort) 2>&1 | { grep -v '^Note:' || true; }
 test -f build/classes/io/github/firnid/firn/client/FirnClient.class
 javac -nowarn -encoding UTF-8 --release 17 -d build/test-classes -cp "build/classes:$FIRN_TEST_CP" \
   $(find src/test/java -name '*.java' | LC_ALL=C sort) 2>&1 | { grep -v '^Note:' || true; }

@@ -28,6 +28,59 @@ final class Tls {
 
   static SslContext context(String caFile, String certFile, String keyFile) {
     try {
+      return grpcContext(caFile, certFile, keyFile);
+    } catch (IllegalArgumentException | UnsupportedOperationException e) {
+      if (String.valueOf(e.getMessage()).contains("ALPN")) {
+        return jdkAlpnContext(caFile, certFile, keyFile, e);
+      }
+      throw e;
+    }
+  }
+
+  /**
+   * Where the netty on the class path cannot do ALPN over the JDK's TLS
+   * (Debian's build): an SSLContext of the JDK with the CA and key, handed
+   * to the helper that build.sh compiles for that netty.
+   */
+  private static SslContext jdkAlpnContext(String caFile, String certFile, String keyFile, RuntimeException first) {
+    try {
+      javax.net.ssl.TrustManager[] tms = null;
+      if (caFile != null && !caFile.isEmpty()) {
+        java.security.KeyStore ts = java.security.KeyStore.getInstance(java.security.KeyStore.getDefaultType());
+        ts.load(null, null);
+        int i = 0;
+        for (X509Certificate c : certs(caFile)) {
+          ts.setCertificateEntry("ca" + i++, c);
+        }
+        javax.net.ssl.TrustManagerFactory tmf =
+            javax.net.ssl.TrustManagerFactory.getInstance(javax.net.ssl.TrustManagerFactory.getDefaultAlgorithm());
+        tmf.init(ts);
+        tms = tmf.getTrustManagers();
+      }
+      javax.net.ssl.KeyManager[] kms = null;
+      if (certFile != null) {
+        java.security.KeyStore ks = java.security.KeyStore.getInstance(java.security.KeyStore.getDefaultType());
+        ks.load(null, null);
+        char[] pw = new char[0];
+        ks.setKeyEntry("client", key(keyFile), pw, certs(certFile).toArray(new X509Certificate[0]));
+        javax.net.ssl.KeyManagerFactory kmf =
+            javax.net.ssl.KeyManagerFactory.getInstance(javax.net.ssl.KeyManagerFactory.getDefaultAlgorithm());
+        kmf.init(ks, pw);
+        kms = kmf.getKeyManagers();
+      }
+      javax.net.ssl.SSLContext ctx = javax.net.ssl.SSLContext.getInstance("TLS");
+      ctx.init(kms, tms, null);
+      Class<?> helper = Class.forName("io.netty.handler.ssl.FirnDebianAlpn");
+      return (SslContext) helper.getMethod("clientContext", javax.net.ssl.SSLContext.class).invoke(null, ctx);
+    } catch (ClassNotFoundException e) {
+      throw first;
+    } catch (IOException | GeneralSecurityException | ReflectiveOperationException e) {
+      throw new IllegalArgumentException("TLS: " + e.getMessage(), e);
+    }
+  }
+
+  private static SslContext grpcContext(String caFile, String certFile, String keyFile) {
+    try {
       SslContextBuilder b = GrpcSslContexts.forClient();
       if (caFile != null && !caFile.isEmpty()) {
         b.trustManager(new File(caFile));
