@@ -137,7 +137,24 @@ public final class FirnException extends RuntimeException {
       }
     }
     String msg = st.getDescription() != null ? st.getDescription() : (st.getCause() != null ? String.valueOf(st.getCause()) : "");
-    return new Details(st.getCode(), reason, retry, md, msg, t, proto);
+    Status.Code code = st.getCode();
+    if (code == Status.Code.UNKNOWN && md == null && connectionLost(st)) {
+      // gRPC-Java reports a connection that broke under a call (a node
+      // killed mid-call) as UNKNOWN "channel closed": it is the transport's
+      // failure, UNAVAILABLE as gRPC's other clients say.
+      code = Status.Code.UNAVAILABLE;
+    }
+    return new Details(code, reason, retry, md, msg, t, proto);
+  }
+
+  private static boolean connectionLost(Status st) {
+    for (Throwable c = st.getCause(); c != null; c = c.getCause()) {
+      if (c instanceof java.io.IOException) {
+        return true;
+      }
+    }
+    String d = st.getDescription();
+    return d != null && d.toLowerCase(java.util.Locale.ROOT).contains("channel closed");
   }
 
   /**

@@ -172,6 +172,10 @@ public class FirnClientTest {
     d = FirnException.details(Status.UNAVAILABLE.withDescription("connection refused").asRuntimeException());
     assertEquals(Status.Code.UNAVAILABLE, d.code);
     assertEquals(Reason.ERROR_REASON_UNSPECIFIED, d.reason);
+    // A connection lost under a call: gRPC-Java's UNKNOWN "channel closed" is UNAVAILABLE.
+    d = FirnException.details(Status.UNKNOWN.withDescription("channel closed")
+        .withCause(new java.nio.channels.ClosedChannelException()).asRuntimeException());
+    assertEquals(Status.Code.UNAVAILABLE, d.code);
   }
 
   @Test
