@@ -330,6 +330,129 @@ public class FirnClientTest {
     return out.toByteArray();
   }
 
+
+  // ---- the client against an in-process fake node ----
+
+  @Test
+  public void manyThreadsNeverGetAnIdTwice() throws Exception {
+    try (FakeNode node = new FakeNode((1L << 60) + 7);
+        FirnClient c = FirnClient.builder().endpoints(node.addr()).build()) {
+      final int threads = 8;
+      final int calls = 20_000;
+      long[][] got = new long[threads][];
+      Thread[] ts = new Thread[threads];
+      for (int t = 0; t < threads; t++) {
+        final int me = t;
+        ts[t] = new Thread(() -> {
+          long[] mine = new long[calls + 10 * 50];
+          int k = 0;
+          for (int i = 0; i < calls; i++) {
+            mine[k++] = c.next(Duration.ofSeconds(5));
+            if (i % 2000 == 0) {
+              for (long id : c.nextN(50, Duration.ofSeconds(5))) {
+                mine[k++] = id;
+              }
+            }
+          }
+          got[me] = java.util.Arrays.copyOf(mine, k);
+        });
+        ts[t].start();
+      }
+      for (Thread t : ts) {
+        t.join();
+      }
+      java.util.HashSet<Long> seen = new java.util.HashSet<>();
+      for (long[] mine : got) {
+        for (int i = 0; i < mine.length; i++) {
+          assertTrue("ID " + mine[i] + " reached two callers", seen.add(mine[i]));
+          assertTrue(mine[i] >= (1L << 60) + 7);
+        }
+      }
+      assertEquals(threads * (calls + 10 * 50), seen.size());
+    }
+  }
+
+  @Test
+  public void nextIdsIncreasePerCallerAndRangesAddUp() throws Exception {
+    try (FakeNode node = new FakeNode(1000);
+        FirnClient c = FirnClient.builder().endpoints(node.addr()).build()) {
+      long prev = -1;
+      for (int i = 0; i < 5000; i++) {
+        long id = c.next();
+        assertTrue(id > prev);
+        prev = id;
+      }
+      List<Run> runs = c.nextRange(300_000);
+      long total = 0;
+      for (Run r : runs) {
+        total += r.count();
+      }
+      assertEquals(300_000, total);
+      long[] ids = c.nextN(1000);
+      for (int i = 1; i < ids.length; i++) {
+        assertTrue(ids[i] > ids[i - 1]);
+      }
+    }
+  }
+
+  @Test
+  public void shedReachesTheCallerWithRetryInfoAndIsAskedOncePerRetry() throws Exception {
+    try (FakeNode node = new FakeNode(1);
+        FirnClient c = FirnClient.builder().endpoints(node.addr()).build()) {
+      c.next(Duration.ofSeconds(5)); // connected
+      node.shed = true;
+      node.shedRetry = Duration.ofMillis(500);
+      FirnException e = expect(Reason.OVERLOADED, () -> c.nextN(5000, Duration.ofSeconds(2)));
+      assertEquals(io.grpc.Status.Code.RESOURCE_EXHAUSTED, e.code().get());
+      assertTrue(e.retryAfter().isPresent());
+      long asked = node.calls.get();
+      long t0 = System.nanoTime();
+      for (int i = 0; i < 20; i++) {
+        FirnException again = expect(Reason.OVERLOADED, () -> c.nextN(5000, Duration.ofSeconds(2)));
+        assertTrue(again.retryAfter().isPresent());
+      }
+      assertTrue("refusals came at once", System.nanoTime() - t0 < TimeUnit.MILLISECONDS.toNanos(400));
+      assertEquals("a node that asked to wait is not asked again before then", asked, node.calls.get());
+      node.shed = false;
+      Thread.sleep(600);
+      assertEquals(5000, c.nextN(5000, Duration.ofSeconds(2)).length);
+    }
+  }
+
+  @Test
+  public void failsOverFromRefusingAndHangingNodes() throws Exception {
+    try (FakeNode a = new FakeNode(1L << 40); FakeNode b = new FakeNode(1L << 50)) {
+      a.refuseReason = "DRAINING";
+      try (FirnClient c = FirnClient.builder().endpoints(a.addr(), b.addr()).build()) {
+        long id = c.next(Duration.ofSeconds(3));
+        assertTrue("served by b", id >= (1L << 50));
+      }
+      a.refuseReason = null;
+      a.hang = true;
+      try (FirnClient c = FirnClient.builder().endpoints(a.addr(), b.addr()).callTimeout(Duration.ofSeconds(10)).build()) {
+        long t0 = System.nanoTime();
+        long id = c.next(Duration.ofSeconds(1));
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertTrue("served by b", id >= (1L << 50));
+        assertTrue("failed over within the caller's deadline (" + ms + "ms)", ms < 1000);
+        assertTrue(((Long) c.stats().get("failovers")) >= 1);
+      }
+    }
+  }
+
+  @Test
+  public void aRoundFailsWithTheNodesReason() throws Exception {
+    try (FakeNode a = new FakeNode(1)) {
+      a.refuseReason = "CLOCK_ROLLBACK";
+      try (FirnClient c = FirnClient.builder().endpoints(a.addr()).build()) {
+        long t0 = System.nanoTime();
+        FirnException e = expect(Reason.CLOCK_ROLLBACK, () -> c.next(Duration.ofSeconds(2)));
+        assertEquals(io.grpc.Status.Code.UNAVAILABLE, e.code().get());
+        assertTrue(System.nanoTime() - t0 < TimeUnit.MILLISECONDS.toNanos(1500));
+      }
+    }
+  }
+
   private static FirnException expect(Reason want, Runnable r) {
     try {
       r.run();

@@ -1,0 +1,148 @@
+package io.github.firnid.firn.client;
+
+import com.google.protobuf.Any;
+import com.google.protobuf.ByteString;
+import com.google.protobuf.CodedOutputStream;
+import com.google.rpc.RetryInfo;
+import io.github.firnid.firn.client.internal.health.HealthCheckRequest;
+import io.github.firnid.firn.client.internal.health.HealthCheckResponse;
+import io.github.firnid.firn.client.internal.health.HealthGrpc;
+import io.github.firnid.firn.v1.GeneratorInfo;
+import io.github.firnid.firn.v1.IDServiceGrpc;
+import io.github.firnid.firn.v1.InfoRequest;
+import io.github.firnid.firn.v1.InfoResponse;
+import io.github.firnid.firn.v1.NextIDsRequest;
+import io.github.firnid.firn.v1.NextIDsResponse;
+import io.github.firnid.firn.v1.NextRangeRequest;
+import io.github.firnid.firn.v1.NextRangeResponse;
+import io.grpc.Server;
+import io.grpc.Status;
+import io.grpc.netty.NettyServerBuilder;
+import io.grpc.protobuf.StatusProto;
+import io.grpc.stub.StreamObserver;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * An in-process stand-in for a firn node on a loopback port, for the unit
+ * tests and the benchmark's client-only mode: IDs from a counter, and
+ * switches to shed (OVERLOADED with RetryInfo), refuse with a reason, or
+ * hang.
+ */
+public final class FakeNode implements AutoCloseable {
+  final AtomicLong counter;
+  final AtomicLong calls = new AtomicLong();
+  volatile boolean shed;
+  volatile Duration shedRetry = Duration.ofMillis(200);
+  volatile String refuseReason; // UNAVAILABLE with this reason when set
+  volatile boolean hang;
+  private final Server server;
+
+  public FakeNode(long firstId) throws IOException {
+    counter = new AtomicLong(firstId);
+    server = NettyServerBuilder.forAddress(new InetSocketAddress("127.0.0.1", 0))
+        .addService(new Ids())
+        .addService(new Health())
+        .build()
+        .start();
+  }
+
+  public String addr() {
+    return "127.0.0.1:" + server.getPort();
+  }
+
+  @Override
+  public void close() throws InterruptedException {
+    server.shutdownNow();
+    server.awaitTermination(5, TimeUnit.SECONDS);
+  }
+
+  static Any errorInfo(String reason) {
+    try {
+      ByteArrayOutputStream bo = new ByteArrayOutputStream();
+      CodedOutputStream out = CodedOutputStream.newInstance(bo);
+      out.writeString(1, reason);
+      out.writeString(2, "firn");
+      out.flush();
+      return Any.newBuilder().setTypeUrl("type.googleapis.com/google.rpc.ErrorInfo")
+          .setValue(ByteString.copyFrom(bo.toByteArray())).build();
+    } catch (IOException e) {
+      throw new AssertionError(e);
+    }
+  }
+
+  /** Whether the call was refused (the observer then has its error). */
+  private boolean refused(StreamObserver<?> obs) {
+    calls.incrementAndGet();
+    if (hang) {
+      return true; // never answers
+    }
+    if (shed) {
+      Duration d = shedRetry;
+      obs.onError(StatusProto.toStatusRuntimeException(com.google.rpc.Status.newBuilder()
+          .setCode(Status.Code.RESOURCE_EXHAUSTED.value()).setMessage("shed")
+          .addDetails(errorInfo("OVERLOADED"))
+          .addDetails(Any.pack(RetryInfo.newBuilder().setRetryDelay(com.google.protobuf.Duration.newBuilder()
+              .setSeconds(d.getSeconds()).setNanos(d.getNano())).build()))
+          .build()));
+      return true;
+    }
+    String r = refuseReason;
+    if (r != null) {
+      obs.onError(StatusProto.toStatusRuntimeException(com.google.rpc.Status.newBuilder()
+          .setCode(Status.Code.UNAVAILABLE.value()).setMessage("not serving: " + r)
+          .addDetails(errorInfo(r)).build()));
+      return true;
+    }
+    return false;
+  }
+
+  private final class Ids extends IDServiceGrpc.IDServiceImplBase {
+    @Override
+    public void nextRange(NextRangeRequest req, StreamObserver<NextRangeResponse> obs) {
+      if (refused(obs)) {
+        return;
+      }
+      long n = req.getCount();
+      long first = counter.getAndAdd(n);
+      obs.onNext(NextRangeResponse.newBuilder()
+          .addRuns(io.github.firnid.firn.v1.Run.newBuilder().setFirst(first).setCount(n)).build());
+      obs.onCompleted();
+    }
+
+    @Override
+    public void nextIDs(NextIDsRequest req, StreamObserver<NextIDsResponse> obs) {
+      if (refused(obs)) {
+        return;
+      }
+      long first = counter.getAndAdd(req.getCount());
+      NextIDsResponse.Builder b = NextIDsResponse.newBuilder();
+      for (int i = 0; i < req.getCount(); i++) {
+        b.addIds(first + i);
+      }
+      obs.onNext(b.build());
+      obs.onCompleted();
+    }
+
+    @Override
+    public void info(InfoRequest req, StreamObserver<InfoResponse> obs) {
+      obs.onNext(InfoResponse.newBuilder().setNodeName("fake")
+          .addGenerators(GeneratorInfo.newBuilder().setName("default").setIsDefault(true).setServing(true)
+              .setMaxBatch(1_000_000).setMaxRange(1L << 24).setKind("snowflake"))
+          .build());
+      obs.onCompleted();
+    }
+  }
+
+  private static final class Health extends HealthGrpc.HealthImplBase {
+    @Override
+    public void watch(HealthCheckRequest req, StreamObserver<HealthCheckResponse> obs) {
+      obs.onNext(HealthCheckResponse.newBuilder().setStatus(HealthCheckResponse.ServingStatus.SERVING).build());
+      // The stream stays open.
+    }
+  }
+}
