@@ -212,6 +212,8 @@ public final class FirnClient implements AutoCloseable {
   private final AtomicLong fetches = new AtomicLong();
   private final AtomicLong fetchErrors = new AtomicLong();
   private final AtomicLong dropped = new AtomicLong();
+  private final AtomicLong droppedStale = new AtomicLong();
+  private final AtomicLong droppedBehind = new AtomicLong();
   private final AtomicLong seqRedirects = new AtomicLong();
   private final AtomicLong seqRetries = new AtomicLong();
   private final AtomicLong batchSize = new AtomicLong();
@@ -524,8 +526,14 @@ public final class FirnClient implements AutoCloseable {
     retireLocked(b);
     while (!queue.isEmpty()) {
       Batch nb = queue.remove(0);
-      if (nb.expire < t || behindLocked(nb)) {
+      if (nb.expire < t) {
         dropped.addAndGet(nb.n);
+        droppedStale.addAndGet(nb.n);
+        continue;
+      }
+      if (behindLocked(nb)) {
+        dropped.addAndGet(nb.n);
+        droppedBehind.addAndGet(nb.n);
         continue;
       }
       cur = nb;
@@ -571,6 +579,7 @@ public final class FirnClient implements AutoCloseable {
     long served = b.retire();
     retired += served;
     dropped.addAndGet(b.n - served);
+    droppedStale.addAndGet(b.n - served);
   }
 
   private long bufferedLocked() {
@@ -603,14 +612,32 @@ public final class FirnClient implements AutoCloseable {
     final FirnException err;
     final long born;
     final long count;
+    final Ticket ticket;
 
-    FetchResult(Fetched f, FirnException err, long born, long count) {
+    FetchResult(Fetched f, FirnException err, long born, long count, Ticket ticket) {
       this.f = f;
       this.err = err;
       this.born = born;
       this.count = count;
+      this.ticket = ticket;
     }
   }
+
+  /** A refill in flight: its launch number and the endpoint its current attempt asks. */
+  static final class Ticket {
+    final long seq;
+    volatile Endpoint current;
+
+    Ticket(long seq) {
+      this.seq = seq;
+    }
+  }
+
+  /** The refills in flight, by launch number (refill thread only). */
+  private final java.util.TreeMap<Long, Ticket> tickets = new java.util.TreeMap<>();
+  /** Answers held back behind an older refill to the same endpoint (refill thread only). */
+  private final ArrayList<FetchResult> parked = new ArrayList<>();
+  private long launched;
 
   private int inFlight;
   private long inFlightIds;
@@ -650,9 +677,7 @@ public final class FirnClient implements AutoCloseable {
       if (ev == KICK) {
         kicked.set(false);
       } else if (ev instanceof FetchResult res) {
-        inFlight--;
-        inFlightIds -= res.count;
-        deliver(res);
+        arrived(res);
       }
       long m = mono();
       long[] bw = measure(m);
@@ -681,6 +706,7 @@ public final class FirnClient implements AutoCloseable {
       queue.removeIf(q -> {
         if (q.expire < m) {
           dropped.addAndGet(q.n);
+          droppedStale.addAndGet(q.n);
           return true;
         }
         return false;
@@ -725,6 +751,51 @@ public final class FirnClient implements AutoCloseable {
     return new long[] {buffered, w};
   }
 
+  /**
+   * A refill's answer. Two refills in flight to one node are served in
+   * the order they were sent, but their answers may reach this thread in
+   * the other order; installing the later one first would make the earlier
+   * one's (lower) IDs unusable (see behindLocked). So an answer is held
+   * back while an older refill still asks the same endpoint, and delivered
+   * with it: it waits no longer than that refill, which the same live node
+   * is answering.
+   */
+  private void arrived(FetchResult res) {
+    tickets.remove(res.ticket.seq);
+    if (res.err == null && olderAsks(res.ticket.seq, res.f.ep)) {
+      parked.add(res);
+      return;
+    }
+    deliverNow(res);
+    for (boolean again = true; again; ) {
+      again = false;
+      for (int i = 0; i < parked.size(); i++) {
+        FetchResult p = parked.get(i);
+        if (!olderAsks(p.ticket.seq, p.f.ep)) {
+          parked.remove(i);
+          deliverNow(p);
+          again = true;
+          break;
+        }
+      }
+    }
+  }
+
+  private boolean olderAsks(long seq, Endpoint ep) {
+    for (Ticket t : tickets.headMap(seq, false).values()) {
+      if (t.current == ep) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private void deliverNow(FetchResult res) {
+    inFlight--;
+    inFlightIds -= res.count;
+    deliver(res);
+  }
+
   private void launch(long m, long buffered, int w) {
     if (m < retryAt) {
       return;
@@ -739,16 +810,18 @@ public final class FirnClient implements AutoCloseable {
       inFlightIds += rBatch;
       final long count = rBatch;
       final long born = delivered;
+      final Ticket ticket = new Ticket(++launched);
+      tickets.put(ticket.seq, ticket);
       try {
         exec.execute(() -> {
           FetchResult res;
           try {
-            res = new FetchResult(fetch(NO_DEADLINE, (int) count, true), null, born, count);
+            res = new FetchResult(fetch(NO_DEADLINE, (int) count, true, ticket), null, born, count, ticket);
           } catch (FirnException e) {
-            res = new FetchResult(null, e, born, count);
+            res = new FetchResult(null, e, born, count, ticket);
           } catch (RuntimeException e) {
             LOG.log(Level.WARNING, "refill failed", e);
-            res = new FetchResult(null, FirnException.local(Reason.ERROR_REASON_UNSPECIFIED, "client: " + e), born, count);
+            res = new FetchResult(null, FirnException.local(Reason.ERROR_REASON_UNSPECIFIED, "client: " + e), born, count, ticket);
           }
           events.offer(res);
         });
@@ -1064,6 +1137,10 @@ public final class FirnClient implements AutoCloseable {
   }
 
   private Fetched fetch(long deadline, int count, boolean refill) {
+    return fetch(deadline, count, refill, null);
+  }
+
+  private Fetched fetch(long deadline, int count, boolean refill, Ticket ticket) {
     awaitResolved(deadline);
     Round r = order(mono());
     try {
@@ -1077,6 +1154,9 @@ public final class FirnClient implements AutoCloseable {
         Endpoint ep = list.get(i);
         if (i > 0) {
           failovers.incrementAndGet();
+        }
+        if (ticket != null) {
+          ticket.current = ep;
         }
         Attempt a = startAttempt(deadline, i == list.size() - 1, refill);
         Fetched f = null;
@@ -1910,6 +1990,9 @@ public final class FirnClient implements AutoCloseable {
     m.put("fetch_errors", fetchErrors.get());
     m.put("failovers", failovers.get());
     m.put("dropped", dropped.get());
+    m.put("dropped_stale", droppedStale.get());
+    m.put("dropped_behind", droppedBehind.get());
+    m.put("rate", (long) rate);
     m.put("seq_redirects", seqRedirects.get());
     m.put("seq_retries", seqRetries.get());
     Endpoint a = active;
