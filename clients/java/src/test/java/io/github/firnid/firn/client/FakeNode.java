@@ -40,6 +40,9 @@ public final class FakeNode implements AutoCloseable {
   volatile Duration shedRetry = Duration.ofMillis(200);
   volatile String refuseReason; // UNAVAILABLE with this reason when set
   volatile boolean hang;
+  volatile boolean noRange; // NextRange answers UNIMPLEMENTED (a node of an older version)
+  final AtomicLong rangeCalls = new AtomicLong();
+  final AtomicLong idsCalls = new AtomicLong();
   private final Server server;
 
   public FakeNode(long firstId) throws IOException {
@@ -104,6 +107,11 @@ public final class FakeNode implements AutoCloseable {
   private final class Ids extends IDServiceGrpc.IDServiceImplBase {
     @Override
     public void nextRange(NextRangeRequest req, StreamObserver<NextRangeResponse> obs) {
+      rangeCalls.incrementAndGet();
+      if (noRange) {
+        obs.onError(Status.UNIMPLEMENTED.withDescription("unknown method NextRange").asRuntimeException());
+        return;
+      }
       if (refused(obs)) {
         return;
       }
@@ -116,6 +124,7 @@ public final class FakeNode implements AutoCloseable {
 
     @Override
     public void nextIDs(NextIDsRequest req, StreamObserver<NextIDsResponse> obs) {
+      idsCalls.incrementAndGet();
       if (refused(obs)) {
         return;
       }

@@ -453,6 +453,37 @@ public class FirnClientTest {
     }
   }
 
+
+  @Test
+  public void nodeWithoutNextRangeIsAskedNextIds() throws Exception {
+    try (FakeNode node = new FakeNode(500)) {
+      node.noRange = true;
+      try (FirnClient c = FirnClient.builder().endpoints(node.addr()).build()) {
+        long first = c.next(Duration.ofSeconds(3));
+        assertTrue(first >= 500);
+        assertEquals(40_000, c.nextN(40_000, Duration.ofSeconds(3)).length);
+        long rangeAsked = node.rangeCalls.get();
+        c.nextRange(50_000, Duration.ofSeconds(3));
+        assertEquals("NextRange is not asked again for a while", rangeAsked, node.rangeCalls.get());
+        assertTrue(node.idsCalls.get() >= 2);
+      }
+    }
+  }
+
+  @Test
+  public void staleIdsAreNeverHandedOut() throws Exception {
+    try (FakeNode node = new FakeNode(1000);
+        FirnClient c = FirnClient.builder().endpoints(node.addr()).maxAge(Duration.ofMillis(30))
+            .batchWindow(Duration.ofMillis(5)).build()) {
+      long a = c.next(Duration.ofSeconds(3));
+      long fetchedUpTo = node.counter.get(); // every ID below it was fetched by then
+      Thread.sleep(100);
+      long b = c.next(Duration.ofSeconds(3));
+      assertTrue("an ID " + b + " of a batch older than maxAge was handed out (first " + a + ")", b >= fetchedUpTo);
+      assertTrue(((Long) c.stats().get("dropped_stale")) > 0);
+    }
+  }
+
   private static FirnException expect(Reason want, Runnable r) {
     try {
       r.run();
