@@ -29,7 +29,6 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.HashMap;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -2179,9 +2178,5 @@ public final class FirnClient implements AutoCloseable {
       }
       return new FirnClient(this, targets, ssl);
     }
-  }
-
-  static Map<String, Object> emptyMap() {
-    return new HashMap<>();
   }
 }
