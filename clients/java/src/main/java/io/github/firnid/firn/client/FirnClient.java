@@ -1667,6 +1667,12 @@ public final class FirnClient implements AutoCloseable {
     return nextSeq(key.getBytes(StandardCharsets.UTF_8), count, null);
   }
 
+  /** The next {@code count} values of {@code key}'s sequence (key as UTF-8), retried within the timeout. */
+  public SeqRange nextSeq(String key, int count, Duration timeout) {
+    return nextSeq(key.getBytes(StandardCharsets.UTF_8), count, timeout);
+  }
+
+  /** The next {@code count} values of {@code key}'s sequence, retried for up to 10 s. */
   public SeqRange nextSeq(byte[] key, int count) {
     return nextSeq(key, count, null);
   }
@@ -1688,6 +1694,12 @@ public final class FirnClient implements AutoCloseable {
     return currentSeq(key.getBytes(StandardCharsets.UTF_8), null);
   }
 
+  /** A value at or above every value handed out for the key. */
+  public long currentSeq(byte[] key) {
+    return currentSeq(key, null);
+  }
+
+  /** A value at or above every value handed out for the key (0 for a key never used), retried within the timeout. */
   public long currentSeq(byte[] key, Duration timeout) {
     checkSeq(key, 1);
     return seqCall(key, deadlineOf(timeout), (stub, k) ->
