@@ -40,7 +40,14 @@ public final class FakeNode implements AutoCloseable {
   volatile Duration shedRetry = Duration.ofMillis(200);
   volatile String refuseReason; // UNAVAILABLE with this reason when set
   volatile boolean hang;
-  volatile boolean noRange; // NextRange answers UNIMPLEMENTED (a node of an older version)
+  volatile boolean noRange;
+  /** A sequence generator "chats" with one section: its owner's address (null: this node), how many
+   * calls answer SECTION_MOVING first, and whether Info names the owner. */
+  volatile String seqOwner;
+  final java.util.concurrent.atomic.AtomicInteger moving = new java.util.concurrent.atomic.AtomicInteger();
+  volatile boolean mapNamesOwner;
+  final AtomicLong seqValue = new AtomicLong();
+  final AtomicLong seqCalls = new AtomicLong(); // NextRange answers UNIMPLEMENTED (a node of an older version)
   final AtomicLong rangeCalls = new AtomicLong();
   final AtomicLong idsCalls = new AtomicLong();
   private final Server server;
@@ -64,12 +71,20 @@ public final class FakeNode implements AutoCloseable {
     server.awaitTermination(5, TimeUnit.SECONDS);
   }
 
-  static Any errorInfo(String reason) {
+  static Any errorInfo(String reason, String... kv) {
     try {
       ByteArrayOutputStream bo = new ByteArrayOutputStream();
       CodedOutputStream out = CodedOutputStream.newInstance(bo);
       out.writeString(1, reason);
       out.writeString(2, "firn");
+      for (int i = 0; i + 1 < kv.length; i += 2) {
+        ByteArrayOutputStream eo = new ByteArrayOutputStream();
+        CodedOutputStream e = CodedOutputStream.newInstance(eo);
+        e.writeString(1, kv[i]);
+        e.writeString(2, kv[i + 1]);
+        e.flush();
+        out.writeBytes(3, ByteString.copyFrom(eo.toByteArray()));
+      }
       out.flush();
       return Any.newBuilder().setTypeUrl("type.googleapis.com/google.rpc.ErrorInfo")
           .setValue(ByteString.copyFrom(bo.toByteArray())).build();
@@ -139,10 +154,42 @@ public final class FakeNode implements AutoCloseable {
 
     @Override
     public void info(InfoRequest req, StreamObserver<InfoResponse> obs) {
+      String owner = seqOwner == null ? addr() : seqOwner;
+      GeneratorInfo.Builder chats = GeneratorInfo.newBuilder().setName("chats").setKind("seq").setSections(1);
+      if (mapNamesOwner) {
+        chats.addSectionOwners(io.github.firnid.firn.v1.SectionOwner.newBuilder().setSection(0).setAddress(owner).setServing(true));
+      }
       obs.onNext(InfoResponse.newBuilder().setNodeName("fake")
           .addGenerators(GeneratorInfo.newBuilder().setName("default").setIsDefault(true).setServing(true)
               .setMaxBatch(1_000_000).setMaxRange(1L << 24).setKind("snowflake"))
+          .addGenerators(chats)
           .build());
+      obs.onCompleted();
+    }
+
+    @Override
+    public void nextSeq(io.github.firnid.firn.v1.NextSeqRequest req,
+        StreamObserver<io.github.firnid.firn.v1.NextSeqResponse> obs) {
+      seqCalls.incrementAndGet();
+      String owner = seqOwner;
+      if (owner != null) {
+        obs.onError(StatusProto.toStatusRuntimeException(com.google.rpc.Status.newBuilder()
+            .setCode(Status.Code.FAILED_PRECONDITION.value()).setMessage("wrong node")
+            .addDetails(errorInfo("WRONG_NODE", "owner", owner, "section", "0")).build()));
+        return;
+      }
+      if (moving.getAndUpdate(v -> Math.max(v - 1, 0)) > 0) {
+        obs.onError(StatusProto.toStatusRuntimeException(com.google.rpc.Status.newBuilder()
+            .setCode(Status.Code.UNAVAILABLE.value()).setMessage("section moving")
+            .addDetails(errorInfo("SECTION_MOVING"))
+            .addDetails(Any.pack(RetryInfo.newBuilder().setRetryDelay(
+                com.google.protobuf.Duration.newBuilder().setNanos(50_000_000)).build()))
+            .build()));
+        return;
+      }
+      int n = Math.max(req.getCount(), 1);
+      long first = seqValue.getAndAdd(n) + 1;
+      obs.onNext(io.github.firnid.firn.v1.NextSeqResponse.newBuilder().setFirst(first).setCount(n).build());
       obs.onCompleted();
     }
   }

@@ -484,6 +484,48 @@ public class FirnClientTest {
     }
   }
 
+
+  @Test
+  public void sequenceCallsFollowWrongNodeAndRetrySectionMoving() throws Exception {
+    try (FakeNode owner = new FakeNode(1); FakeNode other = new FakeNode(1)) {
+      other.seqOwner = owner.addr(); // other refuses WRONG_NODE naming owner
+      owner.moving.set(2); // the owner answers SECTION_MOVING twice first
+      try (FirnClient c = FirnClient.builder().endpoints(other.addr()).generator("chats").build()) {
+        long t0 = System.nanoTime();
+        SeqRange r = c.nextSeq("chat:1", 3, Duration.ofSeconds(3));
+        assertEquals(1, r.first());
+        assertEquals(3, r.count());
+        assertTrue(System.nanoTime() - t0 >= TimeUnit.MILLISECONDS.toNanos(90)); // waited the RetryInfo twice
+        assertEquals(1L, c.stats().get("seq_redirects"));
+        // The owner is remembered: the next call goes to it directly.
+        long before = other.seqCalls.get();
+        assertEquals(4, c.nextSeq("chat:1", 1, Duration.ofSeconds(3)).first());
+        assertEquals(before, other.seqCalls.get());
+        assertEquals(1L, c.stats().get("seq_redirects"));
+        // A section that keeps moving past the deadline: SECTION_MOVING with its RetryInfo.
+        owner.moving.set(1000);
+        FirnException e = expect(Reason.SECTION_MOVING, () -> c.nextSeq("chat:1", 1, Duration.ofMillis(300)));
+        assertTrue(e.retryAfter().isPresent());
+        assertEquals(io.grpc.Status.Code.UNAVAILABLE, e.code().get());
+      }
+    }
+  }
+
+  @Test
+  public void sequenceCallsGoToTheOwnerTheMapNames() throws Exception {
+    try (FakeNode owner = new FakeNode(1); FakeNode other = new FakeNode(1)) {
+      other.seqOwner = owner.addr();
+      other.mapNamesOwner = true;
+      try (FirnClient c = FirnClient.builder().endpoints(other.addr()).generator("chats").build()) {
+        for (int i = 1; i <= 5; i++) {
+          assertEquals(i, c.nextSeq(new byte[] {(byte) i, 0}, 1).first());
+        }
+        assertEquals(0L, c.stats().get("seq_redirects"));
+        assertEquals(0, other.seqCalls.get());
+      }
+    }
+  }
+
   private static FirnException expect(Reason want, Runnable r) {
     try {
       r.run();
