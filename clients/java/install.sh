@@ -18,6 +18,7 @@ pkgs=(
   junit4                         # the unit tests
   libhamcrest-java
   protobuf-compiler              # protoc (gen.sh)
+  libprotobuf-dev                # google/protobuf/*.proto that firn.proto imports (gen.sh)
   protobuf-compiler-grpc-java-plugin    # grpc_java_plugin (gen.sh)
 )
 missing=()
