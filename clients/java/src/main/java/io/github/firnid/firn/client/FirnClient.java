@@ -152,7 +152,7 @@ public final class FirnClient implements AutoCloseable {
   private final int maxBatch;
   private final boolean healthWatch;
   private final long resolveEvery;
-  private final Function<String, List<String>> resolver;
+  private final Function<String, ? extends List<?>> resolver;
   private final SslContext ssl;
   private final long tickLen;
 
@@ -1523,9 +1523,13 @@ public final class FirnClient implements AutoCloseable {
 
   private List<String> lookup(String host) throws Exception {
     if (resolver != null) {
-      List<String> got = resolver.apply(host);
+      List<?> got = resolver.apply(host);
       if (got != null) {
-        return got;
+        List<String> out = new ArrayList<>();
+        for (Object a : got) {
+          out.add(a instanceof InetAddress ia ? ia.getHostAddress() : String.valueOf(a));
+        }
+        return out;
       }
     }
     List<String> out = new ArrayList<>();
@@ -2060,7 +2064,7 @@ public final class FirnClient implements AutoCloseable {
     private int maxBatch = 100_000;
     private boolean healthCheck = true;
     private Duration resolveInterval = Duration.ofSeconds(5);
-    private Function<String, List<String>> resolver;
+    private Function<String, ? extends List<?>> resolver;
     private String caFile;
     private String certFile;
     private String keyFile;
@@ -2123,10 +2127,10 @@ public final class FirnClient implements AutoCloseable {
     }
 
     /**
-     * A resolver hook for the DNS names: name → addresses (IP literals).
-     * It may return null to use the system resolver for that name.
+     * A resolver hook for the DNS names: name → addresses ({@link InetAddress}es, or IP literals as
+     * strings). It may return null to use the system resolver for that name.
      */
-    public Builder resolver(Function<String, List<String>> r) {
+    public Builder resolver(Function<String, ? extends List<?>> r) {
       resolver = r;
       return this;
     }
