@@ -640,8 +640,21 @@ class FirnClient:
             t = a.sent - _mono()
             if t <= 0:
                 raise E.rpc_like(_SC.DEADLINE_EXCEEDED, "the attempt's time ran out", addr)
-            fut = method.future(req, timeout=t)
-            a.fut = fut
+            if not a.refill:
+                fut = None
+            else:
+                fut = method.future(req, timeout=t)
+                a.fut = fut
+        if fut is None:
+            # A direct call blocks in the gRPC core, without the GIL and
+            # without a thread of gRPC's to wake it: the least latency
+            # under load. Close ends it by closing the channels.
+            try:
+                return method(req, timeout=t)
+            except grpc.RpcError as e:
+                if a.cause is not None:
+                    raise E.rpc_like(_SC.CANCELLED, "attempt ended (%s)" % a.cause, addr)
+                raise E.from_rpc_error(e, addr)
         try:
             return fut.result()
         except grpc.FutureCancelledError:
@@ -772,7 +785,8 @@ class FirnClient:
             if not eps:
                 raise FirnError(E.UNAVAILABLE, "no endpoint: the DNS names given resolved to no address yet")
             reason = last.reason if last.reason != E.UNSPECIFIED else E.UNAVAILABLE
-            raise last.with_(reason=reason, message="no endpoint serves (%d tried): %s" % (len(eps), last))
+            raise last.with_(reason=reason, message="no endpoint serves (%d tried): endpoint %s: %s"
+                            % (len(eps), last.endpoint, last.message))
         finally:
             if probes:
                 with self._mu:
@@ -857,8 +871,9 @@ class FirnClient:
         h = self._health_of(resp.status)
         if not ep.heard:
             ep.status = h
-        if h == _HEALTH_NOT_SERVING:
-            raise FirnError(E.UNSPECIFIED, "health check: NOT_SERVING", code=_SC.UNAVAILABLE, endpoint=ep.addr)
+        # NOT_SERVING goes on to the ID call, which a node that does not
+        # serve refuses at once with its reason (CLOCK_ROLLBACK, DRAINING,
+        # ...): the caller learns why, not only that.
 
     def _generator_info(self, info):
         for g in info.generators:
