@@ -54,7 +54,7 @@ _MIN_ATTEMPT = 0.01
 _MAX_RETRY_WAIT = 5.0
 _LACKING_FOR = 30.0  # NOT_FOUND: behind the others this long
 _RANGE_RETRY = 60.0  # NextRange UNIMPLEMENTED: NextIDs this long
-_MAX_IN_FLIGHT = 2
+_MAX_IN_FLIGHT = 1
 _RATE_KEEP = 0.7
 _MIN_BACKOFF = 0.05
 _MAX_BACKOFF = 1.0
@@ -360,7 +360,7 @@ class FirnClient:
         self._direct_above = min_batch
         self._active = None
         self._stats = {"fetches": 0, "fetched_ids": 0, "fetch_errors": 0, "failovers": 0,
-                       "dropped": 0, "seq_redirects": 0, "seq_retries": 0, "seq_refreshes": 0}
+                       "dropped": 0, "dropped_behind": 0, "seq_redirects": 0, "seq_retries": 0, "seq_refreshes": 0}
         # The refiller's state (guarded by _mu where fetch threads touch it).
         self._in_flight = 0
         self._in_flight_ids = 0
@@ -368,6 +368,9 @@ class FirnClient:
         self._rate = 0.0
         self._batch = min_batch
         self._backoff = 0.0
+        self._launched = 0  # refills launched
+        self._next_delivery = 0  # the next refill (by launch) to deliver
+        self._pending = {}  # results that wait for an earlier refill's
 
         self._eps = []  # copy on write under _mu
         self._ep_lock = threading.Lock()
@@ -963,6 +966,8 @@ class FirnClient:
             nb = self._queue.pop(0)
             if nb.expire < now or self._behind_locked(nb):
                 self._stats["dropped"] += nb.size
+                if nb.expire >= now:
+                    self._stats["dropped_behind"] += nb.size
                 continue
             self._cur = nb
             self._last = nb
@@ -1089,6 +1094,11 @@ class FirnClient:
                 with self._mu:
                     self._rate = rate
                     self._batch = int(min(max(size, self._min_batch), self._max_batch))
+            elif overloads != last_overloads:
+                # A node shed a request: ask for half as much, now.
+                last_overloads = overloads
+                with self._mu:
+                    self._batch = max(self._batch // 2, self._min_batch)
             self._launch(now, buffered, waiters)
             with self._mu:
                 ticking = (buffered > 0 or self._in_flight > 0 or self._waiters > 0
@@ -1116,9 +1126,11 @@ class FirnClient:
                 self._in_flight += 1
                 self._in_flight_ids += self._batch
                 count, born = self._batch, self._delivered
-                self._start_thread(self._refill_fetch, "firn-fetch", count, born)
+                seqno = self._launched
+                self._launched += 1
+                self._start_thread(self._refill_fetch, "firn-fetch", count, born, seqno)
 
-    def _refill_fetch(self, count, born):
+    def _refill_fetch(self, count, born, seqno):
         try:
             res = self._fetch(count, None, True)
             err = None
@@ -1131,39 +1143,47 @@ class FirnClient:
                 self._threads.remove(threading.current_thread())
             except ValueError:
                 pass
-        self._deliver(count, born, res, err)
+        with self._mu:
+            # Results are delivered in the order their refills were
+            # launched: two refills in flight to one node are served in
+            # that order, and a thread that lost the GIL must not have its
+            # lower IDs arrive behind the later refill's (they would be
+            # dropped to keep each caller's IDs increasing).
+            self._pending[seqno] = (count, born, res, err)
+            while self._next_delivery in self._pending:
+                self._deliver_locked(*self._pending.pop(self._next_delivery))
+                self._next_delivery += 1
         self._kick_ev.set()
 
-    def _deliver(self, count, born, res, err):
+    def _deliver_locked(self, count, born, res, err):
         now = _mono()
-        with self._mu:
-            self._in_flight -= 1
-            self._in_flight_ids -= count
-            if self._closed:
-                return
-            if err is not None:
-                self._backoff = min(max(2 * self._backoff, _MIN_BACKOFF), _MAX_BACKOFF)
-                self._retry_at = now + self._backoff
-                until = self._held_until(now)
-                if until is not None:
-                    self._retry_at = max(self._retry_at, until)
-                self._fail_gen += 1
-                self._last_err = err
-            else:
-                runs, ep, start = res
-                self._backoff = 0.0
-                self._last_err = None
-                self._delivered += 1
-                mid = sum(r.count for r in runs) // 2
-                off = 0
-                for r in runs:
-                    half = mid - off if off <= mid < off + r.count else -1
-                    off += r.count
-                    self._enqueue_locked(_Batch(r.first, r.count, half, start + self._max_age,
-                                                ep, born, self._delivered))
-                self._install_locked()
-            if self._waiters:
-                self._cond.notify_all()
+        self._in_flight -= 1
+        self._in_flight_ids -= count
+        if self._closed:
+            return
+        if err is not None:
+            self._backoff = min(max(2 * self._backoff, _MIN_BACKOFF), _MAX_BACKOFF)
+            self._retry_at = now + self._backoff
+            until = self._held_until(now)
+            if until is not None:
+                self._retry_at = max(self._retry_at, until)
+            self._fail_gen += 1
+            self._last_err = err
+        else:
+            runs, ep, start = res
+            self._backoff = 0.0
+            self._last_err = None
+            self._delivered += 1
+            mid = sum(r.count for r in runs) // 2
+            off = 0
+            for r in runs:
+                half = mid - off if off <= mid < off + r.count else -1
+                off += r.count
+                self._enqueue_locked(_Batch(r.first, r.count, half, start + self._max_age,
+                                            ep, born, self._delivered))
+            self._install_locked()
+        if self._waiters:
+            self._cond.notify_all()
 
     # ----- many IDs
 
