@@ -150,6 +150,49 @@ def op_close_while_waiting(cmd):
     return {"ok": True, "close_ms": close_ms, "callers": results}
 
 
+def op_bench(cmd):
+    """Throughput of next(): callers call it for warm_ms (not counted),
+    then for for_ms, counting the IDs they got."""
+    c = _client
+    if c is None:
+        return {"ok": False, "error": "no open client"}
+    callers = int(cmd.get("callers") or 1)
+    warm = (cmd.get("warm_ms") or 0) / 1000
+    span = (cmd.get("for_ms") or 1000) / 1000
+    t0 = time.monotonic()
+    start, end = t0 + warm, t0 + warm + span
+    counts = [0] * callers
+    errs = [0] * callers
+
+    def caller(k):
+        nxt = c.next
+        mono = time.monotonic
+        while mono() < start:
+            for _ in range(100):
+                try:
+                    nxt()
+                except FirnError:
+                    pass
+        n = e = 0
+        while True:
+            for _ in range(100):
+                try:
+                    nxt()
+                    n += 1
+                except FirnError:
+                    e += 1
+            if mono() >= end:
+                break
+        counts[k], errs[k] = n, e
+
+    threads = [threading.Thread(target=caller, args=(k,), daemon=True) for k in range(callers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {"ok": True, "ids": sum(counts), "errors": sum(errs), "seconds": time.monotonic() - start}
+
+
 def op_close(cmd):
     global _client
     if _client is not None:
@@ -167,7 +210,7 @@ def op_stats(cmd):
 
 OPS = {"open": op_open, "next": op_calls, "next_n": op_calls, "next_range": op_calls,
        "next_seq": op_calls, "current_seq": op_calls, "close_while_waiting": op_close_while_waiting,
-       "close": op_close, "stats": op_stats}
+       "close": op_close, "stats": op_stats, "bench": op_bench}
 
 
 def main():
