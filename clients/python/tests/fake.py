@@ -44,7 +44,7 @@ class FakeNode(pb_grpc.IDServiceServicer):
     range_unimplemented: answer NextRange UNIMPLEMENTED.
     """
 
-    def __init__(self, start=1 << 60, run_len=0):
+    def __init__(self, start=1 << 60, run_len=0, host="127.0.0.1", port=0):
         self.lock = threading.Lock()
         self.next_id = start
         self.run_len = run_len  # >0: NextRange splits answers into runs this long, with gaps
@@ -58,8 +58,8 @@ class FakeNode(pb_grpc.IDServiceServicer):
         self.owners = []
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         pb_grpc.add_IDServiceServicer_to_server(self, self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
-        self.addr = "127.0.0.1:%d" % self.port
+        self.port = self.server.add_insecure_port("%s:%d" % (host, port))
+        self.addr = "%s:%d" % (host, self.port)
         self.server.start()
 
     def stop(self):

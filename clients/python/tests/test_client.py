@@ -299,6 +299,30 @@ class NodeTest(unittest.TestCase):
             time.sleep(0.1)
             self.assertLessEqual(c.stats()["batch_size"], 2000)
 
+    def test_dns_name(self):
+        a = self.node(start=1 << 50)
+        b = self.node(start=1 << 55, host="127.0.0.2", port=a.port)
+        answer = [["127.0.0.1"]]
+        asked = []
+
+        def lookup(host):
+            asked.append(host)
+            return answer[0]
+        with FirnClient(["dns:///firn.test:%d" % a.port], lookup=lookup, resolve_interval=0.1) as c:
+            self.assertLess(c.next(5), 1 << 55)
+            self.assertEqual(asked[0], "firn.test")
+            answer[0] = ["127.0.0.2"]  # the name moves: the client follows
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 3:
+                if c.next_n(100, 5)[0] >= 1 << 55:
+                    break
+                time.sleep(0.05)
+            else:
+                self.fail("the client kept the old address")
+            answer[0] = []  # a failed lookup keeps the endpoints
+            time.sleep(0.3)
+            self.assertEqual([e.addr for e in c._eps], [b.addr])
+
     def test_seq_routing_and_wrong_node(self):
         a, b = self.node(), self.node()
         owners = [a.addr, b.addr, a.addr, b.addr]
