@@ -770,7 +770,9 @@ class FirnClient:
                     if err.code in (_SC.DEADLINE_EXCEEDED, _SC.CANCELLED):
                         raise E.deadline_error("the caller's deadline ran out (last: %s)" % err)
                     raise err
-                if cut or missed:
+                if (cut or missed) and err.reason == E.UNSPECIFIED:
+                    # No answer in time. (A node that answered with its
+                    # reason as the deadline passed is told as it said.)
                     err = err.with_(code=_SC.DEADLINE_EXCEEDED,
                                     message="no answer within %.0f ms: %s" % (ran * 1000, err.message))
                 last = err
