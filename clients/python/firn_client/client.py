@@ -380,7 +380,8 @@ class FirnClient:
         self._threads = []
         # Sequences.
         self._seq_lock = threading.Lock()
-        self._seq_map = None  # (sections, [owner address per section])
+        self._seq_map = None  # (sections, [owner address per section]); None: no map
+        self._seq_loaded = False  # Info was read once
         self._seq_loaded_at = 0.0
         self._seq_refreshing = False
         self._seq_conns = {}
@@ -646,7 +647,10 @@ class FirnClient:
             if not a.refill:
                 fut = None
             else:
-                fut = method.future(req, timeout=t)
+                try:
+                    fut = method.future(req, timeout=t)
+                except ValueError as e:  # the channel was closed (close, or the endpoint left)
+                    raise E.rpc_like(_SC.CANCELLED, "channel closed: %s" % e, addr)
                 a.fut = fut
         if fut is None:
             # A direct call blocks in the gRPC core, without the GIL and
@@ -654,6 +658,8 @@ class FirnClient:
             # under load. Close ends it by closing the channels.
             try:
                 return method(req, timeout=t)
+            except ValueError as e:  # the channel was closed (close, or the endpoint left)
+                raise E.rpc_like(_SC.CANCELLED, "channel closed: %s" % e, addr)
             except grpc.RpcError as e:
                 if a.cause is not None:
                     raise E.rpc_like(_SC.CANCELLED, "attempt ended (%s)" % a.cause, addr)
@@ -1299,6 +1305,7 @@ class FirnClient:
             m = (g.sections, owners)
         with self._seq_lock:
             self._seq_map = m
+            self._seq_loaded = True
             self._seq_loaded_at = _mono()
         return True
 
@@ -1362,7 +1369,7 @@ class FirnClient:
         start = _mono()
         deadline = None if timeout is None else start + timeout
         end = deadline if deadline is not None else start + _SEQ_RETRY_FOR
-        if self._seq_map is None:
+        if not self._seq_loaded:
             self._seq_load(end)
         else:
             self._seq_maybe_refresh()

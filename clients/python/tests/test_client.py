@@ -290,6 +290,43 @@ class NodeTest(unittest.TestCase):
             c.next(1)
         self.assertEqual(cm.exception.reason, E.CLOSED)
 
+    def test_close_races_calls(self):
+        n = self.node(run_len=500)
+        n.owners = [n.addr] * 4
+        c = FirnClient([n.addr])
+        seen, bad = [], []
+        stop = threading.Event()
+
+        def run(i):
+            while not stop.is_set():
+                try:
+                    if i % 3 == 0:
+                        seen.append(c.next(1))
+                    elif i % 3 == 1:
+                        seen.extend(c.next_n(3000, 1))
+                    else:
+                        seen.extend(r.first for r in c.next_range(5000, 1))
+                except FirnError as e:
+                    if e.reason != E.CLOSED:
+                        bad.append(e)
+                    if c.closed:
+                        return
+                except Exception as e:  # anything else is a bug
+                    bad.append(e)
+                    return
+
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+        for t in ts:
+            t.start()
+        time.sleep(0.3)
+        c.close()
+        stop.set()
+        for t in ts:
+            t.join(3)
+            self.assertFalse(t.is_alive())
+        self.assertEqual(bad, [])
+        self.assertEqual(len(seen), len(set(seen)))
+
     def test_overloaded_halves_batch(self):
         n = self.node()
         with FirnClient([n.addr]) as c:
