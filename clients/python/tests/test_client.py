@@ -327,6 +327,22 @@ class NodeTest(unittest.TestCase):
         self.assertEqual(bad, [])
         self.assertEqual(len(seen), len(set(seen)))
 
+    def test_asyncio(self):
+        import asyncio
+        from firn_client.aio import AsyncFirnClient
+        n = self.node()
+
+        async def main():
+            async with AsyncFirnClient([n.addr]) as c:
+                async def task():
+                    return [await c.next(5) for _ in range(500)]
+                got = await asyncio.gather(*(task() for _ in range(8)))
+                got.append(await c.next_n(100, 5))
+                return [x for g in got for x in g]
+        ids = asyncio.run(main())
+        self.assertEqual(len(ids), 4100)
+        self.assertEqual(len(set(ids)), 4100)
+
     def test_overloaded_halves_batch(self):
         n = self.node()
         with FirnClient([n.addr]) as c:
