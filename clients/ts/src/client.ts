@@ -1031,10 +1031,7 @@ export class FirnClient {
         const f = this.failed(b, ep, err, ran, missed, cut);
         if (f.notFound) notFound++;
         last = f.last;
-        if (f.stop) {
-          if (boundDone(b)) throw deadlineError(last);
-          throw last;
-        }
+        if (f.stop) throw stopError(b, last);
       }
       if (notFound > 0 && notFound === r.eps.length) throw last!;
       this.askResolve();
@@ -1201,10 +1198,7 @@ export class FirnClient {
         const f = this.failed(b, ep, err, ran, missed, cut);
         if (f.notFound) notFound++;
         last = f.last;
-        if (f.stop) {
-          if (boundDone(b)) throw deadlineError(last);
-          throw last;
-        }
+        if (f.stop) throw stopError(b, last);
       }
       if (notFound > 0 && notFound === r.eps.length) throw last!;
       this.askResolve();
@@ -1528,6 +1522,19 @@ export class FirnClient {
       endpoint: this.active?.addr ?? this.eps[0]?.addr ?? "",
     };
   }
+}
+
+/**
+ * The error of a round that stopped early: the caller's deadline when it
+ * ran out with no answer in hand (DEADLINE); the node's own refusal (an
+ * OVERLOADED with its RetryInfo, say) when one came back, even if the
+ * deadline passed meanwhile.
+ */
+function stopError(b: Bound, last: FirnError): FirnError {
+  if (boundDone(b) && (last.code === S.DEADLINE_EXCEEDED || last.code === S.CANCELLED || last.reason === "ERROR_REASON_UNSPECIFIED")) {
+    return deadlineError(last);
+  }
+  return last;
 }
 
 function shareEnd(t: number, d: number): number {

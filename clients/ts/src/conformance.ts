@@ -114,6 +114,9 @@ async function calls(cmd: any): Promise<any> {
         }
       } catch (e) {
         out.errors.push(errObj(i, e));
+        // A refusal can come back without any I/O (an endpoint that asked
+        // to wait): let timers and sockets run before the next call.
+        await new Promise<void>((r) => setImmediate(r));
       }
     }
     return out;
