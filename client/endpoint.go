@@ -532,7 +532,7 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 			c.stats.failovers.Add(1)
 		}
 		a := c.startAttempt(ctx, i == len(eps)-1, refill)
-		runs, start, err := c.fetchFrom(a.ctx, ep, count)
+		runs, start, err := c.fetchFrom(a.ctx, ep, count, i == len(eps)-1)
 		ran, missed, cut := c.endAttempt(a)
 		if err == nil {
 			ep.served()
@@ -575,6 +575,12 @@ func (c *Client) failed(ctx context.Context, ep *endpoint, err error, ran time.D
 		}
 		return true, &EndpointError{Endpoint: ep.addr, Err: err}
 	}
+	if Reason(err) != firnv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+		// The node answered with its reason (a shed, a generator that
+		// does not serve), if only as the deadline passed: that answer,
+		// not the deadline, is what the caller is told.
+		missed, cut = false, false
+	}
 	if cut || missed {
 		err = cutErr(ran, err)
 	}
@@ -595,9 +601,6 @@ func (c *Client) failed(ctx context.Context, ep *endpoint, err error, ran time.D
 	return false, last
 }
 
-// errNotServing is a health Check's NOT_SERVING, treated as UNAVAILABLE.
-var errNotServing = status.Error(codes.Unavailable, "health check: NOT_SERVING")
-
 // fetchFrom asks one endpoint for count IDs under an attempt's context,
 // with NextRange, or with NextIDs while the endpoint does not know
 // NextRange (an UNIMPLEMENTED answer switches at once, within the
@@ -607,9 +610,9 @@ var errNotServing = status.Error(codes.Unavailable, "health check: NOT_SERVING")
 // shedding load (a message too large), for a count above 1 halves the
 // endpoint's bound for that RPC and retries. It returns the monotonic
 // reading taken just before the RPC that succeeded was sent.
-func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int) ([]Run, time.Duration, error) {
+func (c *Client) fetchFrom(ctx context.Context, ep *endpoint, count int, last bool) ([]Run, time.Duration, error) {
 	if c.opts.health && !ep.heard.Load() && !ep.noHealth.Load() {
-		if err := c.check(ctx, ep); err != nil {
+		if err := c.check(ctx, ep); err != nil && (err != errNotServing || !last) {
 			return nil, 0, err
 		}
 	}
@@ -703,7 +706,12 @@ func (c *Client) nextIDs(ctx context.Context, ep *endpoint, count int) ([]Run, e
 	return runsOf(resp.GetIds()), nil
 }
 
-// check asks ep's health service once; NOT_SERVING is an UNAVAILABLE.
+// check asks ep's health service once; NOT_SERVING is errNotServing,
+// which moves the attempt to the next endpoint. At the round's last
+// endpoint fetchFrom sends the request all the same: the node refuses it
+// at once with its reason (CLOCK_ROLLBACK, LEASE_LOST, …), which the
+// caller must see, where the health answer says only that it does not
+// serve.
 func (c *Client) check(ctx context.Context, ep *endpoint) error {
 	resp, err := ep.health.Check(ctx, &healthpb.HealthCheckRequest{Service: c.service()})
 	switch {
@@ -724,6 +732,9 @@ func (c *Client) check(ctx context.Context, ep *endpoint) error {
 	}
 	return nil
 }
+
+// errNotServing is a health Check's NOT_SERVING, treated as UNAVAILABLE.
+var errNotServing = status.Error(codes.Unavailable, "health check: NOT_SERVING")
 
 // learnBounds reads the endpoint's bounds for the generator from Info
 // (maxRange first: see endpoint); an endpoint without Info leaves them

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -43,10 +44,11 @@ func freePort(t *testing.T) string {
 
 // node is a firn node process.
 type node struct {
-	cmd  *exec.Cmd
-	addr string
-	log  string
-	done chan struct{}
+	cmd   *exec.Cmd
+	addr  string
+	log   string
+	done  chan struct{}
+	creds credentials.TransportCredentials // how the test reaches it
 }
 
 // startNode runs `firn serve` with args plus its own data dir and
@@ -60,8 +62,24 @@ func startNode(t *testing.T, bin string, args ...string) *node {
 // startNodeAt is startNode with the gRPC listener on addr.
 func startNodeAt(t *testing.T, bin, addr string, args ...string) *node {
 	t.Helper()
+	return startNodeCreds(t, bin, addr, insecure.NewCredentials(), args...)
+}
+
+// startNodeCreds is startNodeAt for a node the test reaches with creds
+// (one serving TLS).
+func startNodeCreds(t *testing.T, bin, addr string, creds credentials.TransportCredentials, args ...string) *node {
+	t.Helper()
+	n := launchNode(t, bin, addr, creds, args...)
+	n.waitServing(t)
+	return n
+}
+
+// launchNode starts the node's process and returns without waiting for
+// it to serve (waitServing does), so that several nodes can start at once.
+func launchNode(t *testing.T, bin, addr string, creds credentials.TransportCredentials, args ...string) *node {
+	t.Helper()
 	dir := t.TempDir()
-	n := &node{addr: addr, log: filepath.Join(dir, "node.log"), done: make(chan struct{})}
+	n := &node{addr: addr, log: filepath.Join(dir, "node.log"), done: make(chan struct{}), creds: creds}
 	logf, err := os.Create(n.log)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +103,13 @@ func startNodeAt(t *testing.T, bin, addr string, args ...string) *node {
 			t.Logf("node %s log:\n%s", n.addr, b)
 		}
 	})
-	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return n
+}
+
+// waitServing waits until the node's health says SERVING (60 s at most).
+func (n *node) waitServing(t *testing.T) {
+	t.Helper()
+	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(n.creds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,13 +127,12 @@ func startNodeAt(t *testing.T, bin, addr string, args ...string) *node {
 		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
 		return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
 	})
-	return n
 }
 
 // info asks the node's Info over a fresh connection.
 func (n *node) info(t *testing.T) *firnv1.InfoResponse {
 	t.Helper()
-	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(n.addr, grpc.WithTransportCredentials(n.creds))
 	if err != nil {
 		t.Fatal(err)
 	}
