@@ -1048,6 +1048,12 @@ export class FirnClient {
       if (countsAgainst(err, missed)) this.markDown(ep, err, "no answer by the deadline sent");
       return { stop: true, last: err };
     }
+    if (err.reason !== "ERROR_REASON_UNSPECIFIED") {
+      // The node answered with its reason (a shed, a generator that does
+      // not serve), if only as the deadline passed: that answer, not the
+      // deadline, is what the caller is told.
+      missed = cut = false;
+    }
     if (cut || missed) {
       err = new FirnError(`endpoint ${ep.addr}: no answer within ${Math.round(ran)}ms: ${err.message}`, {
         reason: "ERROR_REASON_UNSPECIFIED", code: S.DEADLINE_EXCEEDED, endpoint: ep.addr,
