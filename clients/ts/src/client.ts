@@ -381,7 +381,14 @@ export class FirnClient {
     protos(); // fail here, not at the first call, when the protos are missing
 
     this.hasNames = this.targets.some((t) => t.host);
-    this.eps = this.targets.filter((t) => !t.host).map((t) => this.dialEndpoint(t.raw, t));
+    this.eps = this.targets.filter((t) => !t.host).map((t) => {
+      try {
+        return this.dialEndpoint(t.raw, t);
+      } catch (e) {
+        for (const ep of this.eps) ep.stop();
+        throw invalidArgument(`endpoint ${JSON.stringify(t.raw)}: ${(e as Error).message}`);
+      }
+    });
     if (this.hasNames) {
       this.resolvedP = this.resolveNow();
       this.resolveTimer = setInterval(() => void this.resolveNow(), this.resolveEvery);
@@ -816,8 +823,12 @@ export class FirnClient {
         byAddr.delete(addr);
         continue;
       }
-      next.push(this.dialEndpoint(addr, t));
-      this.log(`endpoint ${addr} added (from ${t.raw})`);
+      try {
+        next.push(this.dialEndpoint(addr, t));
+        this.log(`endpoint ${addr} added (from ${t.raw})`);
+      } catch (e) {
+        this.log(`cannot use endpoint ${addr}: ${(e as Error).message}`);
+      }
     }
     this.eps = next;
     for (const ep of byAddr.values()) {

@@ -248,3 +248,34 @@ test("dns:/// names: every address is an endpoint, through the lookup hook", asy
     }
   });
 });
+
+test("max age: a buffered ID older than maxAgeMs is not handed out", async () => {
+  await withNodes(1, async ([a]) => {
+    const c = new FirnClient({ endpoints: [a.addr], health: false, maxAgeMs: 20 });
+    try {
+      const first = await c.next();
+      const fetches = a.calls.NextRange;
+      await new Promise((r) => setTimeout(r, 60));
+      const second = await c.next();
+      assert.ok(a.calls.NextRange > fetches, "a stale buffer is refilled");
+      assert.ok(second > first);
+      assert.ok(c.stats().dropped > 0);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+test("a node without NextRange (UNIMPLEMENTED) is asked NextIDs", async () => {
+  await withNodes(1, async ([a]) => {
+    a.handlers.NextRange = () => { throw firnError(grpc.status.UNIMPLEMENTED, "unknown method"); };
+    const c = new FirnClient({ endpoints: [a.addr], health: false });
+    try {
+      const ids = await c.nextN(50, { deadlineMs: 2000 });
+      assert.equal(new Set(ids).size, 50);
+      assert.ok((a.calls.NextIDs ?? 0) > 0);
+    } finally {
+      await c.close();
+    }
+  });
+});
