@@ -127,6 +127,8 @@ class Attempt {
   cause: null | "cut" | "closed" | "caller" = null;
   cutAt: number;
   timer: NodeJS.Timeout | undefined;
+  /** Removes the caller's abort listener (direct calls). */
+  unhook: (() => void) | undefined;
   constructor(
     readonly start: number,
     /** The deadline its RPCs carry (monotonic ms). */
@@ -943,10 +945,7 @@ export class FirnClient {
         else {
           const onAbort = () => a.abort("caller");
           s.addEventListener("abort", onAbort, { once: true });
-          const calls = a.calls;
-          // Unhooked in endAttempt through this marker.
-          (a as any).unhook = () => s.removeEventListener("abort", onAbort);
-          void calls;
+          a.unhook = () => s.removeEventListener("abort", onAbort);
         }
       }
     }
@@ -958,7 +957,7 @@ export class FirnClient {
     this.attempts.delete(a);
     this.directAttempts.delete(a);
     if (a.timer) clearTimeout(a.timer);
-    (a as any).unhook?.();
+    a.unhook?.();
     const t = now();
     const cut = a.cause === "cut";
     const missed = !cut && a.cause !== "closed" && a.cause !== "caller" && t >= a.sent - 1;
