@@ -279,3 +279,20 @@ test("a node without NextRange (UNIMPLEMENTED) is asked NextIDs", async () => {
     }
   });
 });
+
+test("an aborted signal ends a waiting call (DEADLINE) and a direct fetch", async () => {
+  await withNodes(1, async ([a]) => {
+    a.handlers.NextRange = () => new Promise(() => {});
+    const c = new FirnClient({ endpoints: [a.addr], health: false });
+    try {
+      const ac = new AbortController();
+      const p1 = rejects(c.next({ signal: ac.signal }));
+      const p2 = rejects(c.nextRange(1_000_000, { signal: ac.signal }));
+      setTimeout(() => ac.abort(), 50);
+      assert.equal((await p1).reason, "DEADLINE");
+      assert.equal((await p2).reason, "DEADLINE");
+    } finally {
+      await c.close();
+    }
+  });
+});
