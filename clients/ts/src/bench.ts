@@ -1,5 +1,11 @@
 // bench: next() from a warm buffer, one caller and many, in IDs/s.
 //   node dist/bench.js [ENDPOINT] [SECONDS_PER_CASE]   (default 127.0.0.1:7300, 3)
+// ENDPOINT "fake" runs a fake node (dist/test/fake.js) in a child process
+// that answers at once with one run per request: the client's own cost,
+// without a real node's limits (a snowflake node hands out at most 4096
+// IDs a millisecond per worker, in runs that end at each millisecond).
+import { fork, ChildProcess } from "node:child_process";
+import * as path from "node:path";
 import { performance } from "node:perf_hooks";
 import { FirnClient } from "./index";
 
@@ -40,7 +46,13 @@ async function runSync(c: FirnClient, ms: number): Promise<number> {
 }
 
 async function main(): Promise<void> {
-  const ep = process.argv[2] ?? "127.0.0.1:7300";
+  let ep = process.argv[2] ?? "127.0.0.1:7300";
+  let child: ChildProcess | undefined;
+  if (ep === "fake") {
+    const ch = fork(path.join(__dirname, "fakeserve.js"));
+    child = ch;
+    ep = await new Promise<string>((res) => ch.once("message", (m: any) => res(m.addr)));
+  }
   const secs = Number(process.argv[3] ?? 3);
   const c = new FirnClient({ endpoints: [ep] });
   try {
@@ -61,6 +73,7 @@ async function main(): Promise<void> {
     console.log(`fetches ${st.fetches}, fetched ${st.fetchedIds}, batch ${st.batchSize}, dropped (stale or out of order) ${st.dropped}, fetch errors ${st.fetchErrors}`);
   } finally {
     await c.close();
+    child?.kill();
   }
 }
 
