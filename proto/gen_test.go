@@ -51,6 +51,7 @@ func TestGeneratedCodeUpToDate(t *testing.T) {
 // the directory it is given, and by default into the committed one.
 var clientGens = []struct{ script, committed string }{
 	{"clients/python/gen.sh", "clients/python/firn_client/_proto"},
+	{"clients/ts/gen.sh", "clients/ts/proto/firn/v1"},
 }
 
 // TestClientCodeUpToDate runs each client's gen.sh into a temporary
