@@ -45,6 +45,19 @@ if [ "${FIRN_SKIP_INSTALL:-0}" != 1 ] && [ ${#ops_need[@]} -gt 0 ]; then
 fi
 # --- end of operations packages ---
 
+# --- the Java, TypeScript and Python clients: packages, then builds -------
+# Each client's install.sh installs what it lacks (Debian's packages; for
+# TypeScript, npm's); its build.sh builds the client and its conformance
+# runner and runs its unit tests. The builds run beside go vet and the
+# gofmt check; the conformance suite (TestConformance, test/clientnode, in
+# the go test step) runs each runner against real nodes.
+clients="java ts python"
+if [ "${FIRN_SKIP_INSTALL:-0}" != 1 ]; then
+	for l in $clients; do bash "clients/$l/install.sh"; done
+fi
+clients_log=$(mktemp)
+setsid bash -c "set -e; for l in $clients; do s=\$(date +%s); bash clients/\$l/build.sh; echo \"ok: clients/\$l/build.sh (\$((\$(date +%s) - s)) s)\"; done" >"$clients_log" 2>&1 & clients_pid=$!
+
 step "go vet"
 go vet ./...
 
@@ -53,6 +66,12 @@ unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 if [ -n "$unformatted" ]; then
 	echo "gofmt: these files need formatting:"; echo "$unformatted"; exit 1
 fi
+
+step "the Java, TypeScript and Python clients: builds and unit tests (run beside go vet)"
+if ! wait "$clients_pid"; then
+	tail -60 "$clients_log"; echo "a client's build or unit tests failed"; exit 1
+fi
+grep '^ok: clients/' "$clients_log"
 
 step "go test -race"
 # The chaos suite runs on its own after the other packages: it starts many
@@ -64,7 +83,7 @@ step "go test -race"
 # The longest packages start first (cmd/firn alone takes about 4 min,
 # server 3): three at a time, the phase ends when its last long package
 # does, so none of them may start last.
-slow="./cmd/firn ./server ./coordinator/zookeeper ./coordinator/etcd ./test/sim"
+slow="./cmd/firn ./server ./test/clientnode ./coordinator/zookeeper ./coordinator/etcd ./test/sim"
 go test -race -p 3 -timeout 20m $({ go list $slow; go list ./... | grep -v '/test/cluster$'; } | awk '!seen[$0]++')
 step "go test -race ./test/cluster (chaos)"
 rm -f test/artifacts/chaos-time.txt

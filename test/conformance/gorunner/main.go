@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -45,6 +46,7 @@ type command struct {
 	KeyBase64     *string             `json:"key_base64"`
 	Count         int                 `json:"count"`
 	WaitMS        int64               `json:"wait_ms"`
+	WarmMS        int64               `json:"warm_ms"`
 }
 
 type tlsFiles struct {
@@ -69,6 +71,9 @@ type callerResult struct {
 
 type answer struct {
 	OK           bool           `json:"ok"`
+	IDs          *int64         `json:"ids,omitempty"`
+	Errors       *int64         `json:"errors,omitempty"`
+	Seconds      *float64       `json:"seconds,omitempty"`
 	Error        string         `json:"error,omitempty"`
 	Callers      []callerResult `json:"callers,omitempty"`
 	CloseMS      *int64         `json:"close_ms,omitempty"`
@@ -157,6 +162,11 @@ func (r *runner) do(cmd command) answer {
 		return answer{OK: true, Failovers: &s.Failovers, SeqRedirects: &s.SeqRedirects}
 	case "close_while_waiting":
 		return r.closeWhileWaiting(cmd)
+	case "bench":
+		if r.c == nil {
+			return answer{Error: "no client open"}
+		}
+		return r.bench(cmd)
 	case "next", "next_n", "next_range", "next_seq", "current_seq":
 		if r.c == nil {
 			return answer{Error: "no client open"}
@@ -299,6 +309,51 @@ func (r *runner) closeWhileWaiting(cmd command) answer {
 	took := time.Since(start).Milliseconds()
 	r.c = nil
 	return answer{OK: true, Callers: out, CloseMS: &took}
+}
+
+// bench counts the IDs cmd.Callers callers get from Next in cmd.ForMS,
+// after cmd.WarmMS of the same uncounted.
+func (r *runner) bench(cmd command) answer {
+	c := r.c
+	var ids, errs atomic.Int64
+	var counting atomic.Bool
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range max(cmd.Callers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			var n, e int64
+			for {
+				select {
+				case <-stop:
+					ids.Add(n)
+					errs.Add(e)
+					return
+				default:
+				}
+				// Count in batches of 1024 between looks at stop.
+				for range 1024 {
+					if _, err := c.Next(ctx); err != nil {
+						e++
+					} else if counting.Load() {
+						n++
+					}
+				}
+			}
+		}()
+	}
+	time.Sleep(ms(cmd.WarmMS))
+	counting.Store(true)
+	start := time.Now()
+	time.Sleep(ms(cmd.ForMS))
+	counting.Store(false)
+	secs := time.Since(start).Seconds()
+	close(stop)
+	wg.Wait()
+	n, e := ids.Load(), errs.Load()
+	return answer{OK: true, IDs: &n, Errors: &e, Seconds: &secs}
 }
 
 // describe reports a failed call as the protocol's error object.

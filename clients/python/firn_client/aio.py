@@ -1,0 +1,53 @@
+"""AsyncFirnClient: FirnClient for asyncio programs.
+
+It wraps a FirnClient: next() takes from the buffer at once while it holds
+fresh IDs (no thread hop); a call that must wait for a node runs the
+blocking call in the event loop's default executor, so the loop never
+blocks. Safe to share between tasks and threads, as FirnClient is."""
+
+import asyncio
+
+from .client import FirnClient
+
+
+class AsyncFirnClient:
+    """AsyncFirnClient(endpoints, **options): the options of FirnClient.
+    Use it as an async context manager, or await close()."""
+
+    def __init__(self, endpoints, **options):
+        self._c = FirnClient(endpoints, **options)
+
+    @property
+    def client(self):
+        """The FirnClient underneath."""
+        return self._c
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def next(self, timeout=None):
+        v = self._c._claim_one()
+        if v is not None:
+            return v
+        return await self._run(self._c.next, timeout)
+
+    async def next_n(self, n, timeout=None):
+        return await self._run(self._c.next_n, n, timeout)
+
+    async def next_range(self, n, timeout=None):
+        return await self._run(self._c.next_range, n, timeout)
+
+    async def next_seq(self, key, count=1, timeout=None):
+        return await self._run(self._c.next_seq, key, count, timeout)
+
+    async def current_seq(self, key, timeout=None):
+        return await self._run(self._c.current_seq, key, timeout)
+
+    async def close(self):
+        await self._run(self._c.close)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()

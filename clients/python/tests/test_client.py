@@ -1,0 +1,429 @@
+import threading
+import time
+import unittest
+
+import grpc
+
+from firn_client import FirnClient, FirnError, Run, fnv1a64
+from firn_client import errors as E
+from firn_client.client import _Batch, _runs_of, _runs_of_indexes, _sort_runs
+
+from .fake import FakeNode, Refuse, status_details
+
+
+class FNVTest(unittest.TestCase):
+    def test_vectors(self):
+        # The values of the node's seq.Hash (client/seq_test.go's vectors;
+        # the first three are FNV-1a's published ones).
+        for key, want, mod64, mod7 in [
+            (b"", 0xcbf29ce484222325, 37, 2),
+            (b"a", 0xaf63dc4c8601ec8c, 12, 5),
+            (b"foobar", 0x85944171f73967e8, 40, 6),
+            (b"chat:42", 0x7f9eba466480a665, 37, 3),
+            (b"\x00\xff", 0x831c907b4ea2b60, 32, 6),
+            (b"x" * 256, 0x295fa478294e7725, 37, 6),
+        ]:
+            h = fnv1a64(key)
+            self.assertEqual(h, want, key)
+            self.assertEqual(h % 64, mod64)
+            self.assertEqual(h % 7, mod7)
+        self.assertEqual(fnv1a64("chat:42"), 0x7f9eba466480a665)
+
+
+class _FakeRpcError(grpc.RpcError):
+    def __init__(self, code, details, trailers):
+        self._c, self._d, self._t = code, details, trailers
+
+    def code(self):
+        return self._c
+
+    def details(self):
+        return self._d
+
+    def trailing_metadata(self):
+        return self._t
+
+
+class ErrorsTest(unittest.TestCase):
+    def test_decode(self):
+        raw = status_details(grpc.StatusCode.RESOURCE_EXHAUSTED, "shed", "OVERLOADED", 0.25,
+                             {"limit": "1000", "measured": "2000"})
+        err = E.from_rpc_error(_FakeRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, "shed",
+                                             (("grpc-status-details-bin", raw),)), "n1:7300")
+        self.assertEqual(err.reason, "OVERLOADED")
+        self.assertEqual(err.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertAlmostEqual(err.retry_after, 0.25)
+        self.assertEqual(err.metadata["limit"], "1000")
+        self.assertEqual(err.endpoint, "n1:7300")
+        self.assertIn("OVERLOADED", str(err))
+
+    def test_no_details(self):
+        err = E.from_rpc_error(_FakeRpcError(grpc.StatusCode.UNAVAILABLE, "conn refused", ()))
+        self.assertEqual(err.reason, E.UNSPECIFIED)
+        self.assertIsNone(err.retry_after)
+
+    def test_other_domain_and_garbage(self):
+        from firn_client._proto import firn_client_rpc_pb2 as rpc
+        from google.protobuf import any_pb2
+        st = rpc.Status(code=14)
+        st.details.append(any_pb2.Any(type_url="type.googleapis.com/google.rpc.ErrorInfo",
+                                      value=rpc.ErrorInfo(reason="X", domain="other").SerializeToString()))
+        self.assertEqual(E.decode_status_details(st.SerializeToString())[0], None)
+        self.assertEqual(E.decode_status_details(b"\xff\xff\xff"), (None, {}, None))
+
+    def test_reason_names(self):
+        for r in ("WRONG_NODE", "SECTION_MOVING", "OVERLOADED", "CLOCK_ROLLBACK"):
+            self.assertIn(r, E.NODE_REASONS)
+
+
+class RunsTest(unittest.TestCase):
+    def test_runs(self):
+        self.assertEqual(_runs_of([5, 6, 7, 10, 11]), [Run(5, 3), Run(10, 2)])
+        self.assertEqual(_sort_runs([Run(10, 2), Run(5, 5)]), [Run(5, 7)])
+        b = _Batch(100, 10, -1, 1e18)
+        self.assertEqual(_runs_of_indexes(b, [0, 1, 2, 5, 9, 10, 11]), [Run(100, 3), Run(105, 1), Run(109, 1)])
+
+
+class ClaimTest(unittest.TestCase):
+    """The buffer's claims, without a network: batches put in by hand."""
+
+    def test_many_threads_no_id_twice(self):
+        c = FirnClient(["127.0.0.1:1"], call_timeout=0.05)
+        try:
+            total = 200_000
+            with c._mu:
+                for k in range(20):
+                    c._enqueue_locked(_Batch((1 << 62) + k * 20_000, 10_000, -1, time.monotonic() + 60))
+                c._install_locked()
+            got = [[] for _ in range(8)]
+
+            def take(i):
+                out = got[i]
+                while True:
+                    try:
+                        out.append(c.next(0.05))
+                    except FirnError:
+                        return
+                    if len(out) % 997 == 0:
+                        out.extend(c.next_n(13, 0.05) if len(out) < 30_000 else [])
+
+            ts = [threading.Thread(target=take, args=(i,)) for i in range(8)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            ids = [x for g in got for x in g]
+            self.assertEqual(len(ids), len(set(ids)), "an ID reached two callers")
+            self.assertEqual(len(ids), total)
+        finally:
+            c.close()
+
+    def test_stale_batch_not_served(self):
+        c = FirnClient(["127.0.0.1:1"], call_timeout=0.05, max_age=0.05)
+        try:
+            with c._mu:
+                c._enqueue_locked(_Batch(1000, 10, -1, time.monotonic() - 0.001))
+                self.assertFalse(c._install_locked())
+            with self.assertRaises(FirnError):
+                c.next(0.1)
+            fresh = _Batch(5000, 3, -1, time.monotonic() + 0.03)
+            with c._mu:
+                c._enqueue_locked(fresh)
+                c._install_locked()
+            self.assertEqual(c.next(0.1), 5000)
+            time.sleep(0.04)  # the batch outlived its max age
+            with self.assertRaises(FirnError):
+                v = c.next(0.1)
+                self.fail("got %d from a stale batch" % v)
+        finally:
+            c.close()
+
+    def test_bad_arguments(self):
+        with self.assertRaises(FirnError) as cm:
+            FirnClient([])
+        self.assertEqual(cm.exception.reason, E.INVALID_ARGUMENT)
+        with self.assertRaises(FirnError):
+            FirnClient(["a:1", "a:1"])
+        with self.assertRaises(FirnError):
+            FirnClient(["dns://x/y:1"])
+        with FirnClient(["127.0.0.1:1"]) as c:
+            for bad in (0, -1, 1 << 25, "3"):
+                with self.assertRaises(FirnError) as cm:
+                    c.next_n(bad)
+                self.assertEqual(cm.exception.reason, E.INVALID_ARGUMENT)
+            with self.assertRaises(FirnError) as cm:
+                c.next_seq(b"", 1)
+            self.assertEqual(cm.exception.reason, E.INVALID_ARGUMENT)
+            with self.assertRaises(FirnError):
+                c.next_seq(b"x" * 257, 1)
+            with self.assertRaises(FirnError):
+                c.next_seq(b"k", 10001)
+
+
+class NodeTest(unittest.TestCase):
+    """Against fake nodes served in process."""
+
+    def setUp(self):
+        self.nodes = []
+
+    def tearDown(self):
+        for n in self.nodes:
+            n.stop()
+
+    def node(self, **kw):
+        n = FakeNode(**kw)
+        self.nodes.append(n)
+        return n
+
+    def test_next_threads(self):
+        n = self.node()
+        with FirnClient([n.addr]) as c:
+            got = [[] for _ in range(6)]
+
+            def run(i):
+                for _ in range(3000):
+                    got[i].append(c.next(5))
+
+            ts = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            ids = [x for g in got for x in g]
+            self.assertEqual(len(ids), len(set(ids)))
+            for g in got:  # one node: each caller's IDs increase
+                self.assertEqual(g, sorted(g))
+            self.assertTrue(all(i >= 1 << 60 for i in ids))
+
+    def test_next_n_and_range(self):
+        n = self.node(run_len=1000)
+        with FirnClient([n.addr]) as c:
+            ids = c.next_n(2500, 5)
+            self.assertEqual(len(ids), 2500)
+            self.assertEqual(ids, sorted(set(ids)))
+            runs = c.next_range(50_000, 5)
+            self.assertEqual(sum(r.count for r in runs), 50_000)
+            for a, b in zip(runs, runs[1:]):
+                self.assertLess(a.first + a.count - 1, b.first)
+
+    def test_range_unimplemented_falls_back(self):
+        n = self.node()
+        n.range_unimplemented = True
+        with FirnClient([n.addr]) as c:
+            self.assertEqual(len(set(c.next_n(100, 5))), 100)
+            self.assertGreater(n.calls.get("NextIDs", 0), 0)
+
+    def test_failover_and_reason(self):
+        a, b = self.node(start=1 << 50), self.node(start=1 << 55)
+        a.refuse = lambda m, r: Refuse(grpc.StatusCode.UNAVAILABLE, "draining", "DRAINING") if m != "Info" else None
+        with FirnClient([a.addr, b.addr]) as c:
+            v = c.next(5)
+            self.assertGreaterEqual(v, 1 << 55)
+            self.assertGreaterEqual(c.stats()["failovers"], 1)
+        b.refuse = a.refuse
+        with FirnClient([a.addr, b.addr]) as c:
+            with self.assertRaises(FirnError) as cm:
+                c.next(5)
+            self.assertEqual(cm.exception.reason, "DRAINING")
+            self.assertEqual(cm.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+    def test_retry_info_honoured(self):
+        n = self.node()
+        n.refuse = lambda m, r: (Refuse(grpc.StatusCode.RESOURCE_EXHAUSTED, "shed", "OVERLOADED", 0.3)
+                                 if m in ("NextRange", "NextIDs") else None)
+        with FirnClient([n.addr]) as c:
+            errs = []
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 0.2:
+                try:
+                    c.next_n(1000, 0.05)
+                except FirnError as e:
+                    errs.append(e)
+            self.assertTrue(errs)
+            self.assertTrue(all(e.reason == "OVERLOADED" for e in errs))
+            self.assertTrue(all(e.retry_after is not None for e in errs))
+            # Asked to wait 0.3 s: asked once, however many calls.
+            self.assertEqual(n.calls.get("NextRange", 0), 1)
+
+    def test_hung_node_fails_over(self):
+        a, b = self.node(start=1 << 50), self.node(start=1 << 55)
+        a.hang.set()
+        with FirnClient([a.addr, b.addr], call_timeout=0.3) as c:
+            t0 = time.monotonic()
+            v = c.next(2)
+            self.assertGreaterEqual(v, 1 << 55)
+            self.assertLess(time.monotonic() - t0, 1.5)
+
+    def test_deadline(self):
+        n = self.node()
+        n.hang.set()
+        with FirnClient([n.addr], call_timeout=5) as c:
+            t0 = time.monotonic()
+            with self.assertRaises(FirnError) as cm:
+                c.next(0.2)
+            self.assertEqual(cm.exception.reason, E.DEADLINE)
+            self.assertLess(time.monotonic() - t0, 1)
+
+    def test_close_ends_waiters(self):
+        n = self.node()
+        n.hang.set()
+        c = FirnClient([n.addr], call_timeout=5)
+        errs = []
+
+        def wait():
+            try:
+                c.next()
+            except FirnError as e:
+                errs.append(e)
+
+        ts = [threading.Thread(target=wait) for _ in range(4)]
+        for t in ts:
+            t.start()
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        c.close()
+        for t in ts:
+            t.join(2)
+        self.assertLess(time.monotonic() - t0, 2)
+        self.assertEqual([e.reason for e in errs], [E.CLOSED] * 4)
+        with self.assertRaises(FirnError) as cm:
+            c.next(1)
+        self.assertEqual(cm.exception.reason, E.CLOSED)
+
+    def test_close_races_calls(self):
+        n = self.node(run_len=500)
+        n.owners = [n.addr] * 4
+        c = FirnClient([n.addr])
+        seen, bad = [], []
+        stop = threading.Event()
+
+        def run(i):
+            while not stop.is_set():
+                try:
+                    if i % 3 == 0:
+                        seen.append(c.next(1))
+                    elif i % 3 == 1:
+                        seen.extend(c.next_n(3000, 1))
+                    else:
+                        seen.extend(r.first for r in c.next_range(5000, 1))
+                except FirnError as e:
+                    if e.reason != E.CLOSED:
+                        bad.append(e)
+                    if c.closed:
+                        return
+                except Exception as e:  # anything else is a bug
+                    bad.append(e)
+                    return
+
+        ts = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+        for t in ts:
+            t.start()
+        time.sleep(0.3)
+        c.close()
+        stop.set()
+        for t in ts:
+            t.join(3)
+            self.assertFalse(t.is_alive())
+        self.assertEqual(bad, [])
+        self.assertEqual(len(seen), len(set(seen)))
+
+    def test_asyncio(self):
+        import asyncio
+        from firn_client.aio import AsyncFirnClient
+        n = self.node()
+
+        async def main():
+            async with AsyncFirnClient([n.addr]) as c:
+                async def task():
+                    return [await c.next(5) for _ in range(500)]
+                got = await asyncio.gather(*(task() for _ in range(8)))
+                got.append(await c.next_n(100, 5))
+                return [x for g in got for x in g]
+        ids = asyncio.run(main())
+        self.assertEqual(len(ids), 4100)
+        self.assertEqual(len(set(ids)), 4100)
+
+    def test_overloaded_halves_batch(self):
+        n = self.node()
+        with FirnClient([n.addr]) as c:
+            with c._mu:
+                c._batch = 4000
+            c._mark_down(c._eps[0], FirnError("OVERLOADED", "shed", code=grpc.StatusCode.RESOURCE_EXHAUSTED))
+            time.sleep(0.1)
+            self.assertLessEqual(c.stats()["batch_size"], 2000)
+
+    def test_dns_name(self):
+        a = self.node(start=1 << 50)
+        b = self.node(start=1 << 55, host="127.0.0.2", port=a.port)
+        answer = [["127.0.0.1"]]
+        asked = []
+
+        def lookup(host):
+            asked.append(host)
+            return answer[0]
+        with FirnClient(["dns:///firn.test:%d" % a.port], lookup=lookup, resolve_interval=0.1) as c:
+            self.assertLess(c.next(5), 1 << 55)
+            self.assertEqual(asked[0], "firn.test")
+            answer[0] = ["127.0.0.2"]  # the name moves: the client follows
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 3:
+                if c.next_n(100, 5)[0] >= 1 << 55:
+                    break
+                time.sleep(0.05)
+            else:
+                self.fail("the client kept the old address")
+            answer[0] = []  # a failed lookup keeps the endpoints
+            time.sleep(0.3)
+            self.assertEqual([e.addr for e in c._eps], [b.addr])
+
+    def test_seq_routing_and_wrong_node(self):
+        a, b = self.node(), self.node()
+        owners = [a.addr, b.addr, a.addr, b.addr]
+        a.owners = b.owners = owners
+
+        def guard(node):
+            def refuse(m, r):
+                if m in ("NextSeq", "CurrentSeq"):
+                    owner = owners[fnv1a64(r.key) % 4]
+                    if owner != node.addr:
+                        return Refuse(grpc.StatusCode.FAILED_PRECONDITION, "wrong node", "WRONG_NODE",
+                                      metadata={"owner": owner})
+                return None
+            return refuse
+        a.refuse, b.refuse = guard(a), guard(b)
+        with FirnClient([a.addr], generator="chats") as c:
+            keys = ["chat:%d" % i for i in range(12)]
+            for k in keys:
+                self.assertEqual(c.next_seq(k, 2, 5).first, 1)
+                self.assertEqual(c.next_seq(k, 1, 5).first, 3)
+                self.assertEqual(c.current_seq(k, 5), 3)
+            self.assertEqual(c.stats()["seq_redirects"], 0)  # the map routed every key
+            # A stale map: the client follows WRONG_NODE to the owner.
+            c._seq_map = (4, [a.addr] * 4)
+            c._seq_loaded_at = time.monotonic()
+            for k in keys:
+                self.assertEqual(c.next_seq(k, 1, 5).first, 4)
+            self.assertGreater(c.stats()["seq_redirects"], 0)
+
+    def test_seq_moving_retried(self):
+        n = self.node()
+        n.owners = [n.addr] * 4
+        left = [3]
+
+        def refuse(m, r):
+            if m == "NextSeq" and left[0] > 0:
+                left[0] -= 1
+                return Refuse(grpc.StatusCode.UNAVAILABLE, "moving", "SECTION_MOVING", 0.02)
+            return None
+        n.refuse = refuse
+        with FirnClient([n.addr], generator="chats") as c:
+            self.assertEqual(c.next_seq("k", 1, 5).first, 1)
+            left[0] = 100
+            with self.assertRaises(FirnError) as cm:
+                c.next_seq("k", 1, 0.1)
+            self.assertEqual(cm.exception.reason, "SECTION_MOVING")
+            self.assertIsNotNone(cm.exception.retry_after)
+
+
+if __name__ == "__main__":
+    unittest.main()

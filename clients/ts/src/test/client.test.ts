@@ -1,0 +1,298 @@
+import { test } from "node:test";
+import * as assert from "node:assert/strict";
+import * as grpc from "@grpc/grpc-js";
+import { FirnClient, FirnError } from "../index";
+import { sectionOf } from "../fnv";
+import { FakeNode, firnError } from "./fake";
+
+async function withNodes(n: number, f: (nodes: FakeNode[]) => Promise<void>): Promise<void> {
+  const nodes: FakeNode[] = [];
+  try {
+    for (let i = 0; i < n; i++) {
+      const node = new FakeNode();
+      await node.start();
+      nodes.push(node);
+    }
+    await f(nodes);
+  } finally {
+    for (const node of nodes) node.stop();
+  }
+}
+
+async function rejects(p: Promise<unknown>): Promise<FirnError> {
+  try {
+    await p;
+  } catch (e) {
+    assert.ok(e instanceof FirnError, `not a FirnError: ${e}`);
+    return e;
+  }
+  assert.fail("did not fail");
+}
+
+test("many concurrent callers: no ID twice, each caller's IDs increase, exact above 2^53", async () => {
+  await withNodes(1, async ([a]) => {
+    const c = new FirnClient({ endpoints: [a.addr] });
+    try {
+      const callers = 64, calls = 2000;
+      const per = await Promise.all(
+        Array.from({ length: callers }, async () => {
+          const ids: bigint[] = [];
+          for (let i = 0; i < calls; i++) ids.push(await c.next({ deadlineMs: 5000 }));
+          return ids;
+        }),
+      );
+      const all = new Set<bigint>();
+      for (const ids of per) {
+        for (let i = 0; i < ids.length; i++) {
+          assert.ok(ids[i] > 1n << 53n);
+          if (i > 0) assert.ok(ids[i] > ids[i - 1], "a caller's IDs increase");
+          assert.ok(!all.has(ids[i]), `ID ${ids[i]} twice`);
+          all.add(ids[i]);
+        }
+      }
+      assert.equal(all.size, callers * calls);
+      // nextN and nextRange: exact counts, distinct from the rest.
+      const n = await c.nextN(1000);
+      assert.equal(n.length, 1000);
+      for (const id of n) assert.ok(!all.has(id)), all.add(id);
+      const runs = await c.nextRange(250000);
+      let total = 0n;
+      for (const r of runs) {
+        total += r.count;
+        assert.ok(!all.has(r.first));
+      }
+      assert.equal(total, 250000n);
+      // tryNext: synchronous, from the buffer.
+      await c.next();
+      const t = c.tryNext();
+      assert.ok(t === undefined || typeof t === "bigint");
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+test("fails over to the next endpoint; the node's reason reaches the caller when all fail", async () => {
+  await withNodes(2, async ([a, b]) => {
+    a.handlers.NextRange = () => { throw firnError(grpc.status.UNAVAILABLE, "not serving", "LEASE_LOST"); };
+    const c = new FirnClient({ endpoints: [a.addr, b.addr], health: false });
+    try {
+      const id = await c.next({ deadlineMs: 3000 });
+      assert.ok(id >= b.next - 100000n);
+      assert.ok((b.calls.NextRange ?? 0) > 0);
+      assert.ok(c.stats().failovers >= 1);
+      b.handlers.NextRange = () => { throw firnError(grpc.status.UNAVAILABLE, "not serving", "CLOCK_ROLLBACK"); };
+      await c.close();
+      const d = new FirnClient({ endpoints: [a.addr, b.addr], health: false });
+      const e = await rejects(d.next({ deadlineMs: 3000 }));
+      assert.ok(e.reason === "CLOCK_ROLLBACK" || e.reason === "LEASE_LOST", e.reason);
+      assert.equal(e.code, grpc.status.UNAVAILABLE);
+      await d.close();
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+test("OVERLOADED with RetryInfo: the refusal and its delay reach the caller; the endpoint is not asked again until then", async () => {
+  await withNodes(1, async ([a]) => {
+    a.handlers.NextRange = () => { throw firnError(grpc.status.RESOURCE_EXHAUSTED, "shed", "OVERLOADED", 300); };
+    const c = new FirnClient({ endpoints: [a.addr], health: false });
+    try {
+      const e = await rejects(c.nextN(5000, { deadlineMs: 1000 }));
+      assert.equal(e.reason, "OVERLOADED");
+      assert.equal(e.codeName, "RESOURCE_EXHAUSTED");
+      assert.ok(e.retryAfterMs !== undefined && e.retryAfterMs > 0);
+      const asked = a.calls.NextRange;
+      const t0 = performance.now();
+      const e2 = await rejects(c.nextN(5000, { deadlineMs: 1000 }));
+      assert.ok(performance.now() - t0 < 100, "refused at once");
+      assert.equal(e2.reason, "OVERLOADED");
+      assert.ok(e2.retryAfterMs! <= 300);
+      assert.equal(a.calls.NextRange, asked, "not asked while it said to wait");
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+test("a hung endpoint is left within the caller's deadline", async () => {
+  await withNodes(2, async ([a, b]) => {
+    a.handlers.NextRange = () => new Promise(() => {}); // never answers
+    const c = new FirnClient({ endpoints: [a.addr, b.addr], health: false, callTimeoutMs: 5000 });
+    try {
+      const t0 = performance.now();
+      const id = await c.next({ deadlineMs: 1000 });
+      assert.ok(typeof id === "bigint");
+      assert.ok(performance.now() - t0 < 1000);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+test("close ends waiting callers with CLOSED at once; calls after close fail CLOSED", async () => {
+  await withNodes(1, async ([a]) => {
+    a.handlers.NextRange = () => new Promise(() => {});
+    const c = new FirnClient({ endpoints: [a.addr], health: false });
+    const waiting = Array.from({ length: 4 }, () => rejects(c.next()));
+    await new Promise((r) => setTimeout(r, 200));
+    const t0 = performance.now();
+    await c.close();
+    for (const e of await Promise.all(waiting)) assert.equal(e.reason, "CLOSED");
+    assert.ok(performance.now() - t0 < 500);
+    assert.equal((await rejects(c.next())).reason, "CLOSED");
+    assert.equal((await rejects(c.nextSeq("k", 1))).reason, "CLOSED");
+  });
+});
+
+test("a caller's deadline: DEADLINE when nothing answered", async () => {
+  await withNodes(1, async ([a]) => {
+    a.handlers.NextRange = () => new Promise(() => {});
+    const c = new FirnClient({ endpoints: [a.addr], health: false });
+    try {
+      const e = await rejects(c.next({ deadlineMs: 100 }));
+      assert.equal(e.reason, "DEADLINE");
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+test("bad arguments are refused before any request", async () => {
+  await withNodes(1, async ([a]) => {
+    const c = new FirnClient({ endpoints: [a.addr], health: false });
+    try {
+      assert.equal((await rejects(c.nextN(0))).reason, "INVALID_ARGUMENT");
+      assert.equal((await rejects(c.nextRange(0))).reason, "INVALID_ARGUMENT");
+      assert.equal((await rejects(c.nextSeq("", 1))).reason, "INVALID_ARGUMENT");
+      assert.equal((await rejects(c.nextSeq("k", 0))).reason, "INVALID_ARGUMENT");
+      assert.equal((await rejects(c.currentSeq(new Uint8Array(257)))).reason, "INVALID_ARGUMENT");
+      assert.equal(a.calls.NextRange ?? 0, 0);
+    } finally {
+      await c.close();
+    }
+    assert.throws(() => new FirnClient({ endpoints: [] }), FirnError);
+    assert.throws(() => new FirnClient({ endpoints: ["dns://x/y:1"] }), FirnError);
+  });
+});
+
+test("nextSeq goes to the key's owner by the section map, and follows WRONG_NODE", async () => {
+  await withNodes(2, async ([a, b]) => {
+    const gen = (owner0: string, owner1: string) => [{
+      name: "chats", kind: "seq", sections: 2,
+      section_owners: [{ section: 0, address: owner0, serving: true }, { section: 1, address: owner1, serving: true }],
+    }];
+    a.generators = gen(a.addr, b.addr);
+    b.generators = gen(a.addr, b.addr);
+    let av = 100n, bv = 200n;
+    a.handlers.NextSeq = (req) => {
+      if (sectionOf(req.key, 2) !== 0) throw firnError(grpc.status.FAILED_PRECONDITION, "wrong node", "WRONG_NODE", undefined, { owner: b.addr });
+      const f = av; av += BigInt(req.count); return { first: f.toString(), count: req.count };
+    };
+    b.handlers.NextSeq = (req) => {
+      if (sectionOf(req.key, 2) !== 1) throw firnError(grpc.status.FAILED_PRECONDITION, "wrong node", "WRONG_NODE", undefined, { owner: a.addr });
+      const f = bv; bv += BigInt(req.count); return { first: f.toString(), count: req.count };
+    };
+    // Keys of each section.
+    const keys = ["chat:1", "chat:2", "chat:3", "chat:4", "x", "y"];
+    const c = new FirnClient({ endpoints: [a.addr], generator: "chats", health: false });
+    try {
+      for (const k of keys) {
+        const r = await c.nextSeq(k, 2, { deadlineMs: 3000 });
+        assert.equal(r.count, 2);
+        const s = sectionOf(Buffer.from(k), 2);
+        assert.ok(s === 0 ? r.first >= 100n && r.first < 200n : r.first >= 200n, `${k} → ${r.first}`);
+      }
+      assert.equal(c.stats().seqRedirects, 0, "the map routed every key");
+      // The map goes stale: the owners swap; WRONG_NODE is followed.
+      a.generators = gen(b.addr, a.addr);
+      a.handlers.NextSeq = (req) => {
+        if (sectionOf(req.key, 2) !== 1) throw firnError(grpc.status.FAILED_PRECONDITION, "wrong node", "WRONG_NODE", undefined, { owner: b.addr });
+        const f = av; av += 1n; return { first: f.toString(), count: req.count };
+      };
+      b.handlers.NextSeq = (req) => {
+        if (sectionOf(req.key, 2) !== 0) throw firnError(grpc.status.FAILED_PRECONDITION, "wrong node", "WRONG_NODE", undefined, { owner: a.addr });
+        const f = bv; bv += 1n; return { first: f.toString(), count: req.count };
+      };
+      for (const k of keys) await c.nextSeq(k, 1, { deadlineMs: 3000 });
+      assert.ok(c.stats().seqRedirects > 0);
+      // SECTION_MOVING with RetryInfo: retried until it serves.
+      let moving = 2;
+      b.handlers.CurrentSeq = () => {
+        if (moving-- > 0) throw firnError(grpc.status.UNAVAILABLE, "moving", "SECTION_MOVING", 20);
+        return { value: "300" };
+      };
+      a.handlers.CurrentSeq = b.handlers.CurrentSeq;
+      assert.equal(await c.currentSeq("chat:1", { deadlineMs: 3000 }), 300n);
+      // A wait past the deadline fails at once with the node's reason.
+      b.handlers.CurrentSeq = () => { throw firnError(grpc.status.UNAVAILABLE, "moving", "SECTION_MOVING", 2000); };
+      a.handlers.CurrentSeq = b.handlers.CurrentSeq;
+      const e = await rejects(c.currentSeq("chat:1", { deadlineMs: 500 }));
+      assert.equal(e.reason, "SECTION_MOVING");
+      assert.ok(e.retryAfterMs !== undefined);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+test("dns:/// names: every address is an endpoint, through the lookup hook", async () => {
+  await withNodes(1, async ([a]) => {
+    const port = a.addr.split(":")[1];
+    const c = new FirnClient({ endpoints: [`dns:///firn.test:${port}`], lookup: async (h) => (h === "firn.test" ? ["127.0.0.1"] : []), health: false });
+    try {
+      assert.equal(typeof (await c.next({ deadlineMs: 2000 })), "bigint");
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+test("max age: a buffered ID older than maxAgeMs is not handed out", async () => {
+  await withNodes(1, async ([a]) => {
+    const c = new FirnClient({ endpoints: [a.addr], health: false, maxAgeMs: 20 });
+    try {
+      const first = await c.next();
+      const fetches = a.calls.NextRange;
+      await new Promise((r) => setTimeout(r, 60));
+      const second = await c.next();
+      assert.ok(a.calls.NextRange > fetches, "a stale buffer is refilled");
+      assert.ok(second > first);
+      assert.ok(c.stats().dropped > 0);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+test("a node without NextRange (UNIMPLEMENTED) is asked NextIDs", async () => {
+  await withNodes(1, async ([a]) => {
+    a.handlers.NextRange = () => { throw firnError(grpc.status.UNIMPLEMENTED, "unknown method"); };
+    const c = new FirnClient({ endpoints: [a.addr], health: false });
+    try {
+      const ids = await c.nextN(50, { deadlineMs: 2000 });
+      assert.equal(new Set(ids).size, 50);
+      assert.ok((a.calls.NextIDs ?? 0) > 0);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+test("an aborted signal ends a waiting call (DEADLINE) and a direct fetch", async () => {
+  await withNodes(1, async ([a]) => {
+    a.handlers.NextRange = () => new Promise(() => {});
+    const c = new FirnClient({ endpoints: [a.addr], health: false });
+    try {
+      const ac = new AbortController();
+      const p1 = rejects(c.next({ signal: ac.signal }));
+      const p2 = rejects(c.nextRange(1_000_000, { signal: ac.signal }));
+      setTimeout(() => ac.abort(), 50);
+      assert.equal((await p1).reason, "DEADLINE");
+      assert.equal((await p2).reason, "DEADLINE");
+    } finally {
+      await c.close();
+    }
+  });
+});
