@@ -119,6 +119,11 @@ public final class Runner {
           return fail("no open client");
         }
         return calls(op, cmd);
+      case "bench":
+        if (client == null) {
+          return fail("no open client");
+        }
+        return bench(cmd);
       case "close_while_waiting":
         if (client == null) {
           return fail("no open client");
@@ -321,6 +326,61 @@ public final class Runner {
       arr.add(r.json());
     }
     o.add("callers", arr);
+    return o;
+  }
+
+  /** Counts the IDs {@code callers} callers get from next() in for_ms, after warm_ms of the same uncounted. */
+  private JsonObject bench(JsonObject cmd) throws Exception {
+    int callers = (int) Math.max(num(cmd, "callers"), 1);
+    long warmMs = num(cmd, "warm_ms");
+    long forMs = num(cmd, "for_ms");
+    final FirnClient c = client;
+    java.util.concurrent.atomic.LongAdder ids = new java.util.concurrent.atomic.LongAdder();
+    java.util.concurrent.atomic.LongAdder errs = new java.util.concurrent.atomic.LongAdder();
+    java.util.concurrent.atomic.AtomicBoolean counting = new java.util.concurrent.atomic.AtomicBoolean();
+    java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+    long[] sink = new long[callers * 16];
+    Thread[] threads = new Thread[callers];
+    for (int t = 0; t < callers; t++) {
+      final int me = t;
+      threads[t] = new Thread(() -> {
+        long n = 0;
+        long e = 0;
+        long x = 0;
+        while (!stop.get()) {
+          // Count in batches of 1024 between looks at the flags.
+          boolean count = counting.get();
+          for (int i = 0; i < 1024; i++) {
+            try {
+              x ^= c.next();
+              if (count) {
+                n++;
+              }
+            } catch (RuntimeException ex) {
+              e++;
+            }
+          }
+        }
+        sink[me * 16] = x;
+        ids.add(n);
+        errs.add(e);
+      }, "bench-" + t);
+      threads[t].start();
+    }
+    Thread.sleep(warmMs);
+    counting.set(true);
+    long start = System.nanoTime();
+    Thread.sleep(forMs);
+    counting.set(false);
+    double secs = (System.nanoTime() - start) / 1e9;
+    stop.set(true);
+    for (Thread t : threads) {
+      t.join();
+    }
+    JsonObject o = ok();
+    o.addProperty("ids", ids.sum());
+    o.addProperty("errors", errs.sum());
+    o.addProperty("seconds", secs);
     return o;
   }
 
