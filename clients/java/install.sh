@@ -2,6 +2,9 @@
 # Installs the Debian 12 packages the Java client's build (build.sh), its
 # tests, the conformance runner and gen.sh need; packages already
 # installed are skipped. Run as root (or with sudo available).
+#   install.sh            what build.sh needs (javac against Debian's jars)
+#   install.sh --maven    also Maven and the Debian-packaged plugins for the
+#                         offline Maven build (mvn -o -Pdebian, README)
 set -euo pipefail
 pkgs=(
   openjdk-17-jdk-headless        # javac, java
@@ -21,6 +24,16 @@ pkgs=(
   libprotobuf-dev                # google/protobuf/*.proto that firn.proto imports (gen.sh)
   protobuf-compiler-grpc-java-plugin    # grpc_java_plugin (gen.sh)
 )
+if [[ "${1:-}" == "--maven" ]]; then
+  pkgs+=(
+    maven
+    libmaven-compiler-plugin-java
+    libmaven-resources-plugin-java
+    libsurefire-java
+    libbuild-helper-maven-plugin-java
+    libanimal-sniffer-java           # named by Debian's gRPC poms
+  )
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
