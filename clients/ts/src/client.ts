@@ -1015,10 +1015,14 @@ export class FirnClient {
       if (r.held) throw r.held;
       let last: FirnError | undefined;
       let notFound = 0;
+      // Whether the last attempt ran until the caller's own deadline: its
+      // miss is then the caller's deadline running out (DEADLINE).
+      let callersTime = false;
       for (let i = 0; i < r.eps.length; i++) {
         const ep = r.eps[i];
         if (i > 0) this.st.failovers++;
         const a = this.startAttempt(b, i === r.eps.length - 1, refill);
+        callersTime = b.deadline !== undefined && a.sent >= b.deadline;
         let runs: Run[] | undefined, start = 0, err: FirnError | undefined;
         try {
           [runs, start] = await this.fetchFrom(a, ep, count);
@@ -1046,6 +1050,9 @@ export class FirnClient {
       if (notFound > 0 && notFound === r.eps.length) throw last!;
       this.askResolve();
       if (r.eps.length === 0) throw unavailable("no endpoint: the DNS names given resolved to no address yet");
+      if (callersTime && last && last.code === S.DEADLINE_EXCEEDED && last.reason === "ERROR_REASON_UNSPECIFIED") {
+        throw deadlineError(last);
+      }
       throw unavailable(`no endpoint serves (${r.eps.length} endpoints tried)`, last);
     } finally {
       for (const ep of r.probes) ep.probing = false;
