@@ -45,8 +45,8 @@
 //   - Demand sizes the batches: the refiller measures the rate at which
 //     callers take IDs, asks for rate × BatchWindow IDs per refill (at least
 //     doubling while callers wait), keeps two refills buffered or in flight
-//     while they would be used before they go stale, and falls back to
-//     MinBatch when idle. An idle client with an empty buffer runs no timer.
+//     (one in flight at a time) while they would be used before they go
+//     stale, and falls back to MinBatch when idle. An idle client with an empty buffer runs no timer.
 //   - Failover: a fetch is a round of attempts, one per endpoint at most.
 //     An attempt that fails with UNAVAILABLE, on the connection, with a
 //     shed (OVERLOADED), or by running out of its time moves the request
@@ -100,10 +100,11 @@
 //     directly stays the one the demand asks for.
 //   - Order: the runs of one endpoint are handed out in increasing order,
 //     so each caller's successive IDs from Next increase while one
-//     endpoint serves. Two refills in flight to one node may come back in
-//     the other order: a run that arrives behind one from the same node
-//     already being handed out, and whose refill was in flight with that
-//     one's, is dropped; one still queued is put back in order.
+//     endpoint serves. Refills are fetched one at a time: two in flight
+//     to one node would come back interleaved. Should a run still arrive
+//     behind one from the same node already being handed out, and its
+//     refill have been in flight with that one's, it is dropped; one
+//     still queued is put back in order.
 //
 // # Ranges
 //

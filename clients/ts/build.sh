@@ -4,5 +4,6 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 rm -rf dist
-npx --no-install tsc -p .
+[ -x node_modules/.bin/tsc ] || { echo "build.sh: node_modules/.bin/tsc missing: run install.sh first" >&2; exit 1; }
+node_modules/.bin/tsc -p .
 node --test dist/test/

@@ -88,7 +88,7 @@ const WATCH_RETRY_MAX = 5000;
 const MAX_RETRY_WAIT = 5000;
 const LACKING_FOR = 30000;
 const RANGE_RETRY = 60000;
-const MAX_IN_FLIGHT = 2;
+const MAX_IN_FLIGHT = 1; // two in flight to one node come back interleaved, and the order rule drops a fifth of the IDs (as in the Go client)
 const RATE_KEEP = 0.7;
 const MIN_BACKOFF = 50;
 const MAX_BACKOFF = 1000;
@@ -1015,10 +1015,14 @@ export class FirnClient {
       if (r.held) throw r.held;
       let last: FirnError | undefined;
       let notFound = 0;
+      // Whether the last attempt ran until the caller's own deadline: its
+      // miss is then the caller's deadline running out (DEADLINE).
+      let callersTime = false;
       for (let i = 0; i < r.eps.length; i++) {
         const ep = r.eps[i];
         if (i > 0) this.st.failovers++;
         const a = this.startAttempt(b, i === r.eps.length - 1, refill);
+        callersTime = b.deadline !== undefined && a.sent >= b.deadline;
         let runs: Run[] | undefined, start = 0, err: FirnError | undefined;
         try {
           [runs, start] = await this.fetchFrom(a, ep, count);
@@ -1046,6 +1050,9 @@ export class FirnClient {
       if (notFound > 0 && notFound === r.eps.length) throw last!;
       this.askResolve();
       if (r.eps.length === 0) throw unavailable("no endpoint: the DNS names given resolved to no address yet");
+      if (callersTime && last && last.code === S.DEADLINE_EXCEEDED && last.reason === "ERROR_REASON_UNSPECIFIED") {
+        throw deadlineError(last);
+      }
       throw unavailable(`no endpoint serves (${r.eps.length} endpoints tried)`, last);
     } finally {
       for (const ep of r.probes) ep.probing = false;

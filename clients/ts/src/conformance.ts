@@ -147,6 +147,42 @@ async function closeWhileWaiting(cmd: any): Promise<any> {
   return { ok: true, close_ms: closeMs, callers: outs };
 }
 
+// bench: callers loop on await next() for warm_ms uncounted, then for
+// for_ms counted. Each caller lets the event loop run every 1000 calls:
+// refills are I/O on the same loop (README, Concurrency).
+async function bench(cmd: any): Promise<any> {
+  const c = client;
+  if (!c) return { ok: false, error: "no client open" };
+  let counting = false;
+  let stop = false;
+  let ids = 0;
+  let errors = 0;
+  async function caller(): Promise<void> {
+    while (!stop) {
+      for (let k = 0; k < 1000; k++) {
+        try {
+          await c!.next();
+          if (counting) ids++;
+        } catch {
+          errors++;
+        }
+      }
+      await new Promise<void>((r) => setImmediate(r));
+    }
+  }
+  const ps: Promise<void>[] = [];
+  for (let k = 0; k < (cmd.callers ?? 1); k++) ps.push(caller());
+  await sleep(cmd.warm_ms ?? 0);
+  counting = true;
+  const t0 = performance.now();
+  await sleep(cmd.for_ms ?? 1000);
+  counting = false;
+  const seconds = (performance.now() - t0) / 1000;
+  stop = true;
+  await Promise.all(ps);
+  return { ok: true, ids, errors, seconds };
+}
+
 async function handle(line: string): Promise<any> {
   let cmd: any;
   try {
@@ -166,6 +202,8 @@ async function handle(line: string): Promise<any> {
         return await calls(cmd);
       case "close_while_waiting":
         return await closeWhileWaiting(cmd);
+      case "bench":
+        return await bench(cmd);
       case "close":
         if (client) await client.close();
         return { ok: true };
