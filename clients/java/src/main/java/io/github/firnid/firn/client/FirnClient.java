@@ -128,7 +128,14 @@ public final class FirnClient implements AutoCloseable {
   private static final long MAX_BACKOFF = 1000 * MS;
   private static final long WATCH_RETRY_MIN = 100 * MS;
   private static final long WATCH_RETRY_MAX = 5000 * MS;
-  private static final int MAX_IN_FLIGHT = 2;
+  /**
+   * Refills in flight: one. Two in flight to one node come back
+   * interleaved (the node cuts both from one stream of runs), and the order
+   * rule (behindLocked) then drops the later one's runs that fall below
+   * what was handed out; the buffer still keeps two batches buffered or on
+   * their way. (As the Go client.)
+   */
+  private static final int MAX_IN_FLIGHT = 1;
   private static final double RATE_KEEP = 0.7;
   private static final int MAX_SEQ_HOPS = 3;
   private static final long SEQ_REFRESH_EVERY = 3000 * MS;
@@ -611,32 +618,15 @@ public final class FirnClient implements AutoCloseable {
     final FirnException err;
     final long born;
     final long count;
-    final Ticket ticket;
 
-    FetchResult(Fetched f, FirnException err, long born, long count, Ticket ticket) {
+    FetchResult(Fetched f, FirnException err, long born, long count) {
       this.f = f;
       this.err = err;
       this.born = born;
       this.count = count;
-      this.ticket = ticket;
     }
   }
 
-  /** A refill in flight: its launch number and the endpoint its current attempt asks. */
-  static final class Ticket {
-    final long seq;
-    volatile Endpoint current;
-
-    Ticket(long seq) {
-      this.seq = seq;
-    }
-  }
-
-  /** The refills in flight, by launch number (refill thread only). */
-  private final java.util.TreeMap<Long, Ticket> tickets = new java.util.TreeMap<>();
-  /** Answers held back behind an older refill to the same endpoint (refill thread only). */
-  private final ArrayList<FetchResult> parked = new ArrayList<>();
-  private long launched;
 
   private int inFlight;
   private long inFlightIds;
@@ -676,7 +666,7 @@ public final class FirnClient implements AutoCloseable {
       if (ev == KICK) {
         kicked.set(false);
       } else if (ev instanceof FetchResult res) {
-        arrived(res);
+        deliverNow(res);
       }
       long m = mono();
       long[] bw = measure(m);
@@ -750,45 +740,6 @@ public final class FirnClient implements AutoCloseable {
     return new long[] {buffered, w};
   }
 
-  /**
-   * A refill's answer. Two refills in flight to one node are served in
-   * the order they were sent, but their answers may reach this thread in
-   * the other order; installing the later one first would make the earlier
-   * one's (lower) IDs unusable (see behindLocked). So an answer is held
-   * back while an older refill still asks the same endpoint, and delivered
-   * with it: it waits no longer than that refill, which the same live node
-   * is answering.
-   */
-  private void arrived(FetchResult res) {
-    tickets.remove(res.ticket.seq);
-    if (res.err == null && olderAsks(res.ticket.seq, res.f.ep)) {
-      parked.add(res);
-      return;
-    }
-    deliverNow(res);
-    for (boolean again = true; again; ) {
-      again = false;
-      for (int i = 0; i < parked.size(); i++) {
-        FetchResult p = parked.get(i);
-        if (!olderAsks(p.ticket.seq, p.f.ep)) {
-          parked.remove(i);
-          deliverNow(p);
-          again = true;
-          break;
-        }
-      }
-    }
-  }
-
-  private boolean olderAsks(long seq, Endpoint ep) {
-    for (Ticket t : tickets.headMap(seq, false).values()) {
-      if (t.current == ep) {
-        return true;
-      }
-    }
-    return false;
-  }
-
   private void deliverNow(FetchResult res) {
     inFlight--;
     inFlightIds -= res.count;
@@ -809,18 +760,16 @@ public final class FirnClient implements AutoCloseable {
       inFlightIds += rBatch;
       final long count = rBatch;
       final long born = delivered;
-      final Ticket ticket = new Ticket(++launched);
-      tickets.put(ticket.seq, ticket);
       try {
         exec.execute(() -> {
           FetchResult res;
           try {
-            res = new FetchResult(fetch(NO_DEADLINE, (int) count, true, ticket), null, born, count, ticket);
+            res = new FetchResult(fetch(NO_DEADLINE, (int) count, true), null, born, count);
           } catch (FirnException e) {
-            res = new FetchResult(null, e, born, count, ticket);
+            res = new FetchResult(null, e, born, count);
           } catch (RuntimeException e) {
             LOG.log(Level.WARNING, "refill failed", e);
-            res = new FetchResult(null, FirnException.local(Reason.ERROR_REASON_UNSPECIFIED, "client: " + e), born, count, ticket);
+            res = new FetchResult(null, FirnException.local(Reason.ERROR_REASON_UNSPECIFIED, "client: " + e), born, count);
           }
           events.offer(res);
         });
@@ -1136,10 +1085,6 @@ public final class FirnClient implements AutoCloseable {
   }
 
   private Fetched fetch(long deadline, int count, boolean refill) {
-    return fetch(deadline, count, refill, null);
-  }
-
-  private Fetched fetch(long deadline, int count, boolean refill, Ticket ticket) {
     awaitResolved(deadline);
     Round r = order(mono());
     try {
@@ -1153,9 +1098,6 @@ public final class FirnClient implements AutoCloseable {
         Endpoint ep = list.get(i);
         if (i > 0) {
           failovers.incrementAndGet();
-        }
-        if (ticket != null) {
-          ticket.current = ep;
         }
         Attempt a = startAttempt(deadline, i == list.size() - 1, refill);
         Fetched f = null;
