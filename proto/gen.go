@@ -15,3 +15,4 @@ package proto
 //go:generate sh -c "protoc -I . -I /usr/include --plugin=protoc-gen-go=$(go tool -n protoc-gen-go) --plugin=protoc-gen-go-grpc=$(go tool -n protoc-gen-go-grpc) --go_out=.. --go_opt=module=github.com/firnid/firn --go-grpc_out=.. --go-grpc_opt=module=github.com/firnid/firn firn/v1/firn.proto"
 //go:generate bash ../clients/python/gen.sh
 //go:generate bash ../clients/ts/gen.sh
+//go:generate bash ../clients/java/gen.sh

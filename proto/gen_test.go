@@ -52,6 +52,7 @@ func TestGeneratedCodeUpToDate(t *testing.T) {
 var clientGens = []struct{ script, committed string }{
 	{"clients/python/gen.sh", "clients/python/firn_client/_proto"},
 	{"clients/ts/gen.sh", "clients/ts/proto/firn/v1"},
+	{"clients/java/gen.sh", "clients/java/src/main/generated"},
 }
 
 // TestClientCodeUpToDate runs each client's gen.sh into a temporary
