@@ -328,11 +328,24 @@ type readyGen struct {
 	Cause string `json:"cause,omitempty"`
 }
 
-// handleReady: 200 only while the default generator serves; the body gives
-// each generator's state and reason.
+// handleReady: 200 only while the generator asked for serves — the one
+// named by generator= (404 for an unknown name), else the default — so
+// that a pod serving several generators can be probed for each; the body
+// gives every generator's state, and names the one the answer is for.
 func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
+	q, err := strictQuery(r.URL.RawQuery, queryParams{"generator": true})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	asked, err := n.core.Lookup(q["generator"])
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
 	var out struct {
 		Ready      bool       `json:"ready"`
+		Generator  string     `json:"generator"`
 		Generators []readyGen `json:"generators"`
 	}
 	for _, rt := range n.gens {
@@ -340,7 +353,8 @@ func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
 			Serving: rt.State().Serving(), State: rt.State().State().String(), Reason: rt.State().Reason(),
 			Cause: string(rt.State().Snapshot().Refusal().Code)})
 	}
-	out.Ready = n.gens[0].State().Serving()
+	out.Generator = asked.Name()
+	out.Ready = asked.State().Serving()
 	status := 200
 	if !out.Ready {
 		status = 503

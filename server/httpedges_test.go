@@ -296,6 +296,29 @@ func TestAdminResumeEdges(t *testing.T) {
 	}
 	waitServing(t, n.ids, "msg", 3*time.Second)
 	waitNotServing(t, n.ids, "default", time.Second)
+	// Readiness per generator: msg serves, default is held.
+	for _, c := range []struct {
+		query string
+		code  int
+		body  string
+	}{
+		{"", 503, `"generator":"default"`},
+		{"?generator=default", 503, `"generator":"default"`},
+		{"?generator=msg", 200, `"generator":"msg"`},
+		{"?generator=", 503, `"generator":"default"`},
+		{"?generator=nope", 404, `NOT_FOUND`},
+		{"?name=msg", 400, `name`},
+	} {
+		resp, err := n.httpc.Get(n.base + "/readyz" + c.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(string(b), c.body) {
+			t.Fatalf("GET /readyz%s with msg serving and default held: %d %s, want %d with %s", c.query, resp.StatusCode, b, c.code, c.body)
+		}
+	}
 	if code, body := resume("?generator=msg", "generator=msg", nil, ""); code != 400 {
 		t.Fatalf("generator in the query and the body: %d %s, want 400", code, body)
 	}

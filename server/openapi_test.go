@@ -162,6 +162,8 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 		{"GET /v1/decode/{id} 404", get(serving.httpc, a+"/v1/decode/1?generator=nope")},
 		{"GET /readyz 200", get(serving.httpc, a+"/readyz")},
 		{"GET /readyz 503", get(out.httpc, b+"/readyz")},
+		{"GET /readyz 400", get(serving.httpc, a+"/readyz?generatr=chats")},
+		{"GET /readyz 404", get(serving.httpc, a+"/readyz?generator=nope")},
 		{"GET /healthz 200", get(serving.httpc, a+"/healthz")},
 		{"GET /metrics 200", get(serving.httpc, a+"/metrics")},
 		{"GET / 200", get(serving.httpc, a+"/")},
