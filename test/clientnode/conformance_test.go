@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -233,24 +234,37 @@ func (w *world) start(bin string, sc scenario) {
 			w.certs = c
 		}
 	}
+	// Every address a node listens on is held open from its choice until
+	// the node starts (portHold): a port closed and handed out again by
+	// the next listen — four clients' scenarios run at once — would
+	// collide (seen: a node's gRPC address given to an embedded etcd).
+	ports := &portHold{t: t, held: map[int][]net.Listener{}}
+	defer ports.releaseAll()
 	if sc.DNS != "" {
-		w.dnsPort = sharedPort(t)
+		w.dnsPort = ports.shared(len(sc.Nodes))
+	}
+	addrs := make([]string, len(sc.Nodes))
+	for i := range sc.Nodes {
+		if sc.DNS != "" {
+			addrs[i] = fmt.Sprintf("127.0.0.%d:%s", i+1, w.dnsPort)
+		} else {
+			addrs[i] = "127.0.0.1:" + ports.take(i, "127.0.0.1")
+		}
 	}
 	etcdURL := ""
 	for i, ns := range sc.Nodes {
-		addr := "127.0.0.1:" + freePort(t)
-		if sc.DNS != "" {
-			addr = fmt.Sprintf("127.0.0.%d:%s", i+1, w.dnsPort)
-		}
+		addr := addrs[i]
 		args := slices.Clone(ns.Args)
 		if i == 0 {
-			args = append(args, "--embedded-client-addr", "127.0.0.1:"+freePort(t), "--embedded-peer-addr", "127.0.0.1:"+freePort(t))
+			args = append(args, "--embedded-client-addr", "127.0.0.1:"+ports.take(i, "127.0.0.1"),
+				"--embedded-peer-addr", "127.0.0.1:"+ports.take(i, "127.0.0.1"))
 		} else {
 			args = append(args, "--etcd", etcdURL)
 		}
+		args = append(args, "--http-addr", "127.0.0.1:"+ports.take(i, "127.0.0.1"))
 		cn := &confNode{name: ns.Name, workers: map[[2]uint64]bool{}}
 		if ns.Faults {
-			cn.faultAddr = "127.0.0.1:" + freePort(t)
+			cn.faultAddr = "127.0.0.1:" + ports.take(i, "127.0.0.1")
 			args = append(args, "--enable-fault-injection", "--fault-addr", cn.faultAddr)
 		}
 		var creds credentials.TransportCredentials = insecure.NewCredentials()
@@ -269,6 +283,7 @@ func (w *world) start(bin string, sc scenario) {
 		default:
 			t.Fatalf("node %s: tls %q is neither tls nor mtls", ns.Name, ns.TLS)
 		}
+		ports.release(i) // its listeners open now
 		cn.node = launchNode(t, bin, addr, creds, args...)
 		w.nodes[ns.Name] = cn
 		w.order = append(w.order, cn)
@@ -304,6 +319,63 @@ func (w *world) start(bin string, sc scenario) {
 				cn.workers[[2]uint64{uint64(g.GetDatacenter()), uint64(wk)}] = true
 			}
 		}
+	}
+}
+
+// portHold chooses free ports and keeps each open, under the node that
+// will listen on it, until that node starts: no two choices of one
+// scenario, nor of scenarios running at once, name the same port.
+type portHold struct {
+	t    *testing.T
+	held map[int][]net.Listener // node index → its ports
+}
+
+// take holds a free port on host for node i and returns it.
+func (p *portHold) take(i int, host string) string {
+	p.t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.held[i] = append(p.held[i], l)
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// shared holds one port free on 127.0.0.1 to 127.0.0.n, the one on
+// 127.0.0.(i+1) for node i, and returns it.
+func (p *portHold) shared(n int) string {
+	p.t.Helper()
+	for try := 0; try < 20; try++ {
+		port := p.take(0, "127.0.0.1")
+		ok := true
+		for i := 2; i <= n && ok; i++ {
+			l, err := net.Listen("tcp", net.JoinHostPort(fmt.Sprintf("127.0.0.%d", i), port))
+			if err != nil {
+				ok = false
+				continue
+			}
+			p.held[i-1] = append(p.held[i-1], l)
+		}
+		if ok {
+			return port
+		}
+	}
+	p.t.Fatalf("no port free on 127.0.0.1-%d", n)
+	return ""
+}
+
+// release closes node i's ports, as it starts.
+func (p *portHold) release(i int) {
+	for _, l := range p.held[i] {
+		l.Close()
+	}
+	delete(p.held, i)
+}
+
+// releaseAll closes every port still held.
+func (p *portHold) releaseAll() {
+	for i := range p.held {
+		p.release(i)
 	}
 }
 
