@@ -549,8 +549,8 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 		c.stats.fetchErrors.Add(1)
 		var stop bool
 		if stop, last = c.failed(ctx, ep, err, ran, missed, cut, &notFound); stop {
-			if ctx.Err() != nil {
-				return fetched{}, ctx.Err()
+			if err := callerDone(ctx); err != nil {
+				return fetched{}, err
 			}
 			return fetched{}, last
 		}
@@ -567,7 +567,7 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 // (NOT_FOUND), and returns whether the round ends here and the error to
 // report (the caller's context ended, or the error does not fail over).
 func (c *Client) failed(ctx context.Context, ep *endpoint, err error, ran time.Duration, missed, cut bool, notFound *int) (stop bool, last error) {
-	if ctx.Err() != nil {
+	if callerDone(ctx) != nil {
 		// The caller gave up: that counts against the endpoint only if
 		// it missed the deadline it was sent.
 		if countsAgainst(err, missed) {
@@ -729,6 +729,20 @@ func (c *Client) check(ctx context.Context, ep *endpoint) error {
 	}
 	if s == healthNotServing {
 		return errNotServing
+	}
+	return nil
+}
+
+// callerDone is the caller's context's error, or DeadlineExceeded once
+// its deadline has passed though the context's timer has not fired yet:
+// an attempt that ran to the caller's own deadline and missed it is the
+// caller's deadline running out, not an endpoint failing.
+func callerDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
 	}
 	return nil
 }
