@@ -283,29 +283,17 @@ func (r *runner) closeWhileWaiting(cmd command) answer {
 		return answer{Error: "no client open"}
 	}
 	c := r.c
-	out := make([]callerResult, max(cmd.Callers, 1))
-	var wg sync.WaitGroup
-	for i := range out {
-		wg.Add(1)
-		go func(res *callerResult) {
-			defer wg.Done()
-			res.IDs, res.Runs, res.Errors = []string{}, [][2]string{}, []callError{}
-			ctx, cancel := context.Background(), context.CancelFunc(func() {})
-			if cmd.DeadlineMS > 0 {
-				ctx, cancel = context.WithTimeout(ctx, ms(cmd.DeadlineMS))
-			}
-			defer cancel()
-			if id, err := c.Next(ctx); err != nil {
-				res.Errors = append(res.Errors, describe(0, err))
-			} else {
-				res.IDs = append(res.IDs, dec(id))
-			}
-		}(&out[i])
+	next, err := r.call(command{Op: "next"})
+	if err != nil {
+		return answer{Error: err.Error()}
 	}
+	// Each caller makes one Next call, begun before the close.
+	done := make(chan []callerResult, 1)
+	go func() { done <- callers(command{Callers: cmd.Callers, Calls: 1, DeadlineMS: cmd.DeadlineMS}, next) }()
 	time.Sleep(ms(cmd.WaitMS))
 	start := time.Now()
 	c.Close()
-	wg.Wait()
+	out := <-done
 	took := time.Since(start).Milliseconds()
 	r.c = nil
 	return answer{OK: true, Callers: out, CloseMS: &took}
