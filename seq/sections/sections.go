@@ -1,9 +1,9 @@
 // Package sections is one node's serving side of a per-key sequence
 // generator: its membership among the generator's nodes, the leases of
-// the sections it should own (rendezvous hashing over the live members),
-// each owned section's keys and their current values in memory, and the
-// write ahead of each section's persisted maximum in the coordinator's
-// counter record (docs/design.md, Per-key sequences). A node serves it
+// the sections it should own (seq.Assign: balanced rendezvous hashing
+// over the live members), each owned section's keys and their current
+// values in memory, and the write ahead of each section's persisted
+// maximum in the coordinator's counter record (docs/design.md, Per-key sequences). A node serves it
 // through server/core/seq.go.
 //
 // The rules that make a key's values strictly increase across owners:
@@ -138,6 +138,14 @@ func (e *RaiseError) Error() string {
 
 func (e *RaiseError) Unwrap() error { return e.Err }
 
+// ErrRaisePending: a call needed a raise of its section's maximum and the
+// coordinator had not acknowledged it shortly before the call's deadline.
+var ErrRaisePending = errors.New("the raise this call needs was not acknowledged")
+
+// deadlineMargin is how long before its caller's deadline a call that
+// waits for a raise gives up (ErrRaisePending).
+const deadlineMargin = 20 * time.Millisecond
+
 // Owner is one section's owner as the node last read it.
 type Owner struct {
 	Section int
@@ -204,6 +212,7 @@ type Manager struct {
 	member   coordinator.Lease
 	beatAt   time.Duration
 	members  []string
+	assigned []string                        // seq.Assign of members, kept while they stay the same
 	nodes    map[string]coordinator.NodeInfo // instance → node
 	owners   []coordinator.NodeInfo          // section → live owner (zero: none)
 	mark     segment.Mark
@@ -307,6 +316,10 @@ func (m *Manager) Next(ctx context.Context, key []byte, n uint64) (uint64, error
 	if st == nil || !st.serving.Load() {
 		return 0, m.notServed(s, st)
 	}
+	var (
+		cut      <-chan time.Time // the caller's deadline, less deadlineMargin
+		waitFrom time.Duration
+	)
 	st.mu.Lock()
 	for {
 		if st.dropped {
@@ -342,8 +355,26 @@ func (m *Manager) Next(ctx context.Context, key []byte, n uint64) (uint64, error
 		ch := st.raised
 		st.mu.Unlock()
 		m.kickRaise()
+		// The wait ends before the caller's deadline (against the
+		// context's own monotonic reading, not the node's clock): a raise
+		// that takes longer is refused as such, not as a deadline.
+		if dl, ok := ctx.Deadline(); ok && cut == nil {
+			waitFrom = m.mono()
+			cutT := time.NewTimer(max(time.Until(dl)-deadlineMargin, 0))
+			defer cutT.Stop()
+			cut = cutT.C
+		}
 		select {
 		case <-ch:
+		case <-cut:
+			st.mu.Lock()
+			if cur, ok := st.keys[h]; !st.dropped && (ok && cur+n <= st.acked || !ok && st.floor+n <= st.acked) {
+				continue
+			}
+			st.mu.Unlock()
+			return 0, &RaiseError{Generator: m.cfg.Generator, Section: s,
+				Err: fmt.Errorf("%w within the %v the call could wait (the coordinator is slow or unreachable)",
+					ErrRaisePending, (m.mono() - waitFrom).Round(time.Millisecond))}
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
@@ -491,7 +522,11 @@ func (m *Manager) raiseOnce() {
 	m.mu.Unlock()
 	start := m.mono()
 	r, err := coordinator.RaiseSections(ctx, m.cfg.Counters, m.cspec, want, known, false)
-	m.cfg.Observe("raise", m.mono()-start, err)
+	took := m.mono() - start
+	m.cfg.Observe("raise", took, err)
+	if err == nil && took > m.cfg.Timeout {
+		m.log.Warn("sequence sections' maxima raised slowly", "sections", len(want), "took", took.Round(time.Millisecond))
+	}
 	if err == nil {
 		m.raises.Add(1)
 		err = m.noteWrite(r.Record.State)
@@ -640,6 +675,10 @@ func (m *Manager) tick() {
 	}
 	sort.Strings(members)
 	m.mu.Lock()
+	if !slices.Equal(members, m.members) || m.assigned == nil {
+		m.assigned = seq.Assign(S, members)
+	}
+	assigned := m.assigned
 	m.owners, m.nodes, m.members = owners, nodes, members
 	m.mu.Unlock()
 
@@ -648,7 +687,7 @@ func (m *Manager) tick() {
 	var toTake []int
 	for s := range S {
 		st := m.sec[s].Load()
-		top := seq.Owner(s, members)
+		top := assigned[s]
 		switch {
 		case st != nil && (ended(st.lease) || st.lease.Assured() == 0):
 			// A lease no longer assured is given up for good, even if its
@@ -678,20 +717,20 @@ func (m *Manager) tick() {
 	if len(toTake) > 0 {
 		m.take(ctx, toTake, rec)
 	}
-	m.readyCheck(members)
+	m.readyCheck(assigned)
 }
 
 // readyCheck tells the serving state the generator serves once every
 // section this node should own serves here (at its start: a restart
 // after a crash waits for its old leases to end), and at every round
 // after that.
-func (m *Manager) readyCheck(members []string) {
+func (m *Manager) readyCheck(assigned []string) {
 	m.mu.Lock()
 	ready := m.ready
 	m.mu.Unlock()
 	if !ready {
 		for s := range m.sec {
-			if seq.Owner(s, members) != m.cfg.Node.InstanceID {
+			if assigned[s] != m.cfg.Node.InstanceID {
 				continue
 			}
 			if st := m.sec[s].Load(); st == nil || !st.serving.Load() {
@@ -807,7 +846,7 @@ func (m *Manager) take(ctx context.Context, ss []int, rec coordinator.CounterRec
 			st.serving.Store(true)
 		}
 		m.sec[s].Store(st)
-		m.log.Info("sequence section taken", "generator", m.cfg.Generator, "section", s, "above", base, "max", st.acked, "settle", m.cfg.Settle)
+		m.log.Info("sequence section taken", "section", s, "above", base, "max", st.acked, "settle", m.cfg.Settle)
 	}
 }
 
@@ -824,7 +863,7 @@ func (m *Manager) confirm(c segment.Counter, readAt time.Duration) {
 			continue
 		}
 		st.serving.Store(true)
-		m.log.Info("sequence section serving", "generator", m.cfg.Generator, "section", i)
+		m.log.Info("sequence section serving", "section", i)
 	}
 }
 
@@ -846,7 +885,7 @@ func (m *Manager) drop(st *section, why string) bool {
 	m.keys.Add(-int64(n))
 	m.sec[st.idx].CompareAndSwap(st, nil)
 	m.rels.Add(1)
-	m.log.Info("sequence section given up", "generator", m.cfg.Generator, "section", st.idx, "reason", why)
+	m.log.Info("sequence section given up", "section", st.idx, "reason", why)
 	return true
 }
 

@@ -858,8 +858,9 @@ func (w *world) seqSettled(n *node, nc *core.Core) (ok bool, why string) {
 		n.mu.Unlock()
 		strays, members := w.seqStrays()
 		members = append(members, info.InstanceID)
+		assigned := seq.Assign(seqSections, members)
 		for s := range strays {
-			if seq.Owner(s, members) == info.InstanceID {
+			if assigned[s] == info.InstanceID {
 				return true, ""
 			}
 		}
