@@ -259,3 +259,41 @@ func BenchmarkNextManyKeys(b *testing.B) {
 }
 
 func getenv(k string) string { return os.Getenv(k) }
+
+// TestRaisePendingBeforeDeadline: a call that needs its section's maximum
+// raised, while the coordinator does not answer, is refused shortly before
+// its deadline with ErrRaisePending (COORDINATOR_UNAVAILABLE to the
+// caller), not left to time out without a reason.
+func TestRaisePendingBeforeDeadline(t *testing.T) {
+	st := memory.New(memory.Config{TTL: 5 * time.Second})
+	m, c := start(t, st, "a", 1, 0, 0)
+	waitServing(t, m, 1)
+	ctx := context.Background()
+	// Up to the acknowledged maximum, with the coordinator stopped: the
+	// raise this starts hangs.
+	c.Freeze()
+	defer c.Thaw()
+	m.mu.Lock()
+	sec := m.sec[0].Load()
+	m.mu.Unlock()
+	sec.mu.Lock()
+	acked := sec.acked
+	sec.mu.Unlock()
+	for left := acked; left > 0; {
+		n := min(left, seq.MaxCount)
+		if _, err := m.Next(ctx, []byte("k"), n); err != nil {
+			t.Fatalf("Next below the acknowledged maximum %d: %v", acked, err)
+		}
+		left -= n
+	}
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_, err := m.Next(cctx, []byte("k"), 1)
+	took := time.Since(began)
+	var re *RaiseError
+	if !errors.As(err, &re) || !errors.Is(err, ErrRaisePending) || cctx.Err() != nil {
+		t.Fatalf("Next past the maximum, coordinator stopped: %v after %v (context: %v); want ErrRaisePending before the deadline", err, took, cctx.Err())
+	}
+	t.Logf("refused after %v: %v", took.Round(time.Millisecond), err)
+}
