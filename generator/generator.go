@@ -49,6 +49,10 @@ var (
 type RollbackError struct {
 	Step  time.Duration // size of the backward step(s) detected
 	Limit time.Duration // MaxLead
+	// RetryAfter is how long the clock, running on from this reading,
+	// takes to bring the last issued time back within MaxLead, when the
+	// generator serves again by itself (zero: unknown).
+	RetryAfter time.Duration
 }
 
 func (e *RollbackError) Error() string {
@@ -860,7 +864,7 @@ func (g *Generator) checkStep(wall int64, mono time.Duration, now, at, lead int6
 	offset := time.Duration(wall) - mono
 	if at-now > lead {
 		if s := g.base - offset; rollbackFails(s, g.maxLead) {
-			return wait{}, &RollbackError{Step: s, Limit: g.maxLead}
+			return wait{}, &RollbackError{Step: s, Limit: g.maxLead, RetryAfter: max(g.until(at-lead, wall), 0)}
 		}
 		return wait{kind: waitClock, d: g.until(at-lead, wall)}, nil
 	}

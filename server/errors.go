@@ -121,7 +121,7 @@ func describe(err error) (d detail, ok bool) {
 	case errors.Is(err, core.ErrUnknownGenerator):
 		return detail{reasonNotFound, meta(), 0}, true
 	case errors.As(err, &rb):
-		return detail{clockguard.CodeClockRollback, meta("limit", rb.Limit.String(), "measured", rb.Step.Round(time.Millisecond).String()), 0}, true
+		return detail{clockguard.CodeClockRollback, meta("limit", rb.Limit.String(), "measured", rb.Step.Round(time.Millisecond).String()), rb.RetryAfter}, true
 	case errors.Is(err, generator.ErrRollback):
 		return detail{clockguard.CodeClockRollback, meta(), 0}, true
 	case errors.Is(err, generator.ErrClockRange):

@@ -151,8 +151,19 @@ func TestFaultClockOffset(t *testing.T) {
 	}
 	_, err = n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 10})
 	wantCode(t, "NextIDs after a −5s step", err, codes.Unavailable, "clock rolled back")
-	wantInfo(t, "NextIDs after a −5s step", err, "CLOCK_ROLLBACK", map[string]string{"limit": "1s"})
+	// The node serves again by itself once the clock reaches the last
+	// time it issued (less max-lead): about 4 s from now. The refusal
+	// says so (RetryInfo), as the HTTP answer does (Retry-After).
+	retry := wantInfo(t, "NextIDs after a −5s step", err, "CLOCK_ROLLBACK", map[string]string{"limit": "1s"})
+	if d := retry.GetRetryDelay().AsDuration(); retry == nil || d < 3*time.Second || d > 4100*time.Millisecond {
+		t.Fatalf("NextIDs after a −5s step (max-lead 1s): RetryInfo %v, want about 4s (when the clock reaches the last issued time, less max-lead)", retry)
+	}
 	wantHTTP(t, n, "/v1/ids", 503, "CLOCK_ROLLBACK", "clock rolled back")
+	if resp, err := n.httpc.Get(n.base + "/v1/ids"); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("GET /v1/ids after a −5s step: no Retry-After")
+	}
 	code, body := httpGet(t, n.httpc, n.base+"/readyz")
 	if code != 503 || !strings.Contains(body, "clock rolled back") {
 		t.Fatalf("/readyz %d %s after a −5s step", code, body)

@@ -175,7 +175,7 @@ func (p *Policy) OnStep(st clockguard.Step) {
 				continue
 			}
 			if lead > gen.MaxLead() {
-				p.setRollback(gen, &generator.RollbackError{Step: st.Size, Limit: gen.MaxLead()})
+				p.setRollback(gen, &generator.RollbackError{Step: st.Size, Limit: gen.MaxLead()}, st.Wall.Add(lead-gen.MaxLead()))
 				if p.cfg.RollbackRecovery == "manual" {
 					p.setManual(gen.Name(), true)
 				}
@@ -207,10 +207,17 @@ func (p *Policy) setManual(name string, on bool) bool {
 
 // setRollback holds gen out for a backward step beyond max-lead (from the
 // step detector, or a generator's RollbackError) and makes the probe loop
-// check for recovery often.
-func (p *Policy) setRollback(gen Generator, rb *generator.RollbackError) {
+// check for recovery often. retryAt is when the clock, running on from
+// where it stepped to, brings the generator's lead back within max-lead
+// and the hold ends by itself (zero: unknown): the refusals' RetryInfo.
+// Under --rollback-recovery manual the hold waits for an operator, and no
+// time is promised.
+func (p *Policy) setRollback(gen Generator, rb *generator.RollbackError, retryAt time.Time) {
+	if p.cfg.RollbackRecovery == "manual" {
+		retryAt = time.Time{}
+	}
 	gen.State().SetCause(clockguard.SourceClockRollback, rb.Error(),
-		clockguard.Detail{Limit: rb.Limit.String(), Measured: rb.Step.Round(time.Millisecond).String()})
+		clockguard.Detail{Limit: rb.Limit.String(), Measured: rb.Step.Round(time.Millisecond).String(), RetryAt: retryAt})
 	select {
 	case p.kick <- struct{}{}:
 	default:
@@ -223,7 +230,12 @@ func (p *Policy) NoteError(gen Generator, err error) {
 	var rb *generator.RollbackError
 	switch {
 	case errors.As(err, &rb):
-		p.setRollback(gen, rb)
+		var at time.Time
+		if rb.RetryAfter > 0 {
+			wall, _ := p.clock.Now()
+			at = wall.Add(rb.RetryAfter)
+		}
+		p.setRollback(gen, rb, at)
 	case errors.Is(err, generator.ErrClockRange):
 		gen.State().Set(clockguard.SourceClockRange, err.Error())
 	}

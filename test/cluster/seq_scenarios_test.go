@@ -93,8 +93,11 @@ var seqScenarios = []scenario{
 		e.row.Recover = recoverFigure(took, e.ttl()) + fmt.Sprintf("; back %v after resume", back.Round(time.Millisecond))
 		e.t.Logf("n1 stopped: its sections %v served elsewhere %s; resumed: probes %s; its share served again %v later",
 			owned, recoverFigure(took, e.ttl()), pr, back.Round(time.Millisecond))
+		// Resumed, n1 finds its coordinator session gone (ZooKeeper: it
+		// expired while n1 was stopped) and refuses, naming that, until it
+		// has a new one.
 		window := []fault{
-			{node: "n1", from: frozen, cutOff: true, causes: seqMoving},
+			{node: "n1", from: frozen, cutOff: true, causes: slices.Concat(seqMoving, coordinatorLost)},
 			{from: frozen, causes: seqSectionMoving},
 		}
 		for i := range window {
