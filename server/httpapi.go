@@ -1,6 +1,6 @@
 package server
 
-// The HTTP API: GET /v1/ids, GET /v1/decode/{id}, /metrics, /healthz,
+// The HTTP API: GET /v1/ids, GET /v1/ranges, GET /v1/decode/{id}, /metrics, /healthz,
 // /readyz and POST /admin/resume, on the HTTP listener (with the status
 // page, statuspage.go). The fault endpoint has a listener of its own
 // (fault.go).
@@ -72,6 +72,7 @@ func (n *Node) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	routes := map[string]http.Handler{
 		"GET /v1/ids":         n.requireClientCert(n.handleIDs),
+		"GET /v1/ranges":      n.requireClientCert(n.handleRanges),
 		"GET /v1/decode/{id}": n.requireClientCert(n.handleDecode),
 		"POST /v1/seq":        n.requireClientCert(n.handleSeq),
 		"GET /metrics":        promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}),
@@ -131,7 +132,7 @@ func apiFallback(mux *http.ServeMux, routes map[string]http.Handler) http.Handle
 				Message: fmt.Sprintf("no path %s: did you mean %s?", path, core.Echo(rec.header.Get("Location")))}})
 		default:
 			writeJSON(w, http.StatusNotFound, httpError{Error: httpErrorBody{Code: codeName(codes.NotFound),
-				Message: fmt.Sprintf("no path %s (the API: GET /v1/ids, GET /v1/decode/{id}, POST /v1/seq, GET /readyz, GET /healthz, GET /metrics, POST /admin/resume, GET /)", path)}})
+				Message: fmt.Sprintf("no path %s (the API: GET /v1/ids, GET /v1/ranges, GET /v1/decode/{id}, POST /v1/seq, GET /readyz, GET /healthz, GET /metrics, POST /admin/resume, GET /)", path)}})
 		}
 	})
 }
@@ -280,6 +281,61 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 	b.WriteString("]}\n")
 	w.Header().Set("Content-Type", "application/json")
 	// IDs are single-use: no cache may keep or replay them.
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write([]byte(b.String()))
+}
+
+// handleRanges is NextRange over HTTP: count IDs of the generator as
+// runs of consecutive IDs, {"runs":[{"first":"…","count":N},…]} in
+// increasing order, first as a decimal string (IDs pass 2^53).
+func (n *Node) handleRanges(w http.ResponseWriter, r *http.Request) {
+	q, err := strictQuery(r.URL.RawQuery, queryParams{"generator": true, "count": false})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	count := uint64(1)
+	if s, ok := q["count"]; ok {
+		if count, err = strconv.ParseUint(s, 10, 64); err != nil {
+			rt, err := n.core.Lookup(q["generator"]) // an unknown generator first, as for a count out of bounds
+			if err == nil {
+				err = core.BadField("count", s, fmt.Sprintf("[1, %d]", rt.MaxRange()), "count %q is not an integer in [1, %d]", s, rt.MaxRange())
+			}
+			writeErr(w, err)
+			return
+		}
+	}
+	if r.Method == http.MethodHead {
+		if _, err := n.core.CheckRange(q["generator"], count); err != nil {
+			writeErr(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		return
+	}
+	ctx, cancel := context.WithTimeout(admission.WithHTTPFlowKey(r.Context(), r), n.cfg.HTTPRequestTimeout)
+	defer cancel()
+	runs, err := n.core.NextRange(ctx, q["generator"], count)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	var b strings.Builder
+	b.Grow(len(runs)*48 + 16)
+	b.WriteString(`{"runs":[`)
+	for i, run := range runs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"first":"`)
+		b.WriteString(strconv.FormatUint(run.First, 10))
+		b.WriteString(`","count":`)
+		b.WriteString(strconv.FormatUint(run.Count, 10))
+		b.WriteByte('}')
+	}
+	b.WriteString("]}\n")
+	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Write([]byte(b.String()))
 }

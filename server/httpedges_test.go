@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -80,14 +81,14 @@ func TestHTTPHeadIssuesNothing(t *testing.T) {
 		return value(t, scrape(t, n.httpc, n.base), "firn_ids_issued_total", map[string]string{"generator": "default"})
 	}
 	before := issued()
-	for range 3 {
-		resp, err := n.httpc.Head(n.base + "/v1/ids?count=1000")
+	for _, path := range []string{"/v1/ids?count=1000", "/v1/ids?count=1000", "/v1/ranges?count=100000"} {
+		resp, err := n.httpc.Head(n.base + path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode != 200 || resp.Header.Get("Cache-Control") != "no-store" {
-			t.Fatalf("HEAD /v1/ids?count=1000: %s, Cache-Control %q", resp.Status, resp.Header.Get("Cache-Control"))
+			t.Fatalf("HEAD %s: %s, Cache-Control %q", path, resp.Status, resp.Header.Get("Cache-Control"))
 		}
 	}
 	if after := issued(); after != before {
@@ -101,6 +102,69 @@ func TestHTTPHeadIssuesNothing(t *testing.T) {
 	if resp.StatusCode != 400 {
 		t.Fatalf("HEAD /v1/ids?count=0: %s, want 400 as GET", resp.Status)
 	}
+}
+
+// TestHTTPRanges: GET /v1/ranges answers count IDs as increasing runs,
+// above the IDs issued before it and below those issued after, and refuses
+// a count beyond the generator's max range naming the bound.
+func TestHTTPRanges(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir())
+	waitServing(t, n.ids, "", 10*time.Second)
+	getJSON := func(path string, v any) int {
+		t.Helper()
+		resp, err := n.httpc.Get(n.base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode == 200 {
+			if err := json.Unmarshal(body, v); err != nil {
+				t.Fatalf("GET %s: %q: %v", path, body, err)
+			}
+		} else if err := json.Unmarshal(body, v); err != nil {
+			t.Fatalf("GET %s: error body %q is not JSON: %v", path, body, err)
+		}
+		return resp.StatusCode
+	}
+	var before, after struct{ IDs []string }
+	var got struct {
+		Runs []struct {
+			First string
+			Count uint64
+		}
+	}
+	getJSON("/v1/ids", &before)
+	const count = 50_000
+	if code := getJSON(fmt.Sprintf("/v1/ranges?count=%d", count), &got); code != 200 {
+		t.Fatalf("GET /v1/ranges?count=%d: %d", count, code)
+	}
+	getJSON("/v1/ids", &after)
+	low, _ := strconv.ParseUint(before.IDs[0], 10, 64)
+	high, _ := strconv.ParseUint(after.IDs[0], 10, 64)
+	total, prev := uint64(0), low
+	for i, r := range got.Runs {
+		first, err := strconv.ParseUint(r.First, 10, 64)
+		if err != nil || r.Count == 0 || first <= prev || first+r.Count-1 >= high {
+			t.Fatalf("run %d of %d: %+v after %d (before the call %d, after it %d): want increasing runs between them", i, len(got.Runs), r, prev, low, high)
+		}
+		prev, total = first+r.Count-1, total+r.Count
+	}
+	if total != count {
+		t.Fatalf("the runs hold %d IDs, want %d", total, count)
+	}
+	var refused struct {
+		Error struct {
+			Reason   string
+			Metadata map[string]string
+		}
+	}
+	if code := getJSON("/v1/ranges?count=18446744073709551615", &refused); code != 400 || refused.Error.Reason != "BAD_REQUEST" ||
+		refused.Error.Metadata["field"] != "count" || !strings.HasPrefix(refused.Error.Metadata["limit"], "[1, ") {
+		t.Fatalf("GET /v1/ranges beyond the max range: %d %+v; want 400 naming count and its bound", code, refused)
+	}
+	t.Logf("%d IDs in %d runs", count, len(got.Runs))
 }
 
 // TestHTTPEchoBounded: an error repeats at most a short prefix of what

@@ -246,6 +246,16 @@ func (c *Core) NextIDs(ctx context.Context, generator string, dst []uint64) erro
 // count runs from 1 to the generator's max_range
 // (GeneratorStatus.MaxRange).
 func (c *Core) NextRange(ctx context.Context, generator string, count uint64) ([]generator.Run, error) {
+	rt, err := c.CheckRange(generator, count)
+	if err != nil {
+		return nil, err
+	}
+	return rt.issueRuns(ctx, count)
+}
+
+// CheckRange is NextRange's check of its request, issuing nothing (HTTP
+// HEAD): the generator exists and count is within its bounds.
+func (c *Core) CheckRange(generator string, count uint64) (*Generator, error) {
 	rt, err := c.Lookup(generator)
 	if err != nil {
 		return nil, err
@@ -254,7 +264,7 @@ func (c *Core) NextRange(ctx context.Context, generator string, count uint64) ([
 		return nil, BadField("count", strconv.FormatUint(count, 10), fmt.Sprintf("[1, %d]", rt.maxRange),
 			"count %d outside [1, %d] for generator %q (sequence per unit × units in max-lead × workers)", count, rt.maxRange, rt.cfg.Name)
 	}
-	return rt.issueRuns(ctx, count)
+	return rt, nil
 }
 
 // CheckBatch looks the named generator up and checks a batch's count

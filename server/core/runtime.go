@@ -109,6 +109,9 @@ func (rt *Generator) IsDefault() bool { return rt.isDefault }
 // MaxBatch is the most IDs one batch request may ask for.
 func (rt *Generator) MaxBatch() int { return rt.maxBatch }
 
+// MaxRange is the most IDs one NextRange may ask for.
+func (rt *Generator) MaxRange() uint64 { return rt.maxRange }
+
 // Fair is the generator's admission: its queue and the requests it shed.
 func (rt *Generator) Fair() *admission.FairShare { return rt.fair }
 
