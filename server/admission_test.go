@@ -92,7 +92,7 @@ func TestAdmissionRefusesAtOnce(t *testing.T) {
 		return err == nil
 	})
 	wantCode(t, "NextIDs beyond the queue", err, codes.ResourceExhausted, "overloaded", "--max-queue 192")
-	retry := wantInfo(t, "NextIDs beyond the queue", err, "OVERLOADED", map[string]string{"generator": "default", "limit": "192"})
+	retry := wantInfo(t, "NextIDs beyond the queue", err, "OVERLOADED", map[string]string{"generator": "default", "limit_ids": "192"})
 	if retry == nil || retry.GetRetryDelay().AsDuration() <= 0 || retry.GetRetryDelay().AsDuration() > 3*time.Second {
 		t.Fatalf("RetryInfo %v: want when the queue drains (under 3 s)", retry)
 	}
@@ -203,7 +203,7 @@ func TestClientRate(t *testing.T) {
 	}
 	_, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 50})
 	wantCode(t, "past --client-rate", err, codes.ResourceExhausted, "--client-rate 10")
-	retry := wantInfo(t, "past --client-rate", err, "OVERLOADED", map[string]string{"bound": "client-rate", "limit": "10", "burst": "100"})
+	retry := wantInfo(t, "past --client-rate", err, "OVERLOADED", map[string]string{"bound": "client-rate", "limit_ids_per_second": "10", "burst_ids": "100"})
 	if d := retry.GetRetryDelay().AsDuration(); d < 4*time.Second || d > 5*time.Second {
 		t.Fatalf("RetryInfo %v: want about 5 s (50 IDs at 10/s)", d)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -30,8 +31,10 @@ const (
 	reasonMoving     clockguard.Code = "SECTION_MOVING"
 )
 
-// ErrorDomain is the domain of every ErrorInfo the node sends.
-const ErrorDomain = "firn"
+// ErrorDomain is the domain of every ErrorInfo the node sends: the name
+// of the service whose reasons they are (AIP-193), the one service that
+// refuses with them.
+const ErrorDomain = "firn.v1.IDService"
 
 // code maps an error to its gRPC code: the one table of the node. HTTP
 // status codes derive from it (httpStatus).
@@ -82,7 +85,8 @@ func describe(err error) (d detail, ok bool) {
 		m := map[string]string{}
 		for i := 0; i+1 < len(kv); i += 2 {
 			if kv[i+1] != "" {
-				m[kv[i]] = kv[i+1]
+				k, v := withUnit(kv[i], kv[i+1])
+				m[k] = v
 			}
 		}
 		return m
@@ -108,10 +112,10 @@ func describe(err error) (d detail, ok bool) {
 	case errors.As(err, &oe):
 		if oe.ClientRate > 0 {
 			return detail{reasonOverloaded, meta("generator", oe.Generator, "bound", oe.Bound(),
-				"limit", strconv.FormatFloat(oe.ClientRate, 'g', -1, 64), "burst", strconv.FormatInt(oe.ClientBurst, 10)), oe.RetryAfter}, true
+				"limit_ids_per_second", strconv.FormatFloat(oe.ClientRate, 'g', -1, 64), "burst_ids", strconv.FormatInt(oe.ClientBurst, 10)), oe.RetryAfter}, true
 		}
-		return detail{reasonOverloaded, meta("generator", oe.Generator, "bound", oe.Bound(), "limit", strconv.FormatInt(oe.Limit, 10),
-			"measured", strconv.FormatInt(oe.Queued, 10)), oe.RetryAfter}, true
+		return detail{reasonOverloaded, meta("generator", oe.Generator, "bound", oe.Bound(), "limit_ids", strconv.FormatInt(oe.Limit, 10),
+			"measured_ids", strconv.FormatInt(oe.Queued, 10)), oe.RetryAfter}, true
 	case errors.As(err, &re):
 		return detail{reasonBadRequest, meta("field", re.Field, "value", re.Value, "limit", re.Limit), 0}, true
 	case errors.As(err, &ue):
@@ -138,9 +142,30 @@ func describe(err error) (d detail, ok bool) {
 	return detail{}, false
 }
 
+// withUnit is a limit or measured metadata pair as AIP-193 would have it:
+// the unit in the key, the value a bare number. A duration ("250ms", "3.2s") becomes
+// key_ms with its milliseconds; a count of live nodes ("3 live nodes")
+// key_nodes with the count. Any other value is kept as it is (a request's
+// bound "[1, 1000]" is a range of a count, which has no unit).
+func withUnit(key, value string) (string, string) {
+	if key != "limit" && key != "measured" {
+		return key, value // names, and measures whose key carries their unit
+	}
+	if d, err := time.ParseDuration(value); err == nil && value != "0" {
+		return key + "_ms", strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64)
+	}
+	if n, rest, ok := strings.Cut(value, " "); ok && (rest == "live node" || rest == "live nodes") {
+		if _, err := strconv.Atoi(n); err == nil {
+			return key + "_nodes", n
+		}
+	}
+	return key, value
+}
+
 // grpcError turns an error into a gRPC status error carrying
-// google.rpc.ErrorInfo (domain firn) and, when the node knows when it will
-// serve again, google.rpc.RetryInfo.
+// google.rpc.ErrorInfo (domain ErrorDomain), when the node knows when it will
+// serve again google.rpc.RetryInfo, and for a request error naming a field
+// google.rpc.BadRequest.
 func grpcError(err error) error {
 	if err == nil {
 		return nil
@@ -156,6 +181,12 @@ func grpcError(err error) error {
 	details := []protoadapt.MessageV1{&errdetails.ErrorInfo{Reason: string(d.reason), Domain: ErrorDomain, Metadata: d.metadata}}
 	if d.retry > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.retry)})
+	}
+	// An invalid argument also names its field the standard way
+	// (google.rpc.BadRequest), for tools that read no ErrorInfo.
+	if re := (*core.RequestError)(nil); errors.As(err, &re) && re.Field != "" {
+		details = append(details, &errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: re.Field, Description: re.Msg}}})
 	}
 	if withDetails, err := st.WithDetails(details...); err == nil {
 		st = withDetails

@@ -38,7 +38,8 @@ func wantCode(t *testing.T, what string, err error, c codes.Code, parts ...strin
 	}
 }
 
-// wantInfo fails unless err carries google.rpc.ErrorInfo with domain firn,
+// wantInfo fails unless err carries google.rpc.ErrorInfo with domain
+// firn.v1.IDService,
 // the reason, and (at least) the metadata given; it returns the RetryInfo,
 // if any.
 func wantInfo(t *testing.T, what string, err error, reason string, meta map[string]string) *errdetails.RetryInfo {
@@ -57,8 +58,8 @@ func wantInfo(t *testing.T, what string, err error, reason string, meta map[stri
 	if info == nil {
 		t.Fatalf("%s: %v carries no ErrorInfo (details %v)", what, err, st.Details())
 	}
-	if info.GetDomain() != "firn" || info.GetReason() != reason {
-		t.Fatalf("%s: ErrorInfo %v, want domain firn, reason %s", what, info, reason)
+	if info.GetDomain() != "firn.v1.IDService" || info.GetReason() != reason {
+		t.Fatalf("%s: ErrorInfo %v, want domain firn.v1.IDService, reason %s", what, info, reason)
 	}
 	if _, ok := firnv1.ErrorReason_value[info.GetReason()]; !ok {
 		t.Fatalf("%s: reason %q is not in the proto's ErrorReason list", what, info.GetReason())
@@ -171,6 +172,15 @@ func TestErrorCodes(t *testing.T) {
 	_, err := n.ids.NextIDs(c, &firnv1.NextIDsRequest{Count: 0})
 	wantCode(t, "count 0", err, codes.InvalidArgument, "count 0", "[1, 1000]")
 	wantInfo(t, "count 0", err, "BAD_REQUEST", map[string]string{"field": "count", "value": "0", "limit": "[1, 1000]"})
+	var br *errdetails.BadRequest
+	for _, d := range status.Convert(err).Details() {
+		if d, ok := d.(*errdetails.BadRequest); ok {
+			br = d
+		}
+	}
+	if v := br.GetFieldViolations(); len(v) != 1 || v[0].GetField() != "count" || !strings.Contains(v[0].GetDescription(), "[1, 1000]") {
+		t.Fatalf("count 0: google.rpc.BadRequest %v, want one violation of field count naming its bound", br)
+	}
 	_, err = n.ids.NextIDs(c, &firnv1.NextIDsRequest{Count: 1001})
 	wantCode(t, "count 1001", err, codes.InvalidArgument, "count 1001", "[1, 1000]")
 	_, err = n.ids.NextIDs(c, &firnv1.NextIDsRequest{Generator: "user", Count: 129})
@@ -248,7 +258,7 @@ func TestNotServingIsUnavailableWithReason(t *testing.T) {
 	wantCode(t, "NextID not serving", err, codes.Unavailable, reason)
 	_, err = n.ids.NextIDs(c, &firnv1.NextIDsRequest{Count: 10})
 	wantCode(t, "NextIDs not serving", err, codes.Unavailable, reason)
-	wantInfo(t, "NextIDs not serving", err, "NTP_OFFSET", map[string]string{"generator": "default", "limit": "250ms"})
+	wantInfo(t, "NextIDs not serving", err, "NTP_OFFSET", map[string]string{"generator": "default", "limit_ms": "250"})
 	// Validation still comes first, and Decode needs no serving generator.
 	_, err = n.ids.NextIDs(c, &firnv1.NextIDsRequest{Count: 0})
 	wantCode(t, "count 0 while not serving", err, codes.InvalidArgument)
@@ -260,7 +270,7 @@ func TestNotServingIsUnavailableWithReason(t *testing.T) {
 		t.Fatalf("Info cause %q, want NTP_OFFSET", info.GetCause())
 	}
 	wantHTTP(t, n, "/v1/ids", 503, "NTP_OFFSET", reason)
-	if e := wantHTTP(t, n, "/v1/ids?count=5", 503, "NTP_OFFSET", reason); e.Error.Code != "UNAVAILABLE" || e.Error.Metadata["limit"] != "250ms" || e.Error.Metadata["measured"] == "" {
+	if e := wantHTTP(t, n, "/v1/ids?count=5", 503, "NTP_OFFSET", reason); e.Error.Code != "UNAVAILABLE" || e.Error.Metadata["limit_ms"] != "250" || e.Error.Metadata["measured_ms"] == "" {
 		t.Fatalf("HTTP error %+v: want UNAVAILABLE with the limit and the measured offset", e)
 	}
 	code, body := httpGet(t, n.httpc, n.base+"/readyz")
@@ -325,7 +335,7 @@ func TestRefusalCarriesRetryInfo(t *testing.T) {
 		}
 		wantCode(t, "NextID while waiting for the clock", err, codes.Unavailable)
 		if st, _ := status.FromError(err); strings.Contains(st.Message(), "for the clock to reach") {
-			retry = wantInfo(t, "NextID while waiting for the clock", err, "STARTING", map[string]string{"limit": "1s"})
+			retry = wantInfo(t, "NextID while waiting for the clock", err, "STARTING", map[string]string{"limit_ms": "1000"})
 		}
 	}
 	if d := retry.GetRetryDelay().AsDuration(); d <= 0 || d > 10*time.Second {

@@ -154,7 +154,7 @@ func TestFaultClockOffset(t *testing.T) {
 	// The node serves again by itself once the clock reaches the last
 	// time it issued (less max-lead): about 4 s from now. The refusal
 	// says so (RetryInfo), as the HTTP answer does (Retry-After).
-	retry := wantInfo(t, "NextIDs after a −5s step", err, "CLOCK_ROLLBACK", map[string]string{"limit": "1s"})
+	retry := wantInfo(t, "NextIDs after a −5s step", err, "CLOCK_ROLLBACK", map[string]string{"limit_ms": "1000"})
 	if d := retry.GetRetryDelay().AsDuration(); retry == nil || d < 3*time.Second || d > 4100*time.Millisecond {
 		t.Fatalf("NextIDs after a −5s step (max-lead 1s): RetryInfo %v, want about 4s (when the clock reaches the last issued time, less max-lead)", retry)
 	}

@@ -119,7 +119,11 @@ func TestTLS(t *testing.T) {
 		}
 	}
 	// The refused handshakes are in the node's log, not on the process's
-	// standard error.
+	// standard error. The server logs a handshake's failure on its own
+	// goroutine, after the client has seen it: a moment to land.
+	for end := time.Now().Add(2 * time.Second); !strings.Contains(n.logs.String(), "TLS handshake error") && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if !strings.Contains(n.logs.String(), "TLS handshake error") {
 		t.Fatalf("the node's log does not record the refused TLS handshakes:\n%s", n.logs)
 	}

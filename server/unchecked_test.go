@@ -50,7 +50,7 @@ func TestUncheckedClockRefused(t *testing.T) {
 		t.Fatalf("refusal took %v", took)
 	}
 	wantCode(t, "NextIDs", err, codes.Unavailable, "clock unchecked", "no NTP configured", "1 live node", "--ntp", "three nodes", "--unchecked-clock-ok")
-	wantInfo(t, "NextIDs", err, "CLOCK_UNCHECKED", map[string]string{"generator": "default", "limit": "3 live nodes", "measured": "1 live node"})
+	wantInfo(t, "NextIDs", err, "CLOCK_UNCHECKED", map[string]string{"generator": "default", "limit_nodes": "3", "measured_nodes": "1"})
 	wantHTTP(t, n, "/v1/ids?count=1", 503, "CLOCK_UNCHECKED", "clock unchecked", "--unchecked-clock-ok")
 
 	code, body := httpGet(t, n.httpc, n.base+"/readyz")
@@ -171,7 +171,7 @@ func TestUncheckedClockThreeTwoThree(t *testing.T) {
 		}
 		_, err := x.ids.NextID(ctx(t), &firnv1.NextIDRequest{})
 		wantCode(t, "NextID with two nodes", err, codes.Unavailable, "2 live nodes", "--unchecked-clock-ok")
-		wantInfo(t, "NextID with two nodes", err, "CLOCK_UNCHECKED", map[string]string{"measured": "2 live nodes"})
+		wantInfo(t, "NextID with two nodes", err, "CLOCK_UNCHECKED", map[string]string{"measured_nodes": "2"})
 		if v := value(t, scrape(t, x.httpc, x.base), "firn_clock_unchecked", nil); v != 1 {
 			t.Fatalf("firn_clock_unchecked %v with two nodes, want 1", v)
 		}

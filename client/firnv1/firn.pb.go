@@ -28,7 +28,7 @@ const (
 
 // ErrorReason is the fixed list of causes a refusal names. Every error
 // the node returns for a request it could not serve carries a
-// google.rpc.ErrorInfo with domain "firn" and reason set to one of these
+// google.rpc.ErrorInfo with domain "firn.v1.IDService" and reason set to one of these
 // names (without the enum's zero value), with metadata:
 //
 //	generator  the generator asked for

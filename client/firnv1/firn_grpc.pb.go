@@ -40,8 +40,11 @@ const (
 // node's default generator; an unknown one is NOT_FOUND. A generator that
 // is not serving answers UNAVAILABLE at once, never after a wait: the
 // message says why for people, and the status details carry
-// google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
-// and, when the node knows when it will serve again, google.rpc.RetryInfo.
+// google.rpc.ErrorInfo (domain "firn.v1.IDService", reason one of
+// ErrorReason's names; metadata values are bare numbers or names, units
+// in the keys: limit_ms, measured_ms, limit_ids, …), when the node knows
+// when it will serve again google.rpc.RetryInfo, and for an invalid
+// argument google.rpc.BadRequest naming the field.
 type IDServiceClient interface {
 	// NextID returns one ID.
 	NextID(ctx context.Context, in *NextIDRequest, opts ...grpc.CallOption) (*NextIDResponse, error)
@@ -178,8 +181,11 @@ func (c *iDServiceClient) CurrentSeq(ctx context.Context, in *CurrentSeqRequest,
 // node's default generator; an unknown one is NOT_FOUND. A generator that
 // is not serving answers UNAVAILABLE at once, never after a wait: the
 // message says why for people, and the status details carry
-// google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
-// and, when the node knows when it will serve again, google.rpc.RetryInfo.
+// google.rpc.ErrorInfo (domain "firn.v1.IDService", reason one of
+// ErrorReason's names; metadata values are bare numbers or names, units
+// in the keys: limit_ms, measured_ms, limit_ids, …), when the node knows
+// when it will serve again google.rpc.RetryInfo, and for an invalid
+// argument google.rpc.BadRequest naming the field.
 type IDServiceServer interface {
 	// NextID returns one ID.
 	NextID(context.Context, *NextIDRequest) (*NextIDResponse, error)

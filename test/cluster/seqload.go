@@ -458,7 +458,7 @@ func resultErr(r *firnv1.SeqResult) error {
 	case "BAD_REQUEST":
 		code = codes.InvalidArgument
 	}
-	st, _ := status.New(code, r.GetError()).WithDetails(&errdetails.ErrorInfo{Reason: r.GetReason(), Domain: "firn"})
+	st, _ := status.New(code, r.GetError()).WithDetails(&errdetails.ErrorInfo{Reason: r.GetReason(), Domain: "firn.v1.IDService"})
 	return st.Err()
 }
 

@@ -22,11 +22,16 @@ _ERROR_INFO = "google.rpc.ErrorInfo"
 _RETRY_INFO = "google.rpc.RetryInfo"
 
 
+# DOMAIN is the domain of the node's google.rpc.ErrorInfo: the service's
+# name.
+DOMAIN = "firn.v1.IDService"
+
+
 class FirnError(Exception):
     """A failed client call.
 
     reason: the firn.v1.ErrorReason name the node gave (ErrorInfo, domain
-        "firn"), or the client's own: CLOSED, DEADLINE, UNAVAILABLE (every
+        "firn.v1.IDService"), or the client's own: CLOSED, DEADLINE, UNAVAILABLE (every
         endpoint failed, none with a reason), INVALID_ARGUMENT (a bad count
         or key, refused before any request); ERROR_REASON_UNSPECIFIED when
         none applies. When a whole failover round failed, the last
@@ -79,7 +84,7 @@ def invalid_argument(message):
 def decode_status_details(raw):
     """Reads a serialized google.rpc.Status: (reason or None, metadata,
     retry_after seconds or None). Reason is set only for an ErrorInfo of
-    domain "firn"."""
+    domain DOMAIN."""
     st = _rpc.Status()
     try:
         st.ParseFromString(raw)
@@ -94,7 +99,7 @@ def decode_status_details(raw):
                 info.ParseFromString(any_.value)
             except Exception:
                 continue
-            if info.domain == "firn":
+            if info.domain == DOMAIN:
                 reason = info.reason or None
                 metadata = dict(info.metadata)
         elif name == _RETRY_INFO:

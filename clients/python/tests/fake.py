@@ -13,11 +13,11 @@ from firn_client._proto import firn_pb2_grpc as pb_grpc
 
 
 def status_details(code, message, reason=None, retry=None, metadata=None):
-    """The bytes of a google.rpc.Status with ErrorInfo (domain firn) and
+    """The bytes of a google.rpc.Status with ErrorInfo (domain firn.v1.IDService) and
     RetryInfo, as a node sends them."""
     st = rpc.Status(code=code.value[0], message=message)
     if reason:
-        info = rpc.ErrorInfo(reason=reason, domain="firn", metadata=metadata or {})
+        info = rpc.ErrorInfo(reason=reason, domain="firn.v1.IDService", metadata=metadata or {})
         a = any_pb2.Any(type_url="type.googleapis.com/google.rpc.ErrorInfo", value=info.SerializeToString())
         st.details.append(a)
     if retry is not None:

@@ -1,8 +1,11 @@
 // FirnError: every failure the client reports, with the node's reason
-// (google.rpc.ErrorInfo, domain "firn") and RetryInfo decoded from the
+// (google.rpc.ErrorInfo, domain DOMAIN) and RetryInfo decoded from the
 // grpc-status-details-bin trailer.
 import * as grpc from "@grpc/grpc-js";
 import { protos } from "./proto";
+
+/** The domain of the node's google.rpc.ErrorInfo: the service's name. */
+export const DOMAIN = "firn.v1.IDService";
 
 /**
  * The reasons a FirnError carries: the names of firn.v1.ErrorReason, and
@@ -115,7 +118,7 @@ export function fromGrpc(err: grpc.ServiceError | any, endpoint?: string): FirnE
       // undecodable details: the code alone
     }
   }
-  const reason = d.reason && d.domain === "firn" ? d.reason : "ERROR_REASON_UNSPECIFIED";
+  const reason = d.reason && d.domain === DOMAIN ? d.reason : "ERROR_REASON_UNSPECIFIED";
   const msg = `${endpoint ? `endpoint ${endpoint}: ` : ""}${codeName(code)}: ${err?.details ?? err?.message ?? String(err)}`;
   return new FirnError(msg, { reason, code, retryAfterMs: d.retryAfterMs, endpoint, metadata: d.metadata });
 }

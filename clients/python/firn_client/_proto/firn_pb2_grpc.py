@@ -10,8 +10,11 @@ class IDServiceStub(object):
     node's default generator; an unknown one is NOT_FOUND. A generator that
     is not serving answers UNAVAILABLE at once, never after a wait: the
     message says why for people, and the status details carry
-    google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
-    and, when the node knows when it will serve again, google.rpc.RetryInfo.
+    google.rpc.ErrorInfo (domain "firn.v1.IDService", reason one of
+    ErrorReason's names; metadata values are bare numbers or names, units
+    in the keys: limit_ms, measured_ms, limit_ids, …), when the node knows
+    when it will serve again google.rpc.RetryInfo, and for an invalid
+    argument google.rpc.BadRequest naming the field.
     """
 
     def __init__(self, channel):
@@ -67,8 +70,11 @@ class IDServiceServicer(object):
     node's default generator; an unknown one is NOT_FOUND. A generator that
     is not serving answers UNAVAILABLE at once, never after a wait: the
     message says why for people, and the status details carry
-    google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
-    and, when the node knows when it will serve again, google.rpc.RetryInfo.
+    google.rpc.ErrorInfo (domain "firn.v1.IDService", reason one of
+    ErrorReason's names; metadata values are bare numbers or names, units
+    in the keys: limit_ms, measured_ms, limit_ids, …), when the node knows
+    when it will serve again google.rpc.RetryInfo, and for an invalid
+    argument google.rpc.BadRequest naming the field.
     """
 
     def NextID(self, request, context):
@@ -203,8 +209,11 @@ class IDService(object):
     node's default generator; an unknown one is NOT_FOUND. A generator that
     is not serving answers UNAVAILABLE at once, never after a wait: the
     message says why for people, and the status details carry
-    google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
-    and, when the node knows when it will serve again, google.rpc.RetryInfo.
+    google.rpc.ErrorInfo (domain "firn.v1.IDService", reason one of
+    ErrorReason's names; metadata values are bare numbers or names, units
+    in the keys: limit_ms, measured_ms, limit_ids, …), when the node knows
+    when it will serve again google.rpc.RetryInfo, and for an invalid
+    argument google.rpc.BadRequest naming the field.
     """
 
     @staticmethod

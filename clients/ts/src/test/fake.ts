@@ -13,7 +13,7 @@ export function firnError(code: number, message: string, reason?: string, retryM
   if (reason) {
     details.push({
       type_url: "type.googleapis.com/google.rpc.ErrorInfo",
-      value: p.errorInfo.encode(p.errorInfo.fromObject({ reason, domain: "firn", metadata: metadata ?? {} })).finish(),
+      value: p.errorInfo.encode(p.errorInfo.fromObject({ reason, domain: "firn.v1.IDService", metadata: metadata ?? {} })).finish(),
     });
   }
   if (retryMs !== undefined) {

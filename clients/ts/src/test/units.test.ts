@@ -64,7 +64,7 @@ test("error details decode: ErrorInfo reason and metadata, RetryInfo delay", () 
   const e = firnError(grpc.status.RESOURCE_EXHAUSTED, "overloaded", "OVERLOADED", 1250, { limit: "1000" });
   const d = decodeDetails(e.metadata.get("grpc-status-details-bin")[0] as Buffer);
   assert.equal(d.reason, "OVERLOADED");
-  assert.equal(d.domain, "firn");
+  assert.equal(d.domain, "firn.v1.IDService");
   assert.equal(d.metadata.limit, "1000");
   assert.equal(d.retryAfterMs, 1250);
   const f = fromGrpc(e, "h:1");

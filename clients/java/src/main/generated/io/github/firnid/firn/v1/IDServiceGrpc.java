@@ -8,8 +8,11 @@ import static io.grpc.MethodDescriptor.generateFullMethodName;
  * node's default generator; an unknown one is NOT_FOUND. A generator that
  * is not serving answers UNAVAILABLE at once, never after a wait: the
  * message says why for people, and the status details carry
- * google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
- * and, when the node knows when it will serve again, google.rpc.RetryInfo.
+ * google.rpc.ErrorInfo (domain "firn.v1.IDService", reason one of
+ * ErrorReason's names; metadata values are bare numbers or names, units
+ * in the keys: limit_ms, measured_ms, limit_ids, …), when the node knows
+ * when it will serve again google.rpc.RetryInfo, and for an invalid
+ * argument google.rpc.BadRequest naming the field.
  * </pre>
  */
 @javax.annotation.Generated(
@@ -321,8 +324,11 @@ public final class IDServiceGrpc {
    * node's default generator; an unknown one is NOT_FOUND. A generator that
    * is not serving answers UNAVAILABLE at once, never after a wait: the
    * message says why for people, and the status details carry
-   * google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
-   * and, when the node knows when it will serve again, google.rpc.RetryInfo.
+   * google.rpc.ErrorInfo (domain "firn.v1.IDService", reason one of
+   * ErrorReason's names; metadata values are bare numbers or names, units
+   * in the keys: limit_ms, measured_ms, limit_ids, …), when the node knows
+   * when it will serve again google.rpc.RetryInfo, and for an invalid
+   * argument google.rpc.BadRequest naming the field.
    * </pre>
    */
   public static abstract class IDServiceImplBase implements io.grpc.BindableService {
@@ -496,8 +502,11 @@ public final class IDServiceGrpc {
    * node's default generator; an unknown one is NOT_FOUND. A generator that
    * is not serving answers UNAVAILABLE at once, never after a wait: the
    * message says why for people, and the status details carry
-   * google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
-   * and, when the node knows when it will serve again, google.rpc.RetryInfo.
+   * google.rpc.ErrorInfo (domain "firn.v1.IDService", reason one of
+   * ErrorReason's names; metadata values are bare numbers or names, units
+   * in the keys: limit_ms, measured_ms, limit_ids, …), when the node knows
+   * when it will serve again google.rpc.RetryInfo, and for an invalid
+   * argument google.rpc.BadRequest naming the field.
    * </pre>
    */
   public static final class IDServiceStub extends io.grpc.stub.AbstractAsyncStub<IDServiceStub> {
@@ -628,8 +637,11 @@ public final class IDServiceGrpc {
    * node's default generator; an unknown one is NOT_FOUND. A generator that
    * is not serving answers UNAVAILABLE at once, never after a wait: the
    * message says why for people, and the status details carry
-   * google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
-   * and, when the node knows when it will serve again, google.rpc.RetryInfo.
+   * google.rpc.ErrorInfo (domain "firn.v1.IDService", reason one of
+   * ErrorReason's names; metadata values are bare numbers or names, units
+   * in the keys: limit_ms, measured_ms, limit_ids, …), when the node knows
+   * when it will serve again google.rpc.RetryInfo, and for an invalid
+   * argument google.rpc.BadRequest naming the field.
    * </pre>
    */
   public static final class IDServiceBlockingStub extends io.grpc.stub.AbstractBlockingStub<IDServiceBlockingStub> {
@@ -752,8 +764,11 @@ public final class IDServiceGrpc {
    * node's default generator; an unknown one is NOT_FOUND. A generator that
    * is not serving answers UNAVAILABLE at once, never after a wait: the
    * message says why for people, and the status details carry
-   * google.rpc.ErrorInfo (domain "firn", reason one of ErrorReason's names)
-   * and, when the node knows when it will serve again, google.rpc.RetryInfo.
+   * google.rpc.ErrorInfo (domain "firn.v1.IDService", reason one of
+   * ErrorReason's names; metadata values are bare numbers or names, units
+   * in the keys: limit_ms, measured_ms, limit_ids, …), when the node knows
+   * when it will serve again google.rpc.RetryInfo, and for an invalid
+   * argument google.rpc.BadRequest naming the field.
    * </pre>
    */
   public static final class IDServiceFutureStub extends io.grpc.stub.AbstractFutureStub<IDServiceFutureStub> {

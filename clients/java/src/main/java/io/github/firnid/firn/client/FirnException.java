@@ -29,6 +29,9 @@ import java.util.Optional;
 public final class FirnException extends RuntimeException {
   private static final long serialVersionUID = 1L;
 
+  /** The domain of the node's google.rpc.ErrorInfo: the service's name. */
+  public static final String DOMAIN = "firn.v1.IDService";
+
   private final Reason reason;
   private final transient Status.Code code;
   private final Duration retryAfter;
@@ -120,7 +123,7 @@ public final class FirnException extends RuntimeException {
         String url = any.getTypeUrl();
         if (url.endsWith("/google.rpc.ErrorInfo")) {
           ErrorInfo info = ErrorInfo.parse(any.getValue());
-          if (info != null && "firn".equals(info.domain)) {
+          if (info != null && DOMAIN.equals(info.domain)) {
             reason = Reason.ofNodeName(info.reason);
             md = info.metadata;
           }

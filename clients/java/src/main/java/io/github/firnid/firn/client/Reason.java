@@ -2,7 +2,7 @@ package io.github.firnid.firn.client;
 
 /**
  * Why a call failed: the names of {@code firn.v1.ErrorReason} (the cause a
- * node gave in its google.rpc.ErrorInfo, domain "firn"), then the client's
+ * node gave in its google.rpc.ErrorInfo, domain "firn.v1.IDService"), then the client's
  * own causes.
  */
 public enum Reason {

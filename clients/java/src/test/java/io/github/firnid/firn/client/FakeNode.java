@@ -76,7 +76,7 @@ public final class FakeNode implements AutoCloseable {
       ByteArrayOutputStream bo = new ByteArrayOutputStream();
       CodedOutputStream out = CodedOutputStream.newInstance(bo);
       out.writeString(1, reason);
-      out.writeString(2, "firn");
+      out.writeString(2, FirnException.DOMAIN);
       for (int i = 0; i + 1 < kv.length; i += 2) {
         ByteArrayOutputStream eo = new ByteArrayOutputStream();
         CodedOutputStream e = CodedOutputStream.newInstance(eo);

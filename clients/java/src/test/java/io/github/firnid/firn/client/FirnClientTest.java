@@ -137,7 +137,7 @@ public class FirnClientTest {
 
   private static StatusRuntimeException refusal(int code, String reason, Duration retry) throws Exception {
     com.google.rpc.Status.Builder st = com.google.rpc.Status.newBuilder().setCode(code).setMessage("refused")
-        .addDetails(errorInfo(reason, "firn", "owner", "127.0.0.1:7300"));
+        .addDetails(errorInfo(reason, FirnException.DOMAIN, "owner", "127.0.0.1:7300"));
     if (retry != null) {
       st.addDetails(Any.pack(RetryInfo.newBuilder().setRetryDelay(com.google.protobuf.Duration.newBuilder()
           .setSeconds(retry.getSeconds()).setNanos(retry.getNano())).build()));
