@@ -248,6 +248,8 @@ func TestImage(t *testing.T) {
 		t.Errorf("image architecture %q version label %q, want %s and %s", img.Architecture, cfg.Labels["org.opencontainers.image.version"], runtime.GOARCH, version)
 	}
 
+	checkDockerfileAgrees(t, img)
+
 	// `firn version` in the container.
 	v := pm.must("run", "--rm", "--network=none", "--entrypoint", imageBinary, ref, "version")
 	if !strings.HasPrefix(v, "firn "+version+" ") {
@@ -364,5 +366,36 @@ func TestImage(t *testing.T) {
 		if !strings.Contains(l, line) {
 			t.Errorf("the node's log after SIGTERM lacks %q:\n%s", line, l)
 		}
+	}
+}
+
+// checkDockerfileAgrees: deploy/Dockerfile (the image built with Docker
+// from source, for compose) runs the node as the released image does.
+func checkDockerfileAgrees(t *testing.T, img imageConfig) {
+	t.Helper()
+	_, stages := parseDockerfile(t)
+	final := stages[len(stages)-1]
+	if u := final.last(t, "USER"); u != img.Config.User {
+		t.Errorf("Dockerfile USER %q, released image %q", u, img.Config.User)
+	}
+	var entry []string
+	if err := json.Unmarshal([]byte(final.last(t, "ENTRYPOINT")), &entry); err != nil || !slices.Equal(entry, img.Config.Entrypoint) {
+		t.Errorf("Dockerfile ENTRYPOINT %q, released image %q", final.last(t, "ENTRYPOINT"), img.Config.Entrypoint)
+	}
+	if w := final.last(t, "WORKDIR"); w != img.Config.WorkingDir {
+		t.Errorf("Dockerfile WORKDIR %q, released image %q", w, img.Config.WorkingDir)
+	}
+	for _, p := range strings.Fields(final.last(t, "EXPOSE")) {
+		if !strings.Contains(p, "/") {
+			p += "/tcp"
+		}
+		if _, ok := img.Config.ExposedPorts[p]; !ok || len(img.Config.ExposedPorts) != len(strings.Fields(final.last(t, "EXPOSE"))) {
+			t.Errorf("Dockerfile EXPOSE %q, released image %v", final.last(t, "EXPOSE"), img.Config.ExposedPorts)
+			break
+		}
+	}
+	env := strings.Fields(final.last(t, "ENV"))
+	if !slices.Equal(slices.Sorted(slices.Values(env)), slices.Sorted(slices.Values(img.Config.Env))) {
+		t.Errorf("Dockerfile ENV %q, released image %q", env, img.Config.Env)
 	}
 }
