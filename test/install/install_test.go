@@ -69,11 +69,13 @@ func TestGoWorkReplacesRequiredClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	uses := map[string]bool{}
+	var paths []string
 	for _, u := range w.Use {
 		uses[filepath.Clean(u.Path)] = true
+		paths = append(paths, u.Path)
 	}
 	if !uses["."] || !uses["client"] || len(uses) != 2 {
-		t.Errorf("go.work uses %v, want . and ./client (deploy/ stands alone)", w.Use)
+		t.Errorf("go.work uses %q, want . and ./client (deploy/ stands alone)", paths)
 	}
 	found := false
 	for _, r := range w.Replace {
