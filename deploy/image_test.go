@@ -298,6 +298,10 @@ func TestImage(t *testing.T) {
 	if code, _, err := httpGet("http://" + httpAddr + "/healthz"); err != nil || code != 200 {
 		t.Errorf("/healthz: %d, %v; want 200", code, err)
 	}
+	// The health command the image carries for runtimes that take one.
+	if _, err := pm.run("exec", name, "/usr/local/bin/firn-healthz", "http://"+httpAddr+"/healthz"); err != nil {
+		t.Errorf("firn-healthz in the container: %v", err)
+	}
 	code, body, err := httpGet("http://" + httpAddr + "/v1/ids?count=3")
 	var ids struct{ IDs []string }
 	if err != nil || code != 200 || json.Unmarshal([]byte(body), &ids) != nil || len(ids.IDs) != 3 {
