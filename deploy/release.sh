@@ -71,7 +71,8 @@ if [ "$image" = 1 ]; then
 	root="$work/root"
 	mkdir -p "$root/usr/local/bin" "$root/etc/ssl/certs" "$root/var/lib/firn"
 	bin="$out/firn-$ver-linux-$image_arch"
-	if [ ! -f "$bin" ]; then
+	if [ ! -f "$bin" ]; then # IMAGE_ARCH not among ARCHS
+		bin="$work/firn"
 		CGO_ENABLED=0 GOOS=linux GOARCH="$image_arch" go build -trimpath -buildvcs=true \
 			-ldflags "-s -w -X main.version=$ver" -o "$bin" ./cmd/firn
 	fi
@@ -88,7 +89,7 @@ if [ "$image" = 1 ]; then
 	"${tar[@]}" --owner=65532 --group=65532 -rf "$work/rootfs.tar" var/lib/firn
 	ref="localhost/firn:$ver"
 	podman rmi -f "$ref" >/dev/null 2>&1 || true
-	podman import --arch "$image_arch" \
+	podman import -q --arch "$image_arch" \
 		--change 'USER 65532:65532' \
 		--change 'WORKDIR /var/lib/firn' \
 		--change 'ENV FIRN_DATA_DIR=/var/lib/firn' \
