@@ -6,7 +6,7 @@ require (
 	github.com/beevik/ntp v1.6.0
 	github.com/bwmarrin/snowflake v0.3.0
 	github.com/chromedp/chromedp v0.23.0
-	github.com/firnid/firn/client v0.0.0
+	github.com/firnid/firn/client v0.1.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0
 	github.com/prometheus/client_golang v1.23.2
@@ -18,6 +18,7 @@ require (
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
+	golang.org/x/mod v0.43.0
 	golang.org/x/net v0.61.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
@@ -82,6 +83,6 @@ tool (
 )
 
 // The client is its own module (client/go.mod), so that a program using it
-// needs nothing of the server; the node and its tools build against the
-// client in this repository.
-replace github.com/firnid/firn/client => ./client
+// needs nothing of the server. It is required by version, the way `go
+// install github.com/firnid/firn/cmd/firn@VERSION` resolves it; in a clone,
+// go.work builds the node against client/.

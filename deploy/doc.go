@@ -1,5 +1,6 @@
-// Package deploy holds what an operator needs to run firn — the container
-// image (Dockerfile), Kubernetes manifests (kubernetes/), a local compose
+// Package deploy holds what an operator needs to run firn — the release
+// command and its container image (release.sh; Dockerfile for Docker
+// builds from source), Kubernetes manifests (kubernetes/), a local compose
 // cluster (compose/), a systemd unit (systemd/), chrony guidance (chrony/),
 // Chaos Mesh game days (chaos/), Prometheus rules (prometheus/) and a
 // Grafana dashboard (grafana/) — and the tests that keep those files true
@@ -21,10 +22,16 @@
 //     lists, and probe endpoints a node really answers;
 //   - the Dockerfile's build commands, run outside Docker, give static
 //     binaries, and its USER is numeric and not root;
+//   - the image release.sh builds runs under podman as the StatefulSet
+//     runs it (uid 65532, read-only root, the data dir a volume): it
+//     reports its version, serves IDs, answers the probes and stops
+//     cleanly on SIGTERM; the StatefulSet names it by the release's
+//     version, and the Dockerfile's final stage has its settings;
 //   - images in compose.yaml other than firn's are pinned by digest.
 //
 // Hazards: the tests start real firn nodes on loopback ports and run
-// promtool (Debian's prometheus package); test/run.sh installs it. Docker
-// does not run where the tests run, so the Dockerfile and compose file are
-// checked as files, never built or started.
+// promtool (Debian's prometheus package) and podman with runc (Debian's
+// packages); test/run.sh installs them, and the image test needs root.
+// Docker does not run where the tests run, so the Dockerfile and compose
+// file are checked as files, never built or started.
 package deploy

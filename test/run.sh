@@ -28,7 +28,7 @@ if [ "${FIRN_SKIP_INSTALL:-0}" != 1 ] && [ ${#need[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-# --- operations tests (deploy/, test/ui): promtool, chromium, systemd-analyze ---
+# --- operations tests (deploy/, test/ui): promtool, chromium, systemd-analyze, podman ---
 # Debian's prometheus package brings promtool (rule and config checks) and
 # the prometheus server, which deploy/'s live test runs against a node;
 # test/ui drives Debian's chromium; deploy/ has systemd-analyze verify the
@@ -37,6 +37,10 @@ ops_need=()
 { command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; } || ops_need+=(prometheus)
 [ -x /usr/bin/chromium ] || ops_need+=(chromium)
 command -v systemd-analyze >/dev/null 2>&1 || ops_need+=(systemd)
+# deploy/'s image test builds the release image and runs it: podman, with
+# the runc runtime (crun does not run on these machines).
+command -v podman >/dev/null 2>&1 || ops_need+=(podman)
+command -v runc >/dev/null 2>&1 || ops_need+=(runc)
 if [ "${FIRN_SKIP_INSTALL:-0}" != 1 ] && [ ${#ops_need[@]} -gt 0 ]; then
 	echo "test/run.sh: installing ${ops_need[*]}"
 	export DEBIAN_FRONTEND=noninteractive

@@ -21,12 +21,14 @@ func TestVersion(t *testing.T) {
 
 // TestReleaseScript: deploy/release.sh builds a static binary with the
 // version stamped in and its checksum, and refuses a version that is not
-// one.
+// one. The image and the CHANGELOG cut are left out here (IMAGE=0,
+// CUT_CHANGELOG=0): deploy/image_test.go builds and runs the image and
+// checks the cut on a copy.
 func TestReleaseScript(t *testing.T) {
 	rev := gitHead(t)
 	dir := t.TempDir()
 	cmd := exec.Command("bash", "../../deploy/release.sh", "v0.0.0-test", dir)
-	cmd.Env = append(os.Environ(), "ARCHS=amd64")
+	cmd.Env = append(os.Environ(), "ARCHS=amd64", "IMAGE=0", "CUT_CHANGELOG=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("deploy/release.sh: %v\n%s", err, out)
 	}
@@ -54,6 +56,22 @@ func TestReleaseScript(t *testing.T) {
 	sum, err := os.ReadFile(bin + ".sha256")
 	if err != nil || !strings.HasSuffix(strings.TrimSpace(string(sum)), "firn-v0.0.0-test-linux-amd64") {
 		t.Fatalf("checksum file: %q, %v", sum, err)
+	}
+
+	// Without podman the script refuses to start unless told to leave the
+	// image out: a release without its image is not a release.
+	path := t.TempDir()
+	dirname, err := exec.LookPath("dirname")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dirname, filepath.Join(path, "dirname")); err != nil {
+		t.Fatal(err)
+	}
+	noPodman := exec.Command("bash", "../../deploy/release.sh", "v0.0.0-test", dir)
+	noPodman.Env = append(os.Environ(), "PATH="+path, "CUT_CHANGELOG=0")
+	if out, err := noPodman.CombinedOutput(); err == nil || !strings.Contains(string(out), "the image needs podman") {
+		t.Fatalf("deploy/release.sh without podman: %v\n%s; want a refusal naming podman", err, out)
 	}
 
 	bad := exec.Command("bash", "../../deploy/release.sh", "latest", dir)
