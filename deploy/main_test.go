@@ -64,7 +64,7 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-var helpFlagLine = regexp.MustCompile(`(?m)^\s+-([a-z0-9][a-z0-9-]*)\b`)
+var helpFlagLine = regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?--([a-z0-9][a-z0-9-]*)\b`)
 
 // helpFlags runs `firn serve --help` and returns the flag names it lists.
 func helpFlags(bin string) (map[string]bool, error) {

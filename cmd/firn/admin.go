@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
@@ -29,10 +30,13 @@ type adminFlags struct {
 	coord     coordConfig
 	config    string
 	generator string
-	fs        *flag.FlagSet
+	fs        *pflag.FlagSet
 }
 
-func (c *adminFlags) register(fs *flag.FlagSet, generatorDefault, generatorUsage string) {
+// adminGroups are the help's headings of an admin command.
+var adminGroups = []helpGroup{{"Coordinator:", coordDetailFlags}}
+
+func (c *adminFlags) register(fs *pflag.FlagSet, generatorDefault, generatorUsage string) {
 	c.coord = defaultCoordConfig()
 	c.fs = fs
 	fs.StringVar(&c.config, "config", "", "YAML file of serve flags (the coordinator's are read; the others are ignored)")
@@ -131,19 +135,13 @@ func counterMarkerLine(ev *coordinator.RestoreEvidence) string {
 }
 
 func cmdWorkers(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("firn workers", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: firn workers [flags]            list worker IDs: holder, heartbeat age, reservation\n       firn workers release W [flags]  free worker W (fenced; its reservation is kept)\n\nFlags:")
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("firn workers", `Usage: firn workers [flags]            list worker IDs: holder, heartbeat age, reservation
+       firn workers release W [flags]  free worker W (fenced; its reservation is kept)
+
+The coordinator flags also come from FIRN_* and the --config file of serve (its other keys are ignored).`, stdout, adminGroups...)
 	var c adminFlags
 	c.register(fs, "default", "the generator, as NAME (its layout is read from its pin; NAME=LAYOUT is refused when LAYOUT differs from the pin)")
 	dc := fs.Uint64("datacenter", 0, "datacenter of the worker to release")
-	isRelease := len(args) > 0 && args[0] == "release"
-	if isRelease {
-		args = args[1:]
-	}
 	if err := c.parse(args, os.Getenv); err != nil {
 		if isHelp(err) {
 			return exitOK
@@ -152,10 +150,10 @@ func cmdWorkers(args []string, stdout, stderr io.Writer) int {
 	}
 	release := ""
 	switch {
-	case isRelease && fs.NArg() != 1:
-		return fail(stderr, exitUsage, "workers release: want one worker ID (firn workers release W [flags])")
-	case isRelease:
-		release = fs.Arg(0)
+	case fs.Arg(0) == "release" && fs.NArg() != 2:
+		return fail(stderr, exitUsage, "workers release: want one worker ID, not %d (firn workers release W [flags])", fs.NArg()-1)
+	case fs.Arg(0) == "release":
+		release = fs.Arg(1)
 	case fs.NArg() > 0:
 		return fail(stderr, exitUsage, "workers: unexpected argument %q (firn workers [release W] [flags])", fs.Arg(0))
 	}
@@ -287,11 +285,19 @@ func pinnedDefinition(name, given string, st *coordinator.GeneratorState) (*segm
 }
 
 func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
+	const bumpUsage = `Usage: firn coordinator bump (--by D | --ids N) [--generator NAME] [flags]
+
+After restoring the coordinator from a snapshot: raises every reservation (snowflake generators, --by)
+or counter (segment and sequence generators, --ids) above what was issued before the restore, and
+clears the restore markers. The coordinator flags also come from FIRN_* and the --config file of serve.`
+	if len(args) > 0 && (args[0] == "--help" || args[0] == "-h") {
+		fmt.Fprintln(stdout, bumpUsage)
+		return exitOK
+	}
 	if len(args) == 0 || args[0] != "bump" {
 		return fail(stderr, exitUsage, "coordinator: want \"firn coordinator bump --by D [--generator NAME]\"")
 	}
-	fs := flag.NewFlagSet("firn coordinator bump", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("firn coordinator bump", bumpUsage, stdout, adminGroups...)
 	var c adminFlags
 	c.register(fs, "", "the generator to bump, as NAME (default: every generator of the cluster); its layout, which gives the time unit and the layout's end, is read from its pin; NAME=LAYOUT is refused when LAYOUT differs from the pin and is needed only for a generator the coordinator has no pin for")
 	ids := fs.Uint64("ids", 0, "for segment generators: raise the counter by this many IDs, above every ID issued before the restore (at least the IDs claimed between the snapshot and the restore: the restore marker says what the noticing node saw); the free ranges are dropped. For sequence generators: raise every section's persisted maximum by this much (at least what any key advanced between the snapshot and the restore)")
@@ -306,7 +312,7 @@ func cmdCoordinator(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitUsage, "coordinator bump: %v", err)
 	}
 	if fs.NArg() > 0 {
-		return fail(stderr, exitUsage, "coordinator bump: unexpected argument %q", fs.Arg(0))
+		return fail(stderr, exitUsage, "coordinator bump: %v", unexpectedArg(fs, 0))
 	}
 	if *by < 0 {
 		return fail(stderr, exitUsage, "coordinator bump: --by %v must be positive", *by)

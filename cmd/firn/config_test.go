@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -9,14 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // parseServe runs the serve flag layering with a fake environment.
 func parseServe(t *testing.T, args []string, env map[string]string) (*serveConfig, error) {
 	t.Helper()
 	sc := defaultServeConfig()
-	fs := newServeFlagSet(&sc, io.Discard)
-	err := parseLayered(fs, args, &sc.config, layering{repeatable: repeatableServeFlags}, func(k string) string { return env[k] })
+	err := sc.parse(newServeFlagSet(&sc, io.Discard), args, func(k string) string { return env[k] })
 	return &sc, err
 }
 
@@ -39,7 +39,7 @@ func TestParseLayeredPrecedence(t *testing.T) {
 	env := map[string]string{
 		"FIRN_MAX_BATCH": "222",
 		"FIRN_CLUSTER":   "env",
-		"FIRN_GENERATOR": "e1=snowflake;e2=wideworker",
+		"FIRN_GENERATOR": "e1=snowflake,e2=wideworker",
 		"FIRN_MAX_LEAD":  "3s",
 	}
 	sc, err := parseServe(t, []string{"--config", conf, "--max-batch", "333"}, env)
@@ -310,7 +310,7 @@ func TestAdminFlagsLayered(t *testing.T) {
 	}
 	env := map[string]string{"FIRN_CLUSTER": "env", "FIRN_GENERATOR": "e=snowflake", "FIRN_COORDINATOR_TIMEOUT": "2s"}
 	var a adminFlags
-	fs := flag.NewFlagSet("firn workers", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("firn workers", pflag.ContinueOnError)
 	a.register(fs, "default", "the generator")
 	dc := fs.Uint64("datacenter", 0, "")
 	if err := a.parse([]string{"--config", conf, "--lease-ttl", "8s"}, func(k string) string { return env[k] }); err != nil {
@@ -340,13 +340,13 @@ func TestAdminFlagsLayered(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b adminFlags
-	b.register(flag.NewFlagSet("firn workers", flag.ContinueOnError), "default", "")
+	b.register(pflag.NewFlagSet("firn workers", pflag.ContinueOnError), "default", "")
 	if err := b.parse([]string{"--config", bad}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "max-bach") {
 		t.Fatalf("unknown key: %v", err)
 	}
 	// The coordinator flags are validated as serve's.
 	var z adminFlags
-	z.register(flag.NewFlagSet("firn workers", flag.ContinueOnError), "default", "")
+	z.register(pflag.NewFlagSet("firn workers", pflag.ContinueOnError), "default", "")
 	err := z.parse([]string{"--zookeeper", "127.0.0.1:2181", "--lease-ttl", "6s"}, func(string) string { return "" })
 	if err == nil || !strings.Contains(err.Error(), "--reservation-window") || !strings.Contains(err.Error(), "--lease-ttl") {
 		t.Fatalf("ZooKeeper session rule: %v", err)

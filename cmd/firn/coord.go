@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
@@ -68,9 +69,9 @@ func defaultCoordConfig() coordConfig {
 
 // register defines the coordinator flags every command that reaches the
 // coordinator shares.
-func (c *coordConfig) register(fs *flag.FlagSet) {
-	fs.Var(listFlag{&c.Etcd}, "etcd", "external etcd endpoints, comma-separated host:port or URLs (default: embedded etcd)")
-	fs.Var(listFlag{&c.ZooKeeper}, "zookeeper", "ZooKeeper servers, comma-separated host:port")
+func (c *coordConfig) register(fs *pflag.FlagSet) {
+	fs.Var(listFlag{&c.Etcd, commaItems}, "etcd", "external etcd endpoints, a list of host:port or URLs (default: embedded etcd)")
+	fs.Var(listFlag{&c.ZooKeeper, commaItems}, "zookeeper", "ZooKeeper servers, a list of host:port")
 	fs.StringVar(&c.EtcdPrefix, "etcd-prefix", c.EtcdPrefix, "etcd key prefix")
 	fs.StringVar(&c.ZooKeeperPrefix, "zookeeper-prefix", c.ZooKeeperPrefix, "ZooKeeper path prefix (chroot)")
 	fs.StringVar(&c.Cluster, "cluster", c.Cluster, "cluster name: a separate ID space within the coordinator")
@@ -88,19 +89,26 @@ func (c *coordConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.EmbeddedClientAddr, "embedded-client-addr", c.EmbeddedClientAddr, "embedded etcd client listener (loopback)")
 }
 
+// coordDetailFlags are the coordinator flags past the essential ones
+// (--etcd, --zookeeper, --cluster): help lists them under their own
+// heading.
+var coordDetailFlags = []string{"etcd-prefix", "zookeeper-prefix", "etcd-ca", "etcd-cert", "etcd-key", "etcd-user", "etcd-password",
+	"etcd-password-file", "zookeeper-auth", "zookeeper-auth-file", "lease-ttl", "reservation-window", "coordinator-timeout",
+	"embedded-client-addr"}
+
 // coordFlagNames are the names of the flags register defines.
 func coordFlagNames() map[string]bool {
-	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("", pflag.ContinueOnError)
 	c := defaultCoordConfig()
 	c.register(fs)
 	names := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
+	fs.VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
 	return names
 }
 
 // registerEmbeddedStart defines the flags of starting the embedded etcd
 // (serve only).
-func (c *coordConfig) registerEmbeddedStart(fs *flag.FlagSet) {
+func (c *coordConfig) registerEmbeddedStart(fs *pflag.FlagSet) {
 	fs.StringVar(&c.EmbeddedPeerAddr, "embedded-peer-addr", c.EmbeddedPeerAddr, "embedded etcd peer listener (loopback)")
 	fs.BoolVar(&c.AcceptMovedDataDir, "accept-moved-data-dir", c.AcceptMovedDataDir, "accept a data dir that was copied or moved")
 }

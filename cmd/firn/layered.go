@@ -1,21 +1,19 @@
 package main
 
 import (
-	"flag"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
 	"strings"
 
+	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
 )
 
 // layering says which flags of a flag set parseLayered fills from the
 // environment and the --config file.
 type layering struct {
-	// repeatable names flags whose values accumulate; their environment
-	// values separate with ';' and their file values are YAML lists.
-	repeatable map[string]bool
 	// only, when set, names the flags that take environment and file
 	// values; the others are command-line only. Nil: every flag.
 	only map[string]bool
@@ -26,18 +24,24 @@ type layering struct {
 }
 
 // parseLayered parses args into fs with the precedence flag > environment
-// (FIRN_<FLAG>) > YAML file (--config) > default.
-func parseLayered(fs *flag.FlagSet, args []string, configPath *string, ly layering, getenv func(string) string) error {
-	if err := parseQuiet(fs, args); err != nil {
+// (FIRN_<FLAG>) > YAML file (--config) > default. A list-valued flag
+// (listFlag) takes the same values from each: FIRN_ETCD=a,b as --etcd a,b,
+// and in the file a YAML list or one such value.
+func parseLayered(fs *pflag.FlagSet, args []string, configPath *string, ly layering, getenv func(string) string) error {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	layered := func(name string) bool { return ly.only == nil || ly.only[name] }
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *pflag.Flag) { set[f.Name] = true })
 
 	apply := func(name string, values []string, from string) error {
 		for _, v := range values {
 			if err := fs.Set(name, v); err != nil {
+				var ive *pflag.InvalidValueError
+				if errors.As(err, &ive) {
+					err = ive.Unwrap()
+				}
 				return fmt.Errorf("%s=%q: not a valid --%s (%s): %v", from, v, name, fs.Lookup(name).Usage, err)
 			}
 		}
@@ -46,7 +50,7 @@ func parseLayered(fs *flag.FlagSet, args []string, configPath *string, ly layeri
 	// The environment.
 	fromEnv := map[string]bool{}
 	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f *pflag.Flag) {
 		if set[f.Name] || envErr != nil || !layered(f.Name) {
 			return
 		}
@@ -55,11 +59,7 @@ func parseLayered(fs *flag.FlagSet, args []string, configPath *string, ly layeri
 		if v == "" {
 			return
 		}
-		vals := []string{v}
-		if ly.repeatable[f.Name] {
-			vals = strings.Split(v, ";")
-		}
-		envErr = apply(f.Name, vals, "environment "+key)
+		envErr = apply(f.Name, []string{v}, "environment "+key)
 		fromEnv[f.Name] = true
 	})
 	if envErr != nil {
@@ -96,16 +96,11 @@ func parseLayered(fs *flag.FlagSet, args []string, configPath *string, ly layeri
 		var vals []string
 		switch v := m[k].(type) {
 		case []any:
-			if !ly.repeatable[k] {
-				parts := make([]string, len(v))
-				for i, x := range v {
-					parts[i] = fmt.Sprint(x)
-				}
-				vals = []string{strings.Join(parts, ",")}
-			} else {
-				for _, x := range v {
-					vals = append(vals, fmt.Sprint(x))
-				}
+			if !isList(f) {
+				return fmt.Errorf("--config %s: key %q takes one value, not a list", *configPath, k)
+			}
+			for _, x := range v {
+				vals = append(vals, fmt.Sprint(x))
 			}
 		case nil:
 			continue
@@ -124,59 +119,3 @@ func parseLayered(fs *flag.FlagSet, args []string, configPath *string, ly layeri
 	}
 	return nil
 }
-
-// listFlag is a comma-separated list flag.
-type listFlag struct{ v *[]string }
-
-func (l listFlag) String() string {
-	if l.v == nil {
-		return ""
-	}
-	return strings.Join(*l.v, ",")
-}
-func (l listFlag) Set(s string) error {
-	*l.v = nil
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			*l.v = append(*l.v, p)
-		}
-	}
-	return nil
-}
-
-// repeatFlag is a repeatable flag.
-type repeatFlag struct{ v *[]string }
-
-func (r repeatFlag) String() string {
-	if r.v == nil {
-		return ""
-	}
-	return strings.Join(*r.v, ";")
-}
-func (r repeatFlag) Set(s string) error { *r.v = append(*r.v, s); return nil }
-
-// boolSetFlag records whether a bool flag was given.
-type boolSetFlag struct {
-	v   *bool
-	set *bool
-}
-
-func (b boolSetFlag) String() string {
-	if b.v == nil {
-		return "false"
-	}
-	return fmt.Sprint(*b.v)
-}
-func (b boolSetFlag) Set(s string) error {
-	switch strings.ToLower(s) {
-	case "true", "1", "yes":
-		*b.v = true
-	case "false", "0", "no":
-		*b.v = false
-	default:
-		return fmt.Errorf("%q is not a boolean", s)
-	}
-	*b.set = true
-	return nil
-}
-func (b boolSetFlag) IsBoolFlag() bool { return true }

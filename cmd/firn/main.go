@@ -5,8 +5,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -35,15 +33,22 @@ Commands:
   fault clock           set a node's injected clock offset (fault injection)
   bench                 load a node, or the gRPC no-op floor, and measure
   version               print the version
+  help [COMMAND]        this text, or a command's (as firn COMMAND --help)
 
-Run "firn <command> --help" for a command's flags. Every serve flag can also be
-set as FIRN_<FLAG> in the environment (dashes become underscores) and as a key of
-the YAML file given by --config; a flag beats the environment, which beats the
-file, which beats the default. workers and coordinator bump read the coordinator
-flags (--etcd, --zookeeper, --cluster, ...) the same way, from the same file, so
-on a node's host they need no flags. Flags may follow arguments
-(firn decode ID --layout snowflake). Secrets can come from files
-(--etcd-password-file, --zookeeper-auth-file).
+Run "firn <command> --help" for a command's flags. Flags take two dashes
+(--addr); a few have a one-letter form (-n). Flags may follow arguments
+(firn decode ID --layout snowflake); "--" ends them. Every serve flag can
+also be set as FIRN_<FLAG> in the environment (dashes become underscores)
+and as a key of the YAML file given by --config; a flag beats the
+environment, which beats the file, which beats the default. workers and
+coordinator bump read the coordinator flags (--etcd, --zookeeper,
+--cluster, ...) the same way, from the same file; next, decode and info
+read the node's address and TLS certificate from it (FIRN_GRPC_ADDR,
+FIRN_TLS_CERT, or --config), so on a node's host they need no flags. A list
+(--etcd, --zookeeper, --ntp, --admin-names, --generator) is the flag
+repeated, or its items separated by commas (FIRN_NTP=a,b), or a YAML list
+in the file. Secrets can come from files (--etcd-password-file,
+--zookeeper-auth-file).
 
 Exit codes: 0 done; 1 error (including a node that cannot be reached);
 2 usage (a bad flag, argument or environment value); 3 the node answered
@@ -80,9 +85,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case benchChildCommand:
 		return cmdBenchChild(rest, stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintln(stdout, readBuild())
-		return exitOK
+		return cmdVersion(rest, stdout, stderr)
 	case "help", "-h", "--help":
+		if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+			// firn help CMD [SUB]: the command's own help.
+			return run(append(rest, "--help"), stdout, stderr)
+		}
+		if len(rest) > 0 {
+			return fail(stderr, exitUsage, "help: unexpected argument %q (firn help [COMMAND])", rest[0])
+		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
@@ -96,47 +107,4 @@ func fail(stderr io.Writer, code int, format string, args ...any) int {
 	msg = strings.ReplaceAll(strings.TrimSpace(msg), "\n", " ")
 	fmt.Fprintln(stderr, "firn:", msg)
 	return code
-}
-
-func isHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
-
-// parseQuiet parses args into fs without the flag package's own output
-// (its error line and the full usage): the caller prints the error in one
-// line. --help still prints the usage. Flags may follow the positional
-// arguments (firn decode ID --layout snowflake); after "--" everything is
-// positional. fs.Args() then holds the positional arguments in order.
-func parseQuiet(fs *flag.FlagSet, args []string) error {
-	out, usage := fs.Output(), fs.Usage
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	err := parseInterspersed(fs, args)
-	fs.SetOutput(out)
-	fs.Usage = usage
-	if errors.Is(err, flag.ErrHelp) && usage != nil {
-		usage()
-	}
-	return err
-}
-
-func parseInterspersed(fs *flag.FlagSet, args []string) error {
-	var pos []string
-	for {
-		// The flag package consumes a "--" it stops at; see whether it did.
-		before := len(args)
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		rest := fs.Args()
-		consumed := before - len(rest)
-		if len(rest) == 0 {
-			break
-		}
-		if consumed > 0 && args[consumed-1] == "--" {
-			pos = append(pos, rest...)
-			break
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
-	return fs.Parse(append([]string{"--"}, pos...))
 }

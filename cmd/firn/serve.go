@@ -27,15 +27,15 @@ import (
 // until SIGTERM or SIGINT, then drains.
 func cmdServe(args []string, stdout, stderr io.Writer) int {
 	sc := defaultServeConfig()
-	fs := newServeFlagSet(&sc, stderr)
-	if err := parseLayered(fs, args, &sc.config, layering{repeatable: repeatableServeFlags}, os.Getenv); err != nil {
+	fs := newServeFlagSet(&sc, stdout)
+	if err := sc.parse(fs, args, os.Getenv); err != nil {
 		if isHelp(err) {
 			return exitOK
 		}
 		return fail(stderr, exitUsage, "serve: %v", err)
 	}
 	if fs.NArg() > 0 {
-		return fail(stderr, exitUsage, "serve: unexpected argument %q", fs.Arg(0))
+		return fail(stderr, exitUsage, "serve: %v", unexpectedArg(fs, 0))
 	}
 
 	sys := clockguard.NewSystem()

@@ -204,8 +204,8 @@ func TestBadFlags(t *testing.T) {
 }
 
 // Precedence: a flag beats the environment, which beats the --config file,
-// which beats the default; a repeatable flag's environment variable
-// separates values with ';'.
+// which beats the default; a list's environment variable separates its
+// items with ','.
 func TestConfigPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	conf := filepath.Join(t.TempDir(), "firn.yaml")
@@ -214,7 +214,7 @@ func TestConfigPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := freeAddrs(t)
-	p := serve(t, dir, a, []string{"FIRN_MAX_BATCH=222", "FIRN_GENERATOR=main=snowflake;user=compact", "FIRN_NODE_NAME=env-node"},
+	p := serve(t, dir, a, []string{"FIRN_MAX_BATCH=222", "FIRN_GENERATOR=main=snowflake,user=compact", "FIRN_NODE_NAME=env-node"},
 		"--config", conf, "--max-batch", "333")
 	p.waitReady(30 * time.Second)
 	info := p.info()

@@ -2,13 +2,13 @@ package main
 
 import (
 	"crypto/tls"
-	"flag"
-	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/certfile"
@@ -59,10 +59,6 @@ type serveConfig struct {
 	logLevel string
 }
 
-// repeatableServeFlags are the serve flags whose values accumulate (their
-// environment variable separates values with ';').
-var repeatableServeFlags = map[string]bool{"generator": true}
-
 // defaultServeConfig returns the defaults of `firn serve`: the node's own
 // (core.DefaultConfig) and those of the binary.
 func defaultServeConfig() serveConfig {
@@ -77,25 +73,46 @@ func defaultServeConfig() serveConfig {
 	}
 }
 
+// serveHelp heads `firn serve --help`.
+const serveHelp = `Usage: firn serve [flags]
+
+Runs a node. With no --etcd or --zookeeper it runs on the embedded single-node etcd in --data-dir.
+Every flag is also FIRN_<FLAG> in the environment (dashes become underscores) and a key of the
+--config YAML file (flag > env > file > default). A list (--etcd, --zookeeper, --ntp, --admin-names,
+--generator) is the flag repeated, or items separated by commas (FIRN_ETCD=a:2379,b:2379), or a
+YAML list in the file.`
+
+// serveGroups are the help's headings after the essential flags.
+var serveGroups = []helpGroup{
+	{"Coordinator:", append(slices.Clip(coordDetailFlags), "embedded-peer-addr", "accept-moved-data-dir")},
+	{"Limits and operations:", []string{"datacenter", "workers", "max-workers", "max-batch", "client-rate", "client-burst", "max-queue",
+		"ring-size", "shutdown-timeout", "http-request-timeout", "http-idle-timeout", "grpc-max-connection-age", "pprof-addr"}},
+	{"Clock:", []string{"max-lead", "max-staleness", "max-clock-offset", "ntp-required", "ntp-interval", "max-peer-skew", "rollback-recovery"}},
+	{testingHeading, []string{"unchecked-clock-ok", "embedded-serve-remote", "enable-fault-injection", "fault-addr", "fault-addr-allow-remote", "fault-clock-offset"}},
+}
+
 // newServeFlagSet defines every serve flag on a new flag set, writing into
-// sc (whose values are the defaults shown).
-func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("firn serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: firn serve [flags]\n\nRuns a node. With no --etcd or --zookeeper it runs on the embedded single-node etcd in --data-dir.\nEvery flag is also FIRN_<FLAG> in the environment and a key of the --config YAML file (flag > env > file > default).\n\nFlags:")
-		fs.PrintDefaults()
-	}
+// sc (whose values are the defaults shown); --help goes to stdout.
+func newServeFlagSet(sc *serveConfig, stdout io.Writer) *pflag.FlagSet {
+	fs := newFlagSet("firn serve", serveHelp, stdout, serveGroups...)
 	c := &sc.node
+	// The essential flags first: those of no help group.
 	fs.StringVar(&sc.config, "config", "", "YAML file whose keys are serve flag names")
 	fs.StringVar(&sc.dataDir, "data-dir", sc.dataDir, "node state directory (identity, reservations, embedded etcd)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (API, /metrics, /healthz, /readyz, status page)")
 	fs.StringVar(&c.AdvertiseAddr, "advertise-addr", c.AdvertiseAddr, "the gRPC address clients reach this node at (host:port), by which other nodes name it as a sequence section's owner (default: --grpc-addr; set it when --grpc-addr is a wildcard, e.g. from the pod's IP)")
+	fs.Var(listFlag{&sc.generators, splitGenerators}, "generator", "name=layout (preset or canonical string), or name=segment[,start=N][,max=M] for dense IDs from a counter, or name=seq[,sections=S] for per-key sequences; a list: the first is the default (default default=snowflake)")
 	sc.coord.register(fs)
-	sc.coord.registerEmbeddedStart(fs)
 	fs.StringVar(&sc.nodeName, "node-name", sc.nodeName, "node name label (default hostname plus a short hash of the data dir)")
-	fs.Var(repeatFlag{&sc.generators}, "generator", "name=layout (preset or canonical string), or name=segment[,start=N][,max=M] for dense IDs from a counter, or name=seq[,sections=S] for per-key sequences; repeatable; the first is the default (default default=snowflake)")
+	fs.Var(listFlag{&c.NTP, commaItems}, "ntp", "NTP servers, a list of host[:port] (none: drift unchecked)")
+	fs.StringVar(&sc.tlsCert, "tls-cert", sc.tlsCert, "TLS certificate for gRPC and HTTP")
+	fs.StringVar(&sc.tlsKey, "tls-key", sc.tlsKey, "TLS key for gRPC and HTTP")
+	fs.StringVar(&sc.tlsClientCA, "tls-client-ca", sc.tlsClientCA, "CA that client certificates must chain to (turns on mTLS)")
+	fs.Var(listFlag{&c.AdminNames, commaItems}, "admin-names", "client certificate names (CN or DNS SAN) allowed to call the admin endpoints over mTLS, a list")
+	fs.StringVar(&sc.logLevel, "log-level", sc.logLevel, "debug, info, warn or error")
+
+	sc.coord.registerEmbeddedStart(fs)
 	fs.Int64Var(&c.Datacenter, "datacenter", c.Datacenter, "fix the datacenter field (-1: allocated with the worker ID)")
 	fs.StringVar(&sc.workers, "workers", "1", "worker IDs each generator holds: a number (K × the layout's rate, in per-node order), or auto (leases more while the rate stays above 80% of what it holds, up to --max-workers; releases them after a minute that fits fewer)")
 	fs.IntVar(&c.MaxWorkers, "max-workers", c.MaxWorkers, "under --workers auto, the most workers a generator holds (0: 16)")
@@ -106,17 +123,12 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.MaxLead, "max-lead", c.MaxLead, "how far IDs' time may run ahead of the clock (0: max(1s, 2 units) per generator)")
 	fs.DurationVar(&c.MaxStaleness, "max-staleness", c.MaxStaleness, "oldest a buffered ID may be when handed out (0: max(100ms, 2 units) per generator)")
 	fs.DurationVar(&c.MaxClockOffset, "max-clock-offset", c.MaxClockOffset, "NTP offset beyond which the node does not serve")
-	fs.Var(listFlag{&c.NTP}, "ntp", "NTP servers, comma-separated host[:port] (none: drift unchecked)")
-	fs.Var(boolSetFlag{&c.NTPRequired, &sc.ntpRequiredSet}, "ntp-required", "unreachable NTP blocks serving (default true when --ntp is set)")
+	fs.BoolVar(&c.NTPRequired, "ntp-required", c.NTPRequired, "unreachable NTP blocks serving (default true when --ntp is set)")
 	fs.DurationVar(&c.NTPInterval, "ntp-interval", c.NTPInterval, "how often NTP is checked")
 	fs.DurationVar(&c.MaxPeerSkew, "max-peer-skew", c.MaxPeerSkew, "clock skew from the peer median beyond which an outlier stops serving")
 	fs.BoolVar(&c.UncheckedClockOK, "unchecked-clock-ok", c.UncheckedClockOK, "serve while nothing checks the clock (no NTP answering and fewer than 3 live nodes for the peer check); without it such a node does not serve (CLOCK_UNCHECKED). The embedded coordinator needs no such flag")
 	fs.StringVar(&c.RollbackRecovery, "rollback-recovery", c.RollbackRecovery, "after a clock rollback beyond max-lead: auto or manual (POST /admin/resume)")
 	fs.IntVar(&c.RingSize, "ring-size", c.RingSize, "ring buffer slots per generator (power of two)")
-	fs.StringVar(&sc.tlsCert, "tls-cert", sc.tlsCert, "TLS certificate for gRPC and HTTP")
-	fs.StringVar(&sc.tlsKey, "tls-key", sc.tlsKey, "TLS key for gRPC and HTTP")
-	fs.StringVar(&sc.tlsClientCA, "tls-client-ca", sc.tlsClientCA, "CA that client certificates must chain to (turns on mTLS)")
-	fs.Var(listFlag{&c.AdminNames}, "admin-names", "client certificate names (CN or DNS SAN) allowed to call the admin endpoints over mTLS, comma-separated")
 	fs.BoolVar(&c.EnableFaultInjection, "enable-fault-injection", c.EnableFaultInjection, "serve the fault-injection listener (chaos tests only)")
 	fs.StringVar(&sc.pprofAddr, "pprof-addr", sc.pprofAddr, "serve Go's profiler (net/http/pprof) on this loopback address, for profiling a node under load; off when empty")
 	fs.StringVar(&c.FaultAddr, "fault-addr", c.FaultAddr, "fault-injection listen address")
@@ -127,8 +139,17 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.HTTPRequestTimeout, "http-request-timeout", c.HTTPRequestTimeout, "the server's deadline for an HTTP ID request")
 	fs.DurationVar(&c.HTTPIdleTimeout, "http-idle-timeout", c.HTTPIdleTimeout, "close a keep-alive HTTP connection idle this long (reading a request is bounded at 10 s, writing an answer at --http-request-timeout + 5 s)")
 	fs.DurationVar(&c.GRPCMaxConnectionAge, "grpc-max-connection-age", c.GRPCMaxConnectionAge, "ask a client connection older than this to reconnect, so clients rebalance over nodes (0: never)")
-	fs.StringVar(&sc.logLevel, "log-level", sc.logLevel, "debug, info, warn or error")
 	return fs
+}
+
+// parse reads args, then the environment (getenv), then the --config
+// file into sc, as parseLayered layers them; fs is sc's newServeFlagSet.
+func (sc *serveConfig) parse(fs *pflag.FlagSet, args []string, getenv func(string) string) error {
+	if err := parseLayered(fs, args, &sc.config, layering{}, getenv); err != nil {
+		return err
+	}
+	sc.ntpRequiredSet = fs.Changed("ntp-required")
+	return nil
 }
 
 // serveFlagNames are the names of every serve flag: the keys a --config
@@ -136,7 +157,7 @@ func newServeFlagSet(sc *serveConfig, stderr io.Writer) *flag.FlagSet {
 func serveFlagNames() map[string]bool {
 	sc := defaultServeConfig()
 	names := map[string]bool{}
-	newServeFlagSet(&sc, io.Discard).VisitAll(func(f *flag.Flag) { names[f.Name] = true })
+	newServeFlagSet(&sc, io.Discard).VisitAll(func(f *pflag.Flag) { names[f.Name] = true })
 	return names
 }
 

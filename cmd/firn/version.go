@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"runtime/debug"
 	"strings"
 )
@@ -10,6 +11,23 @@ import (
 // deploy/release.sh and deploy/Dockerfile). A build without it reports the
 // module version Go recorded (`go install …@v1.2.3`), else "dev".
 var version = ""
+
+// cmdVersion is `firn version`: the one line of readBuild. It takes no
+// flags and no arguments.
+func cmdVersion(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("firn version", "Usage: firn version\n\nPrints the version, the VCS revision and the Go version of this binary.", stdout)
+	if err := parseFlags(fs, args); err != nil {
+		if isHelp(err) {
+			return exitOK
+		}
+		return fail(stderr, exitUsage, "version: %v", err)
+	}
+	if fs.NArg() > 0 {
+		return fail(stderr, exitUsage, "version: %v", unexpectedArg(fs, 0))
+	}
+	fmt.Fprintln(stdout, readBuild())
+	return exitOK
+}
 
 // buildInfo is what the binary knows of its own build.
 type buildInfo struct {
