@@ -116,8 +116,7 @@ var longFlagOneDash = regexp.MustCompile(`(^|[\s(\[,])-[a-z][a-z-]+`)
 func TestHelpConventions(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve"}, {"next"}, {"decode"}, {"info"}, {"workers"}, {"coordinator", "bump"}, {"coordinator"},
-		{"fault", "clock"}, {"fault"}, {"version"},
-		// bench's flags are internal/load's, still the standard flag package's.
+		{"fault", "clock"}, {"fault"}, {"version"}, {"bench"},
 	} {
 		out, errOut, code := cli(t, nil, append(args, "--help")...)
 		if code != exitOK || errOut != "" || !strings.HasPrefix(out, "Usage: firn "+strings.Join(args, " ")) {

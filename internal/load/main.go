@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"golang.org/x/sys/unix"
 	"io"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/firnid/firn/client"
 	firnv1 "github.com/firnid/firn/client/firnv1"
@@ -115,24 +116,26 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return NoopMain(args[1:], stdout, stderr)
 	}
 	var f flags
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
+	fs.SortFlags = false
+	fs.SetOutput(stdout)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, benchUsage)
+		fmt.Fprint(stdout, benchUsage)
 		fs.PrintDefaults()
 	}
 	f.define(fs)
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintf(stderr, "bench: %v (firn bench --help lists the flags)\n", err)
 		return exitUsage
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "bench: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	fs.Visit(func(fl *flag.Flag) { f.batchSet = f.batchSet || fl.Name == "batch" })
+	fs.Visit(func(fl *pflag.Flag) { f.batchSet = f.batchSet || fl.Name == "batch" })
 	f.defaults()
 	if err := f.validate(); err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
@@ -178,7 +181,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 // benchUsage heads `firn bench -h`, before the flags.
-const benchUsage = `usage: firn bench [flags]
+const benchUsage = `Usage: firn bench [flags]
 
 Drives a firn node's gRPC API (or the no-op floor server, --target noop, a
 child process serving the same API with the same gRPC server options) with
@@ -230,7 +233,7 @@ maxima per second and the keys it keeps.
 `
 
 // define defines f's flags on fs.
-func (f *flags) define(fs *flag.FlagSet) {
+func (f *flags) define(fs *pflag.FlagSet) {
 	fs.StringVar(&f.target, "addr", "127.0.0.1:7300", "node gRPC address (host:port), or noop for the no-op floor server")
 	fs.StringVar(&f.target, "target", "127.0.0.1:7300", "the older name of --addr")
 	fs.StringVar(&f.generator, "generator", "", "generator name (empty: the node's default)")

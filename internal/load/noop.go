@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -28,6 +27,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/spf13/pflag"
+
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/segment"
 	"github.com/firnid/firn/seq"
@@ -455,7 +456,7 @@ func (s *noopService) Info(context.Context, *firnv1.InfoRequest) (*firnv1.InfoRe
 // --exit-on-stdin-eof is given (so it never outlives its parent). It
 // returns the process exit code.
 func NoopMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet(NoopCommand, flag.ContinueOnError)
+	fs := pflag.NewFlagSet(NoopCommand, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:0", "listen address (loopback only)")
 	certFile := fs.String("tls-cert", "", "server certificate (PEM); with --tls-key enables TLS")
@@ -471,12 +472,12 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	kind := fs.String("kind", "snowflake", "the generator's kind: snowflake, segment (NextRange returns one run per call; --layout is then the segment definition Info reports) or seq (NextSeq and NextSeqs from the counter; Info owns every section at the listen address)")
 	sections := fs.Int("sections", seq.DefaultSections, "a seq generator's sections (Info)")
 	stdinEOF := fs.Bool("exit-on-stdin-eof", false, "exit when standard input closes")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "firn-noop: "+format+"\n", a...)
 		return 2
+	}
+	if err := fs.Parse(args); err != nil {
+		return fail("%v", err)
 	}
 	host, _, err := net.SplitHostPort(*listen)
 	if err != nil {
