@@ -61,7 +61,7 @@ func (p *Policy) gateReading(wall time.Time, mono time.Duration) {
 	case g.pending:
 		g.size = jump
 		g.mu.Unlock()
-		p.setGateReason(jump)
+		p.setGateReason(jump, wall)
 		return
 	case jump <= p.cfg.MaxClockOffset:
 		g.top = max(g.top, off)
@@ -79,18 +79,25 @@ func (p *Policy) gateReading(wall time.Time, mono time.Duration) {
 	g.held.Store(true)
 	g.mu.Unlock()
 	p.log.Warn("forward clock step: not serving, reservations held, until NTP or the peer median confirms the clock", "size", jump)
-	p.setGateReason(jump)
+	p.setGateReason(jump, wall)
 	if p.AskNTP != nil {
 		p.AskNTP()
 	}
 }
 
-func (p *Policy) setGateReason(size time.Duration) {
+// confirmWithin is when a held forward step is next judged, from the
+// reading that saw it: NTP is asked at once, and the peer median confirms
+// on two readings after the step, which the peer check takes a second
+// apart. The refusals' RetryInfo says so; a step nothing confirms is held
+// on, and refused again with the same hint.
+const confirmWithin = 2 * time.Second
+
+func (p *Policy) setGateReason(size time.Duration, wall time.Time) {
 	reason := fmt.Sprintf("clock stepped forward %v, beyond --max-clock-offset %v: not serving until NTP or the peer median confirms the clock, or it comes back",
 		size.Round(time.Millisecond), p.cfg.MaxClockOffset)
 	for _, gen := range p.gens {
 		gen.State().SetCause(clockguard.SourceClockStep, reason,
-			clockguard.Detail{Limit: p.cfg.MaxClockOffset.String(), Measured: size.Round(time.Millisecond).String()})
+			clockguard.Detail{Limit: p.cfg.MaxClockOffset.String(), Measured: size.Round(time.Millisecond).String(), RetryAt: wall.Add(confirmWithin)})
 	}
 }
 

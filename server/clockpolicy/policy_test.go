@@ -83,6 +83,21 @@ func (r *policyRig) step(d time.Duration) {
 
 func (r *policyRig) reason() string { return r.rt.state.Reason() }
 
+func (r *policyRig) now() time.Time {
+	wall, _ := r.clock.Now()
+	return wall
+}
+
+// retryAt is the RetryAt of the reason source holds (zero: none).
+func (r *policyRig) retryAt(source clockguard.Source) time.Time {
+	for _, c := range r.rt.state.Snapshot().Causes {
+		if c.Source == source {
+			return c.RetryAt
+		}
+	}
+	return time.Time{}
+}
+
 func (r *policyRig) wantServing(want bool, what string) {
 	r.t.Helper()
 	if got := r.rt.state.Serving(); got != want {
@@ -104,6 +119,10 @@ func TestPolicyForwardStepConfirmedByNTP(t *testing.T) {
 	r.wantServing(false, "after +1h")
 	if !strings.Contains(r.reason(), "stepped forward 1h0m0s") || r.ntpAsked == 0 || !r.p.GateHeld() {
 		t.Fatalf("reason %q, NTP asked %d, held %v", r.reason(), r.ntpAsked, r.p.GateHeld())
+	}
+	// The refusals say when the step is next judged (RetryInfo).
+	if at, wall := r.retryAt(clockguard.SourceClockStep), r.now(); at.Sub(wall) != confirmWithin {
+		t.Fatalf("the forward step's hold retries at %v, %v from now; want %v", at, at.Sub(wall), confirmWithin)
 	}
 	// A verdict from a check begun before the step confirms nothing.
 	r.p.OnNTP(clockguard.NTPResult{OK: true, StartMono: before}, nil)
@@ -242,6 +261,14 @@ func TestPolicyRollbackAndRecovery(t *testing.T) {
 			r.wantServing(false, "after -5s")
 			if !strings.Contains(r.reason(), "clock rolled back 5s, limit 1s") {
 				t.Fatalf("reason %q", r.reason())
+			}
+			// Auto recovery ends the hold when the clock reaches the last
+			// issued time less max-lead, about 4 s from now: the refusals
+			// say so. Manual recovery promises no time.
+			at := r.retryAt(clockguard.SourceClockRollback)
+			if left := at.Sub(r.now()); mode == "auto" && (left < 3900*time.Millisecond || left > 4100*time.Millisecond) ||
+				mode == "manual" && !at.IsZero() {
+				t.Fatalf("%s: the rollback hold retries at %v (%v from now)", mode, at, left)
 			}
 			if !r.p.probe(r.rt) {
 				t.Fatal("probe: hold not waiting while the clock is behind")
