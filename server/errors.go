@@ -29,6 +29,7 @@ const (
 	reasonOverloaded clockguard.Code = "OVERLOADED"
 	reasonWrongNode  clockguard.Code = "WRONG_NODE"
 	reasonMoving     clockguard.Code = "SECTION_MOVING"
+	reasonDenied     clockguard.Code = "PERMISSION_DENIED"
 )
 
 // ErrorDomain is the domain of every ErrorInfo the node sends: the name
@@ -44,6 +45,8 @@ func code(err error) codes.Code {
 		return codes.OK
 	case errors.Is(err, core.ErrBadRequest):
 		return codes.InvalidArgument
+	case errors.Is(err, core.ErrPermissionDenied):
+		return codes.PermissionDenied
 	case errors.As(err, new(*sections.WrongNodeError)):
 		return codes.FailedPrecondition
 	case errors.As(err, new(*sections.MovingError)), errors.As(err, new(*sections.RaiseError)):
@@ -99,7 +102,10 @@ func describe(err error) (d detail, ok bool) {
 	var wn *sections.WrongNodeError
 	var mv *sections.MovingError
 	var rs *sections.RaiseError
+	var pe *core.PermissionError
 	switch {
+	case errors.As(err, &pe):
+		return detail{reasonDenied, meta("generator", pe.Generator), 0}, true
 	case errors.As(err, &wn):
 		return detail{reasonWrongNode, meta("generator", wn.Generator, "owner", wn.Owner.Address, "owner_name", wn.Owner.Name,
 			"section", strconv.Itoa(wn.Section)), 0}, true

@@ -137,7 +137,7 @@ func checkHTTP(t *testing.T, path string, resp *http.Response, body []byte, stat
 // reports is an ErrorReason of the API, and every ErrorReason (but the
 // zero value) is one the node can send.
 func TestErrorReasonsMatchTheProto(t *testing.T) {
-	ours := map[string]bool{"NOT_FOUND": true, "BAD_REQUEST": true, "OVERLOADED": true, "WRONG_NODE": true, "SECTION_MOVING": true}
+	ours := map[string]bool{"NOT_FOUND": true, "BAD_REQUEST": true, "OVERLOADED": true, "WRONG_NODE": true, "SECTION_MOVING": true, "PERMISSION_DENIED": true}
 	for _, c := range clockguard.Codes {
 		ours[string(c)] = true
 	}

@@ -49,6 +49,9 @@ func (s *idService) NextRange(ctx context.Context, req *firnv1.NextRangeRequest)
 }
 
 func (s *idService) Decode(ctx context.Context, req *firnv1.DecodeRequest) (*firnv1.DecodeResponse, error) {
+	if err := s.node.core.Authorize(ctx, req.GetGenerator()); err != nil {
+		return nil, grpcError(err)
+	}
 	rt, err := s.node.core.Lookup(req.GetGenerator())
 	if err != nil {
 		return nil, grpcError(err)

@@ -239,6 +239,13 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	// The caller first: one the generator does not serve learns nothing
+	// of it, not even its bounds.
+	fctx := admission.WithHTTPFlowKey(r.Context(), r)
+	if err := n.core.Authorize(fctx, q["generator"]); err != nil {
+		writeErr(w, err)
+		return
+	}
 	count := int64(1)
 	if s, ok := q["count"]; ok {
 		if count, err = strconv.ParseInt(s, 10, 64); err != nil {
@@ -260,7 +267,7 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The server's own deadline: an HTTP client may have none.
-	ctx, cancel := context.WithTimeout(admission.WithHTTPFlowKey(r.Context(), r), n.cfg.HTTPRequestTimeout)
+	ctx, cancel := context.WithTimeout(fctx, n.cfg.HTTPRequestTimeout)
 	defer cancel()
 	ids, err := n.core.IDs(ctx, q["generator"], count)
 	if err != nil {
@@ -294,6 +301,13 @@ func (n *Node) handleRanges(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	// The caller first: one the generator does not serve learns nothing
+	// of it, not even its bounds.
+	fctx := admission.WithHTTPFlowKey(r.Context(), r)
+	if err := n.core.Authorize(fctx, q["generator"]); err != nil {
+		writeErr(w, err)
+		return
+	}
 	count := uint64(1)
 	if s, ok := q["count"]; ok {
 		if count, err = strconv.ParseUint(s, 10, 64); err != nil {
@@ -314,7 +328,7 @@ func (n *Node) handleRanges(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		return
 	}
-	ctx, cancel := context.WithTimeout(admission.WithHTTPFlowKey(r.Context(), r), n.cfg.HTTPRequestTimeout)
+	ctx, cancel := context.WithTimeout(fctx, n.cfg.HTTPRequestTimeout)
 	defer cancel()
 	runs, err := n.core.NextRange(ctx, q["generator"], count)
 	if err != nil {
@@ -352,6 +366,10 @@ type decodeJSON struct {
 func (n *Node) handleDecode(w http.ResponseWriter, r *http.Request) {
 	q, err := strictQuery(r.URL.RawQuery, queryParams{"generator": true})
 	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	if err := n.core.Authorize(admission.WithHTTPFlowKey(r.Context(), r), q["generator"]); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -586,6 +604,11 @@ func (n *Node) handleSeq(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, core.BadField("body", "", `{"generator","key" or "key_base64","count"}, at most 4096 bytes`, "the body is not a sequence request: %v", err))
 		return
 	}
+	fctx := admission.WithHTTPFlowKey(r.Context(), r)
+	if err := n.core.Authorize(fctx, req.Generator); err != nil {
+		writeErr(w, err)
+		return
+	}
 	key := []byte(req.Key)
 	switch {
 	case req.Key != "" && req.KeyBase64 != "":
@@ -600,7 +623,7 @@ func (n *Node) handleSeq(w http.ResponseWriter, r *http.Request) {
 		key = b
 	}
 	count := max(req.Count, 1)
-	ctx, cancel := context.WithTimeout(admission.WithHTTPFlowKey(r.Context(), r), n.cfg.HTTPRequestTimeout)
+	ctx, cancel := context.WithTimeout(fctx, n.cfg.HTTPRequestTimeout)
 	defer cancel()
 	first, err := n.core.NextSeq(ctx, req.Generator, key, count)
 	if err != nil {

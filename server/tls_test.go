@@ -256,3 +256,101 @@ func TestAdminNamesSeparateAdminsFromIDCallers(t *testing.T) {
 		t.Fatalf("POST /admin/resume as an ID caller: %d %s %v, want 403 naming the certificate", code, body, err)
 	}
 }
+
+// TestAllowCallersPerGenerator: a generator with an allow list serves the
+// client certificates it names and refuses every other caller
+// PERMISSION_DENIED (HTTP 403), naming the generator and nothing else —
+// not its bounds, not the list, not the name the caller was seen as —
+// over gRPC and HTTP, for every call that names it; a generator without a
+// list serves every caller; an allow list without mTLS is refused at
+// start.
+func TestAllowCallersPerGenerator(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	certs := etcdtest.MakeCerts(t, "billing")
+	allow := func(c *core.Config) {
+		generators("default=snowflake", "orders=snowflake")(c)
+		c.Generators[1].Allow = []string{"billing", "billing.internal"}
+	}
+	n := startNode(t, e.Endpoints, t.TempDir(), serveTLS(t, certs, true), allow, seqGen("chats", "seq,sections=2"),
+		func(c *core.Config) { c.Generators[2].Allow = []string{"billing"} })
+	billing, shop := certs.ClientTLS(t), certs.ClientTLSAs(t, "shop")
+	base := "https://" + n.node.HTTPAddr()
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		if code, _ := httpGet(t, httpsClient(billing), base+"/readyz?generator=chats"); code == 200 {
+			break
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatal("not ready within 20 s")
+		}
+	}
+	ids := func(tc *tls.Config) firnv1.IDServiceClient {
+		conn := dialGRPC(t, n.node.GRPCAddr(), tlsCreds(tc))
+		t.Cleanup(func() { conn.Close() })
+		return firnv1.NewIDServiceClient(conn)
+	}
+	asBilling, asShop := ids(billing), ids(shop)
+	c := ctx(t)
+	if _, err := asBilling.NextID(c, &firnv1.NextIDRequest{Generator: "orders"}); err != nil {
+		t.Fatalf("billing, on the list: NextID(orders): %v", err)
+	}
+	for _, who := range []firnv1.IDServiceClient{asBilling, asShop} {
+		if _, err := who.NextID(c, &firnv1.NextIDRequest{Generator: "default"}); err != nil {
+			t.Fatalf("NextID(default), no list: %v", err)
+		}
+	}
+	// Every call naming orders (or chats), refused alike; a bad count
+	// too: the caller learns no bound.
+	for what, call := range map[string]func() error{
+		"NextID":          func() error { _, err := asShop.NextID(c, &firnv1.NextIDRequest{Generator: "orders"}); return err },
+		"NextIDs":         func() error { _, err := asShop.NextIDs(c, &firnv1.NextIDsRequest{Generator: "orders", Count: 3}); return err },
+		"NextIDs count 0": func() error { _, err := asShop.NextIDs(c, &firnv1.NextIDsRequest{Generator: "orders"}); return err },
+		"NextRange":       func() error { _, err := asShop.NextRange(c, &firnv1.NextRangeRequest{Generator: "orders", Count: 10}); return err },
+		"Decode":          func() error { _, err := asShop.Decode(c, &firnv1.DecodeRequest{Generator: "orders", Id: 1}); return err },
+		"NextSeq": func() error {
+			_, err := asShop.NextSeq(c, &firnv1.NextSeqRequest{Generator: "chats", Key: []byte("k"), Count: 1})
+			return err
+		},
+		"CurrentSeq": func() error {
+			_, err := asShop.CurrentSeq(c, &firnv1.CurrentSeqRequest{Generator: "chats", Key: []byte("k")})
+			return err
+		},
+	} {
+		err := call()
+		gen := "orders"
+		if strings.Contains(what, "Seq") {
+			gen = "chats"
+		}
+		wantCode(t, "shop: "+what, err, codes.PermissionDenied, `"`+gen+`"`)
+		wantInfo(t, "shop: "+what, err, "PERMISSION_DENIED", map[string]string{"generator": gen})
+		if msg := status.Convert(err).Message(); strings.Contains(msg, "billing") || strings.Contains(msg, "shop") || strings.Contains(msg, "[1,") {
+			t.Errorf("shop: %s: the refusal %q tells more than the generator", what, msg)
+		}
+		if md := errorInfo(err).GetMetadata(); len(md) != 1 {
+			t.Errorf("shop: %s: ErrorInfo metadata %v, want the generator alone", what, md)
+		}
+	}
+	// HTTP: the same rule, 403.
+	for _, u := range []string{"/v1/ids?generator=orders", "/v1/ids?generator=orders&count=0", "/v1/ranges?generator=orders&count=5", "/v1/decode/1?generator=orders"} {
+		code, body := httpGet(t, httpsClient(shop), base+u)
+		if code != 403 || !strings.Contains(body, "PERMISSION_DENIED") || strings.Contains(body, "billing") {
+			t.Errorf("shop: GET %s: %d %s; want 403 PERMISSION_DENIED", u, code, body)
+		}
+		if code, body := httpGet(t, httpsClient(billing), base+strings.Replace(u, "count=0", "count=1", 1)); code != 200 {
+			t.Errorf("billing: GET %s: %d %s; want 200", u, code, body)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/seq", strings.NewReader(`{"generator":"chats","key":"k"}`))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := httpsClient(shop).Do(req); err != nil || resp.StatusCode != 403 {
+		t.Errorf("shop: POST /v1/seq: %v %v; want 403", resp.Status, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	// An allow list needs mTLS: the names are a verified certificate's.
+	cfg := core.DefaultConfig()
+	allow(&cfg)
+	if err := cfg.Finish(time.Now()); err == nil || !strings.Contains(err.Error(), "--allow-callers") || !strings.Contains(err.Error(), "mTLS") {
+		t.Fatalf("an allow list without mTLS: %v, want a refusal naming --allow-callers and mTLS", err)
+	}
+}

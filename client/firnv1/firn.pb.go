@@ -118,6 +118,10 @@ const (
 	// last owner's lease has not ended, or its new owner's take settles.
 	// RetryInfo says when to try again.
 	ErrorReason_SECTION_MOVING ErrorReason = 20
+	// The generator serves named callers only (its allow list) and this
+	// caller's client certificate names none of them (PERMISSION_DENIED):
+	// metadata generator. Nothing else is said.
+	ErrorReason_PERMISSION_DENIED ErrorReason = 21
 )
 
 // Enum value maps for ErrorReason.
@@ -144,6 +148,7 @@ var (
 		18: "CLOCK_UNCHECKED",
 		19: "WRONG_NODE",
 		20: "SECTION_MOVING",
+		21: "PERMISSION_DENIED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -167,6 +172,7 @@ var (
 		"CLOCK_UNCHECKED":          18,
 		"WRONG_NODE":               19,
 		"SECTION_MOVING":           20,
+		"PERMISSION_DENIED":        21,
 	}
 )
 
@@ -1738,7 +1744,7 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\x0fsegment_skipped\x18\x19 \x01(\x04R\x0esegmentSkipped\x12\x1a\n" +
 	"\bsections\x18\x1a \x01(\rR\bsections\x12<\n" +
 	"\x0esection_owners\x18\x1b \x03(\v2\x15.firn.v1.SectionOwnerR\rsectionOwners\x12\x19\n" +
-	"\bseq_keys\x18\x1c \x01(\x04R\aseqKeys*\xa1\x03\n" +
+	"\bseq_keys\x18\x1c \x01(\x04R\aseqKeys*\xb8\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eCLOCK_ROLLBACK\x10\x01\x12\x0e\n" +
@@ -1766,7 +1772,8 @@ const file_firn_v1_firn_proto_rawDesc = "" +
 	"\x0fCLOCK_UNCHECKED\x10\x12\x12\x0e\n" +
 	"\n" +
 	"WRONG_NODE\x10\x13\x12\x12\n" +
-	"\x0eSECTION_MOVING\x10\x142\xfe\x03\n" +
+	"\x0eSECTION_MOVING\x10\x14\x12\x15\n" +
+	"\x11PERMISSION_DENIED\x10\x152\xfe\x03\n" +
 	"\tIDService\x129\n" +
 	"\x06NextID\x12\x16.firn.v1.NextIDRequest\x1a\x17.firn.v1.NextIDResponse\x12<\n" +
 	"\aNextIDs\x12\x17.firn.v1.NextIDsRequest\x1a\x18.firn.v1.NextIDsResponse\x12B\n" +

@@ -222,6 +222,9 @@ func TestListSeparators(t *testing.T) {
 		"ntp":         {[]string{"ntp1:123", "ntp2"}, func(sc *serveConfig) []string { return sc.node.NTP }},
 		"admin-names": {[]string{"ops", "admin.example"}, func(sc *serveConfig) []string { return sc.node.AdminNames }},
 		"generator":   {gens, func(sc *serveConfig) []string { return sc.generators }},
+		"allow-callers": {[]string{"default=billing", "default=shop.example"}, func(sc *serveConfig) []string {
+			return sc.allowCallers
+		}},
 	}
 	// The table holds every list-valued serve flag.
 	sc := defaultServeConfig()

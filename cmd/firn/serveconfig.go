@@ -37,6 +37,8 @@ type serveConfig struct {
 	nodeName string
 	// generators are the raw --generator values, name=layout.
 	generators []string
+	// allowCallers are the raw --allow-callers values, generator=caller.
+	allowCallers []string
 	// ntpRequiredSet records an explicit --ntp-required (default: true
 	// when --ntp is set).
 	ntpRequiredSet bool
@@ -110,6 +112,7 @@ func newServeFlagSet(sc *serveConfig, stdout io.Writer) *pflag.FlagSet {
 	fs.StringVar(&sc.tlsKey, "tls-key", sc.tlsKey, "TLS key for gRPC and HTTP")
 	fs.StringVar(&sc.tlsClientCA, "tls-client-ca", sc.tlsClientCA, "CA that client certificates must chain to (turns on mTLS)")
 	fs.Var(listFlag{&c.AdminNames, commaItems}, "admin-names", "client certificate names (CN or DNS SAN) allowed to call the admin endpoints over mTLS, a list")
+	fs.Var(listFlag{&sc.allowCallers, commaItems}, "allow-callers", "generator=name pairs, a list: a generator named here serves only the client certificates (CN or DNS SAN) named for it, over mTLS; others get PERMISSION_DENIED (default: every caller)")
 	fs.StringVar(&sc.logLevel, "log-level", sc.logLevel, "debug, info, warn or error")
 
 	sc.coord.registerEmbeddedStart(fs)
@@ -224,6 +227,9 @@ func (sc *serveConfig) finish(now time.Time) (core.Config, error) {
 		}
 		c.Generators = append(c.Generators, core.GeneratorConfig{Name: name, Layout: l})
 	}
+	if err := sc.applyAllowCallers(&c); err != nil {
+		return c, err
+	}
 	if !sc.ntpRequiredSet {
 		c.NTPRequired = len(c.NTP) > 0
 	}
@@ -294,4 +300,45 @@ func serverTLS(certFile, keyFile, clientCAFile string) (*tls.Config, *certfile.K
 		return cc, nil
 	}
 	return c, kp, cas, nil
+}
+
+// applyAllowCallers gives each generator named in --allow-callers its
+// allow list (core.GeneratorConfig.Allow): items generator=caller, a
+// generator named once per caller. A generator the node does not run is
+// refused, naming it; so is a caller named twice for one generator.
+func (sc *serveConfig) applyAllowCallers(c *core.Config) error {
+	if len(sc.allowCallers) == 0 {
+		return nil
+	}
+	index := map[string]int{}
+	for i, g := range c.Generators {
+		index[g.Name] = i
+	}
+	implied := len(c.Generators) == 0 // Finish adds default=snowflake
+	var defaultAllow []string
+	for _, it := range sc.allowCallers {
+		gen, caller, ok := strings.Cut(it, "=")
+		gen, caller = strings.TrimSpace(gen), strings.TrimSpace(caller)
+		if !ok || gen == "" || caller == "" {
+			return flagErr("allow-callers", "%q is not generator=caller", it)
+		}
+		var list *[]string
+		switch i, ok := index[gen]; {
+		case ok:
+			list = &c.Generators[i].Allow
+		case implied && gen == "default":
+			list = &defaultAllow
+		default:
+			return flagErr("allow-callers", "%q: this node runs no generator %q (--generator)", it, gen)
+		}
+		if slices.Contains(*list, caller) {
+			return flagErr("allow-callers", "%q: caller %q named twice for generator %q", it, caller, gen)
+		}
+		*list = append(*list, caller)
+	}
+	if implied {
+		l, _ := generator.Preset("snowflake")
+		c.Generators = []core.GeneratorConfig{{Name: "default", Layout: l, Allow: defaultAllow}}
+	}
+	return nil
 }

@@ -103,6 +103,15 @@ func (f *Files) RenewServer() (int64, error) {
 	return f.serial, nil
 }
 
+// IssueClient issues another client certificate of the CA, with common
+// name cn, as client-<cn>.pem and client-<cn>-key.pem in Dir, and returns
+// their paths.
+func (f *Files) IssueClient(cn string) (cert, key string, err error) {
+	f.serial++
+	cert, key = filepath.Join(f.Dir, "client-"+cn+".pem"), filepath.Join(f.Dir, "client-"+cn+"-key.pem")
+	return cert, key, f.leaf(f.serial, cn, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, cert, key)
+}
+
 // leaf writes a certificate for cn signed by the CA, and its key.
 func (f *Files) leaf(serial int64, cn string, usage []x509.ExtKeyUsage, certPath, keyPath string) error {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)

@@ -12,8 +12,12 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// flowKeyCtx carries the flow key of an HTTP request (WithHTTPFlowKey).
-type flowKeyCtx struct{}
+// flowKeyCtx carries the flow key of an HTTP request (WithHTTPFlowKey);
+// callerNamesCtx its verified client certificate's names.
+type (
+	flowKeyCtx     struct{}
+	callerNamesCtx struct{}
+)
 
 // WithHTTPFlowKey marks an HTTP request's context with its client: the verified
 // client certificate's name under mTLS, else the remote host — not its
@@ -28,9 +32,45 @@ func WithHTTPFlowKey(ctx context.Context, r *http.Request) context.Context {
 	if r.TLS != nil {
 		if name := certName(r.TLS.VerifiedChains); name != "" {
 			key = "cert:" + name
+			ctx = context.WithValue(ctx, callerNamesCtx{}, certNames(r.TLS.VerifiedChains))
 		}
 	}
 	return context.WithValue(ctx, flowKeyCtx{}, key)
+}
+
+// CallerNames are the names a request's verified client certificate
+// carries, its subject CN then its DNS SANs: what a generator's allow list
+// is matched against. None without a verified certificate. An HTTP
+// request's context must have been marked by WithHTTPFlowKey.
+func CallerNames(ctx context.Context) []string {
+	if ns, ok := ctx.Value(callerNamesCtx{}).([]string); ok {
+		return ns
+	}
+	if _, http := ctx.Value(flowKeyCtx{}).(string); http {
+		return nil
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+		return certNames(ti.State.VerifiedChains)
+	}
+	return nil
+}
+
+// certNames is a verified client certificate's subject CN (when set) and
+// DNS names.
+func certNames(chains [][]*x509.Certificate) []string {
+	if len(chains) == 0 || len(chains[0]) == 0 {
+		return nil
+	}
+	leaf := chains[0][0]
+	var ns []string
+	if leaf.Subject.CommonName != "" {
+		ns = append(ns, leaf.Subject.CommonName)
+	}
+	return append(ns, leaf.DNSNames...)
 }
 
 // FlowKey names the client a request comes from, for fair share and

@@ -35,6 +35,11 @@ type GeneratorConfig struct {
 	// node's (zero there means the per-layout default).
 	MaxLead      time.Duration
 	MaxStaleness time.Duration
+	// Allow, when set, are the callers that may use the generator: names
+	// of verified client certificates (subject CN or a DNS SAN), under
+	// mTLS. Any other caller is refused PERMISSION_DENIED naming the
+	// generator and nothing else. Empty: every caller the node admits.
+	Allow []string
 }
 
 // Config is what one node consumes: its generators, its timing, its clock
@@ -274,6 +279,16 @@ func (c *Config) Finish(now time.Time) error {
 	}
 	if len(c.AdminNames) > 0 && !c.MutualTLS() {
 		return configErr("admin-names", "needs mTLS (--tls-client-ca): the names are those of verified client certificates")
+	}
+	for _, g := range c.Generators {
+		if len(g.Allow) > 0 && !c.MutualTLS() {
+			return configErr("allow-callers", "generator %q: an allow list needs mTLS (--tls-client-ca): the names are those of verified client certificates", g.Name)
+		}
+		for _, n := range g.Allow {
+			if n == "" || len(n) > 256 {
+				return configErr("allow-callers", "generator %q: a caller name must be 1..256 bytes, got %q", g.Name, Echo(n))
+			}
+		}
 	}
 	return TimingErr(c.Timing.ValidateNamed(TimingFlags))
 }

@@ -37,6 +37,8 @@ type Core struct {
 
 	gens   []*Generator
 	byName map[string]*Generator
+	// allow: some generator has an allow list (Authorize has work to do).
+	allow bool
 
 	policy *clockpolicy.Policy
 	hm     holderMetrics
@@ -154,6 +156,9 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 		c.gens = append(c.gens, rt)
 		c.byName[gc.Name] = rt
 	}
+	for _, gc := range cfg.Generators {
+		c.allow = c.allow || len(gc.Allow) > 0
+	}
 	// The clock policy acts on the snowflake generators only: a segment
 	// generator has no clock in it.
 	var views []clockpolicy.Generator
@@ -215,6 +220,11 @@ func (c *Core) Crash() {
 
 // NextID returns one ID of the named generator.
 func (c *Core) NextID(ctx context.Context, generator string) (uint64, error) {
+	if c.allow {
+		if err := c.Authorize(ctx, generator); err != nil {
+			return 0, err
+		}
+	}
 	rt, err := c.Lookup(generator)
 	if err != nil {
 		return 0, err
@@ -225,6 +235,11 @@ func (c *Core) NextID(ctx context.Context, generator string) (uint64, error) {
 // IDs returns count IDs of the named generator; count runs from 1 to the
 // generator's max_batch (GeneratorStatus.MaxBatch).
 func (c *Core) IDs(ctx context.Context, generator string, count int64) ([]uint64, error) {
+	if c.allow {
+		if err := c.Authorize(ctx, generator); err != nil {
+			return nil, err
+		}
+	}
 	rt, err := c.CheckBatch(generator, count)
 	if err != nil {
 		return nil, err
@@ -234,6 +249,11 @@ func (c *Core) IDs(ctx context.Context, generator string, count int64) ([]uint64
 
 // NextIDs is IDs into dst: len(dst) IDs, in a buffer the caller keeps.
 func (c *Core) NextIDs(ctx context.Context, generator string, dst []uint64) error {
+	if c.allow {
+		if err := c.Authorize(ctx, generator); err != nil {
+			return err
+		}
+	}
 	rt, err := c.CheckBatch(generator, int64(len(dst)))
 	if err != nil {
 		return err
@@ -246,6 +266,11 @@ func (c *Core) NextIDs(ctx context.Context, generator string, dst []uint64) erro
 // count runs from 1 to the generator's max_range
 // (GeneratorStatus.MaxRange).
 func (c *Core) NextRange(ctx context.Context, generator string, count uint64) ([]generator.Run, error) {
+	if c.allow {
+		if err := c.Authorize(ctx, generator); err != nil {
+			return nil, err
+		}
+	}
 	rt, err := c.CheckRange(generator, count)
 	if err != nil {
 		return nil, err
@@ -337,6 +362,27 @@ func (c *Core) Lookup(name string) (*Generator, error) {
 		return nil, &UnknownGeneratorError{Name: Echo(name), Known: strings.Join(names, ",")}
 	}
 	return rt, nil
+}
+
+// Authorize refuses a caller the named generator's allow list does not
+// name (*PermissionError): the names of its verified client certificate
+// (admission.CallerNames). An unknown name passes, to be refused as
+// unknown by the call; so does every caller of a generator without a
+// list.
+func (c *Core) Authorize(ctx context.Context, name string) error {
+	if !c.allow {
+		return nil
+	}
+	rt, err := c.Lookup(name)
+	if err != nil || len(rt.cfg.Allow) == 0 {
+		return nil
+	}
+	for _, n := range admission.CallerNames(ctx) {
+		if slices.Contains(rt.cfg.Allow, n) {
+			return nil
+		}
+	}
+	return &PermissionError{Generator: rt.cfg.Name}
 }
 
 // start runs the core: the clock checks first (every generator is held out

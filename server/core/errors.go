@@ -80,6 +80,22 @@ func Echo(s string) string {
 	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
+// ErrPermissionDenied: the caller is not on the generator's allow list.
+var ErrPermissionDenied = errors.New("permission denied")
+
+// PermissionError refuses a caller the generator's allow list does not
+// name. It names the generator and nothing else: not the list, not the
+// name the caller was seen as, not the generator's state.
+type PermissionError struct {
+	Generator string
+}
+
+func (e *PermissionError) Error() string {
+	return fmt.Sprintf("%v: generator %q does not serve this caller", ErrPermissionDenied, e.Generator)
+}
+
+func (e *PermissionError) Is(target error) bool { return target == ErrPermissionDenied }
+
 // UnknownGeneratorError names the generator asked for and those the node
 // runs.
 type UnknownGeneratorError struct {

@@ -31,3 +31,23 @@ func (c *Certs) ClientTLS(t testing.TB) *tls.Config {
 	}
 	return cfg
 }
+
+// ClientTLSAs is ClientTLS presenting another client certificate of the
+// same CA, with common name cn.
+func (c *Certs) ClientTLSAs(t testing.TB, cn string) *tls.Config {
+	t.Helper()
+	certFile, keyFile, err := c.Files.IssueClient(cn)
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	cfg, err := c.Files.ClientTLS(false)
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	cfg.Certificates = []tls.Certificate{cert}
+	return cfg
+}

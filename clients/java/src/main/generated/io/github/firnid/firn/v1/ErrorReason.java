@@ -221,6 +221,16 @@ public enum ErrorReason
    * <code>SECTION_MOVING = 20;</code>
    */
   SECTION_MOVING(20),
+  /**
+   * <pre>
+   * The generator serves named callers only (its allow list) and this
+   * caller's client certificate names none of them (PERMISSION_DENIED):
+   * metadata generator. Nothing else is said.
+   * </pre>
+   *
+   * <code>PERMISSION_DENIED = 21;</code>
+   */
+  PERMISSION_DENIED(21),
   UNRECOGNIZED(-1),
   ;
 
@@ -420,6 +430,16 @@ public enum ErrorReason
    * <code>SECTION_MOVING = 20;</code>
    */
   public static final int SECTION_MOVING_VALUE = 20;
+  /**
+   * <pre>
+   * The generator serves named callers only (its allow list) and this
+   * caller's client certificate names none of them (PERMISSION_DENIED):
+   * metadata generator. Nothing else is said.
+   * </pre>
+   *
+   * <code>PERMISSION_DENIED = 21;</code>
+   */
+  public static final int PERMISSION_DENIED_VALUE = 21;
 
 
   public final int getNumber() {
@@ -467,6 +487,7 @@ public enum ErrorReason
       case 18: return CLOCK_UNCHECKED;
       case 19: return WRONG_NODE;
       case 20: return SECTION_MOVING;
+      case 21: return PERMISSION_DENIED;
       default: return null;
     }
   }

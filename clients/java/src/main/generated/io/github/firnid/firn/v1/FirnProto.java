@@ -180,7 +180,7 @@ public final class FirnProto {
       "next\030\027 \001(\004\022\024\n\014segment_step\030\030 \001(\004\022\027\n\017segm" +
       "ent_skipped\030\031 \001(\004\022\020\n\010sections\030\032 \001(\r\022-\n\016s" +
       "ection_owners\030\033 \003(\0132\025.firn.v1.SectionOwn" +
-      "er\022\020\n\010seq_keys\030\034 \001(\004*\241\003\n\013ErrorReason\022\034\n\030" +
+      "er\022\020\n\010seq_keys\030\034 \001(\004*\270\003\n\013ErrorReason\022\034\n\030" +
       "ERROR_REASON_UNSPECIFIED\020\000\022\022\n\016CLOCK_ROLL" +
       "BACK\020\001\022\016\n\nCLOCK_STEP\020\002\022\017\n\013CLOCK_RANGE\020\003\022" +
       "\016\n\nNTP_OFFSET\020\004\022\023\n\017NTP_UNREACHABLE\020\005\022\r\n\t" +
@@ -191,22 +191,22 @@ public final class FirnProto {
       "\r\022\014\n\010STARTING\020\016\022\r\n\tNOT_FOUND\020\017\022\017\n\013BAD_RE" +
       "QUEST\020\020\022\016\n\nOVERLOADED\020\021\022\023\n\017CLOCK_UNCHECK" +
       "ED\020\022\022\016\n\nWRONG_NODE\020\023\022\022\n\016SECTION_MOVING\020\024" +
-      "2\376\003\n\tIDService\0229\n\006NextID\022\026.firn.v1.NextI" +
-      "DRequest\032\027.firn.v1.NextIDResponse\022<\n\007Nex" +
-      "tIDs\022\027.firn.v1.NextIDsRequest\032\030.firn.v1." +
-      "NextIDsResponse\022B\n\tNextRange\022\031.firn.v1.N" +
-      "extRangeRequest\032\032.firn.v1.NextRangeRespo" +
-      "nse\0229\n\006Decode\022\026.firn.v1.DecodeRequest\032\027." +
-      "firn.v1.DecodeResponse\0223\n\004Info\022\024.firn.v1" +
-      ".InfoRequest\032\025.firn.v1.InfoResponse\022<\n\007N" +
-      "extSeq\022\027.firn.v1.NextSeqRequest\032\030.firn.v" +
-      "1.NextSeqResponse\022?\n\010NextSeqs\022\030.firn.v1." +
-      "NextSeqsRequest\032\031.firn.v1.NextSeqsRespon" +
-      "se\022E\n\nCurrentSeq\022\032.firn.v1.CurrentSeqReq" +
-      "uest\032\033.firn.v1.CurrentSeqResponseBT\n\030io." +
-      "github.firnid.firn.v1B\tFirnProtoP\001Z+gith" +
-      "ub.com/firnid/firn/client/firnv1;firnv1b" +
-      "\006proto3"
+      "\022\025\n\021PERMISSION_DENIED\020\0252\376\003\n\tIDService\0229\n" +
+      "\006NextID\022\026.firn.v1.NextIDRequest\032\027.firn.v" +
+      "1.NextIDResponse\022<\n\007NextIDs\022\027.firn.v1.Ne" +
+      "xtIDsRequest\032\030.firn.v1.NextIDsResponse\022B" +
+      "\n\tNextRange\022\031.firn.v1.NextRangeRequest\032\032" +
+      ".firn.v1.NextRangeResponse\0229\n\006Decode\022\026.f" +
+      "irn.v1.DecodeRequest\032\027.firn.v1.DecodeRes" +
+      "ponse\0223\n\004Info\022\024.firn.v1.InfoRequest\032\025.fi" +
+      "rn.v1.InfoResponse\022<\n\007NextSeq\022\027.firn.v1." +
+      "NextSeqRequest\032\030.firn.v1.NextSeqResponse" +
+      "\022?\n\010NextSeqs\022\030.firn.v1.NextSeqsRequest\032\031" +
+      ".firn.v1.NextSeqsResponse\022E\n\nCurrentSeq\022" +
+      "\032.firn.v1.CurrentSeqRequest\032\033.firn.v1.Cu" +
+      "rrentSeqResponseBT\n\030io.github.firnid.fir" +
+      "n.v1B\tFirnProtoP\001Z+github.com/firnid/fir" +
+      "n/client/firnv1;firnv1b\006proto3"
     };
     descriptor = com.google.protobuf.Descriptors.FileDescriptor
       .internalBuildGeneratedFileFrom(descriptorData,

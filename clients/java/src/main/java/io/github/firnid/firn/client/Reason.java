@@ -28,6 +28,7 @@ public enum Reason {
   CLOCK_UNCHECKED,
   WRONG_NODE,
   SECTION_MOVING,
+  PERMISSION_DENIED,
   /** The client was closed (before or during the call). */
   CLOSED,
   /** The caller's own deadline ran out. */
@@ -39,7 +40,7 @@ public enum Reason {
 
   /** Whether the reason is one a node gives (not one of the client's own). */
   public boolean fromNode() {
-    return ordinal() <= SECTION_MOVING.ordinal();
+    return ordinal() <= PERMISSION_DENIED.ordinal();
   }
 
   /** The node reason of that name; ERROR_REASON_UNSPECIFIED for an unknown one. */
