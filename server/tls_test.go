@@ -301,11 +301,20 @@ func TestAllowCallersPerGenerator(t *testing.T) {
 	// Every call naming orders (or chats), refused alike; a bad count
 	// too: the caller learns no bound.
 	for what, call := range map[string]func() error{
-		"NextID":          func() error { _, err := asShop.NextID(c, &firnv1.NextIDRequest{Generator: "orders"}); return err },
-		"NextIDs":         func() error { _, err := asShop.NextIDs(c, &firnv1.NextIDsRequest{Generator: "orders", Count: 3}); return err },
+		"NextID": func() error { _, err := asShop.NextID(c, &firnv1.NextIDRequest{Generator: "orders"}); return err },
+		"NextIDs": func() error {
+			_, err := asShop.NextIDs(c, &firnv1.NextIDsRequest{Generator: "orders", Count: 3})
+			return err
+		},
 		"NextIDs count 0": func() error { _, err := asShop.NextIDs(c, &firnv1.NextIDsRequest{Generator: "orders"}); return err },
-		"NextRange":       func() error { _, err := asShop.NextRange(c, &firnv1.NextRangeRequest{Generator: "orders", Count: 10}); return err },
-		"Decode":          func() error { _, err := asShop.Decode(c, &firnv1.DecodeRequest{Generator: "orders", Id: 1}); return err },
+		"NextRange": func() error {
+			_, err := asShop.NextRange(c, &firnv1.NextRangeRequest{Generator: "orders", Count: 10})
+			return err
+		},
+		"Decode": func() error {
+			_, err := asShop.Decode(c, &firnv1.DecodeRequest{Generator: "orders", Id: 1})
+			return err
+		},
 		"NextSeq": func() error {
 			_, err := asShop.NextSeq(c, &firnv1.NextSeqRequest{Generator: "chats", Key: []byte("k"), Count: 1})
 			return err
