@@ -26,11 +26,11 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
-var update = flag.Bool("update", false, "rewrite generated files (kubernetes/base/prometheusrule.yaml)")
+var update = flag.Bool("update", false, "rewrite generated files (kubernetes/monitoring/prometheusrule.yaml)")
 
 const (
 	k8sDir             = "kubernetes"
-	prometheusRuleFile = "kubernetes/base/prometheusrule.yaml"
+	prometheusRuleFile = "kubernetes/monitoring/prometheusrule.yaml"
 )
 
 // kustomization is the part of kustomize's Kustomization these files use;
@@ -38,6 +38,7 @@ const (
 type kustomization struct {
 	APIVersion string   `json:"apiVersion"`
 	Kind       string   `json:"kind"`
+	Namespace  string   `json:"namespace,omitempty"`
 	Resources  []string `json:"resources,omitempty"`
 	Labels     []struct {
 		Pairs            map[string]string `json:"pairs"`
@@ -46,6 +47,27 @@ type kustomization struct {
 	Patches []struct {
 		Path string `json:"path"`
 	} `json:"patches,omitempty"`
+	Replacements []replacement `json:"replacements,omitempty"`
+}
+
+// replacement is kustomize's: copy one field into fields of others.
+type replacement struct {
+	Source struct {
+		Kind      string `json:"kind"`
+		Name      string `json:"name"`
+		FieldPath string `json:"fieldPath"`
+	} `json:"source"`
+	Targets []struct {
+		Select struct {
+			Kind string `json:"kind"`
+			Name string `json:"name"`
+		} `json:"select"`
+		FieldPaths []string `json:"fieldPaths"`
+		Options    struct {
+			Delimiter string `json:"delimiter"`
+			Index     int    `json:"index"`
+		} `json:"options"`
+	} `json:"targets"`
 }
 
 // newObject returns the typed object for apiVersion and kind.
@@ -71,6 +93,8 @@ func newObject(apiVersion, kind string) (any, error) {
 		return &certmanagerv1.Certificate{}, nil
 	case "cert-manager.io/v1 Issuer":
 		return &certmanagerv1.Issuer{}, nil
+	case "cert-manager.io/v1 ClusterIssuer":
+		return &certmanagerv1.ClusterIssuer{}, nil
 	}
 	return nil, fmt.Errorf("no type for apiVersion %q kind %q", apiVersion, kind)
 }
@@ -141,49 +165,118 @@ func manifests(t *testing.T, dir string) map[string][]any {
 	return out
 }
 
+// nodes are the objects that run firn nodes, from the kustomize base or
+// the rendered Helm chart: the same checks hold for both.
+type nodes struct {
+	sts      *appsv1.StatefulSet
+	services map[string]*corev1.Service
+	config   *corev1.ConfigMap
+	pdb      *policyv1.PodDisruptionBudget
+	sa       *corev1.ServiceAccount
+}
+
+// add takes o if it is one of the nodes' objects.
+func (n *nodes) add(o any) bool {
+	switch o := o.(type) {
+	case *appsv1.StatefulSet:
+		n.sts = o
+	case *corev1.Service:
+		n.services[o.Name] = o
+	case *corev1.ConfigMap:
+		n.config = o
+	case *policyv1.PodDisruptionBudget:
+		n.pdb = o
+	case *corev1.ServiceAccount:
+		n.sa = o
+	default:
+		return false
+	}
+	return true
+}
+
+func (n nodes) complete() bool {
+	return n.sts != nil && n.config != nil && n.pdb != nil && n.sa != nil && len(n.services) == 3
+}
+
 // base holds the decoded objects of kubernetes/base.
 type base struct {
-	sts       *appsv1.StatefulSet
-	services  map[string]*corev1.Service
-	config    *corev1.ConfigMap
-	pdb       *policyv1.PodDisruptionBudget
-	podMon    *monitoringv1.PodMonitor
-	rule      *monitoringv1.PrometheusRule
-	sa        *corev1.ServiceAccount
+	nodes
 	kustomize *kustomization
 }
 
 func loadBase(t *testing.T) base {
 	t.Helper()
-	b := base{services: map[string]*corev1.Service{}}
+	b := base{nodes: nodes{services: map[string]*corev1.Service{}}}
 	for file, objs := range manifests(t, filepath.Join(k8sDir, "base")) {
 		for _, o := range objs {
+			if k, ok := o.(*kustomization); ok {
+				b.kustomize = k
+			} else if !b.add(o) {
+				t.Errorf("%s: unexpected %T", file, o)
+			}
+		}
+	}
+	if !b.complete() || b.kustomize == nil {
+		t.Fatalf("kubernetes/base is missing objects: %+v", b)
+	}
+	return b
+}
+
+// monitoring holds the decoded objects of kubernetes/monitoring.
+type monitoring struct {
+	podMon    *monitoringv1.PodMonitor
+	rule      *monitoringv1.PrometheusRule
+	kustomize *kustomization
+}
+
+func loadMonitoring(t *testing.T) monitoring {
+	t.Helper()
+	var m monitoring
+	for file, objs := range manifests(t, filepath.Join(k8sDir, "monitoring")) {
+		for _, o := range objs {
 			switch o := o.(type) {
-			case *appsv1.StatefulSet:
-				b.sts = o
-			case *corev1.Service:
-				b.services[o.Name] = o
-			case *corev1.ConfigMap:
-				b.config = o
-			case *policyv1.PodDisruptionBudget:
-				b.pdb = o
 			case *monitoringv1.PodMonitor:
-				b.podMon = o
+				m.podMon = o
 			case *monitoringv1.PrometheusRule:
-				b.rule = o
-			case *corev1.ServiceAccount:
-				b.sa = o
+				m.rule = o
 			case *kustomization:
-				b.kustomize = o
+				m.kustomize = o
 			default:
 				t.Errorf("%s: unexpected %T", file, o)
 			}
 		}
 	}
-	if b.sts == nil || b.config == nil || b.pdb == nil || b.podMon == nil || b.rule == nil || b.sa == nil || b.kustomize == nil || len(b.services) != 3 {
-		t.Fatalf("kubernetes/base is missing objects: %+v", b)
+	if m.podMon == nil || m.rule == nil || m.kustomize == nil {
+		t.Fatalf("kubernetes/monitoring is missing objects: %+v", m)
 	}
-	return b
+	return m
+}
+
+// The base applies on a cluster without the Prometheus Operator: no
+// object of its API group is in it (or in the overlays built on it); the
+// monitoring kustomization has them all.
+func TestKubernetesBaseNeedsNoPrometheusOperator(t *testing.T) {
+	for _, dir := range []string{"base", "zookeeper", "tls"} {
+		for file, objs := range manifests(t, filepath.Join(k8sDir, dir)) {
+			for _, o := range objs {
+				switch o.(type) {
+				case *monitoringv1.PodMonitor, *monitoringv1.PrometheusRule:
+					t.Errorf("%s: a %T needs the Prometheus Operator's CRDs; it belongs in kubernetes/monitoring", file, o)
+				}
+			}
+		}
+	}
+	for _, k := range []*kustomization{loadBase(t).kustomize} {
+		for _, r := range k.Resources {
+			if strings.Contains(r, "monitoring") || strings.Contains(r, "podmonitor") || strings.Contains(r, "prometheusrule") {
+				t.Errorf("kubernetes/base lists %s: the base must apply without the Prometheus Operator", r)
+			}
+		}
+	}
+	m := loadMonitoring(t)
+	if !reflect.DeepEqual(m.kustomize.Resources, []string{"podmonitor.yaml", "prometheusrule.yaml"}) {
+		t.Errorf("kubernetes/monitoring resources %v, want the PodMonitor and the PrometheusRule only (no ../base)", m.kustomize.Resources)
+	}
 }
 
 func TestKubernetesDecodeStrictly(t *testing.T) {
@@ -280,10 +373,20 @@ func firnContainer(t *testing.T, sts *appsv1.StatefulSet) corev1.Container {
 }
 
 func TestKubernetesStatefulSet(t *testing.T) {
-	b := loadBase(t)
+	checkNodes(t, loadBase(t).nodes, loadMonitoring(t).podMon)
+}
+
+// checkNodes checks what the base promises of the nodes' objects; podMon
+// may be nil.
+func checkNodes(t *testing.T, b nodes, podMon *monitoringv1.PodMonitor) {
+	t.Helper()
 	sts, spec := b.sts, b.sts.Spec.Template.Spec
 	c := firnContainer(t, sts)
 	cfg := firnConfig(t, b.config)
+	if spec.ServiceAccountName != b.sa.Name || b.sa.AutomountServiceAccountToken == nil || *b.sa.AutomountServiceAccountToken ||
+		spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Errorf("serviceAccountName %q (ServiceAccount %q): want it, with no token mounted", spec.ServiceAccountName, b.sa.Name)
+	}
 
 	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 {
 		t.Errorf("replicas %v, want 3", sts.Spec.Replicas)
@@ -301,7 +404,9 @@ func TestKubernetesStatefulSet(t *testing.T) {
 	}
 	matches("StatefulSet", sts.Spec.Selector.MatchLabels)
 	matches("PodDisruptionBudget", b.pdb.Spec.Selector.MatchLabels)
-	matches("PodMonitor", b.podMon.Spec.Selector.MatchLabels)
+	if podMon != nil {
+		matches("PodMonitor", podMon.Spec.Selector.MatchLabels)
+	}
 	for name, s := range b.services {
 		matches("Service "+name, s.Spec.Selector)
 	}
@@ -311,7 +416,7 @@ func TestKubernetesStatefulSet(t *testing.T) {
 	}
 	// The clients' address: headless (every ready pod an endpoint of the
 	// Go client's), ready pods only, with the gRPC port.
-	clients := b.services["firn-clients"]
+	clients := b.services[sts.Name+"-clients"]
 	if clients == nil || clients.Spec.ClusterIP != corev1.ClusterIPNone || clients.Spec.PublishNotReadyAddresses {
 		t.Errorf("firn-clients must be a headless Service of ready pods only (the Go client's dns:/// address): %+v", clients)
 	} else if len(clients.Spec.Ports) != 1 || clients.Spec.Ports[0].Port != 7300 {
@@ -389,7 +494,7 @@ func TestKubernetesStatefulSet(t *testing.T) {
 	if ports["grpc"] != portOf(t, cfg["grpc-addr"]) || ports["http"] != portOf(t, cfg["http-addr"]) {
 		t.Errorf("container ports %v do not match grpc-addr %v / http-addr %v", ports, cfg["grpc-addr"], cfg["http-addr"])
 	}
-	for _, p := range b.podMon.Spec.PodMetricsEndpoints {
+	for _, p := range podMonEndpoints(podMon) {
 		if p.Port == nil || ports[*p.Port] == 0 || p.Path != "/metrics" {
 			t.Errorf("PodMonitor endpoint %v %q: want a container port and /metrics", p.Port, p.Path)
 		}
@@ -415,7 +520,7 @@ func TestKubernetesStatefulSet(t *testing.T) {
 			continue
 		}
 		g := pr.probe.HTTPGet
-		if g.Path != pr.path || g.Port.Type != intstr.String || ports[g.Port.StrVal] != portOf(t, cfg["http-addr"]) {
+		if path, _, _ := strings.Cut(g.Path, "?"); path != pr.path || g.Port.Type != intstr.String || ports[g.Port.StrVal] != portOf(t, cfg["http-addr"]) {
 			t.Errorf("%s probe: GET %s on port %s, want %s on the HTTP port", pr.name, g.Path, g.Port.String(), pr.path)
 		}
 	}
@@ -444,6 +549,17 @@ func TestKubernetesStatefulSet(t *testing.T) {
 	} else if uid := dockerfileUID(t); *psc.RunAsUser != uid {
 		t.Errorf("runAsUser %d, Dockerfile USER %d", *psc.RunAsUser, uid)
 	}
+	csc := c.SecurityContext
+	if csc == nil || csc.ReadOnlyRootFilesystem == nil || !*csc.ReadOnlyRootFilesystem || csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation {
+		t.Error("want a read-only root filesystem and no privilege escalation")
+	}
+}
+
+func podMonEndpoints(pm *monitoringv1.PodMonitor) []monitoringv1.PodMetricsEndpoint {
+	if pm == nil {
+		return nil
+	}
+	return pm.Spec.PodMetricsEndpoints
 }
 
 func argValue(args []string, flagName string) string {
@@ -460,10 +576,10 @@ func argValue(args []string, flagName string) string {
 }
 
 // TestKubernetesConfigRunsOnRealNode runs `firn serve --config` with the
-// ConfigMap's file, overriding only what cannot work here (the coordinator
-// becomes a real local etcd, the addresses loopback, no NTP, and so, one
-// node, --unchecked-clock-ok), and checks the node serves and answers the
-// probes the StatefulSet uses.
+// ConfigMap's file and the container's environment (firn-site naming a
+// real local etcd and no NTP), overriding only what cannot work here (the
+// addresses loopback and, one node without NTP, --unchecked-clock-ok), and
+// checks the node serves and answers the probes the StatefulSet uses.
 func TestKubernetesConfigRunsOnRealNode(t *testing.T) {
 	b := loadBase(t)
 	c := firnContainer(t, b.sts)
@@ -472,7 +588,10 @@ func TestKubernetesConfigRunsOnRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	coord := startNode(t, true) // its embedded etcd is the coordinator
-	n := startNode(t, false, "--config", cfgFile, "--etcd", coord.clientAddr, "--ntp=", "--unchecked-clock-ok", "--node-name", "firn-0")
+	// The container's environment as the kubelet makes it, the ConfigMap
+	// firn-site naming this coordinator and no NTP server.
+	env := podEnv(t, c, "firn-0", map[string]string{"etcd": coord.clientAddr, "ntp": ""})
+	n := startNodeEnv(t, env, false, "--config", cfgFile, "--unchecked-clock-ok")
 	n.waitReady(t, 200, 30*time.Second)
 	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
 		if code, body, err := httpGet("http://" + n.httpAddr + p.HTTPGet.Path); err != nil || code != 200 {
@@ -483,6 +602,139 @@ func TestKubernetesConfigRunsOnRealNode(t *testing.T) {
 		!strings.Contains(grepLines(body, "firn_build_info{"), `node="firn-0"`) {
 		t.Errorf("the node did not take cluster and node name from the config and flags:\n%s", grepLines(body, "firn_build_info"))
 	}
+}
+
+// podEnv is the environment the kubelet gives container c of pod podName
+// (IP 127.0.0.1), with site as the data of the ConfigMap firn-site. A
+// required key missing from site fails t: such a pod does not start.
+func podEnv(t *testing.T, c corev1.Container, podName string, site map[string]string) []string {
+	t.Helper()
+	vals := map[string]string{}
+	var env []string
+	for _, e := range c.Env {
+		v := e.Value
+		switch from := e.ValueFrom; {
+		case from == nil:
+			v = regexp.MustCompile(`\$\(([A-Z_]+)\)`).ReplaceAllStringFunc(v, func(ref string) string { return vals[ref[2:len(ref)-1]] })
+		case from.FieldRef != nil && from.FieldRef.FieldPath == "metadata.name":
+			v = podName
+		case from.FieldRef != nil && from.FieldRef.FieldPath == "status.podIP":
+			v = "127.0.0.1"
+		case from.ConfigMapKeyRef != nil && from.ConfigMapKeyRef.Name == "firn-site":
+			sv, ok := site[from.ConfigMapKeyRef.Key]
+			if !ok {
+				if from.ConfigMapKeyRef.Optional != nil && *from.ConfigMapKeyRef.Optional {
+					continue
+				}
+				t.Fatalf("env %s: the pod does not start without key %s of ConfigMap firn-site", e.Name, from.ConfigMapKeyRef.Key)
+			}
+			v = sv
+		default:
+			t.Fatalf("env %s: no value for %+v here", e.Name, from)
+		}
+		vals[e.Name] = v
+		env = append(env, e.Name+"="+v)
+	}
+	return env
+}
+
+// The site's settings (the coordinator, NTP servers) are no example hosts
+// written into the manifests but required keys of the ConfigMap firn-site
+// the operator creates: a pod without them does not start, where an
+// example host would start it against nothing (and an absent coordinator
+// would give each pod its own embedded one, a separate ID space).
+func TestKubernetesSiteSettingsRequired(t *testing.T) {
+	// No example or guessed host anywhere in what is shipped.
+	guessed := regexp.MustCompile(`(?i)example\.(org|com|net)|\.svc\.cluster\.local:\d+|ntp\d\.`)
+	for _, dir := range []string{k8sDir, chartDir} {
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !(strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".tpl")) {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, l := range strings.Split(string(b), "\n") {
+				if text := string(stripComments([]byte(l))); guessed.MatchString(text) {
+					t.Errorf("%s:%d: a placeholder host in a shipped manifest: %s", p, i+1, strings.TrimSpace(l))
+				}
+			}
+			return nil
+		})
+	}
+	for _, v := range []struct {
+		dir      string
+		required []string // firn-site keys a pod cannot start without
+		optional []string
+	}{
+		{"base", []string{"etcd", "ntp"}, nil},
+		{"zookeeper", []string{"zookeeper", "ntp"}, []string{"etcd"}},
+	} {
+		b := loadBase(t)
+		cfgs := []*corev1.ConfigMap{b.config}
+		c := firnContainer(t, b.sts)
+		if v.dir != "base" {
+			for _, objs := range manifests(t, filepath.Join(k8sDir, v.dir)) {
+				for _, o := range objs {
+					switch o := o.(type) {
+					case *corev1.ConfigMap:
+						cfgs = append(cfgs, o)
+					case *appsv1.StatefulSet:
+						c = mergeEnv(c, firnContainer(t, o))
+					}
+				}
+			}
+		}
+		for _, cm := range cfgs {
+			for _, k := range []string{"etcd", "zookeeper", "ntp"} {
+				if _, ok := firnConfig(t, cm)[k]; ok {
+					t.Errorf("%s: ConfigMap %s sets %s: the site's value belongs in firn-site", v.dir, cm.Name, k)
+				}
+			}
+		}
+		refs := map[string]bool{} // firn-site key → optional
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil && e.ValueFrom.ConfigMapKeyRef.Name == "firn-site" {
+				r := e.ValueFrom.ConfigMapKeyRef
+				if f, _ := flagOfEnv(e.Name); f != r.Key {
+					t.Errorf("%s: env %s from firn-site key %s: want the key named as the flag", v.dir, e.Name, r.Key)
+				}
+				refs[r.Key] = r.Optional != nil && *r.Optional
+			}
+		}
+		for _, k := range v.required {
+			if opt, ok := refs[k]; !ok || opt {
+				t.Errorf("%s: key %s of firn-site must be a required (not optional) env source", v.dir, k)
+			}
+		}
+		for _, k := range v.optional {
+			if opt, ok := refs[k]; !ok || !opt {
+				t.Errorf("%s: key %s of firn-site must be optional", v.dir, k)
+			}
+		}
+		if len(refs) != len(v.required)+len(v.optional) {
+			t.Errorf("%s: firn-site keys %v", v.dir, refs)
+		}
+	}
+}
+
+// mergeEnv applies a strategic-merge patch's env (merged by name) to c.
+func mergeEnv(c, patch corev1.Container) corev1.Container {
+	env := append([]corev1.EnvVar{}, c.Env...)
+	for _, pe := range patch.Env {
+		found := false
+		for i := range env {
+			if env[i].Name == pe.Name {
+				env[i], found = pe, true
+			}
+		}
+		if !found {
+			env = append(env, pe)
+		}
+	}
+	c.Env = env
+	return c
 }
 
 func TestKubernetesZooKeeperOverlay(t *testing.T) {
@@ -502,22 +754,22 @@ func TestKubernetesZooKeeperOverlay(t *testing.T) {
 	if cm == nil || k == nil {
 		t.Fatal("the zookeeper overlay needs a kustomization and a ConfigMap patch")
 	}
-	if !reflect.DeepEqual(k.Resources, []string{"../base"}) {
-		t.Errorf("overlay resources %v, want [../base]", k.Resources)
+	if !reflect.DeepEqual(k.Resources, []string{"../base"}) || !reflect.DeepEqual(patchPaths(k), []string{"configmap.yaml", "statefulset.yaml"}) {
+		t.Errorf("overlay resources %v patches %v, want [../base] patched by configmap.yaml and statefulset.yaml", k.Resources, patchPaths(k))
 	}
 	b := loadBase(t)
 	if cm.Name != b.config.Name {
 		t.Errorf("overlay patches ConfigMap %s, base has %s", cm.Name, b.config.Name)
 	}
 	zk, et := firnConfig(t, cm), firnConfig(t, b.config)
-	if zk["zookeeper"] == nil || zk["etcd"] != nil {
-		t.Error("the overlay's config must name zookeeper and not etcd")
+	if zk["zookeeper-prefix"] == nil || zk["etcd-prefix"] != nil {
+		t.Error("the overlay's config must set zookeeper-prefix and not etcd-prefix")
 	}
-	if et["etcd"] == nil || et["zookeeper"] != nil {
-		t.Error("the base config must name etcd and not zookeeper")
+	if et["etcd-prefix"] == nil || et["zookeeper-prefix"] != nil {
+		t.Error("the base config must set etcd-prefix and not zookeeper-prefix")
 	}
 	for k, v := range et {
-		if k == "etcd" || k == "etcd-prefix" {
+		if k == "etcd-prefix" {
 			continue
 		}
 		if _, ok := zk[k]; !ok {
@@ -530,6 +782,27 @@ func TestKubernetesZooKeeperOverlay(t *testing.T) {
 // of prometheus/firn-rules.yml (go test -run PrometheusRule -update
 // rewrites it).
 func TestKubernetesPrometheusRule(t *testing.T) {
+	want := wantPrometheusRule(t)
+	if *update {
+		out, err := sigsyaml.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := "# Generated from deploy/prometheus/firn-rules.yml by\n#   (cd deploy && go test -run TestKubernetesPrometheusRule -update)\n# Do not edit: edit the rules file and regenerate.\n"
+		if err := os.WriteFile(prometheusRuleFile, append([]byte(head), out...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := loadMonitoring(t).rule
+	if !reflect.DeepEqual(got.Spec, want.Spec) {
+		t.Errorf("%s differs from %s: run (cd deploy && go test -run TestKubernetesPrometheusRule -update)", prometheusRuleFile, rulesFile)
+	}
+}
+
+// wantPrometheusRule is the PrometheusRule that holds exactly the rules of
+// prometheus/firn-rules.yml.
+func wantPrometheusRule(t *testing.T) monitoringv1.PrometheusRule {
+	t.Helper()
 	want := monitoringv1.PrometheusRule{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "monitoring.coreos.com/v1", Kind: "PrometheusRule"},
 		ObjectMeta: metav1.ObjectMeta{Name: "firn", Labels: map[string]string{"app.kubernetes.io/name": "firn"}},
@@ -546,18 +819,5 @@ func TestKubernetesPrometheusRule(t *testing.T) {
 		}
 		want.Spec.Groups = append(want.Spec.Groups, og)
 	}
-	if *update {
-		out, err := sigsyaml.Marshal(want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		head := "# Generated from deploy/prometheus/firn-rules.yml by\n#   (cd deploy && go test -run TestKubernetesPrometheusRule -update)\n# Do not edit: edit the rules file and regenerate.\n"
-		if err := os.WriteFile(prometheusRuleFile, append([]byte(head), out...), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := loadBase(t).rule
-	if !reflect.DeepEqual(got.Spec, want.Spec) {
-		t.Errorf("%s differs from %s: run (cd deploy && go test -run TestKubernetesPrometheusRule -update)", prometheusRuleFile, rulesFile)
-	}
+	return want
 }

@@ -160,6 +160,13 @@ func (l *lockedBuffer) String() string {
 // waits for /healthz and stops the process when the test ends.
 func startNode(t *testing.T, embedded bool, extra ...string) *node {
 	t.Helper()
+	return startNodeEnv(t, nil, embedded, extra...)
+}
+
+// startNodeEnv is startNode with env (NAME=value) added to the node's
+// environment.
+func startNodeEnv(t *testing.T, env []string, embedded bool, extra ...string) *node {
+	t.Helper()
 	n := &node{
 		httpAddr:  fmt.Sprintf("127.0.0.1:%d", freePort(t)),
 		faultAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)),
@@ -182,7 +189,7 @@ func startNode(t *testing.T, embedded bool, extra ...string) *node {
 	n.cmd = exec.Command(firnBin, args...)
 	n.cmd.Stdout, n.cmd.Stderr = n.out, n.out
 	// Only the flags given here: no FIRN_* from the caller's environment.
-	n.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	n.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

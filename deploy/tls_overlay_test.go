@@ -26,20 +26,46 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// tlsOverlay holds the decoded objects of kubernetes/tls.
+// tlsOverlay holds the decoded objects of kubernetes/tls, its CA
+// (tls/ca) and its caller certificate (tls/caller).
 type tlsOverlay struct {
 	kustomize *kustomization
 	config    *corev1.ConfigMap
 	sts       *appsv1.StatefulSet
 	certs     map[string]*certmanagerv1.Certificate
-	issuers   map[string]*certmanagerv1.Issuer
+	ca        tlsDir
+	caller    tlsDir
+}
+
+type tlsDir struct {
+	kustomize *kustomization
+	certs     map[string]*certmanagerv1.Certificate
+	issuers   map[string]*certmanagerv1.ClusterIssuer
 }
 
 func loadTLSOverlay(t *testing.T) tlsOverlay {
 	t.Helper()
-	o := tlsOverlay{certs: map[string]*certmanagerv1.Certificate{}, issuers: map[string]*certmanagerv1.Issuer{}}
-	for file, objs := range manifests(t, filepath.Join(k8sDir, "tls")) {
+	dir := filepath.Join(k8sDir, "tls")
+	o := tlsOverlay{certs: map[string]*certmanagerv1.Certificate{}}
+	sub := map[string]*tlsDir{filepath.Join(dir, "ca"): &o.ca, filepath.Join(dir, "caller"): &o.caller}
+	for _, d := range sub {
+		d.certs, d.issuers = map[string]*certmanagerv1.Certificate{}, map[string]*certmanagerv1.ClusterIssuer{}
+	}
+	for file, objs := range manifests(t, dir) {
 		for _, obj := range objs {
+			if d := sub[filepath.Dir(file)]; d != nil {
+				switch x := obj.(type) {
+				case *kustomization:
+					d.kustomize = x
+				case *certmanagerv1.Certificate:
+					d.certs[x.Name] = x
+				case *certmanagerv1.ClusterIssuer:
+					d.issuers[x.Name] = x
+				default:
+					t.Errorf("%s: unexpected %T", file, obj)
+				}
+				continue
+			}
 			switch x := obj.(type) {
 			case *kustomization:
 				o.kustomize = x
@@ -49,29 +75,28 @@ func loadTLSOverlay(t *testing.T) tlsOverlay {
 				o.sts = x
 			case *certmanagerv1.Certificate:
 				o.certs[x.Name] = x
-			case *certmanagerv1.Issuer:
-				o.issuers[x.Name] = x
 			default:
 				t.Errorf("%s: unexpected %T", file, obj)
 			}
 		}
 	}
-	if o.kustomize == nil || o.config == nil || o.sts == nil || len(o.certs) == 0 || len(o.issuers) == 0 {
+	if o.kustomize == nil || o.config == nil || o.sts == nil || len(o.certs) == 0 ||
+		o.ca.kustomize == nil || len(o.ca.issuers) == 0 || o.caller.kustomize == nil || len(o.caller.certs) != 1 {
 		t.Fatalf("kubernetes/tls is missing objects: %+v", o)
 	}
 	return o
 }
 
 // The TLS overlay, decoded strictly: every patch names a base object;
-// every Certificate's issuer exists (or is the cluster's etcd issuer);
-// the secrets the StatefulSet mounts are the ones the Certificates write;
-// the config's file paths lie in those mounts; the node certificate
-// covers every Service a client may use; the admin name is a
-// certificate's; the probes speak HTTPS.
+// every Certificate's issuer is firn's CA, a ClusterIssuer (or the
+// cluster's etcd issuer); the secrets the StatefulSet mounts are the ones
+// the Certificates write; the config's file paths lie in those mounts; the
+// node certificate covers every Service a client may use; the admin name
+// is a certificate's; the probes speak HTTPS.
 func TestKubernetesTLSOverlay(t *testing.T) {
 	o := loadTLSOverlay(t)
 	b := loadBase(t)
-	if !reflect.DeepEqual(o.kustomize.Resources, []string{"../base", "issuers.yaml", "certificates.yaml"}) {
+	if !reflect.DeepEqual(o.kustomize.Resources, []string{"../base", "certificates.yaml"}) {
 		t.Errorf("overlay resources %v", o.kustomize.Resources)
 	}
 	if o.config.Name != b.config.Name || o.sts.Name != b.sts.Name {
@@ -82,15 +107,12 @@ func TestKubernetesTLSOverlay(t *testing.T) {
 		secrets[c.Spec.SecretName] = c
 		ref := c.Spec.IssuerRef
 		switch {
-		case ref.Kind == "Issuer" && o.issuers[ref.Name] != nil:
+		case ref.Kind == "ClusterIssuer" && o.ca.issuers[ref.Name] != nil:
 		case ref.Kind == "ClusterIssuer" && name == "firn-etcd-client":
 			// The etcd cluster's own CA: provided by the cluster.
 		default:
-			t.Errorf("Certificate %s: issuer %s %q is not in the overlay", name, ref.Kind, ref.Name)
+			t.Errorf("Certificate %s: issuer %s %q is not firn's CA (kubernetes/tls/ca)", name, ref.Kind, ref.Name)
 		}
-	}
-	if ca := o.issuers["firn-ca"]; ca == nil || ca.Spec.CA == nil || secrets[ca.Spec.CA.SecretName] == nil || !secrets[ca.Spec.CA.SecretName].Spec.IsCA {
-		t.Errorf("Issuer firn-ca must sign with the CA certificate the overlay makes")
 	}
 
 	// Mounts: secret volumes of Certificates, mounted in the firn container.
@@ -122,25 +144,25 @@ func TestKubernetesTLSOverlay(t *testing.T) {
 	for _, k := range []string{"etcd-ca", "etcd-cert", "etcd-key"} {
 		inMount(k, "firn-etcd-client-tls")
 	}
-	for _, e := range cfg["etcd"].([]any) {
-		if !strings.HasPrefix(fmt.Sprint(e), "https://") {
-			t.Errorf("etcd endpoint %v is not https", e)
-		}
-	}
 	admins, _ := cfg["admin-names"].([]any)
 	if op := o.certs["firn-operator"]; op == nil || len(admins) == 0 || fmt.Sprint(admins[0]) != op.Spec.CommonName {
 		t.Errorf("admin-names %v must name the firn-operator certificate", admins)
 	}
 	node := o.certs["firn-node"]
+	if node == nil {
+		t.Fatal("no Certificate firn-node")
+	}
 	for name := range b.services {
-		want := name + ".firn.svc"
-		if name == "firn-headless" {
-			want = "*.firn-headless.firn.svc"
+		if name == b.sts.Spec.ServiceName {
+			name = "*." + name // each pod's name
 		}
-		if node == nil || !slices.Contains(node.Spec.DNSNames, want) {
-			t.Errorf("the node certificate does not cover %s", want)
+		for _, want := range []string{name, name + "." + namespacePlaceholder + ".svc"} {
+			if !slices.Contains(node.Spec.DNSNames, want) {
+				t.Errorf("the node certificate does not cover %s", want)
+			}
 		}
 	}
+	checkNamespaceReplacements(t, o.kustomize, node)
 	for _, p := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe, c.StartupProbe} {
 		if p == nil || p.HTTPGet == nil || p.HTTPGet.Scheme != corev1.URISchemeHTTPS {
 			t.Errorf("probe %+v does not speak HTTPS", p)
@@ -154,6 +176,103 @@ func TestKubernetesTLSOverlay(t *testing.T) {
 	}
 }
 
+// namespacePlaceholder stands for the namespace in the node certificate's
+// names until the overlay's replacements write it in.
+const namespacePlaceholder = "NAMESPACE"
+
+// checkNamespaceReplacements: the node certificate's names carry no
+// namespace of their own. Each qualified name (service.NAMESPACE.svc…) has
+// the placeholder where the namespace goes, and the overlay's
+// replacements write the overlay's namespace (the StatefulSet's, after
+// kustomize's namespace transformer) into exactly those places.
+func checkNamespaceReplacements(t *testing.T, k *kustomization, node *certmanagerv1.Certificate) {
+	t.Helper()
+	if k.Namespace == "" {
+		t.Error("the overlay sets no namespace: the node certificate's names need one")
+	}
+	want := map[string]int{} // fieldPath → index of the namespace label
+	for i, n := range node.Spec.DNSNames {
+		labels := strings.Split(n, ".")
+		at := 1
+		if labels[0] == "*" {
+			at = 2
+		}
+		if len(labels) <= at {
+			continue // a short name: the caller's own namespace
+		}
+		if labels[at] != namespacePlaceholder {
+			t.Errorf("node certificate name %q: label %d is %q, want %s (no namespace written into names)", n, at, labels[at], namespacePlaceholder)
+		}
+		want[fmt.Sprintf("spec.dnsNames.%d", i)] = at
+	}
+	got := map[string]int{}
+	for _, r := range k.Replacements {
+		if r.Source.FieldPath != "metadata.namespace" || r.Source.Kind != "StatefulSet" {
+			continue
+		}
+		for _, tg := range r.Targets {
+			if tg.Select.Kind != "Certificate" || tg.Select.Name != node.Name || tg.Options.Delimiter != "." {
+				continue
+			}
+			for _, fp := range tg.FieldPaths {
+				got[fp] = tg.Options.Index
+			}
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("replacements of the namespace into the node certificate: %v, want %v (field path → label)", got, want)
+	}
+}
+
+// firn's CA is a ClusterIssuer whose Secret lies in cert-manager's
+// namespace, so that a caller in any namespace gets a certificate from it
+// (an Issuer signs in its own namespace only); the caller's certificate
+// names no namespace (kubectl -n picks the caller's).
+func TestKubernetesTLSCallersInOtherNamespaces(t *testing.T) {
+	o := loadTLSOverlay(t)
+	var caCert *certmanagerv1.Certificate
+	for _, c := range o.ca.certs {
+		if c.Spec.IsCA {
+			caCert = c
+		}
+	}
+	ca := o.ca.issuers["firn-ca"]
+	if ca == nil || ca.Spec.CA == nil || caCert == nil || ca.Spec.CA.SecretName != caCert.Spec.SecretName {
+		t.Fatal("ClusterIssuer firn-ca must sign with the CA certificate of kubernetes/tls/ca")
+	}
+	if caCert.Namespace != "cert-manager" || o.ca.kustomize.Namespace != "" {
+		t.Errorf("the CA certificate's namespace %q (kustomization %q): want cert-manager, where a ClusterIssuer reads its Secret", caCert.Namespace, o.ca.kustomize.Namespace)
+	}
+	if ref := caCert.Spec.IssuerRef; ref.Kind != "ClusterIssuer" || o.ca.issuers[ref.Name] == nil || o.ca.issuers[ref.Name].Spec.SelfSigned == nil {
+		t.Errorf("the CA certificate's issuer %+v: want the self-signed ClusterIssuer of kubernetes/tls/ca", ref)
+	}
+	for _, c := range o.caller.certs {
+		if ref := c.Spec.IssuerRef; ref.Kind != "ClusterIssuer" || ref.Name != "firn-ca" {
+			t.Errorf("caller certificate %s: issuer %s %q, want ClusterIssuer firn-ca", c.Name, ref.Kind, ref.Name)
+		}
+		if c.Namespace != "" || o.caller.kustomize.Namespace != "" {
+			t.Errorf("caller certificate %s names namespace %q: it is made in the caller's", c.Name, c.Namespace+o.caller.kustomize.Namespace)
+		}
+		if !reflect.DeepEqual(c.Spec.Usages, []certmanagerv1.KeyUsage{certmanagerv1.UsageClientAuth}) || c.Spec.CommonName == "" {
+			t.Errorf("caller certificate %s: usages %v, name %q; want client auth and a name", c.Name, c.Spec.Usages, c.Spec.CommonName)
+		}
+	}
+	for name, c := range o.certs {
+		if c.Spec.IssuerRef.Kind == "Issuer" {
+			t.Errorf("Certificate %s: a namespaced Issuer cannot sign for callers elsewhere", name)
+		}
+	}
+}
+
+// callerName is the commonName of the caller certificate of tls/caller.
+func callerName(t *testing.T, o tlsOverlay) string {
+	for _, c := range o.caller.certs {
+		return c.Spec.CommonName
+	}
+	t.Fatal("no caller certificate")
+	return ""
+}
+
 // The overlay's configuration runs: a node started with it (the mounted
 // files replaced by certificates of a throw-away CA with the same names,
 // the coordinator by a local one) serves over mTLS, answers the probes
@@ -162,7 +281,8 @@ func TestKubernetesTLSOverlay(t *testing.T) {
 func TestKubernetesTLSConfigRunsOnRealNode(t *testing.T) {
 	o := loadTLSOverlay(t)
 	dir := t.TempDir()
-	pki := writePKI(t, dir, "firn-operator", "orders-service")
+	caller := callerName(t, o)
+	pki := writePKI(t, dir, "firn-operator", caller)
 	text := strings.ReplaceAll(o.config.Data["firn.yaml"], "/etc/firn-tls/node/", dir+"/")
 	cfgFile := filepath.Join(dir, "firn.yaml")
 	if err := os.WriteFile(cfgFile, []byte(text), 0o644); err != nil {
@@ -219,7 +339,7 @@ func TestKubernetesTLSConfigRunsOnRealNode(t *testing.T) {
 			t.Errorf("GET %s without a client certificate: %d, want %d", path, code, want)
 		}
 	}
-	if code := get(client("orders-service"), "/v1/ids"); code != 200 {
+	if code := get(client(caller), "/v1/ids"); code != 200 {
 		t.Errorf("GET /v1/ids with a caller's certificate: %d", code)
 	}
 	post := func(c *http.Client) int {
@@ -230,7 +350,7 @@ func TestKubernetesTLSConfigRunsOnRealNode(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if code := post(client("orders-service")); code != 403 {
+	if code := post(client(caller)); code != 403 {
 		t.Errorf("POST /admin/resume as a caller: %d, want 403", code)
 	}
 	if code := post(client("firn-operator")); code != 200 {
