@@ -432,6 +432,17 @@ func (c *Client) waitBatch(ctx context.Context) error {
 		c.mu.Unlock()
 		return nil
 	}
+	// Every endpoint asked the client to wait (RetryInfo) for longer than
+	// this caller would: no refill comes in its time, and it is refused
+	// at once with the refusal that said so, not left to its deadline.
+	deadline, hasDeadline := ctx.Deadline()
+	if c.lastErr != nil {
+		mono := time.Duration(c.now())
+		if until, ok := c.heldUntil(mono); ok && hasDeadline && until-mono > time.Until(deadline) {
+			c.mu.Unlock()
+			return c.lastErr
+		}
+	}
 	ch, gen := c.notify, c.failGen
 	c.waiters++
 	c.starved++
@@ -441,7 +452,6 @@ func (c *Client) waitBatch(ctx context.Context) error {
 	// nothing: the refill goes on for the others, and the endpoint, which
 	// was never sent that caller's deadline, does not count it.
 	multi := len(c.endpointList()) > 1 || c.resolveC != nil
-	deadline, hasDeadline := ctx.Deadline()
 	if multi && hasDeadline {
 		c.waitDeadlines = append(c.waitDeadlines, deadline)
 	}

@@ -45,8 +45,12 @@ func optionErr(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidOption, fmt.Sprintf(format, args...))
 }
 
+// ErrorDomain is the domain of the node's google.rpc.ErrorInfo: the name
+// of the service whose reasons they are (AIP-193).
+const ErrorDomain = "firn.v1.IDService"
+
 // Reason returns the cause a node gave for refusing the call that returned
-// err: the ErrorInfo reason of the API (domain "firn"), as the typed
+// err: the ErrorInfo reason of the API (domain ErrorDomain), as the typed
 // firnv1.ErrorReason. A program branches on it instead of parsing
 // messages: for example, DRAINING and LEASE_LOST pass on their own, while
 // RESTORE_DETECTED needs an operator. It is ERROR_REASON_UNSPECIFIED when
@@ -55,7 +59,7 @@ func optionErr(format string, args ...any) error {
 // endpoint's reason.
 func Reason(err error) firnv1.ErrorReason {
 	info, _ := details(err)
-	if info == nil || info.GetDomain() != "firn" {
+	if info == nil || info.GetDomain() != ErrorDomain {
 		return firnv1.ErrorReason_ERROR_REASON_UNSPECIFIED
 	}
 	return firnv1.ErrorReason(firnv1.ErrorReason_value[info.GetReason()])

@@ -756,7 +756,7 @@ func seqItemError(r *firnv1.SeqResult) error {
 	st := status.New(code, r.GetError())
 	var ds []protoadapt.MessageV1
 	if r.GetReason() != "" {
-		info := &errdetails.ErrorInfo{Domain: "firn", Reason: r.GetReason()}
+		info := &errdetails.ErrorInfo{Domain: ErrorDomain, Reason: r.GetReason()}
 		if r.GetOwner() != "" {
 			info.Metadata = map[string]string{"owner": r.GetOwner()}
 		}

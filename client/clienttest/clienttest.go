@@ -95,11 +95,11 @@ func (s *Service) Register(srv *grpc.Server) {
 }
 
 // Refuse makes NextID, NextIDs and NextRange answer UNAVAILABLE with msg, an
-// ErrorInfo of reason (domain "firn") and, when retryAfter > 0, a
+// ErrorInfo of reason (domain firn.v1.IDService) and, when retryAfter > 0, a
 // RetryInfo — as a node that stopped serving does. Health is left alone
 // (a node's health follows a moment later; SetHealth does that).
 func (s *Service) Refuse(reason firnv1.ErrorReason, msg string, retryAfter time.Duration) {
-	info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: "firn", Metadata: map[string]string{"generator": "default"}}
+	info := &errdetails.ErrorInfo{Reason: reason.String(), Domain: "firn.v1.IDService", Metadata: map[string]string{"generator": "default"}}
 	st, _ := status.New(codes.Unavailable, msg).WithDetails(info)
 	if retryAfter > 0 {
 		st, _ = status.New(codes.Unavailable, msg).WithDetails(info, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
@@ -111,7 +111,7 @@ func (s *Service) Refuse(reason firnv1.ErrorReason, msg string, retryAfter time.
 // OVERLOADED and a RetryInfo of retryAfter, as a node whose generator is
 // asked for more than it produces does.
 func (s *Service) Shed(retryAfter time.Duration) {
-	info := &errdetails.ErrorInfo{Reason: firnv1.ErrorReason_OVERLOADED.String(), Domain: "firn",
+	info := &errdetails.ErrorInfo{Reason: firnv1.ErrorReason_OVERLOADED.String(), Domain: "firn.v1.IDService",
 		Metadata: map[string]string{"generator": "default"}}
 	st, _ := status.New(codes.ResourceExhausted, `generator "default" overloaded (clienttest)`).WithDetails(info,
 		&errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})

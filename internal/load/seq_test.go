@@ -119,7 +119,7 @@ func (f *fakeSeqNode) wrongNode(key []byte) error {
 		return nil
 	}
 	st, _ := status.New(codes.FailedPrecondition, "owned by "+f.other).WithDetails(&errdetails.ErrorInfo{
-		Reason: reasonWrongNode, Domain: "firn", Metadata: map[string]string{"owner": f.other}})
+		Reason: reasonWrongNode, Domain: "firn.v1.IDService", Metadata: map[string]string{"owner": f.other}})
 	return st.Err()
 }
 

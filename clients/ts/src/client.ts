@@ -517,6 +517,13 @@ export class FirnClient {
     if (this.closed) return Promise.reject(closedError());
     if (this.install()) return Promise.resolve();
     if (boundDone(b)) return Promise.reject(deadlineError(this.lastErr));
+    // Every endpoint asked the client to wait (RetryInfo) for longer than
+    // this caller would: no refill comes in its time, and it is refused at
+    // once with the refusal that said so, not left to its deadline.
+    if (this.lastErr && b.deadline !== undefined) {
+      const held = this.heldUntil(now());
+      if (held !== undefined && held > b.deadline) return Promise.reject(this.lastErr);
+    }
     return new Promise<void>((resolve, reject) => {
       const w: Waiter = {
         deadline: b.deadline, signal: b.signal, timer: undefined, onAbort: undefined,

@@ -467,6 +467,15 @@ public final class FirnClient implements AutoCloseable {
       if (installLocked()) {
         return;
       }
+      // Every endpoint asked the client to wait (RetryInfo) for longer than
+      // this caller would: no refill comes in its time, and it is refused at
+      // once with the refusal that said so, not left to its deadline.
+      if (lastErr != null && deadline != NO_DEADLINE) {
+        long held = heldUntil(mono());
+        if (held != Long.MIN_VALUE && held > deadline) {
+          throw lastErr;
+        }
+      }
       long gen = notifyGen;
       long fgen = failGen;
       waiters++;
@@ -1677,6 +1686,9 @@ public final class FirnClient implements AutoCloseable {
     int hops = 0;
     long backoff = 0;
     int anyN = 0;
+    // The last refusal of this call that named its reason: it wins over an
+    // attempt the caller's own deadline cut short (that says nothing new).
+    FirnException.Details reasoned = null;
     for (;;) {
       if (closing) {
         throw closedError();
@@ -1718,8 +1730,14 @@ public final class FirnClient implements AutoCloseable {
       };
       if (callerDone && !redirect) {
         if (d.code == Status.Code.DEADLINE_EXCEEDED || d.code == Status.Code.CANCELLED) {
+          if (reasoned != null) {
+            throw reasoned.toException("client: the caller's deadline ran out; the section's owner last said: ");
+          }
           throw deadlineError();
         }
+      }
+      if (d.reason != Reason.ERROR_REASON_UNSPECIFIED && !redirect) {
+        reasoned = d;
       }
       if (redirect) {
         seqRedirects.incrementAndGet();
