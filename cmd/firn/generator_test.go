@@ -93,7 +93,7 @@ func TestGeneratorCommands(t *testing.T) {
 	contains("the pinned layout", out, "generator static defined")
 
 	out, _ = must(exitOK, "list")
-	if !regexp.MustCompile(`(?m)^orders +` + regexp.QuoteMeta(sf.String()) + ` +billing,shop +serving$`).MatchString(out) ||
+	if !regexp.MustCompile(`(?m)^orders +`+regexp.QuoteMeta(sf.String())+` +billing,shop +serving$`).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^users +segment,start=42000,max=1000000 +\(every caller\) +serving$`).MatchString(out) ||
 		strings.Index(out, "orders") > strings.Index(out, "static") || strings.Index(out, "static") > strings.Index(out, "users") ||
 		strings.Contains(out, "\nx ") {
