@@ -242,9 +242,6 @@ func planAbove(gc *core.GeneratorConfig, def, above string, now time.Time) (*mig
 		return &migration{id: id, floor: -1}, nil
 	}
 	l := gc.Layout
-	// Every firn layout keeps the time field on top (generator.Layout), so
-	// an ID whose time lies above ID's is numerically above it: the floor
-	// on the time is a floor on the number.
 	parts, err := l.Decode(id)
 	if err != nil {
 		return nil, flagErr("above", "%d does not decode under %s (%v): it was not made with this layout, whose IDs are at most %d bits", id, l, err, l.TotalBits())
@@ -255,6 +252,16 @@ func planAbove(gc *core.GeneratorConfig, def, above string, now time.Time) (*mig
 	}
 	if parts.Units+1 >= l.MaxTime() {
 		return nil, flagErr("above", "%d decodes to time unit %d, the layout's last is %d: no ID above it", id, parts.Units, l.MaxTime())
+	}
+	// The floor on the time is a floor on the number only while the time
+	// field lies above every other field: then the smallest ID of any
+	// later unit is above the largest of ID's unit. Every firn layout is
+	// built so (generator.Layout); the proof checks it on this one.
+	lo, errLo := l.Encode(parts.Units+1, 0, 0, 0)
+	hi, errHi := l.Encode(parts.Units, l.DatacenterLimit()-1, l.WorkerLimit()-1, l.MaxSequence())
+	if errLo != nil || errHi != nil || lo <= hi {
+		return nil, flagErr("above", "layout %s does not keep the time field on top (IDs of unit %d reach %d, the next unit starts at %d): a later time is not a larger ID, so no floor can put every ID above %d",
+			l, parts.Units, hi, lo, id)
 	}
 	return &migration{id: id, parts: parts, floor: parts.Units + 1}, nil
 }
