@@ -126,17 +126,25 @@ below ID is refused. A seq generator has no use for it.
 	if err != nil {
 		return fail(stderr, exitUsage, "generator create: DEFINITION %q: %v", def, err)
 	}
+	wall, _ := clockguard.NewSystem().Now()
+	if gc.Segment == nil {
+		// As a node checks it at start (core.Config.Finish).
+		if err := gc.Layout.Validate(wall); err != nil {
+			return fail(stderr, exitUsage, "generator create: DEFINITION %q: %v", def, err)
+		}
+	}
 	if err := checkAllow(allow); err != nil {
 		return fail(stderr, exitUsage, "generator create: %v", err)
 	}
-	wall, _ := clockguard.NewSystem().Now()
+	d := coordinator.GeneratorDefinition{Name: name, Allow: allow, Created: wall.UTC()}
 	var mig *migration
 	if *above != "" {
 		if mig, err = planAbove(&gc, def, *above, wall); err != nil {
 			return fail(stderr, exitUsage, "generator create: %v", err)
 		}
+		d.Above = strconv.FormatUint(mig.id, 10)
 	}
-	d := coordinator.GeneratorDefinition{Name: name, Definition: gc.Spec(), Allow: allow, Above: *above, Created: wall.UTC()}
+	d.Definition = gc.Spec()
 	if err := d.Validate(); err != nil {
 		return fail(stderr, exitUsage, "generator create: %v", err)
 	}

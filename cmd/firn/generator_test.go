@@ -65,6 +65,8 @@ func TestGeneratorCommands(t *testing.T) {
 	contains("a segment start at --above", errOut, "start=10 is at or below ID 10")
 	_, errOut = must(exitUsage, "create", "x", "compact", "--above", strconv.FormatUint(1<<50, 10))
 	contains("an ID wider than the layout", errOut, "does not decode under", "at most 42 bits")
+	_, errOut = must(exitUsage, "create", "x", "time=41,dc=0,worker=10,seq=12,unit=1ms,epoch=2999-01-01T00:00:00Z")
+	contains("a layout a node refuses", errOut, "epoch", "is in the future")
 	_, errOut = must(exitUsage, "create", "x", "seq", "--above", "5")
 	contains("--above on seq", errOut, "seq generator")
 	wall, _ := clockguard.NewSystem().Now()
