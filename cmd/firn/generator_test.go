@@ -195,7 +195,10 @@ func TestMigrateWalkthroughs(t *testing.T) {
 	}
 
 	a := freeAddrs(t)
-	node := serve(t, t.TempDir(), a, nil, "--etcd", ep, "--unchecked-clock-ok", "--generator", strings.Join(gens, ","))
+	// A short window and skew shorten the restore guard every take on a
+	// shared coordinator waits (the floors are not what it waits for).
+	node := serve(t, t.TempDir(), a, nil, "--etcd", ep, "--unchecked-clock-ok", "--reservation-window", "3500ms", "--max-peer-skew", "100ms",
+		"--generator", strings.Join(gens, ","))
 	node.waitReady(30 * time.Second)
 	for _, w := range walks {
 		for !node.genServing(w.name) {
