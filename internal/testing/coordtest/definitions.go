@@ -94,6 +94,22 @@ func Definitions(t *testing.T, b Backend) {
 		t.Fatalf("Generators after definitions alone: %+v, %v; want none", gs, err)
 	}
 
+	// What `firn generator create --above` does before it stores a
+	// definition: a bump by one unit of a generator nothing has used
+	// writes its floor alone, and every acquisition then starts above it.
+	res, err := c1.Bump(ctx, coordinator.BumpSpec{Generator: "legacy", By: 1, Now: 41_999, MaxTime: bigFloor})
+	if err != nil || res.Floor != 42_000 {
+		t.Fatalf("Bump of an unused generator: %+v, %v; want the floor 42000", res, err)
+	}
+	if hs, err := c1.Workers(ctx, "legacy"); err != nil || len(hs) != 0 {
+		t.Fatalf("Workers after a floor alone: %+v, %v; want none", hs, err)
+	}
+	spec := Spec("legacy", 4)
+	spec.Layout = layoutB
+	if l := mustAcquire(t, c2, spec, Node("n1")); l.Floor() < 42_000 || l.GeneratorFloor() != 42_000 {
+		t.Fatalf("acquisition after the floor: Floor %d, GeneratorFloor %d; want at least 42000", l.Floor(), l.GeneratorFloor())
+	}
+
 	// A record written by a newer binary: refused by name.
 	cl.SetDefinitionRecord(t, "users", []byte(`{"name":"users","definition":"segment","created":"2026-12-06T01:00:00Z","schema":99,"quota":7}`))
 	_, err = c2.Definitions(ctx)
