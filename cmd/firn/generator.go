@@ -237,7 +237,7 @@ func planAbove(gc *core.GeneratorConfig, def, above string, now time.Time) (*mig
 		d := *gc.Segment
 		switch {
 		case id >= d.Max-1:
-			return nil, flagErr("above", "%d leaves no ID below the definition's max=%d", id, d.Max)
+			return nil, flagErr("above", "%d: the first ID above it would not lie below the definition's max=%d", id, d.Max)
 		case startGiven(def) && d.Start <= id:
 			return nil, flagErr("above", "the definition's start=%d is at or below ID %d: give start above it, or leave start out (then start=%d)", d.Start, id, id+1)
 		case !startGiven(def):
