@@ -22,8 +22,9 @@ var (
 	// ErrExhausted: every worker ID of the layout has a live owner or a
 	// reservation too far ahead of the taker's clock.
 	ErrExhausted = errors.New("coordinator: worker IDs exhausted")
-	// ErrSchemaTooNew: the pin was written by a newer firn.
-	ErrSchemaTooNew = errors.New("coordinator: pin schema is newer than this binary")
+	// ErrSchemaTooNew: the pin, or a generator's definition, was written
+	// by a newer firn.
+	ErrSchemaTooNew = errors.New("coordinator: record schema is newer than this binary")
 	// ErrUnavailable: the coordinator could not be reached in time.
 	ErrUnavailable = errors.New("coordinator: unavailable")
 	// ErrNameInUse: a live owner record carries this node's name with a
@@ -647,9 +648,10 @@ type Admin interface {
 }
 
 // Backend is what every backend (etcd, ZooKeeper, memory, and Lazy over
-// any of them) implements: the three parts.
+// any of them) implements: the four parts.
 type Backend interface {
 	Coordinator
 	Admin
 	Counters
+	Definitions
 }

@@ -170,6 +170,13 @@ func (closeRecorder) MarkRestored(context.Context, RestoreEvidence) error    { r
 func (closeRecorder) Generators(context.Context) ([]GeneratorState, error)   { return nil, nil }
 func (closeRecorder) Peers(context.Context) ([]PeerBeat, error)              { return nil, nil }
 func (c closeRecorder) Close() error                                         { close(c.ch); return nil }
+func (closeRecorder) CreateDefinition(context.Context, GeneratorDefinition) error {
+	return nil
+}
+func (closeRecorder) RetireDefinition(context.Context, string, string, time.Time) (GeneratorDefinition, error) {
+	return GeneratorDefinition{}, nil
+}
+func (closeRecorder) Definitions(context.Context) ([]GeneratorDefinition, error) { return nil, nil }
 func (closeRecorder) ReadCounter(context.Context, CounterSpec) (CounterRecord, error) {
 	return CounterRecord{}, nil
 }

@@ -170,6 +170,33 @@ func (l *Lazy) Generators(ctx context.Context) ([]GeneratorState, error) {
 	return c.Generators(ctx)
 }
 
+// CreateDefinition implements Definitions.
+func (l *Lazy) CreateDefinition(ctx context.Context, d GeneratorDefinition) error {
+	c, err := l.get()
+	if err != nil {
+		return err
+	}
+	return c.CreateDefinition(ctx, d)
+}
+
+// RetireDefinition implements Definitions.
+func (l *Lazy) RetireDefinition(ctx context.Context, name, why string, at time.Time) (GeneratorDefinition, error) {
+	c, err := l.get()
+	if err != nil {
+		return GeneratorDefinition{}, err
+	}
+	return c.RetireDefinition(ctx, name, why, at)
+}
+
+// Definitions implements Definitions.
+func (l *Lazy) Definitions(ctx context.Context) ([]GeneratorDefinition, error) {
+	c, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return c.Definitions(ctx)
+}
+
 // Peers implements Coordinator.
 func (l *Lazy) Peers(ctx context.Context) ([]PeerBeat, error) {
 	c, err := l.get()

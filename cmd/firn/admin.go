@@ -37,11 +37,17 @@ type adminFlags struct {
 var adminGroups = []helpGroup{{"Coordinator:", coordDetailFlags}}
 
 func (c *adminFlags) register(fs *pflag.FlagSet, generatorDefault, generatorUsage string) {
+	c.registerCoord(fs)
+	fs.StringVar(&c.generator, "generator", generatorDefault, generatorUsage)
+}
+
+// registerCoord defines --config and the coordinator flags alone (firn
+// generator, whose generator is an argument).
+func (c *adminFlags) registerCoord(fs *pflag.FlagSet) {
 	c.coord = defaultCoordConfig()
 	c.fs = fs
 	fs.StringVar(&c.config, "config", "", "YAML file of serve flags (the coordinator's are read; the others are ignored)")
 	c.coord.register(fs)
-	fs.StringVar(&c.generator, "generator", generatorDefault, generatorUsage)
 }
 
 // parse parses args, the coordinator flags layered as serve's (flag >

@@ -27,6 +27,8 @@ func TestCLIConventions(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "--help"}, {"next", "--help"}, {"decode", "--help"}, {"info", "--help"},
 		{"workers", "--help"}, {"workers", "release", "--help"}, {"coordinator", "bump", "--help"},
+		{"generator", "--help"}, {"generator", "create", "--help"}, {"generator", "list", "--help"},
+		{"generator", "describe", "--help"}, {"generator", "retire", "--help"},
 		{"fault", "clock", "--help"}, {"bench", "--help"}, {"--help"},
 	} {
 		// The addresses point nowhere: help must not dial.
@@ -116,6 +118,7 @@ var longFlagOneDash = regexp.MustCompile(`(^|[\s(\[,])-[a-z][a-z-]+`)
 func TestHelpConventions(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve"}, {"next"}, {"decode"}, {"info"}, {"workers"}, {"coordinator", "bump"}, {"coordinator"},
+		{"generator"}, {"generator", "create"}, {"generator", "list"}, {"generator", "describe"}, {"generator", "retire"},
 		{"fault", "clock"}, {"fault"}, {"version"}, {"bench"},
 	} {
 		out, errOut, code := cli(t, nil, append(args, "--help")...)
@@ -194,6 +197,18 @@ func TestUnknownFlagsAndArguments(t *testing.T) {
 		{[]string{"coordinator", "extra"}, "coordinator bump"},
 		{[]string{"coordinator", "bump", "--bogus"}, "--bogus"},
 		{[]string{"coordinator", "bump", "--by", "1s", "extra"}, `"extra"`},
+		{[]string{"generator"}, "create, list, describe or retire"},
+		{[]string{"generator", "extra"}, `"extra"`},
+		{[]string{"generator", "create", "--bogus", "a", "snowflake"}, "--bogus"},
+		{[]string{"generator", "create", "a", "snowflake", "extra"}, `"extra"`},
+		{[]string{"generator", "create", "a"}, "NAME DEFINITION"},
+		{[]string{"generator", "create", "a", "snowflake", "--above", "x"}, "--above"},
+		{[]string{"generator", "list", "--bogus"}, "--bogus"},
+		{[]string{"generator", "list", "extra"}, `"extra"`},
+		{[]string{"generator", "describe"}, "NAME"},
+		{[]string{"generator", "describe", "a", "b"}, `"b"`},
+		{[]string{"generator", "retire", "--bogus", "a"}, "--bogus"},
+		{[]string{"generator", "retire", "a", "b"}, `"b"`},
 		{[]string{"fault"}, "fault clock"},
 		{[]string{"fault", "clock", "--bogus"}, "--bogus"},
 		{[]string{"fault", "clock", "--offset", "1s", "extra"}, `"extra"`},

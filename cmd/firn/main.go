@@ -1,6 +1,6 @@
 // Command firn is the single binary of the firn ID service: `firn serve`
 // runs a node; the other subcommands talk to one (next, info, decode,
-// fault), to the coordinator (workers, coordinator bump), or measure
+// fault), to the coordinator (workers, generator, coordinator bump), or measure
 // (bench).
 package main
 
@@ -30,6 +30,7 @@ Commands:
   info                  describe a node and its generators
   workers               list worker IDs; "workers release W" frees one (fenced)
   coordinator bump      raise every reservation after a coordinator restore
+  generator             define generators in the coordinator: create, list, describe, retire
   fault clock           set a node's injected clock offset (fault injection)
   bench                 load a node, or the gRPC no-op floor, and measure
   version               print the version
@@ -40,8 +41,8 @@ Run "firn <command> --help" for a command's flags. Flags take two dashes
 (firn decode ID --layout snowflake); "--" ends them. Every serve flag can
 also be set as FIRN_<FLAG> in the environment (dashes become underscores)
 and as a key of the YAML file given by --config; a flag beats the
-environment, which beats the file, which beats the default. workers and
-coordinator bump read the coordinator flags (--etcd, --zookeeper,
+environment, which beats the file, which beats the default. workers,
+generator and coordinator bump read the coordinator flags (--etcd, --zookeeper,
 --cluster, ...) the same way, from the same file; next, decode and info
 read the node's address and TLS certificate from it (FIRN_GRPC_ADDR,
 FIRN_TLS_CERT, or --config), so on a node's host they need no flags. A list
@@ -78,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdWorkers(rest, stdout, stderr)
 	case "coordinator":
 		return cmdCoordinator(rest, stdout, stderr)
+	case "generator":
+		return cmdGenerator(rest, stdout, stderr)
 	case "fault":
 		return cmdFault(rest, stdout, stderr)
 	case "bench":

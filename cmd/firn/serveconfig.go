@@ -197,35 +197,18 @@ func (sc *serveConfig) finish(now time.Time) (core.Config, error) {
 	for _, s := range sc.generators {
 		name, layout, ok := strings.Cut(s, "=")
 		name = strings.TrimSpace(name)
-		if !ok || name == "" || strings.ContainsAny(name, "/ \t") || len(name) > 64 {
-			return c, flagErr("generator", "%q is not name=layout (name 1..64 characters, no '/' or spaces)", s)
+		if !ok || !validGeneratorName(name) {
+			return c, flagErr("generator", "%q is not name=layout (name %s)", s, generatorNameRule)
 		}
 		if seen[name] {
 			return c, flagErr("generator", "name %q given twice", name)
 		}
 		seen[name] = true
-		if segment.IsDefinition(layout) {
-			d, err := segment.ParseDefinition(layout)
-			if err != nil {
-				return c, flagErr("generator", "%s: %v", name, err)
-			}
-			c.Generators = append(c.Generators, core.GeneratorConfig{Name: name, Segment: &d})
-			continue
-		}
-		if seq.IsDefinition(layout) {
-			d, err := seq.ParseDefinition(layout)
-			if err != nil {
-				return c, flagErr("generator", "%s: %v", name, err)
-			}
-			cd := d.Counter()
-			c.Generators = append(c.Generators, core.GeneratorConfig{Name: name, Segment: &cd})
-			continue
-		}
-		l, err := generator.ParseLayout(layout)
+		g, err := parseGeneratorDef(name, layout)
 		if err != nil {
 			return c, flagErr("generator", "%s: %v", name, err)
 		}
-		c.Generators = append(c.Generators, core.GeneratorConfig{Name: name, Layout: l})
+		c.Generators = append(c.Generators, g)
 	}
 	if err := sc.applyAllowCallers(&c); err != nil {
 		return c, err
@@ -263,6 +246,42 @@ func (sc *serveConfig) finish(now time.Time) (core.Config, error) {
 		return c, err
 	}
 	return c, nil
+}
+
+// generatorNameRule is what validGeneratorName checks, for messages.
+const generatorNameRule = "1..64 characters, no '/' or spaces"
+
+// validGeneratorName is the rule of a generator's name, wherever one is
+// given (--generator NAME=..., firn generator create NAME).
+func validGeneratorName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, "/ \t") && len(name) <= 64
+}
+
+// parseGeneratorDef reads the definition of generator name, as
+// --generator NAME=DEFINITION and firn generator create NAME DEFINITION
+// take it: a segment definition, a seq definition, or a layout (a preset
+// or a canonical layout string).
+func parseGeneratorDef(name, def string) (core.GeneratorConfig, error) {
+	switch {
+	case segment.IsDefinition(def):
+		d, err := segment.ParseDefinition(def)
+		if err != nil {
+			return core.GeneratorConfig{}, err
+		}
+		return core.GeneratorConfig{Name: name, Segment: &d}, nil
+	case seq.IsDefinition(def):
+		d, err := seq.ParseDefinition(def)
+		if err != nil {
+			return core.GeneratorConfig{}, err
+		}
+		cd := d.Counter()
+		return core.GeneratorConfig{Name: name, Segment: &cd}, nil
+	}
+	l, err := generator.ParseLayout(def)
+	if err != nil {
+		return core.GeneratorConfig{}, err
+	}
+	return core.GeneratorConfig{Name: name, Layout: l}, nil
 }
 
 // serverTLS loads the TLS configuration of gRPC and HTTP from the files of

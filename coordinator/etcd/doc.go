@@ -8,6 +8,7 @@
 //	/<prefix>/<cluster>/<generator>/reserved/<dc>-<w>  reserved[w] (19-digit decimal), never lease-bound, never deleted
 //	/<prefix>/<cluster>/<generator>/floor           generator floor set by Bump (19-digit decimal), never lowered
 //	/<prefix>/<cluster>/<generator>/restored        restore marker (JSON evidence) written by MarkRestored, deleted by Bump
+//	/<prefix>/<cluster>/<generator>/definition      the generator's definition (JSON, firn generator create), created if absent, never deleted
 //
 // Fences, exactly as the design has them. Acquisition is one txn
 // If(CreateRevision(owner)==0, CreateRevision(pin)==pinRev,

@@ -344,6 +344,7 @@ func (k keys) cursor() string       { return k.base + "cursor" }
 func (k keys) floor() string        { return k.base + "floor" }
 func (k keys) restored() string     { return k.base + "restored" }
 func (k keys) counter() string      { return k.base + "counter" }
+func (k keys) definition() string   { return k.base + "definition" }
 func (k keys) owners() string       { return k.base + "owner/" }
 func (k keys) reservations() string { return k.base + "reserved/" }
 func (k keys) owner(s coordinator.Slot) string {

@@ -729,6 +729,74 @@ func (c *Client) Generators(ctx context.Context) ([]coordinator.GeneratorState, 
 	return out, err
 }
 
+// --- definitions -----------------------------------------------------------
+
+// defWhere names where a definition is stored, for errors.
+func defWhere(name string) string { return "memory:" + name + "/definition" }
+
+// CreateDefinition implements coordinator.Definitions: stored when the
+// name has none, in one step.
+func (c *Client) CreateDefinition(ctx context.Context, d coordinator.GeneratorDefinition) error {
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	return c.call(ctx, OpAdmin, "create definition", func(time.Time) error {
+		if rec, ok := c.s.st.defs[d.Name]; ok {
+			old, err := coordinator.DecodeDefinition(d.Name, defWhere(d.Name), rec)
+			if err != nil {
+				return err
+			}
+			return &coordinator.DefinitionExistsError{Existing: old}
+		}
+		c.s.st.rev++
+		c.s.st.defs[d.Name] = coordinator.EncodeDefinition(d)
+		c.log.Info("generator defined", "generator", d.Name, "definition", d.Definition)
+		return nil
+	})
+}
+
+// RetireDefinition implements coordinator.Definitions.
+func (c *Client) RetireDefinition(ctx context.Context, name, why string, at time.Time) (coordinator.GeneratorDefinition, error) {
+	if !validName(name) {
+		return coordinator.GeneratorDefinition{}, fmt.Errorf("%w: generator %q", coordinator.ErrInvalidSpec, name)
+	}
+	var out coordinator.GeneratorDefinition
+	err := c.call(ctx, OpAdmin, "retire definition", func(time.Time) error {
+		rec, ok := c.s.st.defs[name]
+		if !ok {
+			return fmt.Errorf("%w: generator %q", coordinator.ErrNoDefinition, name)
+		}
+		d, err := coordinator.DecodeDefinition(name, defWhere(name), rec)
+		if err != nil {
+			return err
+		}
+		var changed bool
+		if out, changed = d.Retire(why, at); changed {
+			c.s.st.rev++
+			c.s.st.defs[name] = coordinator.EncodeDefinition(out)
+			c.log.Warn("generator retired", "generator", name, "reason", why)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Definitions implements coordinator.Definitions.
+func (c *Client) Definitions(ctx context.Context) ([]coordinator.GeneratorDefinition, error) {
+	var out []coordinator.GeneratorDefinition
+	err := c.call(ctx, OpAdmin, "definitions", func(time.Time) error {
+		for _, name := range sortedKeys(c.s.st.defs) {
+			d, err := coordinator.DecodeDefinition(name, defWhere(name), c.s.st.defs[name])
+			if err != nil {
+				return err
+			}
+			out = append(out, d)
+		}
+		return nil
+	})
+	return out, err
+}
+
 // --- peers ---------------------------------------------------------------
 
 // peerEvent is an owner record written (rec) or deleted (nil).

@@ -28,7 +28,8 @@ const (
 	// the heartbeats a client would be sent: its Peers answers from what
 	// it had, as etcd's watch does).
 	OpPeers
-	// OpAdmin is Workers, ForceRelease, Bump and Generators.
+	// OpAdmin is Workers, ForceRelease, Bump, Generators and the
+	// definitions (CreateDefinition, RetireDefinition, Definitions).
 	OpAdmin
 	// OpCounter is a segment generator's ReadCounter and SwapCounter.
 	OpCounter

@@ -105,6 +105,10 @@ func (c *cluster) Reserved(t testing.TB, generator string, slot coordinator.Slot
 	return c.s.Reserved(generator, slot)
 }
 
+func (c *cluster) SetDefinitionRecord(t testing.TB, generator string, rec []byte) {
+	c.s.SetDefinitionRecord(generator, rec)
+}
+
 func (c *cluster) Revision(t testing.TB) int64 { return c.s.Revision() }
 
 // TestHarness runs the shared cases in real time.

@@ -53,6 +53,10 @@ type state struct {
 	rev      int64
 	gens     map[string]*genState
 	sessions map[int64]time.Time // live session: expiry deadline
+	// defs are the generators defined at runtime, by name: the stored
+	// record (coordinator.EncodeDefinition), read back through
+	// coordinator.DecodeDefinition as the other backends read theirs.
+	defs map[string][]byte
 }
 
 type genState struct {
@@ -93,7 +97,7 @@ func New(cfg Config) *Store {
 }
 
 func newState() *state {
-	return &state{gens: map[string]*genState{}, sessions: map[int64]time.Time{}}
+	return &state{gens: map[string]*genState{}, sessions: map[int64]time.Time{}, defs: map[string][]byte{}}
 }
 
 // TTL is the sessions' TTL.
@@ -252,8 +256,8 @@ func (s *Store) newPin(spec coordinator.Spec) *coordinator.Pin {
 // --- snapshots and restores ---------------------------------------------
 
 // Snapshot is a copy of a store's whole state at one moment: pins,
-// cursors, floors, restore markers, owner records, reservations, the live
-// sessions and the revision counter.
+// cursors, floors, restore markers, owner records, reservations, the
+// generators' definitions, the live sessions and the revision counter.
 type Snapshot struct{ st *state }
 
 // Revision is the revision counter the snapshot holds.
@@ -268,9 +272,13 @@ func (sn *Snapshot) Reserved(generator string, slot coordinator.Slot) int64 {
 }
 
 func (st *state) clone() *state {
-	out := &state{rev: st.rev, gens: make(map[string]*genState, len(st.gens)), sessions: make(map[int64]time.Time, len(st.sessions))}
+	out := &state{rev: st.rev, gens: make(map[string]*genState, len(st.gens)), sessions: make(map[int64]time.Time, len(st.sessions)),
+		defs: make(map[string][]byte, len(st.defs))}
 	for id, dl := range st.sessions {
 		out.sessions[id] = dl
+	}
+	for name, rec := range st.defs {
+		out.defs[name] = rec // never modified in place: a write replaces the slice
 	}
 	for name, g := range st.gens {
 		c := &genState{cursor: g.cursor, floor: g.floor, counter: g.counter, counterRev: g.counterRev,
@@ -304,8 +312,8 @@ func (s *Store) Snapshot() *Snapshot {
 }
 
 // Restore puts the state back to snap, as restoring a coordinator from an
-// older snapshot does: reservations, floors, markers, pins and cursors as
-// the snapshot has them; owner records and sessions as in the snapshot
+// older snapshot does: reservations, floors, markers, pins, cursors and
+// definitions as the snapshot has them; owner records and sessions as in the snapshot
 // (a session of the snapshot lives again, its TTL counted from now; one
 // granted since is gone, and its client learns so at its next renewal);
 // the revision counter back to the snapshot's, so the ownership tokens of
@@ -327,6 +335,15 @@ func (s *Store) Restore(snap *Snapshot) {
 }
 
 // --- direct access, behind every holder's back ---------------------------
+
+// SetDefinitionRecord stores rec as generator's definition record as it
+// is, unchecked (what a newer binary, or a hand edit, may have written).
+func (s *Store) SetDefinitionRecord(generator string, rec []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.st.rev++
+	s.st.defs[generator] = append([]byte(nil), rec...)
+}
 
 // Reserved reads reserved[slot] of generator directly (-1: absent).
 func (s *Store) Reserved(generator string, slot coordinator.Slot) int64 {

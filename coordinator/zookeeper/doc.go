@@ -12,6 +12,7 @@
 //	<prefix>/<cluster>/<generator>/reserved/<dc>-<w>  persistent: R (decimal), never deleted
 //	<prefix>/<cluster>/<generator>/floor           persistent: generator floor set by Bump (decimal, -1: none), never lowered
 //	<prefix>/<cluster>/<generator>/restored        persistent: restore marker (JSON evidence) written by MarkRestored, deleted by Bump
+//	<prefix>/<cluster>/<generator>/definition      persistent: the generator's definition (JSON, firn generator create), never deleted
 //
 // Every node firn creates carries the ACL of Config.Auth's digest identity
 // (all permissions to it alone), or world:anyone when no credentials are

@@ -680,6 +680,7 @@ func (p paths) cursor() string                     { return p.base + "/cursor" }
 func (p paths) floor() string                      { return p.base + "/floor" }
 func (p paths) restored() string                   { return p.base + "/restored" }
 func (p paths) counter() string                    { return p.base + "/counter" }
+func (p paths) definition() string                 { return p.base + "/definition" }
 func (p paths) owners() string                     { return p.base + "/owner" }
 func (p paths) reservations() string               { return p.base + "/reserved" }
 func (p paths) owner(s coordinator.Slot) string    { return p.owners() + "/" + s.Key() }

@@ -64,6 +64,10 @@ type Cluster interface {
 	SetReserved(t testing.TB, generator string, slot coordinator.Slot, r int64)
 	// Reserved reads reserved[slot] of generator directly (-1 if absent).
 	Reserved(t testing.TB, generator string, slot coordinator.Slot) int64
+	// SetDefinitionRecord replaces the stored definition record of
+	// generator, which exists, with rec as it is (what a newer binary
+	// writes), behind every client's back.
+	SetDefinitionRecord(t testing.TB, generator string, rec []byte)
 	// Revision reads the coordinator's global write counter (etcd header
 	// revision, ZooKeeper zxid counter) for write-rate measurements.
 	Revision(t testing.TB) int64

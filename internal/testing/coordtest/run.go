@@ -48,6 +48,7 @@ func Cases() []Case {
 		{"BumpPastMaxTimeWritesNothing", BumpPastMaxTimeWritesNothing},
 		{"BumpRefusesReservationsAhead", BumpRefusesReservationsAhead},
 		{"GeneratorsListed", GeneratorsListed},
+		{"Definitions", Definitions},
 		{"Peers", Peers},
 		{"FrozenHolderPastTTL", FrozenHolderPastTTL},
 		{"Assured", Assured},

@@ -215,6 +215,15 @@ func (c *cluster) Reserved(t testing.TB, generator string, slot coordinator.Slot
 	return v
 }
 
+func (c *cluster) SetDefinitionRecord(t testing.TB, generator string, rec []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.admin.Put(ctx, c.root()+generator+"/definition", string(rec)); err != nil {
+		t.Fatalf("etcdtest: SetDefinitionRecord: %v", err)
+	}
+}
+
 func (c *cluster) Revision(t testing.TB) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

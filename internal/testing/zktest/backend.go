@@ -237,6 +237,15 @@ func (cl *Cluster) SetReserved(t testing.TB, generator string, slot coordinator.
 	}
 }
 
+// SetDefinitionRecord implements coordtest.Cluster.
+func (cl *Cluster) SetDefinitionRecord(t testing.TB, generator string, rec []byte) {
+	t.Helper()
+	p := cl.base + "/" + generator + "/definition"
+	if _, err := cl.admin.Set(p, rec, -1); err != nil {
+		t.Fatalf("zktest: set %s: %v", p, err)
+	}
+}
+
 // Reserved implements coordtest.Cluster.
 func (cl *Cluster) Reserved(t testing.TB, generator string, slot coordinator.Slot) int64 {
 	t.Helper()
