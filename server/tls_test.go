@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/internal/testing/etcdtest"
 	"github.com/firnid/firn/server/core"
 )
@@ -362,4 +363,73 @@ func TestAllowCallersPerGenerator(t *testing.T) {
 	if err := cfg.Finish(time.Now()); err == nil || !strings.Contains(err.Error(), "--allow-callers") || !strings.Contains(err.Error(), "mTLS") {
 		t.Fatalf("an allow list without mTLS: %v, want a refusal naming --allow-callers and mTLS", err)
 	}
+}
+
+// TestDefinitionsFollowed: a node follows what the coordinator's
+// definitions say of the generators it runs (firn generator create and
+// retire): an allow list stored there is enforced within a read
+// (defsEvery), and a retirement makes every call to the generator
+// NOT_FOUND naming it, while the node's other generators serve on.
+func TestDefinitionsFollowed(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	certs := etcdtest.MakeCerts(t, "billing")
+	n := startNode(t, e.Endpoints, t.TempDir(), serveTLS(t, certs, true), generators("default=snowflake", "orders=snowflake"))
+	billing, shop := certs.ClientTLS(t), certs.ClientTLSAs(t, "shop")
+	for _, tc := range []*tls.Config{billing, shop} {
+		for start := time.Now(); grpcCall(t, n.node.GRPCAddr(), tc) != nil; time.Sleep(50 * time.Millisecond) {
+			if time.Since(start) > 15*time.Second {
+				t.Fatal("not serving within 15 s")
+			}
+		}
+	}
+	conn := dialGRPC(t, n.node.GRPCAddr(), tlsCreds(shop))
+	defer conn.Close()
+	asShop := firnv1.NewIDServiceClient(conn)
+	if _, err := asShop.NextID(ctx(t), &firnv1.NextIDRequest{Generator: "orders"}); err != nil {
+		t.Fatalf("shop before any definition: %v", err)
+	}
+	defs := n.coord.(coordinator.Definitions)
+	if err := defs.CreateDefinition(ctx(t), coordinator.GeneratorDefinition{Name: "orders", Definition: "snowflake",
+		Allow: []string{"billing"}, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	// Within a read of the definitions: shop refused, billing served.
+	var err error
+	for start := time.Now(); time.Since(start) < 2*time.Second+5*time.Second; time.Sleep(50 * time.Millisecond) {
+		if _, err = asShop.NextID(ctx(t), &firnv1.NextIDRequest{Generator: "orders"}); err != nil {
+			break
+		}
+	}
+	wantInfo(t, "shop after the allow list was stored", err, "PERMISSION_DENIED", map[string]string{"generator": "orders"})
+	if err := grpcCallGen(t, n.node.GRPCAddr(), billing, "orders"); err != nil {
+		t.Fatalf("billing, on the stored list: %v", err)
+	}
+	// Retired: NOT_FOUND naming the retirement, for every caller; the
+	// default generator serves on.
+	if _, err := defs.RetireDefinition(ctx(t), "orders", "replaced by orders2", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); time.Since(start) < 7*time.Second; time.Sleep(50 * time.Millisecond) {
+		if err = grpcCallGen(t, n.node.GRPCAddr(), billing, "orders"); status.Code(err) == codes.NotFound {
+			break
+		}
+	}
+	wantCode(t, "NextID of a retired generator", err, codes.NotFound, "retired", "replaced by orders2")
+	wantInfo(t, "NextID of a retired generator", err, "NOT_FOUND", map[string]string{"generator": "orders"})
+	if err := grpcCallGen(t, n.node.GRPCAddr(), shop, "default"); err != nil {
+		t.Fatalf("the default generator after orders retired: %v", err)
+	}
+	code, body := httpGet(t, httpsClient(billing), "https://"+n.node.HTTPAddr()+"/v1/ids?generator=orders")
+	if code != 404 || !strings.Contains(body, "retired") {
+		t.Fatalf("GET /v1/ids of a retired generator: %d %s, want 404 naming the retirement", code, body)
+	}
+}
+
+// grpcCallGen is grpcCall for generator gen.
+func grpcCallGen(t *testing.T, addr string, tc *tls.Config, gen string) error {
+	t.Helper()
+	conn := dialGRPC(t, addr, tlsCreds(tc))
+	defer conn.Close()
+	_, err := firnv1.NewIDServiceClient(conn).NextID(ctx(t), &firnv1.NextIDRequest{Generator: gen})
+	return err
 }

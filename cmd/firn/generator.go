@@ -20,9 +20,11 @@ import (
 
 // notYetRuntime says what generators defined in the coordinator do not
 // do yet, wherever one is created.
-const notYetRuntime = `Not yet: nodes do not pick definitions up from the coordinator at runtime, nor
-enforce --allow. Until they do, each node serving the generator still needs
---generator NAME=DEFINITION naming the same definition (create prints it).`
+const notYetRuntime = `Not yet: a node does not start a generator defined here by itself: each node
+serving it still needs --generator NAME=DEFINITION naming the same
+definition (create prints it). A node running it follows the stored
+definition within about 2 s: --allow is enforced, and a retired generator
+is refused NOT_FOUND naming the retirement.`
 
 const generatorUsage = `Usage: firn generator create NAME DEFINITION [--allow NAME,...] [--above ID] [flags]
        firn generator list [flags]

@@ -37,8 +37,9 @@ type Core struct {
 
 	gens   []*Generator
 	byName map[string]*Generator
-	// allow: some generator has an allow list (Authorize has work to do).
-	allow bool
+	// allow: some generator has an allow list (Authorize has work to do):
+	// a flag's, or a definition's once read.
+	allow atomic.Bool
 
 	policy *clockpolicy.Policy
 	hm     holderMetrics
@@ -157,7 +158,9 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 		c.byName[gc.Name] = rt
 	}
 	for _, gc := range cfg.Generators {
-		c.allow = c.allow || len(gc.Allow) > 0
+		if len(gc.Allow) > 0 {
+			c.allow.Store(true)
+		}
 	}
 	// The clock policy acts on the snowflake generators only: a segment
 	// generator has no clock in it.
@@ -220,7 +223,7 @@ func (c *Core) Crash() {
 
 // NextID returns one ID of the named generator.
 func (c *Core) NextID(ctx context.Context, generator string) (uint64, error) {
-	if c.allow {
+	if c.allow.Load() {
 		if err := c.Authorize(ctx, generator); err != nil {
 			return 0, err
 		}
@@ -235,7 +238,7 @@ func (c *Core) NextID(ctx context.Context, generator string) (uint64, error) {
 // IDs returns count IDs of the named generator; count runs from 1 to the
 // generator's max_batch (GeneratorStatus.MaxBatch).
 func (c *Core) IDs(ctx context.Context, generator string, count int64) ([]uint64, error) {
-	if c.allow {
+	if c.allow.Load() {
 		if err := c.Authorize(ctx, generator); err != nil {
 			return nil, err
 		}
@@ -249,7 +252,7 @@ func (c *Core) IDs(ctx context.Context, generator string, count int64) ([]uint64
 
 // NextIDs is IDs into dst: len(dst) IDs, in a buffer the caller keeps.
 func (c *Core) NextIDs(ctx context.Context, generator string, dst []uint64) error {
-	if c.allow {
+	if c.allow.Load() {
 		if err := c.Authorize(ctx, generator); err != nil {
 			return err
 		}
@@ -266,7 +269,7 @@ func (c *Core) NextIDs(ctx context.Context, generator string, dst []uint64) erro
 // count runs from 1 to the generator's max_range
 // (GeneratorStatus.MaxRange).
 func (c *Core) NextRange(ctx context.Context, generator string, count uint64) ([]generator.Run, error) {
-	if c.allow {
+	if c.allow.Load() {
 		if err := c.Authorize(ctx, generator); err != nil {
 			return nil, err
 		}
@@ -351,9 +354,18 @@ func uncheckedWhy(cfg Config) string {
 // Lookup finds a generator; "" is the default.
 func (c *Core) Lookup(name string) (*Generator, error) {
 	if name == "" {
-		return c.gens[0], nil
+		rt := c.gens[0]
+		if err := rt.retiredErr(); err != nil {
+			return nil, err
+		}
+		return rt, nil
 	}
 	rt, ok := c.byName[name]
+	if ok {
+		if err := rt.retiredErr(); err != nil {
+			return nil, err
+		}
+	}
 	if !ok {
 		names := make([]string, 0, len(c.gens))
 		for _, g := range c.gens {
@@ -370,15 +382,19 @@ func (c *Core) Lookup(name string) (*Generator, error) {
 // unknown by the call; so does every caller of a generator without a
 // list.
 func (c *Core) Authorize(ctx context.Context, name string) error {
-	if !c.allow {
+	if !c.allow.Load() {
 		return nil
 	}
 	rt, err := c.Lookup(name)
-	if err != nil || len(rt.cfg.Allow) == 0 {
+	allow := []string(nil)
+	if err == nil {
+		allow = rt.allowList()
+	}
+	if len(allow) == 0 {
 		return nil
 	}
 	for _, n := range admission.CallerNames(ctx) {
-		if slices.Contains(rt.cfg.Allow, n) {
+		if slices.Contains(allow, n) {
 			return nil
 		}
 	}
@@ -467,6 +483,14 @@ func (c *Core) start() error {
 	}
 	c.goRun(func() { c.peerLoop(ctx) })
 	c.goRun(func() { c.policy.Run(ctx) })
+	if defs, ok := c.coord.(coordinator.Definitions); ok {
+		// The first read before the node serves: a retired generator
+		// never answers, a listed one never answers others.
+		if err := c.readDefinitions(ctx, defs); err != nil {
+			c.log.Warn("reading the generators' definitions failed: read again every "+defsEvery.String(), "err", err)
+		}
+		c.goRun(func() { c.defsLoop(ctx, defs) })
+	}
 	return nil
 }
 

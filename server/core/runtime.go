@@ -25,6 +25,7 @@ import (
 // current holding.
 type Generator struct {
 	cfg       GeneratorConfig
+	acc       accessState // its definition's allow list and retirement (definitions.go)
 	clock     clockguard.Clock
 	local     *datadir.Gen // the data-dir record of this generator
 	isDefault bool

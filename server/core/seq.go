@@ -127,7 +127,7 @@ func CheckSeq(key []byte, count uint64) error {
 // NextSeq hands out count values of key's sequence in the named sequence
 // generator: the first is returned, the others follow it.
 func (c *Core) NextSeq(ctx context.Context, generator string, key []byte, count uint64) (uint64, error) {
-	if c.allow {
+	if c.allow.Load() {
 		if err := c.Authorize(ctx, generator); err != nil {
 			return 0, err
 		}
@@ -169,7 +169,7 @@ type SeqItem struct {
 // NextSeqs serves every item of items (each refused alone with its
 // reason); an unknown generator or one of another kind refuses the call.
 func (c *Core) NextSeqs(ctx context.Context, generator string, items []SeqItem) error {
-	if c.allow {
+	if c.allow.Load() {
 		if err := c.Authorize(ctx, generator); err != nil {
 			return err
 		}
@@ -191,7 +191,7 @@ func (c *Core) NextSeqs(ctx context.Context, generator string, items []SeqItem) 
 // CurrentSeq is a value at or above every value the named sequence
 // generator handed out for key, without handing one out.
 func (c *Core) CurrentSeq(ctx context.Context, generator string, key []byte) (uint64, error) {
-	if c.allow {
+	if c.allow.Load() {
 		if err := c.Authorize(ctx, generator); err != nil {
 			return 0, err
 		}
