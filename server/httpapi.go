@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -234,42 +235,15 @@ func writeDenied(w http.ResponseWriter, msg string) {
 // HEAD answers what GET would before issuing (the same checks, the same
 // headers) and issues nothing.
 func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
-	q, err := strictQuery(r.URL.RawQuery, queryParams{"generator": true, "count": false})
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	// The caller first: one the generator does not serve learns nothing
-	// of it, not even its bounds.
-	fctx := admission.WithHTTPFlowKey(r.Context(), r)
-	if err := n.core.Authorize(fctx, q["generator"]); err != nil {
-		writeErr(w, err)
-		return
-	}
-	count := int64(1)
-	if s, ok := q["count"]; ok {
-		if count, err = strconv.ParseInt(s, 10, 64); err != nil {
-			rt, err := n.core.Lookup(q["generator"]) // an unknown generator first, as for a count out of bounds
-			if err == nil {
-				err = core.BadField("count", s, fmt.Sprintf("[1, %d]", rt.MaxBatch()), "count %q is not an integer in [1, %d]", s, rt.MaxBatch())
-			}
-			writeErr(w, err)
-			return
-		}
-	}
-	if r.Method == http.MethodHead {
-		if _, err := n.core.CheckBatch(q["generator"], count); err != nil {
-			writeErr(w, err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
+	gen, count, fctx, ok := n.issueRequest(w, r, func(rt *core.Generator) int64 { return int64(rt.MaxBatch()) },
+		func(gen string, count int64) error { _, err := n.core.CheckBatch(gen, count); return err })
+	if !ok {
 		return
 	}
 	// The server's own deadline: an HTTP client may have none.
 	ctx, cancel := context.WithTimeout(fctx, n.cfg.HTTPRequestTimeout)
 	defer cancel()
-	ids, err := n.core.IDs(ctx, q["generator"], count)
+	ids, err := n.core.IDs(ctx, gen, count)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -292,45 +266,60 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte(b.String()))
 }
 
+// issueRequest reads what /v1/ids and /v1/ranges share: the strict query
+// (generator, count: default 1), the caller's right to the generator
+// (before anything else: a caller it does not serve learns nothing of it,
+// not even its bounds), a count that parses (else a bad request naming
+// bound's value, after an unknown generator), and HEAD, answered here with
+// check's verdict and the headers GET would send, issuing nothing. ok is
+// false when it has answered; ctx carries the caller's identity.
+func (n *Node) issueRequest(w http.ResponseWriter, r *http.Request, bound func(*core.Generator) int64,
+	check func(gen string, count int64) error) (gen string, count int64, ctx context.Context, ok bool) {
+	q, err := strictQuery(r.URL.RawQuery, queryParams{"generator": true, "count": false})
+	if err != nil {
+		writeErr(w, err)
+		return "", 0, nil, false
+	}
+	gen, count = q["generator"], 1
+	ctx = admission.WithHTTPFlowKey(r.Context(), r)
+	if err := n.core.Authorize(ctx, gen); err != nil {
+		writeErr(w, err)
+		return "", 0, nil, false
+	}
+	if s, given := q["count"]; given {
+		if count, err = strconv.ParseInt(s, 10, 64); err != nil || count < 0 {
+			rt, err := n.core.Lookup(gen)
+			if err == nil {
+				err = core.BadField("count", s, fmt.Sprintf("[1, %d]", bound(rt)), "count %q is not an integer in [1, %d]", s, bound(rt))
+			}
+			writeErr(w, err)
+			return "", 0, nil, false
+		}
+	}
+	if r.Method == http.MethodHead {
+		if err := check(gen, count); err != nil {
+			writeErr(w, err)
+			return "", 0, nil, false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		return "", 0, nil, false
+	}
+	return gen, count, ctx, true
+}
+
 // handleRanges is NextRange over HTTP: count IDs of the generator as
 // runs of consecutive IDs, {"runs":[{"first":"…","count":N},…]} in
 // increasing order, first as a decimal string (IDs pass 2^53).
 func (n *Node) handleRanges(w http.ResponseWriter, r *http.Request) {
-	q, err := strictQuery(r.URL.RawQuery, queryParams{"generator": true, "count": false})
-	if err != nil {
-		writeErr(w, err)
-		return
-	}
-	// The caller first: one the generator does not serve learns nothing
-	// of it, not even its bounds.
-	fctx := admission.WithHTTPFlowKey(r.Context(), r)
-	if err := n.core.Authorize(fctx, q["generator"]); err != nil {
-		writeErr(w, err)
-		return
-	}
-	count := uint64(1)
-	if s, ok := q["count"]; ok {
-		if count, err = strconv.ParseUint(s, 10, 64); err != nil {
-			rt, err := n.core.Lookup(q["generator"]) // an unknown generator first, as for a count out of bounds
-			if err == nil {
-				err = core.BadField("count", s, fmt.Sprintf("[1, %d]", rt.MaxRange()), "count %q is not an integer in [1, %d]", s, rt.MaxRange())
-			}
-			writeErr(w, err)
-			return
-		}
-	}
-	if r.Method == http.MethodHead {
-		if _, err := n.core.CheckRange(q["generator"], count); err != nil {
-			writeErr(w, err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
+	gen, count, fctx, ok := n.issueRequest(w, r, func(rt *core.Generator) int64 { return int64(min(rt.MaxRange(), math.MaxInt64)) },
+		func(gen string, count int64) error { _, err := n.core.CheckRange(gen, uint64(count)); return err })
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(fctx, n.cfg.HTTPRequestTimeout)
 	defer cancel()
-	runs, err := n.core.NextRange(ctx, q["generator"], count)
+	runs, err := n.core.NextRange(ctx, gen, uint64(count))
 	if err != nil {
 		writeErr(w, err)
 		return
