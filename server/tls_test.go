@@ -1,8 +1,10 @@
 package server_test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -16,8 +18,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/etcd"
+	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/internal/testing/etcdtest"
+	"github.com/firnid/firn/server"
 	"github.com/firnid/firn/server/core"
 )
 
@@ -432,4 +438,44 @@ func grpcCallGen(t *testing.T, addr string, tc *tls.Config, gen string) error {
 	defer conn.Close()
 	_, err := firnv1.NewIDServiceClient(conn).NextID(ctx(t), &firnv1.NextIDRequest{Generator: gen})
 	return err
+}
+
+// TestDefinitionDisagreementStopsStart: a node whose --generator names
+// another definition than the coordinator stores for that name does not
+// start (it would pin its own, and the generator would have two), naming
+// both; one that names the stored definition starts.
+func TestDefinitionDisagreementStopsStart(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	cfg, err := nodeConfig(generators("default=snowflake", "legacy=compact"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := etcd.DefaultConfig()
+	ec.Endpoints, ec.Cluster, ec.Timing, ec.Clock = e.Endpoints, cfg.Cluster, cfg.Timing, clockguard.NewSystem()
+	coord, err := etcd.New(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coord.Close()
+	if err := coord.CreateDefinition(ctx(t), coordinator.GeneratorDefinition{Name: "legacy", Definition: "snowflake", Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := datadir.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := server.New(cfg, coord, st, clockguard.NewSystem(), "disagrees")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = node.Start(context.Background())
+	if err == nil {
+		node.Shutdown(context.Background())
+		t.Fatal("a node whose --generator legacy=compact disagrees with the stored legacy=snowflake started")
+	}
+	if !errors.Is(err, core.ErrConfig) || !strings.Contains(err.Error(), "legacy") || !strings.Contains(err.Error(), "snowflake") {
+		t.Fatalf("start: %v, want a configuration error naming legacy and both definitions", err)
+	}
+	n := startNode(t, e.Endpoints, t.TempDir(), generators("default=snowflake", "legacy=snowflake"))
+	waitServing(t, n.ids, "legacy", 15*time.Second)
 }

@@ -12,8 +12,6 @@ import (
 
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/certfile"
-	"github.com/firnid/firn/segment"
-	"github.com/firnid/firn/seq"
 	"github.com/firnid/firn/server/core"
 )
 
@@ -262,26 +260,7 @@ func validGeneratorName(name string) bool {
 // take it: a segment definition, a seq definition, or a layout (a preset
 // or a canonical layout string).
 func parseGeneratorDef(name, def string) (core.GeneratorConfig, error) {
-	switch {
-	case segment.IsDefinition(def):
-		d, err := segment.ParseDefinition(def)
-		if err != nil {
-			return core.GeneratorConfig{}, err
-		}
-		return core.GeneratorConfig{Name: name, Segment: &d}, nil
-	case seq.IsDefinition(def):
-		d, err := seq.ParseDefinition(def)
-		if err != nil {
-			return core.GeneratorConfig{}, err
-		}
-		cd := d.Counter()
-		return core.GeneratorConfig{Name: name, Segment: &cd}, nil
-	}
-	l, err := generator.ParseLayout(def)
-	if err != nil {
-		return core.GeneratorConfig{}, err
-	}
-	return core.GeneratorConfig{Name: name, Layout: l}, nil
+	return core.ParseGeneratorDefinition(name, def)
 }
 
 // serverTLS loads the TLS configuration of gRPC and HTTP from the files of

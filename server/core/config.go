@@ -13,6 +13,7 @@ import (
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/segment"
+	"github.com/firnid/firn/seq"
 )
 
 // ErrConfig marks a refused configuration; the message names the flag and
@@ -520,6 +521,33 @@ func (g GeneratorConfig) Kind() string {
 
 // Spec is the generator's definition in canonical form: the layout's, or
 // the segment definition's.
+// ParseGeneratorDefinition is the generator named name defined by def,
+// as --generator NAME=DEF and `firn generator create` take it: a segment
+// definition (segment[,start=N][,max=M]), a sequence one
+// (seq[,sections=S]), or a layout (a preset or its canonical string).
+func ParseGeneratorDefinition(name, def string) (GeneratorConfig, error) {
+	switch {
+	case segment.IsDefinition(def):
+		d, err := segment.ParseDefinition(def)
+		if err != nil {
+			return GeneratorConfig{}, err
+		}
+		return GeneratorConfig{Name: name, Segment: &d}, nil
+	case seq.IsDefinition(def):
+		d, err := seq.ParseDefinition(def)
+		if err != nil {
+			return GeneratorConfig{}, err
+		}
+		cd := d.Counter()
+		return GeneratorConfig{Name: name, Segment: &cd}, nil
+	}
+	l, err := generator.ParseLayout(def)
+	if err != nil {
+		return GeneratorConfig{}, err
+	}
+	return GeneratorConfig{Name: name, Layout: l}, nil
+}
+
 func (g GeneratorConfig) Spec() string {
 	if g.Segment != nil {
 		return g.Segment.String()

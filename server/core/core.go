@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -408,6 +409,18 @@ func (c *Core) Authorize(ctx context.Context, name string) error {
 func (c *Core) start() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
+	// The definitions first, before any holder can pin a generator: a
+	// flag that disagrees with its stored definition stops the start; a
+	// retired generator never answers, a listed one never answers others.
+	defs, _ := c.coord.(coordinator.Definitions)
+	if defs != nil {
+		var dis *DisagreeError
+		if err := c.readDefinitions(ctx, defs); errors.As(err, &dis) {
+			return err
+		} else if err != nil {
+			c.log.Warn("reading the generators' definitions failed: read again every "+defsEvery.String(), "err", err)
+		}
+	}
 	for _, rt := range c.gens {
 		if err := rt.state.Check(); err != nil {
 			return err
@@ -483,12 +496,7 @@ func (c *Core) start() error {
 	}
 	c.goRun(func() { c.peerLoop(ctx) })
 	c.goRun(func() { c.policy.Run(ctx) })
-	if defs, ok := c.coord.(coordinator.Definitions); ok {
-		// The first read before the node serves: a retired generator
-		// never answers, a listed one never answers others.
-		if err := c.readDefinitions(ctx, defs); err != nil {
-			c.log.Warn("reading the generators' definitions failed: read again every "+defsEvery.String(), "err", err)
-		}
+	if defs != nil {
 		c.goRun(func() { c.defsLoop(ctx, defs) })
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -82,11 +83,15 @@ func (c *Core) readDefinitions(ctx context.Context, defs coordinator.Definitions
 	for _, d := range all {
 		byName[d.Name] = d
 	}
+	var disagree []string
 	for _, rt := range c.gens {
 		d, ok := byName[rt.cfg.Name]
 		if !ok {
 			rt.acc.Store(nil)
 			continue
+		}
+		if stored, err := ParseGeneratorDefinition(d.Name, d.Definition); err != nil || stored.Spec() != rt.cfg.Spec() {
+			disagree = append(disagree, fmt.Sprintf("%s: --generator %s=%s, the coordinator's %s", rt.cfg.Name, rt.cfg.Name, rt.cfg.Spec(), d.Definition))
 		}
 		a := &access{allow: slices.Clone(d.Allow), retired: d.Retired, retiredWhy: d.RetiredWhy}
 		if len(a.allow) > 0 {
@@ -98,8 +103,26 @@ func (c *Core) readDefinitions(ctx context.Context, defs coordinator.Definitions
 		}
 		rt.acc.Store(a)
 	}
+	if len(disagree) > 0 {
+		return &DisagreeError{Generators: disagree}
+	}
 	return nil
 }
+
+// DisagreeError: a generator this node runs by its flag is defined
+// otherwise in the coordinator (`firn generator create`). The node does
+// not start: the first to serve would pin its own definition, and the
+// generator would have two.
+type DisagreeError struct {
+	Generators []string // "name: the flag's, the coordinator's"
+}
+
+func (e *DisagreeError) Error() string {
+	return fmt.Sprintf("%v: generator: the flags and the coordinator's definitions disagree (the flags must name the stored definition): %s",
+		ErrConfig, strings.Join(e.Generators, "; "))
+}
+
+func (e *DisagreeError) Is(target error) bool { return target == ErrConfig }
 
 // defsLoop reads the definitions every defsEvery until ctx ends.
 func (c *Core) defsLoop(ctx context.Context, defs coordinator.Definitions) {
