@@ -439,8 +439,9 @@ func (c *Client) waitBatch(ctx context.Context) error {
 	if c.lastErr != nil {
 		mono := time.Duration(c.now())
 		if until, ok := c.heldUntil(mono); ok && hasDeadline && until-mono > time.Until(deadline) {
+			err := c.lastErr
 			c.mu.Unlock()
-			return c.lastErr
+			return err
 		}
 	}
 	ch, gen := c.notify, c.failGen
