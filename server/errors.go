@@ -103,7 +103,7 @@ func describe(err error) (d detail, ok bool) {
 	var mv *sections.MovingError
 	var rs *sections.RaiseError
 	var pe *core.PermissionError
-	var re2 *core.RetiredError
+	var retired *core.RetiredError
 	switch {
 	case errors.As(err, &pe):
 		return detail{reasonDenied, meta("generator", pe.Generator), 0}, true
@@ -127,8 +127,8 @@ func describe(err error) (d detail, ok bool) {
 		return detail{reasonBadRequest, meta("field", re.Field, "value", re.Value, "limit", re.Limit), 0}, true
 	case errors.As(err, &ue):
 		return detail{reasonNotFound, meta("generator", ue.Name, "known", ue.Known), 0}, true
-	case errors.As(err, &re2):
-		return detail{reasonNotFound, meta("generator", re2.Generator, "retired", re2.At.UTC().Format(time.RFC3339)), 0}, true
+	case errors.As(err, &retired):
+		return detail{reasonNotFound, meta("generator", retired.Generator, "retired", retired.At.UTC().Format(time.RFC3339)), 0}, true
 	case errors.Is(err, core.ErrBadRequest):
 		return detail{reasonBadRequest, meta(), 0}, true
 	case errors.Is(err, core.ErrUnknownGenerator):

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/firnid/firn/coordinator"
@@ -145,6 +144,3 @@ func (c *Core) defsLoop(ctx context.Context, defs coordinator.Definitions) {
 		failing = err != nil
 	}
 }
-
-// accessState is the atomic part of a Generator this file owns.
-type accessState = atomic.Pointer[access]

@@ -25,7 +25,7 @@ import (
 // current holding.
 type Generator struct {
 	cfg       GeneratorConfig
-	acc       accessState // its definition's allow list and retirement (definitions.go)
+	acc       atomic.Pointer[access] // its definition's allow list and retirement (definitions.go)
 	clock     clockguard.Clock
 	local     *datadir.Gen // the data-dir record of this generator
 	isDefault bool
