@@ -3,6 +3,7 @@ package cluster
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"testing"
@@ -65,10 +66,13 @@ func CheckHistory(layout generator.Layout, got []Received, holders []*Interval, 
 	p := &problems{}
 	checkUnique(p, got)
 	// The bit-layout checks see the snowflake generators' IDs only.
-	var timed []Received
-	for _, r := range got {
-		if !slices.Contains(b.Segment, r.Generator) {
-			timed = append(timed, r)
+	timed := got
+	if len(b.Segment) > 0 {
+		timed = nil
+		for _, r := range got {
+			if !slices.Contains(b.Segment, r.Generator) {
+				timed = append(timed, r)
+			}
 		}
 	}
 	checkIntervals(p, layout, timed, holders)
@@ -88,13 +92,48 @@ func (p *problems) add(format string, args ...any) {
 }
 
 // checkUnique is check 1: no ID received twice from one generator.
+// It sorts each generator's IDs as plain numbers, and looks up the records
+// of a duplicate only when there is one: a scenario's history is millions
+// of records, and sorting or copying them under the race detector was
+// most of a long scenario's time.
 func checkUnique(p *problems, got []Received) {
-	s := sortedIDs(got)
-	sort.SliceStable(s, func(i, j int) bool { return s[i].Generator < s[j].Generator })
-	for i := 1; i < len(s); i++ {
-		if s[i].ID == s[i-1].ID && s[i].Generator == s[i-1].Generator {
-			p.add("DUPLICATE ID %d of generator %s: from %s (client %d call %d) and %s (client %d call %d)",
-				s[i].ID, s[i].Generator, s[i-1].Node, s[i-1].Client, s[i-1].Call, s[i].Node, s[i].Client, s[i].Call)
+	n := map[string]int{}
+	for i := range got {
+		n[got[i].Generator]++
+	}
+	byGen := make(map[string][]uint64, len(n))
+	for gen, k := range n {
+		byGen[gen] = make([]uint64, 0, k)
+	}
+	for i := range got {
+		r := &got[i]
+		byGen[r.Generator] = append(byGen[r.Generator], r.ID)
+	}
+	for _, gen := range slices.Sorted(maps.Keys(byGen)) {
+		ids := byGen[gen]
+		slices.Sort(ids)
+		for k := 1; k < len(ids); k++ {
+			if ids[k] != ids[k-1] || (k > 1 && ids[k] == ids[k-2]) {
+				continue // distinct, or a third copy of one already reported
+			}
+			// The first two records of the duplicate, in the order received.
+			var first *Received
+			for i := range got {
+				r := &got[i]
+				if r.ID != ids[k] || r.Generator != gen {
+					continue
+				}
+				if first == nil {
+					first = r
+					continue
+				}
+				p.add("DUPLICATE ID %d of generator %s: from %s (client %d call %d) and %s (client %d call %d)",
+					r.ID, gen, first.Node, first.Client, first.Call, r.Node, r.Client, r.Call)
+				break
+			}
+			if len(p.list) >= 20 {
+				return
+			}
 		}
 	}
 }
@@ -130,7 +169,8 @@ func checkIntervals(p *problems, layout generator.Layout, got []Received, holder
 			upper[h] = up
 		}
 	}
-	for _, r := range got {
+	for i := range got {
+		r := &got[i] // (not a copy: a history is millions of records)
 		id, err := layout.Decode(r.ID)
 		if err != nil {
 			p.add("ID %d from %s does not decode: %v", r.ID, r.Node, err)
@@ -150,24 +190,49 @@ func checkIntervals(p *problems, layout generator.Layout, got []Received, holder
 	}
 }
 
+// callerKey is one caller's stream of IDs from one node (or one process
+// of it: checkOrder).
+type callerKey struct {
+	client int
+	node   string
+	run    int
+}
+
 // checkOrder is check 3: a caller's IDs from one node go up — for a
 // segment generator, from one process of the node: a restarted process
 // gives out the remainders handed back first, below what went before.
 func checkOrder(p *problems, got []Received, segment []string) {
-	type callerKey struct {
-		client int
-		node   string
-		run    int
+	last := map[callerKey]*Received{}
+	// Each client's records by call, in the order received within a call:
+	// indices bucketed per client in the order received (a caller makes
+	// one call at a time, so they are mostly in call order already), each
+	// bucket sorted stably by call where it is not.
+	n := map[int]int{}
+	for i := range got {
+		n[got[i].Client]++
 	}
-	last := map[callerKey]Received{}
-	byCall := append([]Received(nil), got...)
-	sort.SliceStable(byCall, func(i, j int) bool {
-		if byCall[i].Client != byCall[j].Client {
-			return byCall[i].Client < byCall[j].Client
+	byClient := make(map[int][]int, len(n))
+	for c, k := range n {
+		byClient[c] = make([]int, 0, k)
+	}
+	for i := range got {
+		byClient[got[i].Client] = append(byClient[got[i].Client], i)
+	}
+	for _, c := range slices.Sorted(maps.Keys(byClient)) {
+		idx := byClient[c]
+		byCall := func(i, j int) int { return cmp.Compare(got[i].Call, got[j].Call) }
+		if !slices.IsSortedFunc(idx, byCall) {
+			slices.SortStableFunc(idx, byCall)
 		}
-		return byCall[i].Call < byCall[j].Call
-	})
-	for _, r := range byCall {
+		checkCallerOrder(p, got, idx, segment, last)
+	}
+}
+
+// checkCallerOrder is checkOrder over one client's records, idx, in
+// order of call.
+func checkCallerOrder(p *problems, got []Received, idx []int, segment []string, last map[callerKey]*Received) {
+	for _, i := range idx {
+		r := &got[i]
 		if r.Node == "" {
 			continue // through the client's failover: no order promised
 		}
@@ -203,7 +268,8 @@ func checkDisorder(p *problems, layout generator.Layout, got []Received, b Bound
 	behind := b.MaxStaleness + b.MaxStaleness/4 + layout.Unit + b.Prefetch + b.Skew + 50*time.Millisecond
 	ahead := b.MaxLead + layout.Unit + b.Skew + 50*time.Millisecond
 	bound = max(behind, ahead)
-	for _, r := range got {
+	for i := range got {
+		r := &got[i]
 		id, err := layout.Decode(r.ID)
 		if err != nil {
 			continue

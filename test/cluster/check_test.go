@@ -57,6 +57,9 @@ func TestCheckHistory(t *testing.T) {
 		{"an ID at its holder's floor", append(clean(), recv(3, 0, "a", 1000, 1, 7)), holders(), "lies in no holder interval"},
 		{"an ID of a worker its node never held", append(clean(), recv(1, 10, "a", 1100, 2, 0)), holders(), "lies in no holder interval"},
 		{"a caller's IDs go down on one node", append(clean(), recv(1, 10, "a", 1009, 1, 5)), holders(), "not above"},
+		// The order is by call number, not by the order recorded.
+		{"a caller's calls recorded out of order, rising by call", append(clean(), recv(1, 11, "a", 1020, 1, 0), recv(1, 10, "a", 1019, 1, 0)), holders(), ""},
+		{"a caller's calls recorded in order, falling by call", append(clean(), recv(1, 11, "a", 1019, 1, 0), recv(1, 10, "a", 1020, 1, 0)), holders(), "not above"},
 		{"a slow call: an ID made as it began, received 5 s later", append(clean(),
 			Received{ID: id(1200, 1, 0), Node: "a", Sent: at(1200).Add(-time.Millisecond), At: at(1200).Add(5 * time.Second), Call: 10, Client: 1}),
 			holders(), ""},
