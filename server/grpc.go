@@ -81,7 +81,7 @@ func (s *idService) Info(ctx context.Context, _ *firnv1.InfoRequest) (*firnv1.In
 	resp.ClockUnchecked, resp.ClockCheck = n.policy.ClockCheck()
 	wall, _ := n.clock.Now()
 	ntpOffset, ntpOK := n.policy.LastNTPOffset()
-	for _, rt := range n.gens {
+	for _, rt := range n.core.Generators() {
 		st := rt.Status(wall)
 		gi := &firnv1.GeneratorInfo{
 			Name:            st.Name,

@@ -60,10 +60,10 @@ func (n *Node) sampleHistory(ctx context.Context) {
 	defer t.Stop()
 	for {
 		wall, mono := n.clock.Now()
-		for _, rt := range n.gens {
+		for _, rt := range n.core.Generators() {
 			lead, _ := rt.Lead(wall)
 			lead = max(lead, 0)
-			n.hist[rt.Name()].add(mono, rt.Issued(), lead)
+			n.history(rt).add(mono, rt.Issued(), lead)
 		}
 		select {
 		case <-ctx.Done():
@@ -98,9 +98,15 @@ func sparkline(id string, values []float64, top, limit float64, title string) te
 		template.HTMLEscapeString(id), w, h, w, h, template.HTMLEscapeString(title), w, h, lim, strings.TrimSpace(pts.String())))
 }
 
+// history is rt's samples (none yet for a generator added a moment ago).
+func (n *Node) history(rt *core.Generator) *history {
+	h, _ := n.hist.LoadOrStore(rt.Name(), &history{})
+	return h.(*history)
+}
+
 // charts renders the two charts of a generator.
 func (n *Node) charts(rt *core.Generator) (rate, lead template.HTML) {
-	s := n.hist[rt.Name()].snapshot()
+	s := n.history(rt).snapshot()
 	rates := make([]float64, len(s))
 	leads := make([]float64, len(s))
 	var lastRate float64

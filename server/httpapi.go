@@ -411,7 +411,7 @@ func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
 		Generator  string     `json:"generator"`
 		Generators []readyGen `json:"generators"`
 	}
-	for _, rt := range n.gens {
+	for _, rt := range n.core.Generators() {
 		out.Generators = append(out.Generators, readyGen{Name: rt.Name(), Default: rt.IsDefault(),
 			Serving: rt.State().Serving(), State: rt.State().State().String(), Reason: rt.State().Reason(),
 			Cause: string(rt.State().Snapshot().Refusal().Code)})
@@ -490,7 +490,7 @@ func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 	}
 	var names []string
 	if gen == "" {
-		for _, rt := range n.gens {
+		for _, rt := range n.core.Generators() {
 			names = append(names, rt.Name())
 		}
 	} else {

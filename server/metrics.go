@@ -115,7 +115,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	n := c.n
 	wall, _ := n.clock.Now()
 	g := prometheus.MustNewConstMetric
-	for _, rt := range n.gens {
+	for _, rt := range n.core.Generators() {
 		name := rt.Name()
 		st := rt.Status(wall)
 		ch <- g(descIssued, prometheus.CounterValue, float64(st.Issued), name)

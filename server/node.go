@@ -56,9 +56,8 @@ type Node struct {
 	core   *core.Core
 	cfg    core.Config
 	clock  clockguard.Clock
-	gens   []*core.Generator   // core.Generators
 	policy *clockpolicy.Policy // core.Policy
-	hist   map[string]*history // per generator, for the status page
+	hist   sync.Map            // generator name → *history, for the status page
 
 	log         *slog.Logger
 	offset      *clockguard.Offset
@@ -111,11 +110,11 @@ func New(cfg core.Config, coord coordinator.Coordinator, st *datadir.State, cloc
 	if err != nil {
 		return nil, err
 	}
-	n.core, n.gens, n.policy = c, c.Generators(), c.Policy()
-	n.hist = map[string]*history{}
-	for _, g := range n.gens {
-		n.hist[g.Name()] = &history{}
-	}
+	n.core, n.policy = c, c.Policy()
+	// A generator the core adds while running (a definition the
+	// coordinator holds) gets what those of the flags get here and in
+	// watchStates.
+	c.OnAdd(func(rt *core.Generator) { n.watchState(rt) })
 	n.drainCtx, n.drainCancel = context.WithCancel(context.Background())
 	n.metrics = newMetrics(n)
 	return n, nil
@@ -198,22 +197,28 @@ func (n *Node) listen() error {
 // page's event, the core's).
 func (n *Node) watchStates() {
 	n.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	for _, rt := range n.gens {
-		n.health.SetServingStatus(rt.Name(), healthpb.HealthCheckResponse_NOT_SERVING)
-		rt.State().Subscribe(func(t clockguard.Transition) {
-			st := healthpb.HealthCheckResponse_NOT_SERVING
-			if t.To == clockguard.StateServing {
-				st = healthpb.HealthCheckResponse_SERVING
-			}
-			n.health.SetServingStatus(rt.Name(), st)
-			if rt.IsDefault() {
-				n.health.SetServingStatus("", st)
-			}
-			if t.From != t.To {
-				n.metrics.transitions.WithLabelValues(rt.Name(), t.To.String()).Inc()
-			}
-		})
+	for _, rt := range n.core.Generators() {
+		n.watchState(rt)
 	}
+}
+
+// watchState is watchStates for one generator, with its history.
+func (n *Node) watchState(rt *core.Generator) {
+	n.hist.Store(rt.Name(), &history{})
+	n.health.SetServingStatus(rt.Name(), healthpb.HealthCheckResponse_NOT_SERVING)
+	rt.State().Subscribe(func(t clockguard.Transition) {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if t.To == clockguard.StateServing {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		n.health.SetServingStatus(rt.Name(), st)
+		if rt.IsDefault() {
+			n.health.SetServingStatus("", st)
+		}
+		if t.From != t.To {
+			n.metrics.transitions.WithLabelValues(rt.Name(), t.To.String()).Inc()
+		}
+	})
 }
 
 // serveAPIs serves gRPC (the ID service, health, reflection), HTTP and the

@@ -115,7 +115,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		data.Peers = "not checked yet"
 	}
 	data.Unchecked, data.ClockCheck = n.policy.ClockCheck()
-	for _, rt := range n.gens {
+	for _, rt := range n.core.Generators() {
 		st := rt.Status(wall)
 		if !st.Serving {
 			data.AllServing = false

@@ -18,13 +18,15 @@ import (
 	"github.com/firnid/firn/server/core"
 )
 
-// notYetRuntime says what generators defined in the coordinator do not
-// do yet, wherever one is created.
-const notYetRuntime = `Not yet: a node does not start a generator defined here by itself: each node
-serving it still needs --generator NAME=DEFINITION naming the same
-definition (create prints it). A node running it follows the stored
-definition within about 2 s: --allow is enforced, and a retired generator
-is refused NOT_FOUND naming the retirement.`
+// nodesFollow says what the cluster's nodes do with the definitions,
+// wherever one is created or retired.
+const nodesFollow = `Every node of the cluster reads the definitions every 2 s, without a restart:
+a created generator starts on each node (it serves once its worker is
+taken: on a shared coordinator after the restore guard, about 8 s with the
+default flags), --allow is enforced, and a retired generator stops: its
+calls are refused NOT_FOUND naming the retirement and its workers are
+released. A node's --generator NAME=DEFINITION is the static way; it must
+name the stored definition, or the node does not start.`
 
 const generatorUsage = `Usage: firn generator create NAME DEFINITION [--allow NAME,...] [--above ID] [flags]
        firn generator list [flags]
@@ -36,7 +38,7 @@ whole cluster, and kept (a retired one too: its name is never reused for
 another ID space). The coordinator flags also come from FIRN_* and the
 --config file of serve (its other keys are ignored).
 
-` + notYetRuntime + `
+` + nodesFollow + `
 
 Run "firn generator COMMAND --help" for a command's flags.`
 
@@ -110,7 +112,7 @@ ahead), or when NAME already serves (firn coordinator bump is the tool then).
 For a segment, the first ID (start) is set to ID+1, or a given start at or
 below ID is refused. A seq generator has no use for it.
 
-` + notYetRuntime
+` + nodesFollow
 	fs := newFlagSet("firn generator create", usage, stdout, adminGroups...)
 	g := generatorCmd{name: "generator create"}
 	var allow []string
@@ -180,7 +182,7 @@ below ID is refused. A seq generator has no use for it.
 	if mig != nil {
 		fmt.Fprintln(stdout, mig.report(gc, wall))
 	}
-	fmt.Fprintf(stdout, "until nodes pick definitions up at runtime, start each node serving it with: --generator %s=%s\n", name, d.Definition)
+	fmt.Fprintf(stdout, "the cluster's nodes start it within 2 s (the static way, on a node's flags: --generator %s=%s)\n", name, d.Definition)
 	return exitOK
 }
 
@@ -558,7 +560,7 @@ Marks generator NAME retired in the coordinator, with the reason: its
 definition stays, so its name is never defined again for another ID space.
 Retiring again keeps the first retirement.
 
-`+notYetRuntime, stdout, adminGroups...)
+`+nodesFollow, stdout, adminGroups...)
 	g := generatorCmd{name: "generator retire"}
 	reason := fs.String("reason", "", "why it is retired (shown by list and describe, and named to callers refused)")
 	g.registerCoord(fs)

@@ -12,7 +12,7 @@ import (
 
 // WaitFirstNTP holds every generator out until the first NTP verdict.
 func (p *Policy) WaitFirstNTP() {
-	for _, gen := range p.gens {
+	for _, gen := range p.generators() {
 		gen.State().SetCause(clockguard.SourceNTP, "waiting for the first NTP check", clockguard.Detail{Code: clockguard.CodeStarting})
 	}
 }
@@ -69,7 +69,7 @@ func (p *Policy) LastNTPOffset() (time.Duration, bool) {
 // with the live peers once: a node started far off their clocks never
 // serves.
 func (p *Policy) WaitFirstPeers() {
-	for _, gen := range p.gens {
+	for _, gen := range p.generators() {
 		gen.State().SetCause(clockguard.SourcePeers, "checking the clock against live peers' heartbeats", clockguard.Detail{Code: clockguard.CodeStarting})
 	}
 }
@@ -164,7 +164,7 @@ func (p *Policy) OnPeers(self string, beats []coordinator.PeerBeat, first bool) 
 // setReason sets a clock check's reason on every generator, or clears it
 // (clearDoubt) when reason is "".
 func (p *Policy) setReason(src clockguard.Source, reason string, d clockguard.Detail) {
-	for _, gen := range p.gens {
+	for _, gen := range p.generators() {
 		if reason == "" {
 			p.clearDoubt(gen, src)
 		} else {

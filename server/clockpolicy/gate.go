@@ -95,7 +95,7 @@ const confirmWithin = 2 * time.Second
 func (p *Policy) setGateReason(size time.Duration, wall time.Time) {
 	reason := fmt.Sprintf("clock stepped forward %v, beyond --max-clock-offset %v: not serving until NTP or the peer median confirms the clock, or it comes back",
 		size.Round(time.Millisecond), p.cfg.MaxClockOffset)
-	for _, gen := range p.gens {
+	for _, gen := range p.generators() {
 		gen.State().SetCause(clockguard.SourceClockStep, reason,
 			clockguard.Detail{Limit: p.cfg.MaxClockOffset.String(), Measured: size.Round(time.Millisecond).String(), RetryAt: wall.Add(confirmWithin)})
 	}
@@ -123,7 +123,7 @@ func (p *Policy) confirmGate(fromMono time.Duration, why string) {
 
 // gateClosed clears the gate's reason and wakes every generator.
 func (p *Policy) gateClosed() {
-	for _, gen := range p.gens {
+	for _, gen := range p.generators() {
 		gen.State().Clear(clockguard.SourceClockStep)
 		gen.Wake()
 	}
@@ -132,7 +132,7 @@ func (p *Policy) gateClosed() {
 // confirmGenerators makes every running generator follow the clock as it
 // reads now.
 func (p *Policy) confirmGenerators() {
-	for _, gen := range p.gens {
+	for _, gen := range p.generators() {
 		gen.ConfirmClock()
 	}
 }

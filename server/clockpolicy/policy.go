@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +35,10 @@ type Policy struct {
 	cfg   Config
 	clock clockguard.Clock
 	log   *slog.Logger
-	gens  []Generator
+	// gens are the generators the policy acts on: a list replaced whole
+	// when one is added (Add), read without a lock.
+	gens  atomic.Pointer[[]Generator]
+	addMu sync.Mutex
 	m     metrics
 
 	// AskNTP asks for an NTP check now (nil without NTP); PollSteps reads
@@ -149,11 +153,61 @@ func (p *Policy) Collectors() []prometheus.Collector {
 
 // New is the clock policy of gens, reading clock; nothing runs until Run.
 func New(cfg Config, clock clockguard.Clock, log *slog.Logger, gens []Generator) *Policy {
-	p := &Policy{cfg: cfg, clock: clock, log: log, gens: gens, m: newMetrics(),
+	p := &Policy{cfg: cfg, clock: clock, log: log, m: newMetrics(),
 		kick: make(chan struct{}, 1), manual: map[string]bool{}}
+	gens = slices.Clip(gens)
+	p.gens.Store(&gens)
 	wall, mono := clock.Now()
 	p.gate.top = clockOffset(wall, mono)
 	return p
+}
+
+// generators are the generators the policy acts on.
+func (p *Policy) generators() []Generator { return *p.gens.Load() }
+
+// nodeSources are the causes the policy sets on every generator alike:
+// what it knows of the node's clock, not of one generator's lead.
+var nodeSources = []clockguard.Source{clockguard.SourceNTP, clockguard.SourcePeers,
+	clockguard.SourceClockStep, clockguard.SourceClockUnchecked}
+
+// Add makes the policy act on gen too: a generator a running node
+// started (a definition the coordinator holds). gen takes the causes the
+// policy holds on the node's clock from a generator it already acts on
+// (NTP, the peers, a forward step awaiting confirmation, an unchecked
+// clock) — a clock the node doubts serves no new generator either — or,
+// with none to take them from, waits for the next NTP check and peer
+// comparison, as at start, and NTP is asked at once.
+func (p *Policy) Add(gen Generator) {
+	p.addMu.Lock()
+	defer p.addMu.Unlock()
+	old := p.generators()
+	gens := append(slices.Clone(old), gen)
+	p.gens.Store(&gens)
+	if len(old) == 0 {
+		if p.cfg.NTP {
+			gen.State().SetCause(clockguard.SourceNTP, "waiting for the next NTP check", clockguard.Detail{Code: clockguard.CodeStarting})
+		}
+		gen.State().SetCause(clockguard.SourcePeers, "checking the clock against live peers' heartbeats", clockguard.Detail{Code: clockguard.CodeStarting})
+		if p.AskNTP != nil {
+			p.AskNTP()
+		}
+		return
+	}
+	// Published first, then copied: a change the policy makes from now on
+	// reaches gen after its sibling, so that a cause the copy set which
+	// the sibling no longer holds was cleared meanwhile, and is cleared
+	// here too.
+	sib := old[0].State()
+	for _, c := range sib.Snapshot().Causes {
+		if slices.Contains(nodeSources, c.Source) {
+			gen.State().SetCause(c.Source, c.Reason, c.Detail)
+		}
+	}
+	for _, src := range nodeSources {
+		if _, held := sib.Holds(src); !held {
+			gen.State().Clear(src)
+		}
+	}
 }
 
 // --- steps and rollbacks ----------------------------------------------------
@@ -169,7 +223,7 @@ func (p *Policy) OnStep(st clockguard.Step) {
 	p.m.lastStep.Set(-st.Size.Seconds())
 	p.log.Warn("clock step", "step", st.String(), "size", -st.Size)
 	if holdsOnRollback(st) {
-		for _, gen := range p.gens {
+		for _, gen := range p.generators() {
 			lead, ok := gen.Lead(st.Wall)
 			if !ok || st.Size <= gen.MaxLead() {
 				continue
@@ -189,7 +243,7 @@ func (p *Policy) OnStep(st clockguard.Step) {
 	if p.AskNTP != nil {
 		p.AskNTP()
 	}
-	for _, gen := range p.gens {
+	for _, gen := range p.generators() {
 		gen.Wake()
 		gen.WriteNow()
 	}
@@ -260,7 +314,7 @@ func (p *Policy) Run(ctx context.Context) {
 		case <-p.kick:
 		}
 		held := false
-		for _, gen := range p.gens {
+		for _, gen := range p.generators() {
 			if p.probe(gen) {
 				held = true
 			}

@@ -36,8 +36,18 @@ type Core struct {
 	log      *slog.Logger
 	nodeInfo coordinator.NodeInfo
 
-	gens   []*Generator
-	byName map[string]*Generator
+	// set is the node's generators: those of its flags, then those of the
+	// coordinator's definitions it started while running (definitions.go),
+	// replaced whole when one is added (addMu), read without a lock.
+	set   atomic.Pointer[genSet]
+	addMu sync.Mutex
+	// runCtx is the context the started core runs under (nil before
+	// Start); onAdd are told of each generator added after New.
+	runCtx context.Context
+	onAdd  []func(*Generator)
+	// skipped are the definitions this node cannot run, by name, with
+	// why (logged once each).
+	skipped map[string]string
 	// allow: some generator has an allow list (Authorize has work to do):
 	// a flag's, or a definition's once read.
 	allow atomic.Bool
@@ -54,6 +64,7 @@ type Core struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	crashed atomic.Bool // Crash: holders release nothing on the way out
+	drained atomic.Bool // Drain began: no generator is added any more
 }
 
 // ntpRunner is what the core needs of an NTP checker: a periodic loop
@@ -98,75 +109,24 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 	if len(cfg.Generators) == 0 {
 		return nil, fmt.Errorf("%w: no generators (call Config.Finish)", ErrConfig)
 	}
-	c := &Core{cfg: cfg, coord: coord, local: st, clock: clock, log: slog.Default(), nodeInfo: info, byName: map[string]*Generator{}}
+	c := &Core{cfg: cfg, coord: coord, local: st, clock: clock, log: slog.Default(), nodeInfo: info, skipped: map[string]string{}}
 	for _, o := range opts {
 		o(c)
 	}
-	log := c.log
+	set := &genSet{byName: map[string]*Generator{}}
 	for i, gc := range cfg.Generators {
-		if gc.Segment != nil {
-			lg, err := st.Generator(gc.Name)
-			if err != nil {
-				return nil, fmt.Errorf("--data-dir: %w", err)
-			}
-			rt := newSegmentGenerator(cfg, gc, i == 0, clock, log)
-			rt.local = lg
-			c.gens = append(c.gens, rt)
-			c.byName[gc.Name] = rt
-			continue
-		}
-		ring, err := ringbuffer.New(ringbuffer.Config{Size: cfg.RingSize, MaxStaleness: gc.MaxStaleness, Clock: clock})
+		rt, err := c.build(gc, i == 0)
 		if err != nil {
-			return nil, configErr("ring-size", "%v", err)
+			return nil, err
 		}
-		lg, err := st.Generator(gc.Name)
-		if err != nil {
-			return nil, fmt.Errorf("--data-dir: %w", err)
-		}
-		// The generator's source is held exactly while its state does not
-		// serve (clockguard.WithServingGate): every call waiting in it is
-		// refused at once with the cause, and a worker joining the source
-		// takes the source's hold (docs/design.md, Liveness rules).
-		wide := generator.NewWide(gc.Layout, clock, gc.MaxLead)
-		wide.Hold(true)
-		rt := &Generator{
-			cfg:       gc,
-			clock:     clock,
-			local:     lg,
-			isDefault: i == 0,
-			maxBatch:  cfg.MaxBatchFor(gc),
-			maxRange:  cfg.MaxRangeFor(gc),
-			// Sized for one worker; re-sized as workers serve (setLive).
-			fair:            admission.NewFairShare(gc.Layout.Rate(), gc.Layout.PerUnit(), cfg.MaxQueueFor(gc, 1)),
-			maxQueue:        func(workers int) int64 { return cfg.MaxQueueFor(gc, workers) },
-			wide:            wide,
-			maxWorkers:      cfg.WorkersFor(),
-			auto:            cfg.WorkersAuto,
-			ring:            ring,
-			datacenterFixed: cfg.Datacenter >= 0,
-			state: clockguard.NewServingState(gc.Name,
-				clockguard.WithStateClock(clock), clockguard.WithStateLogger(log),
-				clockguard.WithServingGate(func(serving bool) { wide.Hold(!serving) })),
-		}
-		if cfg.ClientRate > 0 {
-			rt.limits = admission.NewClientLimits(cfg.ClientRate, cfg.ClientBurstOrDefault(), func() time.Duration {
-				_, mono := clock.Now()
-				return mono
-			})
-		}
-		rt.wantW.Store(int64(max(cfg.Workers, 1)))
-		c.gens = append(c.gens, rt)
-		c.byName[gc.Name] = rt
+		set.list = append(set.list, rt)
+		set.byName[gc.Name] = rt
 	}
-	for _, gc := range cfg.Generators {
-		if len(gc.Allow) > 0 {
-			c.allow.Store(true)
-		}
-	}
+	c.set.Store(set)
 	// The clock policy acts on the snowflake generators only: a segment
 	// generator has no clock in it.
 	var views []clockpolicy.Generator
-	for _, rt := range c.gens {
+	for _, rt := range set.list {
 		if !rt.isSegment() {
 			views = append(views, policyGen{rt})
 		}
@@ -179,21 +139,86 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 		RollbackRecovery: cfg.RollbackRecovery,
 		RefuseUnchecked:  uncheckedWhy(cfg) == "",
 		UncheckedWhy:     uncheckedWhy(cfg),
-	}, clock, log, views)
-	c.hm = newHolderMetrics(c.gens)
-	for _, rt := range c.gens {
-		rt.policy = c.policy
-		// A generator leaving serving ends every wait for a turn: the
-		// waiters are refused with the cause. Every transition is an event
-		// of its status.
-		rt.state.Subscribe(func(t clockguard.Transition) {
-			if t.From == clockguard.StateServing && t.To != clockguard.StateServing && rt.fair != nil {
-				rt.fair.Interrupt()
-			}
-			rt.recordEvent(Event{At: t.At, From: t.From.String(), To: t.To.String(), Reason: t.Reason})
-		})
+	}, clock, c.log, views)
+	c.hm = newHolderMetrics(set.list)
+	for _, rt := range set.list {
+		c.wire(rt)
 	}
 	return c, nil
+}
+
+// genSet is the node's generators, the default first, and by name.
+type genSet struct {
+	list   []*Generator
+	byName map[string]*Generator
+}
+
+// build makes the generator of gc, not yet wired to the clock policy nor
+// started.
+func (c *Core) build(gc GeneratorConfig, isDefault bool) (*Generator, error) {
+	cfg, clock, log := c.cfg, c.clock, c.log
+	lg, err := c.local.Generator(gc.Name)
+	if err != nil {
+		return nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	if gc.Segment != nil {
+		rt := newSegmentGenerator(cfg, gc, isDefault, clock, log)
+		rt.local = lg
+		return rt, nil
+	}
+	ring, err := ringbuffer.New(ringbuffer.Config{Size: cfg.RingSize, MaxStaleness: gc.MaxStaleness, Clock: clock})
+	if err != nil {
+		return nil, configErr("ring-size", "%v", err)
+	}
+	// The generator's source is held exactly while its state does not
+	// serve (clockguard.WithServingGate): every call waiting in it is
+	// refused at once with the cause, and a worker joining the source
+	// takes the source's hold (docs/design.md, Liveness rules).
+	wide := generator.NewWide(gc.Layout, clock, gc.MaxLead)
+	wide.Hold(true)
+	rt := &Generator{
+		cfg:       gc,
+		clock:     clock,
+		local:     lg,
+		isDefault: isDefault,
+		maxBatch:  cfg.MaxBatchFor(gc),
+		maxRange:  cfg.MaxRangeFor(gc),
+		// Sized for one worker; re-sized as workers serve (setLive).
+		fair:            admission.NewFairShare(gc.Layout.Rate(), gc.Layout.PerUnit(), cfg.MaxQueueFor(gc, 1)),
+		maxQueue:        func(workers int) int64 { return cfg.MaxQueueFor(gc, workers) },
+		wide:            wide,
+		maxWorkers:      cfg.WorkersFor(),
+		auto:            cfg.WorkersAuto,
+		ring:            ring,
+		datacenterFixed: cfg.Datacenter >= 0,
+		state: clockguard.NewServingState(gc.Name,
+			clockguard.WithStateClock(clock), clockguard.WithStateLogger(log),
+			clockguard.WithServingGate(func(serving bool) { wide.Hold(!serving) })),
+	}
+	if cfg.ClientRate > 0 {
+		rt.limits = admission.NewClientLimits(cfg.ClientRate, cfg.ClientBurstOrDefault(), func() time.Duration {
+			_, mono := clock.Now()
+			return mono
+		})
+	}
+	rt.wantW.Store(int64(max(cfg.Workers, 1)))
+	return rt, nil
+}
+
+// wire ties rt to the node's clock policy and its own status: a generator
+// leaving serving ends every wait for a turn (the waiters are refused with
+// the cause), and every transition is an event of its status.
+func (c *Core) wire(rt *Generator) {
+	rt.policy = c.policy
+	if len(rt.cfg.Allow) > 0 {
+		c.allow.Store(true)
+	}
+	rt.state.Subscribe(func(t clockguard.Transition) {
+		if t.From == clockguard.StateServing && t.To != clockguard.StateServing && rt.fair != nil {
+			rt.fair.Interrupt()
+		}
+		rt.recordEvent(Event{At: t.At, From: t.From.String(), To: t.To.String(), Reason: t.Reason})
+	})
 }
 
 // Start runs the core; see start.
@@ -324,7 +349,13 @@ func (c *Core) Status(generator string) (GeneratorStatus, error) {
 }
 
 // Generators are the node's generators, the default first.
-func (c *Core) Generators() []*Generator { return c.gens }
+func (c *Core) Generators() []*Generator { return c.set.Load().list }
+
+// OnAdd has f called with each generator the running core adds (a
+// definition the coordinator holds, which the node's flags do not name),
+// before it can serve: a node registers its health status and history.
+// Call it before Start.
+func (c *Core) OnAdd(f func(*Generator)) { c.onAdd = append(c.onAdd, f) }
 
 // Policy is the node's clock policy, for what the transports show of it.
 func (c *Core) Policy() *clockpolicy.Policy { return c.policy }
@@ -354,22 +385,23 @@ func uncheckedWhy(cfg Config) string {
 
 // Lookup finds a generator; "" is the default.
 func (c *Core) Lookup(name string) (*Generator, error) {
+	set := c.set.Load()
 	if name == "" {
-		rt := c.gens[0]
+		rt := set.list[0]
 		if err := rt.retiredErr(); err != nil {
 			return nil, err
 		}
 		return rt, nil
 	}
-	rt, ok := c.byName[name]
+	rt, ok := set.byName[name]
 	if ok {
 		if err := rt.retiredErr(); err != nil {
 			return nil, err
 		}
 	}
 	if !ok {
-		names := make([]string, 0, len(c.gens))
-		for _, g := range c.gens {
+		names := make([]string, 0, len(set.list))
+		for _, g := range set.list {
 			names = append(names, g.cfg.Name)
 		}
 		return nil, &UnknownGeneratorError{Name: Echo(name), Known: strings.Join(names, ",")}
@@ -421,36 +453,17 @@ func (c *Core) start() error {
 			c.log.Warn("reading the generators' definitions failed: read again every "+defsEvery.String(), "err", err)
 		}
 	}
-	for _, rt := range c.gens {
+	gens := c.Generators()
+	for _, rt := range gens {
 		if err := rt.state.Check(); err != nil {
 			return err
 		}
 	}
 	// The holders exist before anything that calls them (the clock
 	// policy's inputs) starts.
-	var holders []*holder
-	for _, rt := range c.gens {
-		if rt.isSegment() {
-			continue
-		}
-		if !rt.isWide() {
-			hd := c.newHolder(rt)
-			hd.ls = directState{rt}
-			rt.stepped = hd.stepped
-			holders = append(holders, hd)
-			continue
-		}
-		rt.stepped = func() {
-			rt.wmu.Lock()
-			ms := slices.Clone(rt.members)
-			rt.wmu.Unlock()
-			for _, m := range ms {
-				m.hd.stepped()
-			}
-		}
-		for range rt.wantW.Load() {
-			holders = append(holders, c.newMember(ctx, rt).hd)
-		}
+	holders := map[*Generator][]*holder{}
+	for _, rt := range gens {
+		holders[rt] = c.prepare(ctx, rt)
 	}
 	var err error
 	c.steps, err = clockguard.NewStepDetector(c.clock, clockguard.DefaultStepConfig(),
@@ -466,38 +479,82 @@ func (c *Core) start() error {
 		return err
 	}
 	c.policy.WaitFirstPeers()
-	for _, rt := range c.gens {
-		if rt.isSeq() {
-			if err := c.startSeq(rt); err != nil {
-				return err
-			}
-			continue
-		}
-		if rt.isSegment() {
-			if err := c.startSegment(rt); err != nil {
-				return err
-			}
+	for _, rt := range gens {
+		if err := c.launch(rt, holders[rt]); err != nil {
+			return err
 		}
 	}
-	for _, hd := range holders {
-		c.goRun(func() { hd.run(hd.ctx(ctx)) })
-	}
-	for _, rt := range c.gens {
-		if rt.auto && !rt.isSegment() {
-			c.goRun(func() {
-				rt.autoWorkers(ctx, c.clock, func(n int) {
-					for range n {
-						m := c.newMember(ctx, rt)
-						c.goRun(func() { m.hd.run(m.hd.ctx(ctx)) })
-					}
-				}, func(n int) { rt.dropMembers(n) })
-			})
-		}
-	}
+	// From here on a generator the definitions add starts at once.
+	c.addMu.Lock()
+	c.runCtx = ctx
+	c.addMu.Unlock()
 	c.goRun(func() { c.peerLoop(ctx) })
 	c.goRun(func() { c.policy.Run(ctx) })
 	if defs != nil {
 		c.goRun(func() { c.defsLoop(ctx, defs) })
+	}
+	return nil
+}
+
+// prepare gives rt its run context (under ctx: cancelling it stops rt's
+// holders, releasing their leases: retire) and the holders of its
+// workers, not yet running: none for a segment or sequence generator, nor
+// for one its definition retired.
+func (c *Core) prepare(ctx context.Context, rt *Generator) []*holder {
+	rt.runCtx, rt.stopRun = context.WithCancel(ctx)
+	if rt.isSegment() || rt.retiredErr() != nil {
+		return nil
+	}
+	ctx = rt.runCtx
+	if !rt.isWide() {
+		hd := c.newHolder(rt)
+		hd.ls = directState{rt}
+		rt.stepped = hd.stepped
+		return []*holder{hd}
+	}
+	rt.stepped = func() {
+		rt.wmu.Lock()
+		ms := slices.Clone(rt.members)
+		rt.wmu.Unlock()
+		for _, m := range ms {
+			m.hd.stepped()
+		}
+	}
+	var hs []*holder
+	for range rt.wantW.Load() {
+		hs = append(hs, c.newMember(ctx, rt).hd)
+	}
+	return hs
+}
+
+// launch starts rt under its run context (prepare): a sequence
+// generator's sections or a segment generator's source, else its holders
+// and, under --workers auto, the loop that sizes them. A retired
+// generator is drained instead.
+func (c *Core) launch(rt *Generator, holders []*holder) error {
+	ctx := rt.runCtx
+	if err := rt.retiredErr(); err != nil {
+		rt.state.Drain(err.Error())
+		return nil
+	}
+	switch {
+	case rt.isSeq():
+		return c.startSeq(rt)
+	case rt.isSegment():
+		return c.startSegment(rt)
+	}
+	for _, hd := range holders {
+		c.goRun(func() { hd.run(hd.ctx(ctx)) })
+	}
+	if rt.auto {
+		c.goRun(func() {
+			rt.autoWorkers(ctx, c.clock, func(n int) {
+				for range n {
+					m := c.newMember(ctx, rt)
+					c.goRun(func() { m.hd.run(m.hd.ctx(ctx)) })
+				}
+			}, func(n int) { rt.dropMembers(n) })
+		})
 	}
 	return nil
 }
@@ -593,7 +650,7 @@ func (c *Core) peerLoop(ctx context.Context) {
 			}
 			continue
 		}
-		countInUse(c.gens, beats)
+		countInUse(c.Generators(), beats)
 		c.policy.OnPeers(c.nodeInfo.InstanceID, beats, first)
 		first = false
 		t.Reset(time.Second)
@@ -603,13 +660,16 @@ func (c *Core) peerLoop(ctx context.Context) {
 // Drain takes every generator out of service for good (shutdown began):
 // calls waiting in one are refused with the reason at once.
 func (c *Core) Drain(reason string) {
-	for _, rt := range c.gens {
+	c.addMu.Lock()
+	c.drained.Store(true)
+	c.addMu.Unlock()
+	for _, rt := range c.Generators() {
 		rt.state.Drain(reason)
 	}
 	// A sequence generator's sections are freed as the drain begins (a
 	// crash leaves them to their TTL), so that other nodes take them while
 	// this one finishes its calls.
-	for _, rt := range c.gens {
+	for _, rt := range c.Generators() {
 		if rt.seqm != nil {
 			c.stopSeq(rt)
 		}
@@ -629,7 +689,7 @@ func (c *Core) stop() {
 	if c.steps != nil {
 		c.steps.Stop()
 	}
-	for _, rt := range c.gens {
+	for _, rt := range c.Generators() {
 		if rt.seg != nil {
 			c.stopSegment(rt)
 		}

@@ -4,21 +4,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
 )
 
-// A node follows the definitions of its generators that `firn generator
-// create` stored in the coordinator (coordinator.Definitions): every
-// defsEvery it reads them, and for each generator it runs (by its
-// --generator flag) takes the definition's allow list and its retirement.
-// A retired generator is refused NOT_FOUND naming the retirement; an
-// allow list is enforced as --allow-callers is (Authorize). A generator
-// the coordinator defines and the node does not run is not started here:
-// the node still needs its --generator flag.
+// A node follows the generators' definitions that `firn generator create`
+// stored in the coordinator (coordinator.Definitions): at start and every
+// defsEvery it reads them. A definition of a generator the node does not
+// run starts it there and then (addDefined: its holders take a worker as
+// at start, restore guard included), as if its flags had named it. For
+// each generator it runs, the definition's allow list is enforced as
+// --allow-callers is (Authorize), and a retirement stops it: its calls
+// are refused NOT_FOUND naming the retirement, and its holders release
+// their workers (retire). A flag naming another definition than the
+// stored one stops the start (DisagreeError).
 
 // defsEvery is how often a node reads its generators' definitions: a
 // retirement or an allow list takes effect within that and one read.
@@ -83,29 +87,128 @@ func (c *Core) readDefinitions(ctx context.Context, defs coordinator.Definitions
 		byName[d.Name] = d
 	}
 	var disagree []string
-	for _, rt := range c.gens {
+	running := map[string]bool{}
+	for _, rt := range c.Generators() {
+		running[rt.cfg.Name] = true
 		d, ok := byName[rt.cfg.Name]
 		if !ok {
-			rt.acc.Store(nil)
+			if a := rt.acc.Load(); a == nil || a.retired.IsZero() {
+				rt.acc.Store(nil) // a retirement is for good, even were its record lost
+			}
 			continue
 		}
 		if stored, err := ParseGeneratorDefinition(d.Name, d.Definition); err != nil || stored.Spec() != rt.cfg.Spec() {
 			disagree = append(disagree, fmt.Sprintf("%s: --generator %s=%s, the coordinator's %s", rt.cfg.Name, rt.cfg.Name, rt.cfg.Spec(), d.Definition))
 		}
-		a := &access{allow: slices.Clone(d.Allow), retired: d.Retired, retiredWhy: d.RetiredWhy}
+		a := accessOf(d)
 		if len(a.allow) > 0 {
 			c.allow.Store(true)
 		}
-		if old := rt.acc.Load(); (old == nil || old.retired.IsZero()) && !a.retired.IsZero() {
-			c.log.Warn("generator retired in the coordinator: refusing its calls", "generator", rt.cfg.Name,
-				"retired", a.retired, "why", a.retiredWhy)
-		}
+		old := rt.acc.Load()
 		rt.acc.Store(a)
+		if (old == nil || old.retired.IsZero()) && !a.retired.IsZero() {
+			c.retire(rt)
+		}
 	}
 	if len(disagree) > 0 {
 		return &DisagreeError{Generators: disagree}
 	}
+	for _, d := range all {
+		if !running[d.Name] && d.Retired.IsZero() {
+			c.addDefined(d)
+		}
+	}
 	return nil
+}
+
+// accessOf is what d says of who may use its generator.
+func accessOf(d coordinator.GeneratorDefinition) *access {
+	return &access{allow: slices.Clone(d.Allow), retired: d.Retired, retiredWhy: d.RetiredWhy}
+}
+
+// retire stops rt for good, its definition retired: its calls are refused
+// NOT_FOUND naming the retirement (Lookup), its state drains with the
+// same reason, and once started its holders release their workers, a
+// sequence generator its sections, a segment generator hands back what
+// it holds unused.
+func (c *Core) retire(rt *Generator) {
+	err := rt.retiredErr()
+	c.log.Warn("generator retired in the coordinator: refusing its calls and releasing its workers", "generator", rt.cfg.Name, "err", err)
+	c.addMu.Lock()
+	started := rt.stopRun != nil
+	c.addMu.Unlock()
+	if !started {
+		return // start drains it instead of launching it (launch)
+	}
+	rt.state.Drain(err.Error())
+	rt.stopRun()
+	if rt.seqm != nil {
+		c.stopSeq(rt)
+	}
+	c.stopSegment(rt)
+}
+
+// addDefined starts a generator the coordinator defines (d) and this node
+// does not run: built from the definition with the node's flags as for
+// one of --generator (max-lead, max-staleness, workers, limits), wired to
+// the clock policy, published, and — once the core runs — started. A
+// definition this node cannot run (a layout its max-lead does not fit,
+// say) is logged once and left alone.
+func (c *Core) addDefined(d coordinator.GeneratorDefinition) {
+	c.addMu.Lock()
+	defer c.addMu.Unlock()
+	set := c.set.Load()
+	if _, ok := set.byName[d.Name]; ok || c.drained.Load() {
+		return
+	}
+	if _, ok := c.skipped[d.Name]; ok {
+		return
+	}
+	wall, _ := c.clock.Now()
+	gc, err := ParseGeneratorDefinition(d.Name, d.Definition)
+	if err == nil {
+		err = c.cfg.finishGenerator(&gc, wall)
+	}
+	var rt *Generator
+	if err == nil {
+		rt, err = c.build(gc, false)
+	}
+	if err != nil {
+		c.skipped[d.Name] = err.Error()
+		c.log.Warn("the coordinator defines a generator this node cannot run: not started", "generator", d.Name,
+			"definition", d.Definition, "err", err)
+		return
+	}
+	rt.acc.Store(accessOf(d))
+	if len(d.Allow) > 0 {
+		c.allow.Store(true)
+		if !c.cfg.MutualTLS() {
+			c.log.Warn("generator has an allow list and this node has no mTLS (--tls-client-ca): every caller is refused",
+				"generator", d.Name)
+		}
+	}
+	c.hm.restores.WithLabelValues(gc.Name)
+	c.wire(rt)
+	if !rt.isSegment() {
+		c.policy.Add(policyGen{rt})
+	}
+	for _, f := range c.onAdd {
+		f(rt)
+	}
+	// Launched before it is published (a running core's), so that what
+	// launch sets (a segment's source, a sequence's sections) is there for
+	// every call that finds it; before Start, start launches it with the
+	// others.
+	if c.runCtx != nil {
+		if err := c.launch(rt, c.prepare(c.runCtx, rt)); err != nil {
+			rt.state.SetCause(clockguard.SourceLease, "starting from the coordinator's definition: "+err.Error(), clockguard.Detail{Code: clockguard.CodeStarting})
+			c.log.Warn("generator defined in the coordinator did not start", "generator", d.Name, "err", err)
+		}
+	}
+	next := &genSet{list: append(slices.Clone(set.list), rt), byName: maps.Clone(set.byName)}
+	next.byName[d.Name] = rt
+	c.set.Store(next)
+	c.log.Info("generator started from the coordinator's definition", "generator", d.Name, "definition", d.Definition)
 }
 
 // DisagreeError: a generator this node runs by its flag is defined

@@ -47,9 +47,14 @@ type Generator struct {
 	wide *generator.Wide
 	// seg is a segment generator's source (nil for a snowflake one; set
 	// by Start): no ring, no workers, no clock policy (segment.go).
-	seg    *source.Source
-	seqm   *sections.Manager // a sequence generator's sections
-	issued atomic.Uint64
+	seg  *source.Source
+	seqm *sections.Manager // a sequence generator's sections
+	// runCtx is what rt runs under once started (Core.prepare); stopRun
+	// ends it (retire). segStopped: the segment source was stopped.
+	runCtx     context.Context
+	stopRun    context.CancelFunc
+	segStopped atomic.Bool
+	issued     atomic.Uint64
 	// A wide generator's holders (members.go): maxWorkers is --workers, or
 	// --max-workers under auto; wantW the current target.
 	maxWorkers int

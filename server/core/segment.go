@@ -45,6 +45,9 @@ func newSegmentGenerator(cfg Config, gc GeneratorConfig, isDefault bool, clock c
 // stopSegment stops rt's source: a graceful stop hands the claimed IDs
 // not handed out back to the counter; a crash leaves them (skipped).
 func (c *Core) stopSegment(rt *Generator) {
+	if rt.seg == nil || !rt.segStopped.CompareAndSwap(false, true) {
+		return // never started, or stopped already (retire, then stop)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*c.cfg.Timing.Timeout)
 	defer cancel()
 	back, err := rt.seg.Stop(ctx, !c.crashed.Load())
