@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -18,18 +17,18 @@ import (
 // is state is read at scrape time by the collector below, so the domain
 // types stay ignorant of Prometheus.
 type metrics struct {
-	grpc        *grpcprom.ServerMetrics
+	grpc        *grpcMetrics
 	transitions *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
 	m := &metrics{
-		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
-			grpcprom.WithHistogramBuckets([]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}))),
+		grpc: newGRPCMetrics(func() time.Duration { _, mono := n.clock.Now(); return mono }),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "firn_state_transitions_total",
 			Help: "Serving-state transitions, by generator and new state."}, []string{"generator", "state"}),
 	}
-	n.reg.MustRegister(m.grpc, m.transitions, &nodeCollector{n: n},
+	n.reg.MustRegister(m.grpc.collectors()...)
+	n.reg.MustRegister(m.transitions, &nodeCollector{n: n},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.reg.MustRegister(n.policy.Collectors()...)
 	n.reg.MustRegister(n.core.Collectors()...)

@@ -225,11 +225,11 @@ func (n *Node) watchState(rt *core.Generator) {
 // fault endpoint on the bound listeners.
 func (n *Node) serveAPIs() {
 	n.grpcSrv = grpc.NewServer(append(grpcopt.ServerOptions(n.tlsConf, n.cfg.GRPCMaxConnectionAge),
-		grpc.ChainUnaryInterceptor(n.metrics.grpc.UnaryServerInterceptor()))...)
+		grpc.UnaryInterceptor(n.metrics.grpc.unary))...)
 	firnv1.RegisterIDServiceServer(n.grpcSrv, &idService{node: n})
 	healthpb.RegisterHealthServer(n.grpcSrv, &drainingHealth{Server: n.health, drain: n.drainCtx})
 	reflection.Register(n.grpcSrv)
-	n.metrics.grpc.InitializeMetrics(n.grpcSrv)
+	n.metrics.grpc.initialize(n.grpcSrv)
 
 	// net/http's own errors (TLS handshakes refused, ...) go to the node's
 	// logger, not to the standard library's.

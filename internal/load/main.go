@@ -52,6 +52,10 @@ type Report struct {
 type Comparison struct {
 	Pairs  []Pair `json:"pairs"`
 	Median Ratios `json:"median"`
+	// NoopHeap is what the no-op server held live (--noop-heap), and
+	// NoopHeapFrom where that figure came from.
+	NoopHeap     int64  `json:"noop_heap_bytes"`
+	NoopHeapFrom string `json:"noop_heap_from"`
 }
 
 // Pair is one node run and the noop run after it, with their ratios.
@@ -92,7 +96,7 @@ type flags struct {
 	duration, warmup, idle, timeout       time.Duration
 	pin, json, quiet                      bool
 	tlsCA, tlsCert, tlsKey, tlsServerName string
-	noopTLS                               string
+	noopTLS, noopHeap                     string
 	record                                int
 	floodCallers, floodConns, floodBatch  int
 	ignoreRetry                           bool
@@ -256,6 +260,7 @@ func (f *flags) define(fs *pflag.FlagSet) {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "client key (PEM)")
 	fs.StringVar(&f.tlsServerName, "tls-server-name", "", "name to check in the node's certificate")
 	fs.StringVar(&f.noopTLS, "noop-tls", "auto", "TLS of the no-op server: off, tls, mtls, or auto (as the node's: mtls with --tls-cert, tls with --tls-ca)")
+	fs.StringVar(&f.noopHeap, "noop-heap", "auto", "bytes the no-op server holds live, so that it collects garbage as often per call as the node (Go collects when the heap grows by GOGC % of the live one): auto is the node's live heap, read from --node-metrics (0 without)")
 	fs.IntVar(&f.floodCallers, "flood-callers", 0, "overload scenario: run alone, then again beside a flood of this many callers asking for --flood-batch IDs (0: no flood)")
 	fs.IntVar(&f.floodConns, "flood-conns", 32, "connections of the flood")
 	fs.IntVar(&f.floodBatch, "flood-batch", 100_000, "NextIDs count of the flood's calls")
@@ -479,6 +484,9 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 		rep.Run, err = run(ctx, nodeCfg)
 	default:
 		rep.Compare, err = compare(ctx, f.pairs, nodeCfg, noopCfg)
+		if rep.Compare != nil {
+			rep.Compare.NoopHeap, rep.Compare.NoopHeapFrom = noop.heap, noop.heapFrom
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -510,6 +518,19 @@ func startNoop(ctx context.Context, f *flags, nodeTLS *tls.Config, stderr io.Wri
 	if f.noopDupAt != 0 {
 		extra = append(extra, "--duplicate-at", strconv.FormatUint(f.noopDupAt, 10))
 	}
+	if f.compare == "noop" {
+		heap, from, err := noopHeap(ctx, f)
+		if err != nil {
+			stop()
+			return nil, nil, func() {}, err
+		}
+		extra = append(extra, "--heap", strconv.FormatInt(heap, 10))
+		defer func() {
+			if noop != nil {
+				noop.heap, noop.heapFrom = heap, from
+			}
+		}()
+	}
 	if f.generator != "" {
 		// The no-op serves the generator the calls name.
 		extra = append(extra, "--generator", f.generator)
@@ -537,6 +558,30 @@ func startNoop(ctx context.Context, f *flags, nodeTLS *tls.Config, stderr io.Wri
 	}
 	cleanups = append(cleanups, noop.stop)
 	return noop, noopTLS, stop, nil
+}
+
+// noopHeap is what the no-op server holds live under --compare noop
+// (--noop-heap) and where that figure came from: a node carries its
+// coordinator client's (or embedded etcd's) heap, the no-op server next to
+// none, and Go collects garbage when the heap grows by GOGC percent of
+// what was live — so without it, the no-op collects far more often per
+// call than the node and the comparison flatters the node.
+func noopHeap(ctx context.Context, f *flags) (int64, string, error) {
+	switch {
+	case f.noopHeap == "auto" && f.nodeMetrics == "":
+		return 0, "none: the node's live heap is unknown without --node-metrics", nil
+	case f.noopHeap == "auto":
+		n, err := readLiveHeap(ctx, f.nodeMetrics)
+		if err != nil {
+			return 0, "", fmt.Errorf("--noop-heap auto: %w", err)
+		}
+		return n, "the node's live heap (" + metricHeapGoal + " at GOGC), from --node-metrics", nil
+	}
+	n, err := strconv.ParseInt(f.noopHeap, 10, 64)
+	if err != nil || n < 0 || n > 64<<30 {
+		return 0, "", fmt.Errorf("--noop-heap %q: want auto or bytes in [0, %d]", f.noopHeap, int64(64<<30))
+	}
+	return n, "--noop-heap", nil
 }
 
 // pin gives the servers (the no-op child, and the node when its PID is

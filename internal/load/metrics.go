@@ -153,3 +153,46 @@ func (m seqMetrics) since(m0 seqMetrics, gen string, seconds float64) *SeqWrites
 	w := uint64(max(m.writes-m0.writes, 0))
 	return &SeqWrites{Generator: gen, Writes: w, PerSecond: ratio(float64(w), seconds), Keys: uint64(max(m.keys, 0))}
 }
+
+// The Go runtime's metrics of the node's heap, read by --noop-heap auto.
+const (
+	metricHeapGoal = "go_memstats_next_gc_bytes" // the heap size at which the next collection starts
+	metricGOGC     = "go_gc_gogc_percent"
+)
+
+// readLiveHeap estimates the node's live heap from its /metrics at url:
+// the next collection's goal is the live heap grown by GOGC percent
+// (GOGC 100 where the node does not say).
+func readLiveHeap(ctx context.Context, url string) (int64, error) {
+	var goal, gogc float64
+	var haveGoal, haveGOGC bool
+	err := fetchMetrics(ctx, url, func(r io.Reader) error {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			name, v, ok := strings.Cut(sc.Text(), " ")
+			if !ok || (name != metricHeapGoal && name != metricGOGC) {
+				continue
+			}
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return fmt.Errorf("%s: %w", sc.Text(), err)
+			}
+			if name == metricHeapGoal {
+				goal, haveGoal = f, true
+			} else {
+				gogc, haveGOGC = f, true
+			}
+		}
+		return sc.Err()
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case !haveGoal:
+		return 0, fmt.Errorf("--node-metrics %s: no %s", url, metricHeapGoal)
+	case !haveGOGC || gogc <= 0:
+		gogc = 100
+	}
+	return int64(goal * 100 / (100 + gogc)), nil
+}

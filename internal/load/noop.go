@@ -35,6 +35,9 @@ import (
 	"github.com/firnid/firn/server/grpcopt"
 )
 
+// noopBallast is the no-op child's live heap (NoopMain's --heap).
+var noopBallast []byte
+
 // NoopCommand is the hidden subcommand that runs the no-op floor server:
 // `--target noop` re-executes its own binary (os.Args[0]) as
 //
@@ -472,6 +475,7 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	kind := fs.String("kind", "snowflake", "the generator's kind: snowflake, segment (NextRange returns one run per call; --layout is then the segment definition Info reports) or seq (NextSeq and NextSeqs from the counter; Info owns every section at the listen address)")
 	sections := fs.Int("sections", seq.DefaultSections, "a seq generator's sections (Info)")
 	stdinEOF := fs.Bool("exit-on-stdin-eof", false, "exit when standard input closes")
+	heap := fs.Int64("heap", 0, "bytes held live for the server's life (no pointers: never scanned), so that it collects garbage as often per call as a process with that live heap")
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "firn-noop: "+format+"\n", a...)
 		return 2
@@ -517,6 +521,13 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	if *maxRange < 1 {
 		return fail("--max-range must be at least 1")
 	}
+	if *heap < 0 || *heap > 64<<30 {
+		return fail("--heap %d outside [0, %d]", *heap, int64(64<<30))
+	}
+	// Held by the package variable: live for Go's pacer (which sizes the
+	// next collection from the live heap), never scanned (no pointers),
+	// untouched (no resident pages).
+	noopBallast = make([]byte, *heap)
 	tlsConfig, err := serverTLS(*certFile, *keyFile, *clientCA)
 	if err != nil {
 		return fail("%v", err)
@@ -617,6 +628,9 @@ type noopChild struct {
 	addr  string
 	stdin io.Closer
 	done  chan struct{}
+	// heap is what it holds live (--heap), heapFrom where that came from.
+	heap     int64
+	heapFrom string
 }
 
 // startNoopChild re-executes this binary as the no-op server with extra

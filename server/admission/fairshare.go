@@ -38,6 +38,10 @@ type FairShare struct {
 	// a flow is in at most one of them.
 	fresh, old flowQueue
 	wake       chan struct{} // closed by interrupt
+	// spare are flows dropped, for Admit to use again: a flow lives from
+	// a request's admission to its last Leave, and the ring's misses
+	// under load would otherwise allocate one per call.
+	spare []*Flow
 }
 
 type Flow struct {
@@ -111,7 +115,12 @@ func (fs *FairShare) Admit(ctx context.Context, key string, n int, rate float64)
 	fs.mu.Lock()
 	f := fs.flows[key]
 	if f == nil {
-		f = &Flow{key: key}
+		if k := len(fs.spare); k > 0 {
+			f, fs.spare = fs.spare[k-1], fs.spare[:k-1]
+			f.key = key
+		} else {
+			f = &Flow{key: key}
+		}
 		fs.flows[key] = f
 	}
 	ahead := fs.queued.Load()
@@ -155,11 +164,20 @@ func (fs *FairShare) Leave(f *Flow, n int) {
 }
 
 // drop forgets an idle flow, so the map holds only flows with IDs queued.
+// No one holds a dropped flow (none of its IDs is admitted, none waits,
+// no queue lists it): it is kept for Admit, up to maxSpare.
 func (fs *FairShare) drop(f *Flow) {
 	if f.queued == 0 && !f.listed && len(f.waiters) == 0 {
 		delete(fs.flows, f.key)
+		if len(fs.spare) < maxSpare {
+			f.key = ""
+			fs.spare = append(fs.spare, f)
+		}
 	}
 }
+
+// maxSpare bounds the flows kept for reuse.
+const maxSpare = 64
 
 // Acquire waits for f's turn and returns its size (at most want). The
 // caller generates that many IDs and calls release. It ends early with

@@ -298,17 +298,23 @@ func (rt *Generator) issueOne(ctx context.Context) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		var one [1]uint64
+		one := oneIDs.Get().(*[1]uint64)
 		err = rt.generateFair(ctx, f, one[:])
+		id = one[0]
+		oneIDs.Put(one)
 		rt.fair.Leave(f, 1)
 		if err != nil {
 			return 0, err
 		}
-		id = one[0]
 	}
 	rt.issued.Add(1)
 	return id, nil
 }
+
+// oneIDs are the one-ID buffers of the unary calls the ring cannot serve:
+// the generator's source takes a slice through interfaces, so a buffer on
+// the stack would move to the heap, one allocation per call.
+var oneIDs = sync.Pool{New: func() any { return new([1]uint64) }}
 
 // generateFair fills dst in turns of the fair share. A request larger
 // than one turn is bulk: it never waits for the clock while it holds the
