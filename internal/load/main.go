@@ -100,6 +100,7 @@ type flags struct {
 	record                                int
 	floodCallers, floodConns, floodBatch  int
 	ignoreRetry                           bool
+	ignorePause                           time.Duration
 	noopDupAt                             uint64
 	nodeMetrics                           string
 	keys, seqRecord                       int
@@ -264,7 +265,8 @@ func (f *flags) define(fs *pflag.FlagSet) {
 	fs.IntVar(&f.floodCallers, "flood-callers", 0, "overload scenario: run alone, then again beside a flood of this many callers asking for --flood-batch IDs (0: no flood)")
 	fs.IntVar(&f.floodConns, "flood-conns", 32, "connections of the flood")
 	fs.IntVar(&f.floodBatch, "flood-batch", 100_000, "NextIDs count of the flood's calls")
-	fs.BoolVar(&f.ignoreRetry, "ignore-retry-info", false, "after a refusal, pause 1 ms instead of the RetryInfo it carries (an uncooperative client)")
+	fs.BoolVar(&f.ignoreRetry, "ignore-retry-info", false, "after a refusal, pause --ignore-retry-pause instead of the RetryInfo it carries (an uncooperative client)")
+	fs.DurationVar(&f.ignorePause, "ignore-retry-pause", 10*time.Millisecond, "the pause after a refusal under --ignore-retry-info")
 	fs.IntVar(&f.record, "record", 32<<20, "IDs kept for the duplicate check (preallocated, 8 bytes each; ranges mode checks every ID, as intervals, and keeps these for the flood only)")
 	fs.Uint64Var(&f.noopDupAt, "noop-duplicate-at", 0, "make the no-op server hand out one ID twice, at this ID (checks the duplicate check)")
 	fs.StringVar(&f.nodeMetrics, "node-metrics", "", "the node's /metrics URL (http://host:port/metrics): report a segment generator's counter writes (claims), or a sequence generator's writes and keys, over each node window")
@@ -466,7 +468,7 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 	base := runConfig{
 		generator: f.generator, mode: f.mode, batch: f.batch, callers: f.callers, conns: f.conns,
 		warmup: f.warmup, duration: f.duration, timeout: f.timeout, record: record, progress: progress,
-		ignoreRetry: f.ignoreRetry, keys: f.keys, keyDist: f.keyDist, seed: f.seed, seqRecord: seqRec,
+		ignoreRetry: f.ignoreRetry, ignorePause: f.ignorePause, keys: f.keys, keyDist: f.keyDist, seed: f.seed, seqRecord: seqRec,
 	}
 	nodeCfg, noopCfg := base, base
 	nodeCfg.label, nodeCfg.addr, nodeCfg.tls = "node", f.target, nodeTLS

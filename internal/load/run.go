@@ -56,9 +56,10 @@ type runConfig struct {
 	duration  time.Duration
 	timeout   time.Duration
 	record    []uint64 // preallocated: the IDs of the measured window
-	// ignoreRetry: a caller pauses 1 ms after a refusal instead of its
-	// RetryInfo.
+	// ignoreRetry: a caller pauses ignorePause after a refusal instead
+	// of its RetryInfo.
 	ignoreRetry bool
+	ignorePause time.Duration
 	progress    io.Writer // nil: no progress lines
 	// serverPID is the process serving addr (0: unknown): its CPU time is
 	// read at the window's ends (Result.ServerCPU).
@@ -187,8 +188,10 @@ type worker struct {
 	_     [40]byte
 	hist  hist
 	ehist hist // latency of the failed calls
-	// ignoreRetry: pause 1 ms after a refusal whatever its RetryInfo.
+	// ignoreRetry: pause ignorePause after a refusal whatever its
+	// RetryInfo.
 	ignoreRetry bool
+	ignorePause time.Duration
 	codes       map[codes.Code]uint64
 	rec         []uint64 // len grows within the preallocated cap
 	// Ranges mode: the window's IDs as intervals, the IDs found in them
@@ -282,7 +285,7 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 	workers := make([]*worker, cfg.callers)
 	per := len(cfg.record) / cfg.callers
 	for i := range workers {
-		workers[i] = &worker{codes: map[codes.Code]uint64{}, rec: cfg.record[i*per : i*per : (i+1)*per], ignoreRetry: cfg.ignoreRetry}
+		workers[i] = &worker{codes: map[codes.Code]uint64{}, rec: cfg.record[i*per : i*per : (i+1)*per], ignoreRetry: cfg.ignoreRetry, ignorePause: cfg.ignorePause}
 		if cfg.mode == modeRanges {
 			workers[i].set.Grow(max(64, rangesPrealloc/cfg.callers))
 		}
@@ -551,6 +554,8 @@ func (w *worker) fail(err error, lat time.Duration, measuring bool) {
 	pause := time.Millisecond
 	if d, ok := client.RetryAfter(err); ok && !w.ignoreRetry {
 		pause = min(max(d, pause), time.Second)
+	} else if w.ignoreRetry && w.ignorePause > 0 {
+		pause = w.ignorePause
 	}
 	time.Sleep(pause)
 }

@@ -598,7 +598,7 @@ func runSeq(ctx context.Context, cfg runConfig) (*Result, error) {
 	per := len(cfg.seqRecord) / cfg.callers
 	callers := make([]*seqCaller, cfg.callers)
 	for i := range workers {
-		workers[i] = &worker{codes: map[codes.Code]uint64{}, seqRec: cfg.seqRecord[i*per : i*per : (i+1)*per], ignoreRetry: cfg.ignoreRetry}
+		workers[i] = &worker{codes: map[codes.Code]uint64{}, seqRec: cfg.seqRecord[i*per : i*per : (i+1)*per], ignoreRetry: cfg.ignoreRetry, ignorePause: cfg.ignorePause}
 		callers[i] = newSeqCaller(cfg, i)
 	}
 	var phase atomic.Int32

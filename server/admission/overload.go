@@ -30,6 +30,9 @@ type OverloadedError struct {
 	// Detail, when set, says why in place of the queue's figures (a
 	// segment generator's claim settling past the deadline).
 	Detail string
+	// Held is how long the refusal was held back: the caller's flow was
+	// refused faster than Refusals' pace.
+	Held time.Duration
 }
 
 // Bound names what shed the request (ErrorInfo metadata "bound").
@@ -44,6 +47,14 @@ func (e *OverloadedError) Bound() string {
 }
 
 func (e *OverloadedError) Error() string {
+	msg := e.message()
+	if e.Held > 0 {
+		msg += fmt.Sprintf(" (answered %v late: this client is refused faster than a client honouring RetryInfo would be)", e.Held.Round(time.Millisecond))
+	}
+	return msg
+}
+
+func (e *OverloadedError) message() string {
 	if e.Detail != "" {
 		return fmt.Sprintf("generator %q overloaded: %s; retry in %v", e.Generator, e.Detail, e.RetryAfter.Round(time.Millisecond))
 	}

@@ -185,6 +185,7 @@ func (c *Core) build(gc GeneratorConfig, isDefault bool) (*Generator, error) {
 		maxRange:  cfg.MaxRangeFor(gc),
 		// Sized for one worker; re-sized as workers serve (setLive).
 		fair:            admission.NewFairShare(gc.Layout.Rate(), gc.Layout.PerUnit(), cfg.MaxQueueFor(gc, 1)),
+		refusals:        admission.NewRefusals(),
 		maxQueue:        func(workers int) int64 { return cfg.MaxQueueFor(gc, workers) },
 		wide:            wide,
 		maxWorkers:      cfg.WorkersFor(),

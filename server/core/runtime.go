@@ -35,6 +35,7 @@ type Generator struct {
 	// sized for the workers serving (maxQueue: the bound for so many);
 	// limits is --client-rate (nil without it).
 	fair     *admission.FairShare
+	refusals *admission.Refusals // paces each flow's refusals (holdPaced)
 	maxQueue func(workers int) int64
 	limits   *admission.ClientLimits
 	state    *clockguard.ServingState
@@ -173,12 +174,41 @@ func (rt *Generator) recentEvents() []Event {
 // admit enters n IDs of the caller's flow in the generator's queue, or
 // refuses at once (admission.FairShare.Admit).
 func (rt *Generator) admit(ctx context.Context, n int) (*admission.Flow, error) {
-	f, err := rt.fair.Admit(ctx, admission.FlowKey(ctx), n, rt.Capacity())
+	key := admission.FlowKey(ctx)
+	f, err := rt.fair.Admit(ctx, key, n, rt.Capacity())
 	if err != nil {
-		err.(*admission.OverloadedError).Generator = rt.cfg.Name
-		return nil, err
+		oe := err.(*admission.OverloadedError)
+		oe.Generator = rt.cfg.Name
+		return nil, rt.holdPaced(ctx, key, oe)
 	}
 	return f, nil
+}
+
+// holdPaced returns the refusal oe of flow key, held back first when the
+// flow is refused faster than admission.Refusals' pace (a client ignoring
+// RetryInfo): it then retries no faster than the pace. The hold ends with
+// the caller's deadline.
+func (rt *Generator) holdPaced(ctx context.Context, key string, oe *admission.OverloadedError) error {
+	if rt.refusals == nil {
+		return oe // a segment generator's
+	}
+	wall, now := rt.clock.Now()
+	var left time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		left = max(dl.Sub(wall), time.Nanosecond)
+	}
+	hold := rt.refusals.Refused(key, now, left)
+	if hold <= 0 {
+		return oe
+	}
+	oe.Held = hold
+	t := time.NewTimer(hold)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return oe
 }
 
 // limit spends n IDs of the caller's --client-rate.
@@ -193,8 +223,8 @@ func (rt *Generator) limit(ctx context.Context, n int) error {
 			"count %d exceeds --client-burst %d of generator %q: it could never pass --client-rate", n, b, rt.cfg.Name)
 	}
 	rt.fair.NoteShed(admission.ShedClientRate)
-	return &admission.OverloadedError{Generator: rt.cfg.Name, Asked: n, ClientRate: rt.limits.Rate(), ClientBurst: rt.limits.Burst(),
-		RetryAfter: max(wait, time.Millisecond)}
+	return rt.holdPaced(ctx, admission.FlowKey(ctx), &admission.OverloadedError{Generator: rt.cfg.Name, Asked: n,
+		ClientRate: rt.limits.Rate(), ClientBurst: rt.limits.Burst(), RetryAfter: max(wait, time.Millisecond)})
 }
 
 // issue fills dst with IDs: a request of at most one turn from the ring
