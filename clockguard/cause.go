@@ -77,6 +77,11 @@ type Detail struct {
 	// RetryAt is when the source expects to release its hold (wall
 	// reading); zero when it cannot know.
 	RetryAt time.Time
+	// RetryEvery, where the source cannot know when, is how soon after
+	// any moment its hold may end at the earliest: it tries again no
+	// sooner (a reservation write retried every 200 ms), so a caller
+	// retrying sooner is refused again.
+	RetryEvery time.Duration
 }
 
 // SetCause is Set with the machine-readable cause of the reason (its Detail).
@@ -114,13 +119,15 @@ type Refusal struct {
 	Reason          string
 	Limit, Measured string
 	RetryAt         time.Time
+	RetryEvery      time.Duration
 }
 
 // Refusal returns the cause to report for a call refused now; Code is ""
 // while serving. The first held reason decides the code, limit and
 // measured value, except while draining or stopped (DRAINING) and while
 // starting with nothing held (STARTING); RetryAt is the latest of the held
-// reasons' known release times.
+// reasons' known release times, RetryEvery the longest of their retry
+// cadences.
 func (sn Snapshot) Refusal() Refusal {
 	r := Refusal{Reason: sn.Reason}
 	switch sn.State {
@@ -142,6 +149,7 @@ func (sn Snapshot) Refusal() Refusal {
 		if c.RetryAt.After(r.RetryAt) {
 			r.RetryAt = c.RetryAt
 		}
+		r.RetryEvery = max(r.RetryEvery, c.RetryEvery)
 	}
 	return r
 }

@@ -344,6 +344,12 @@ func TestCoordinatorFreezeRefusesBeforeExpiry(t *testing.T) {
 	if wentDown.IsZero() {
 		t.Fatal("still serving 7 s into the freeze")
 	}
+	// Refused naming the reservation, with RetryInfo: the node serves
+	// again no sooner than its next write (a call sooner is refused).
+	_, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{})
+	if ri := wantInfo(t, "NextID with the reservation run out", err, "RESERVATION_EXHAUSTED", nil); ri == nil || ri.GetRetryDelay().AsDuration() < 100*time.Millisecond {
+		t.Fatalf("NextID with the reservation run out: RetryInfo %v, want the write's retry cadence (200ms)", ri)
+	}
 	// When the node left serving is what its own log says (the poll above
 	// only sees it a moment later, and later still on a busy machine).
 	if at, ok := transitionAt(n.logs.String(), "from=serving to=not-serving source=reservation"); ok {

@@ -524,7 +524,7 @@ func (hd *holder) newReserver(h *holding, after func(error, time.Duration)) (*co
 		Window:        max(int64(hd.cfg.ReservationWindow/l.Unit), 1),
 		MaxUntil:      l.MaxTime(),
 		Interval:      hd.cfg.RefreshInterval,
-		RetryInterval: 200 * time.Millisecond,
+		RetryInterval: reserveRetry,
 		CallTimeout:   2 * hd.cfg.CoordinatorTimeout,
 		Wake:          h.wake,
 		BeforeStep:    hd.policy.PollSteps,
@@ -560,6 +560,15 @@ func (hd *holder) clockInDoubt() bool {
 	return false
 }
 
+// reserveRetry is how soon the holder writes again after a reservation
+// write that failed.
+const reserveRetry = 200 * time.Millisecond
+
+// reserveRetryDetail is the detail of a reservation that ran out: the
+// generator serves again no sooner than the next write, reserveRetry
+// after the last (RetryInfo: a caller retrying sooner is refused again).
+var reserveRetryDetail = clockguard.Detail{Code: clockguard.CodeReservationExhausted, RetryEvery: reserveRetry}
+
 // afterStep feeds one reservation write's outcome to the serving state
 // and the metrics.
 func (hd *holder) afterStep(h *holding, err error, took time.Duration) {
@@ -574,7 +583,8 @@ func (hd *holder) afterStep(h *holding, err error, took time.Duration) {
 		wall, _ := hd.clock.Now()
 		left := rt.cfg.Layout.UnitStart(h.reserved.Load() + 1).Sub(wall)
 		if left <= 0 && h.reserved.Load() >= 0 {
-			hd.ls.Set(clockguard.SourceReservation, fmt.Sprintf("reservation exhausted: the coordinator did not confirm a new one (%v)", err))
+			hd.ls.SetCause(clockguard.SourceReservation, fmt.Sprintf("reservation exhausted: the coordinator did not confirm a new one (%v)", err),
+				reserveRetryDetail)
 		}
 		if !errors.Is(err, coordinator.ErrLeaseLost) {
 			hd.log.Warn("reservation not extended", "generator", rt.cfg.Name, "worker", h.lease.WorkerID(),
@@ -711,5 +721,5 @@ func (hd *holder) expired(h *holding, r int64) {
 	if e := h.lastErr.Load(); e != nil {
 		reason += " (" + *e + ")"
 	}
-	hd.ls.Set(clockguard.SourceReservation, reason)
+	hd.ls.SetCause(clockguard.SourceReservation, reason, reserveRetryDetail)
 }

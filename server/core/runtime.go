@@ -461,6 +461,7 @@ func (rt *Generator) refusal() error {
 			e.RetryAfter = r.RetryAt.Sub(wall)
 		}
 	}
+	e.RetryAfter = max(e.RetryAfter, r.RetryEvery)
 	return e
 }
 
