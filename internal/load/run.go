@@ -308,17 +308,20 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 	cw := cpuWindow{pid: cfg.serverPID}
 	var claims0, claims1 segmentMetrics
 	var claimsErr error
+	// The counter writes of a segment generator; a snowflake generator's
+	// --node-metrics serves --noop-heap alone.
+	claims := cfg.metricsURL != "" && gen.GetKind() == kindSegment
 	elapsed := measure(ctx, cfg, workers, &phase, now, func() {
 		for _, c := range clients {
 			rpcs0 += c.Stats().Fetches
 		}
 		cw.start()
-		if cfg.metricsURL != "" {
+		if claims {
 			claims0, claimsErr = readSegmentMetrics(ctx, cfg.metricsURL, gen.GetName())
 		}
 	}, func() {
 		cw.end()
-		if cfg.metricsURL != "" && claimsErr == nil {
+		if claims && claimsErr == nil {
 			claims1, claimsErr = readSegmentMetrics(ctx, cfg.metricsURL, gen.GetName())
 		}
 	})
@@ -333,7 +336,7 @@ func run(ctx context.Context, cfg runConfig) (*Result, error) {
 	res, recorded := summarize(cfg, workers, elapsed)
 	res.Kind = gen.GetKind()
 	cw.set(res)
-	if cfg.metricsURL != "" {
+	if claims {
 		res.CounterWrites = claims1.since(claims0, gen.GetName(), res.Seconds)
 	}
 	if cfg.mode == modePrefetch {
