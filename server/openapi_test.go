@@ -118,17 +118,22 @@ func TestOpenAPIDocumentMatchesTheNode(t *testing.T) {
 		}
 	}
 	// seqOwnedBy posts keys until one is answered with status want (200:
-	// a key of the serving node; 409: one of another node).
+	// a key of the serving node; 409: one of another node), for up to
+	// 10 s: the other node owns sections only once the serving one has
+	// seen it join (a loaded machine once answered 200 keys before that).
 	seqOwnedBy := func(want int) func() (*http.Response, error) {
 		return func() (*http.Response, error) {
-			for i := range 200 {
-				r, err := seqPost(serving.httpc, a, fmt.Sprintf(`{"generator":"chats","key":"k%d"}`, i))()
-				if err != nil || r.StatusCode == want || i == 199 {
+			deadline := time.Now().Add(10 * time.Second)
+			for i := 0; ; i++ {
+				r, err := seqPost(serving.httpc, a, fmt.Sprintf(`{"generator":"chats","key":"k%d"}`, i%200))()
+				if err != nil || r.StatusCode == want || time.Now().After(deadline) {
 					return r, err
 				}
 				r.Body.Close()
+				if i%200 == 199 {
+					time.Sleep(100 * time.Millisecond)
+				}
 			}
-			panic("unreachable")
 		}
 	}
 	probes := []struct {
