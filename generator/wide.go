@@ -517,10 +517,19 @@ func (w *Wide) peek(lead int64) (wait, error) {
 // most waitSlice, ending early on a Wake or the deadline.
 func (w *Wide) await(ctx context.Context, wt wait, wk <-chan struct{}) error {
 	d := waitSlice
+	// A clock wait that the caller's deadline ends is refused as the lead
+	// it waited on, whether the deadline was short from the start or ran
+	// out while waiting (a late timer and the deadline can fire together).
+	ahead := func(err error) error {
+		w.mu.Lock()
+		cur := w.cur
+		w.mu.Unlock()
+		wall, _ := w.clock.Now()
+		return &AheadError{Lead: w.layout.UnitStart(cur).Sub(wall), Limit: w.maxLead, Err: err}
+	}
 	if wt.kind == waitClock {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wt.d {
-			wall, _ := w.clock.Now()
-			return &AheadError{Lead: w.layout.UnitStart(w.cur).Sub(wall), Limit: w.maxLead, Err: context.DeadlineExceeded}
+			return ahead(context.DeadlineExceeded)
 		}
 		d = min(max(wt.d, 0), waitSlice)
 	}
@@ -538,7 +547,7 @@ func (w *Wide) await(ctx context.Context, wt wait, wk <-chan struct{}) error {
 		if wt.kind == waitReservation {
 			return &ReservationError{Need: wt.need, Reserved: -1, Err: ctx.Err()}
 		}
-		return ctx.Err()
+		return ahead(ctx.Err())
 	}
 }
 

@@ -125,6 +125,14 @@ func TestWideLeadLimit(t *testing.T) {
 	if _, err := r.w.NextBatch(ctx, dst); !errors.Is(err, ErrAhead) {
 		t.Fatalf("NextBatch at the lead limit with a short deadline: %v, want ErrAhead", err)
 	}
+	// A wait the caller ends (its deadline running out as the timer
+	// fires, or a cancel) is the same refusal as a deadline too short
+	// from the start: the lead, wrapping the caller's reason.
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(5*time.Millisecond, cancel)
+	if _, err := r.w.NextBatch(ctx, dst); !errors.Is(err, ErrAhead) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("NextBatch at the lead limit, cancelled while waiting: %v, want ErrAhead wrapping the cancel", err)
+	}
 	r.clock.Advance(tiny.Unit)
 	if n, err := r.w.TryBatch(dst); err != nil || n != 8 {
 		t.Fatalf("one unit later: %d, %v; want the unit of both workers (8)", n, err)
