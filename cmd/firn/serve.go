@@ -18,6 +18,7 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/datadir"
+	"github.com/firnid/firn/internal/gcpace"
 	"github.com/firnid/firn/server"
 )
 
@@ -90,6 +91,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := node.Start(ctx); err != nil {
 		return fail(stderr, exitFailure, "serve: %v", err)
+	}
+	if gcpace.Start(ctx, gcpace.DefaultMinGrowth) {
+		log.Debug("GOGC paced from the live heap: a collection per 32 MiB allocated at least (set GOGC to choose it yourself)")
 	}
 	if sc.pprofAddr != "" {
 		stopProf, err := servePprof(sc.pprofAddr, log)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +32,28 @@ func TestServeEmbeddedDefault(t *testing.T) {
 	p.waitReady(30 * time.Second)
 	if !strings.Contains(p.stdout.String(), "embedded etcd at http://"+a.eclient) {
 		t.Fatalf("stdout does not print the embedded etcd URL:\n%s", p.stdout)
+	}
+	// The node paces GOGC from its live heap (internal/gcpace): a heap of
+	// a few MB collects no sooner than 32 MiB later, GOGC well above 100;
+	// a GOGC in the environment is left as it is.
+	resp, err := http.Get("http://" + a.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^go_gc_gogc_percent (\d+)$`).FindSubmatch(page)
+	if m == nil {
+		t.Fatalf("/metrics lacks go_gc_gogc_percent")
+	}
+	gogc, _ := strconv.Atoi(string(m[1]))
+	if env := os.Getenv("GOGC"); env == "" && gogc <= 100 {
+		t.Fatalf("go_gc_gogc_percent %d: want the node to pace it above 100 for its small heap", gogc)
+	} else if env != "" && string(m[1]) != env {
+		t.Fatalf("go_gc_gogc_percent %d with GOGC=%s in the environment", gogc, env)
 	}
 
 	one := ids(t, a.grpc, 1)

@@ -56,6 +56,9 @@ type Comparison struct {
 	// NoopHeapFrom where that figure came from.
 	NoopHeap     int64  `json:"noop_heap_bytes"`
 	NoopHeapFrom string `json:"noop_heap_from"`
+	// NoopGOGC is the GOGC the no-op server ran at: the node's, read
+	// with its heap (0: the no-op's runtime default).
+	NoopGOGC int `json:"noop_gogc,omitempty"`
 }
 
 // Pair is one node run and the noop run after it, with their ratios.
@@ -487,7 +490,7 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 	default:
 		rep.Compare, err = compare(ctx, f.pairs, nodeCfg, noopCfg)
 		if rep.Compare != nil {
-			rep.Compare.NoopHeap, rep.Compare.NoopHeapFrom = noop.heap, noop.heapFrom
+			rep.Compare.NoopHeap, rep.Compare.NoopHeapFrom, rep.Compare.NoopGOGC = noop.heap, noop.heapFrom, noop.gogc
 		}
 		if err != nil {
 			return nil, err
@@ -521,15 +524,18 @@ func startNoop(ctx context.Context, f *flags, nodeTLS *tls.Config, stderr io.Wri
 		extra = append(extra, "--duplicate-at", strconv.FormatUint(f.noopDupAt, 10))
 	}
 	if f.compare == "noop" {
-		heap, from, err := noopHeap(ctx, f)
+		heap, gogc, from, err := noopHeap(ctx, f)
 		if err != nil {
 			stop()
 			return nil, nil, func() {}, err
 		}
 		extra = append(extra, "--heap", strconv.FormatInt(heap, 10))
+		if gogc > 0 {
+			extra = append(extra, "--gogc", strconv.Itoa(gogc))
+		}
 		defer func() {
 			if noop != nil {
-				noop.heap, noop.heapFrom = heap, from
+				noop.heap, noop.heapFrom, noop.gogc = heap, from, gogc
 			}
 		}()
 	}
@@ -563,27 +569,29 @@ func startNoop(ctx context.Context, f *flags, nodeTLS *tls.Config, stderr io.Wri
 }
 
 // noopHeap is what the no-op server holds live under --compare noop
-// (--noop-heap) and where that figure came from: a node carries its
-// coordinator client's (or embedded etcd's) heap, the no-op server next to
-// none, and Go collects garbage when the heap grows by GOGC percent of
-// what was live — so without it, the no-op collects far more often per
-// call than the node and the comparison flatters the node.
-func noopHeap(ctx context.Context, f *flags) (int64, string, error) {
+// (--noop-heap), the GOGC it runs at (0: its runtime's default), and where
+// that came from: a node carries its coordinator client's (or embedded
+// etcd's) heap, the no-op server next to none, and Go collects garbage
+// when the heap grows by GOGC percent of what was live — so without the
+// same live heap and GOGC the two collect at different rates per call and
+// the comparison favours one of them. A node paces its GOGC from its live
+// heap (internal/gcpace): auto gives the no-op the GOGC the node runs at.
+func noopHeap(ctx context.Context, f *flags) (heap int64, gogcPercent int, from string, err error) {
 	switch {
 	case f.noopHeap == "auto" && f.nodeMetrics == "":
-		return 0, "none: the node's live heap is unknown without --node-metrics", nil
+		return 0, 0, "none: the node's live heap is unknown without --node-metrics", nil
 	case f.noopHeap == "auto":
-		n, err := readLiveHeap(ctx, f.nodeMetrics)
+		n, gogc, err := readLiveHeap(ctx, f.nodeMetrics)
 		if err != nil {
-			return 0, "", fmt.Errorf("--noop-heap auto: %w", err)
+			return 0, 0, "", fmt.Errorf("--noop-heap auto: %w", err)
 		}
-		return n, "the node's live heap (" + metricHeapGoal + " at GOGC), from --node-metrics", nil
+		return n, gogc, "the node's live heap (" + metricHeapGoal + " at its " + metricGOGC + "), from --node-metrics", nil
 	}
 	n, err := strconv.ParseInt(f.noopHeap, 10, 64)
 	if err != nil || n < 0 || n > 64<<30 {
-		return 0, "", fmt.Errorf("--noop-heap %q: want auto or bytes in [0, %d]", f.noopHeap, int64(64<<30))
+		return 0, 0, "", fmt.Errorf("--noop-heap %q: want auto or bytes in [0, %d]", f.noopHeap, int64(64<<30))
 	}
-	return n, "--noop-heap", nil
+	return n, 0, "--noop-heap", nil
 }
 
 // pin gives the servers (the no-op child, and the node when its PID is

@@ -160,13 +160,13 @@ const (
 	metricGOGC     = "go_gc_gogc_percent"
 )
 
-// readLiveHeap estimates the node's live heap from its /metrics at url:
-// the next collection's goal is the live heap grown by GOGC percent
-// (GOGC 100 where the node does not say).
-func readLiveHeap(ctx context.Context, url string) (int64, error) {
+// readLiveHeap estimates the node's live heap from its /metrics at url,
+// and reads its GOGC: the next collection's goal is the live heap grown by
+// GOGC percent (GOGC 100 where the node does not say).
+func readLiveHeap(ctx context.Context, url string) (live int64, gogcPercent int, err error) {
 	var goal, gogc float64
 	var haveGoal, haveGOGC bool
-	err := fetchMetrics(ctx, url, func(r io.Reader) error {
+	err = fetchMetrics(ctx, url, func(r io.Reader) error {
 		sc := bufio.NewScanner(r)
 		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -188,11 +188,11 @@ func readLiveHeap(ctx context.Context, url string) (int64, error) {
 	})
 	switch {
 	case err != nil:
-		return 0, err
+		return 0, 0, err
 	case !haveGoal:
-		return 0, fmt.Errorf("--node-metrics %s: no %s", url, metricHeapGoal)
+		return 0, 0, fmt.Errorf("--node-metrics %s: no %s", url, metricHeapGoal)
 	case !haveGOGC || gogc <= 0:
 		gogc = 100
 	}
-	return int64(goal * 100 / (100 + gogc)), nil
+	return int64(goal * 100 / (100 + gogc)), int(gogc), nil
 }

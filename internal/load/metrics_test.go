@@ -42,3 +42,31 @@ func TestReadSegmentMetrics(t *testing.T) {
 		t.Fatalf("default: %v", err)
 	}
 }
+
+// --noop-heap auto reads the node's heap goal and GOGC: the live heap is
+// the goal less GOGC's growth, and the no-op runs at the node's GOGC.
+func TestReadLiveHeap(t *testing.T) {
+	for _, c := range []struct {
+		page      string
+		live      int64
+		gogc      int
+		errPrefix string
+	}{
+		{page: "go_gc_gogc_percent 500\ngo_memstats_next_gc_bytes 1.2e+07\n", live: 2_000_000, gogc: 500},
+		{page: "go_memstats_next_gc_bytes 8e+06\n", live: 4_000_000, gogc: 100},
+		{page: "go_gc_gogc_percent 100\n", errPrefix: "--node-metrics"},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(c.page)) }))
+		live, gogc, err := readLiveHeap(context.Background(), srv.URL)
+		srv.Close()
+		if c.errPrefix != "" {
+			if err == nil || !strings.HasPrefix(err.Error(), c.errPrefix) {
+				t.Errorf("%q: %d, %d, %v; want an error naming %s", c.page, live, gogc, err, c.errPrefix)
+			}
+			continue
+		}
+		if err != nil || live != c.live || gogc != c.gogc {
+			t.Errorf("%q: live %d GOGC %d (%v), want %d and %d", c.page, live, gogc, err, c.live, c.gogc)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -476,6 +477,7 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	sections := fs.Int("sections", seq.DefaultSections, "a seq generator's sections (Info)")
 	stdinEOF := fs.Bool("exit-on-stdin-eof", false, "exit when standard input closes")
 	heap := fs.Int64("heap", 0, "bytes held live for the server's life (no pointers: never scanned), so that it collects garbage as often per call as a process with that live heap")
+	gogc := fs.Int("gogc", 0, "the GOGC to run at (0: the runtime's, from the environment or 100), so that with --heap it collects garbage at the node's heap goal")
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "firn-noop: "+format+"\n", a...)
 		return 2
@@ -528,6 +530,12 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	// next collection from the live heap), never scanned (no pointers),
 	// untouched (no resident pages).
 	noopBallast = make([]byte, *heap)
+	if *gogc < 0 {
+		return fail("--gogc %d: want 0 (the runtime's) or a percent above 0", *gogc)
+	}
+	if *gogc > 0 {
+		debug.SetGCPercent(*gogc)
+	}
 	tlsConfig, err := serverTLS(*certFile, *keyFile, *clientCA)
 	if err != nil {
 		return fail("%v", err)
@@ -631,6 +639,7 @@ type noopChild struct {
 	// heap is what it holds live (--heap), heapFrom where that came from.
 	heap     int64
 	heapFrom string
+	gogc     int
 }
 
 // startNoopChild re-executes this binary as the no-op server with extra

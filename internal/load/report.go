@@ -96,7 +96,11 @@ func writeText(w io.Writer, rep *Report) {
 		m := c.Median
 		fmt.Fprintf(w, "%-6s %12.3f %12.3f %8.3f %8.3f %8.3f %9s   (node / noop, median of %d pairs)\n", "median", m.RPC, m.IDs, m.P50, m.P99, m.P999, fmtRatio(m.CPUPerCall), len(c.Pairs))
 		writeCompareMedians(w, c)
-		fmt.Fprintf(w, "no-op heap held live: %.1f MB (%s)\n", float64(c.NoopHeap)/1e6, c.NoopHeapFrom)
+		gogc := ""
+		if c.NoopGOGC > 0 {
+			gogc = fmt.Sprintf(" at GOGC %d", c.NoopGOGC)
+		}
+		fmt.Fprintf(w, "no-op heap held live: %.1f MB%s (%s)\n", float64(c.NoopHeap)/1e6, gogc, c.NoopHeapFrom)
 		if len(c.Pairs) > 0 && c.Pairs[0].Node.Capacity > 0 {
 			var node, noop []float64
 			for _, p := range c.Pairs {
