@@ -3,6 +3,7 @@ package ringbuffer
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -457,15 +458,45 @@ func TestTakeAllocatesNothing(t *testing.T) {
 	}
 }
 
+// BenchmarkTake is one taker taking from the ring while its filler keeps
+// it full, and reports the share of takes that found it empty. A miss is
+// served as the node serves it: miss-generate generates one ID directly
+// (Generate), miss-yield lets the filler run first (runtime.Gosched), as a
+// node's handler does by waiting on its connection between calls.
+//
+//	go test -run '^$' -bench BenchmarkTake -cpu 1,2 ./ringbuffer/
+//
+// At -cpu 1 the filler runs only when the taker lets it: a taker that
+// never blocks (miss-generate) finds the ring empty after its first
+// refill until the scheduler preempts it (10 ms), and pays Generate's
+// lock per ID for most of each slice. A node on one CPU does not: its
+// handlers wait for the network, the filler runs when poked, and at 16
+// and 64 callers its takes found the ring empty 2 times in 680,000 calls
+// (the first two; docs/performance.md).
 func BenchmarkTake(b *testing.B) {
-	buf := newBuf(b, Config{Size: 1 << 16, Chunk: 4096})
-	buf.Reset(&counter{perCall: 4096})
-	buf.Start()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := buf.Take(); err != nil {
-			buf.Generate(context.Background(), make([]uint64, 1))
-		}
+	for _, mode := range []string{"miss-generate", "miss-yield"} {
+		b.Run(mode, func(b *testing.B) {
+			buf := newBuf(b, Config{Size: 1 << 16, Chunk: 4096})
+			buf.Reset(&counter{perCall: 4096})
+			buf.Start()
+			one := make([]uint64, 1)
+			misses := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				for {
+					if _, err := buf.Take(); err == nil {
+						break
+					}
+					misses++
+					if mode == "miss-generate" {
+						buf.Generate(context.Background(), one)
+						break
+					}
+					runtime.Gosched()
+				}
+			}
+			b.ReportMetric(float64(misses)/float64(b.N), "misses/op")
+		})
 	}
 }
 
