@@ -93,7 +93,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitFailure, "serve: %v", err)
 	}
 	if gcpace.Start(ctx, gcpace.DefaultMinGrowth) {
-		log.Debug("GOGC paced from the live heap: a collection per 32 MiB allocated at least (set GOGC to choose it yourself)")
+		log.Debug("GOGC paced from the live heap (set GOGC to choose it yourself)", "min_growth_mib", gcpace.DefaultMinGrowth>>20)
 	}
 	if sc.pprofAddr != "" {
 		stopProf, err := servePprof(sc.pprofAddr, log)

@@ -34,7 +34,7 @@ func TestServeEmbeddedDefault(t *testing.T) {
 		t.Fatalf("stdout does not print the embedded etcd URL:\n%s", p.stdout)
 	}
 	// The node paces GOGC from its live heap (internal/gcpace): a heap of
-	// a few MB collects no sooner than 32 MiB later, GOGC well above 100;
+	// a few MB collects no sooner than 64 MiB later, GOGC well above 100;
 	// a GOGC in the environment is left as it is.
 	resp, err := http.Get("http://" + a.http + "/metrics")
 	if err != nil {

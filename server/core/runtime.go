@@ -451,6 +451,9 @@ func (rt *Generator) sourceErr(err error, produced bool, t *sourceTries) (retry 
 // the cause its state holds (one snapshot decides both); nil while it
 // serves.
 func (rt *Generator) refusal() error {
+	if rt.state.Serving() { // one load on the request path; the copy below only to refuse
+		return nil
+	}
 	r := rt.state.Snapshot().Refusal()
 	if r.Code == "" {
 		return nil
