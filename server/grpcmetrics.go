@@ -44,7 +44,7 @@ type grpcMetrics struct {
 	methods  []*methodMetrics
 	// unknowns are the methods initialize did not see (copied on write).
 	unknowns atomic.Pointer[map[string]*methodMetrics]
-	stripes   int
+	stripes  int
 	// now is the node's clock's monotonic reading.
 	now func() time.Duration
 }
