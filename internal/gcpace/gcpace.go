@@ -14,9 +14,9 @@ package gcpace
 import (
 	"context"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"time"
 )
 
 // DefaultMinGrowth is the node's: a collection per 64 MiB allocated at
@@ -29,11 +29,13 @@ import (
 const DefaultMinGrowth = 64 << 20
 
 // Percent is the GOGC that grows a heap of live bytes by at least
-// minGrowth before the next collection: 100 where that already does,
-// at most maxPercent.
+// minGrowth before the next collection: 100 where that already does, or
+// where live is not known yet (0: no collection yet — at a high GOGC the
+// runtime's first goal, 4 MB × GOGC / 100, would let start-up grow the
+// heap by hundreds of megabytes), at most maxPercent.
 func Percent(live, minGrowth uint64) int {
 	if live == 0 {
-		return maxPercent
+		return 100
 	}
 	p := (minGrowth*100 + live - 1) / live
 	return int(min(max(p, 100), maxPercent))
@@ -42,31 +44,37 @@ func Percent(live, minGrowth uint64) int {
 // maxPercent bounds the GOGC set, for a heap that is nearly empty.
 const maxPercent = 10000
 
-// Every is how often the live heap is read again.
-const Every = 5 * time.Second
-
-// Start sets GOGC from the live heap now and every Every until ctx ends,
-// unless the environment sets GOGC (the operator's choice wins). It
+// Start sets GOGC from the live heap after every collection until ctx
+// ends, unless the environment sets GOGC (the operator's choice wins). It
 // reports whether it runs.
+//
+// After every collection, not on a timer: GOGC multiplies the live heap,
+// so a GOGC sized for a small heap, kept while the heap grows (a burst of
+// calls in flight), would let the next goal grow by the same factor. Set
+// as each collection ends, the goal is the live heap just marked plus
+// max(it, minGrowth) in every cycle.
 func Start(ctx context.Context, minGrowth uint64) bool {
 	if _, set := os.LookupEnv("GOGC"); set || minGrowth == 0 {
 		return false
 	}
 	p := &pacer{minGrowth: minGrowth, read: liveHeap, set: debug.SetGCPercent}
 	p.adjust()
-	go func() {
-		t := time.NewTicker(Every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				p.adjust()
-			}
-		}
-	}()
+	p.armAfterGC(ctx)
 	return true
+}
+
+// armAfterGC runs adjust once the next collection has ended, and arms
+// itself again: the cleanup of an object dropped at once runs after the
+// collection that finds it unreachable. The object is 64 bytes, never
+// one the tiny allocator packs with others (their cleanups may not run).
+func (p *pacer) armAfterGC(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	runtime.AddCleanup(new([8]uint64), func(ctx context.Context) {
+		p.adjust()
+		p.armAfterGC(ctx)
+	}, ctx)
 }
 
 // pacer is Start's state: the GOGC last set.
@@ -78,7 +86,8 @@ type pacer struct {
 }
 
 // adjust sets GOGC for the live heap read now, when it moved by more than
-// a tenth (each SetGCPercent recomputes the pacer's goal).
+// a tenth (each SetGCPercent recomputes the runtime's goal). Only the
+// cleanup goroutine calls it after Start.
 func (p *pacer) adjust() {
 	want := Percent(p.read(), p.minGrowth)
 	if p.percent != 0 && want*10 >= p.percent*9 && want*10 <= p.percent*11 {
