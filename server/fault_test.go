@@ -229,8 +229,19 @@ func TestFaultClockOffsetFromStart(t *testing.T) {
 // and the configuration refuses --fault-clock-offset.
 func TestFaultListenerAbsentWithoutFlag(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
-	addr := freeAddr(t)
-	n := startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.FaultAddr = addr })
+	// A port found free can be the one the node's own listeners, bound
+	// to port 0, are given next: then the node is started again with
+	// another, so that what answers there can only be a fault listener.
+	var addr string
+	var n *tnode
+	for range 5 {
+		addr = freeAddr(t)
+		n = startNode(t, e.Endpoints, t.TempDir(), func(c *core.Config) { c.FaultAddr = addr })
+		if addr != n.node.HTTPAddr() && addr != n.node.GRPCAddr() {
+			break
+		}
+		n.stop()
+	}
 	waitServing(t, n.ids, "", 10*time.Second)
 	if a := n.node.FaultAddr(); a != "" {
 		t.Fatalf("FaultAddr %q without the flag", a)
