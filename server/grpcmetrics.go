@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"maps"
 	"math"
 	"math/bits"
 	"runtime"
@@ -237,16 +238,14 @@ func (m *grpcMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServer
 func (m *grpcMetrics) unknown(full string) *methodMetrics {
 	for {
 		old := m.unknowns.Load()
+		var next map[string]*methodMetrics
 		if old != nil {
 			if mm := (*old)[full]; mm != nil {
 				return mm
 			}
-		}
-		next := map[string]*methodMetrics{}
-		if old != nil {
-			for k, v := range *old {
-				next[k] = v
-			}
+			next = maps.Clone(*old)
+		} else {
+			next = map[string]*methodMetrics{}
 		}
 		mm := m.newMethod("unary", service(full), method(full))
 		next[full] = mm
