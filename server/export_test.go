@@ -13,13 +13,21 @@ import (
 func WriteHTTPError(w http.ResponseWriter, err error) { writeErr(w, err) }
 
 // UnaryNextID returns one NextID call of generator gen as the gRPC server
-// runs it past its transport — the node's interceptor, then the service's
-// handler — with the request built once: what a call allocates there is
-// the node's own (TestUnaryPathAllocations counts it).
+// runs it past its transport — the method's handler, counted as the node
+// registers it (the counts kept apart from the node's), then the service
+// — with a decoder that only names the generator: what a call allocates
+// there is the node's own (TestUnaryPathAllocations counts it).
 func (n *Node) UnaryNextID(gen string) func(context.Context) (any, error) {
 	svc := &idService{node: n}
-	info := &grpc.UnaryServerInfo{Server: svc, FullMethod: firnv1.IDService_NextID_FullMethodName}
-	req := &firnv1.NextIDRequest{Generator: gen}
-	handler := func(ctx context.Context, req any) (any, error) { return svc.NextID(ctx, req.(*firnv1.NextIDRequest)) }
-	return func(ctx context.Context) (any, error) { return n.metrics.grpc.unary(ctx, req, info, handler) }
+	var handler grpc.MethodHandler
+	for _, md := range newGRPCMetrics(n.metrics.grpc.now).counted(&firnv1.IDService_ServiceDesc).Methods {
+		if md.MethodName == "NextID" {
+			handler = md.Handler
+		}
+	}
+	dec := func(v any) error {
+		v.(*firnv1.NextIDRequest).Generator = gen
+		return nil
+	}
+	return func(ctx context.Context) (any, error) { return handler(svc, ctx, dec, nil) }
 }

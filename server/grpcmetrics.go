@@ -2,11 +2,8 @@ package server
 
 import (
 	"context"
-	"maps"
 	"math"
-	"math/bits"
-	"runtime"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +12,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/firnid/firn/internal/percpu"
 )
 
 // grpcMetrics are the gRPC server metrics every node exports — the
@@ -24,10 +23,11 @@ import (
 // grpc_server_msg_received_total, grpc_server_msg_sent_total,
 // grpc_server_handling_seconds) — kept by the node's own collector, so
 // that a call costs what it must and no more:
-//   - each method's counters are resolved once, when the services are
-//     registered (initialize), not looked up by label values per call;
+//   - each method's handler is wrapped in its counts when its service is
+//     registered (countedServer, counted): a call neither passes an interceptor
+//     nor looks its method up by name or label values;
 //   - a call writes three counters of one stripe, on one cache line, and
-//     one bucket, and the stripe is its P's (methodMetrics.local): calls
+//     one bucket, and the stripe is its P's (percpu.Set): calls
 //     on different CPUs write different lines, found in their CPU's
 //     cache (with shared counters, each call moved about eight lines
 //     between the CPUs; with a stripe drawn at random, about one);
@@ -37,32 +37,24 @@ import (
 //
 // A scrape sums the stripes. The provider's interceptor, and then
 // client_golang's vectors resolved once, cost about 6 % and 3 % of the
-// node's CPU per call.
+// node's CPU per call; an interceptor of the node's own with its stripes,
+// about 1 %.
 type grpcMetrics struct {
 	started, handled, received, sent, handling *prometheus.Desc
-	// byMethod is written by initialize, before the server serves, and
-	// only read after; the methods in the order seen, for scrapes.
-	byMethod map[string]*methodMetrics
-	methods  []*methodMetrics
-	// unknowns are the methods initialize did not see (copied on write).
-	unknowns atomic.Pointer[map[string]*methodMetrics]
-	stripes  int
+	// methods are the series of every method registered, in that order
+	// (add; services are registered before the server serves).
+	mu      sync.Mutex
+	methods []*methodMetrics
 	// now is the node's clock's monotonic reading.
 	now func() time.Duration
 }
 
-// methodMetrics are one method's series: its labels and its stripes.
-// local hands out a stripe per P: sync.Pool keeps one object per P at
-// hand, and a stripe got and put back on one P stays that P's, so calls
-// on different CPUs write different lines and a call finds its line in
-// its CPU's cache. A stripe the pool drops (it empties itself over two
-// collections) is handed out again by New, round-robin; the stripes
-// themselves are never dropped.
+// methodMetrics are one method's series: its labels and its stripes, one
+// at hand per P (percpu), so that calls on different CPUs write different
+// lines and a call finds its line in its CPU's cache.
 type methodMetrics struct {
 	typ, service, method string
-	stripes              []stripe
-	local                sync.Pool
-	next                 atomic.Uint32
+	stripes              *percpu.Set[stripe]
 }
 
 // stripe is a share of one method's counts. hot is what every call
@@ -73,14 +65,12 @@ type stripe struct {
 		started  atomic.Uint64
 		ok       atomic.Uint64 // handled with code OK
 		sumNanos atomic.Uint64 // the handling times' sum
-		_        [cacheLine - 24]byte
+		_        [percpu.CacheLine - 24]byte
 	}
 	handled [codes.Unauthenticated + 1]atomic.Uint64 // by code (OK's is hot.ok)
 	buckets [len(handlingBuckets) + 1]atomic.Uint64  // by handlingBuckets' upper bounds, the last +Inf
-	_       [cacheLine]byte
+	_       [percpu.CacheLine]byte                   // 5 lines in all (the hot one, 256 bytes of counts, then this)
 }
-
-const cacheLine = 64
 
 // handlingBuckets are grpc_server_handling_seconds' buckets: 100 µs to
 // 2.5 s.
@@ -104,11 +94,7 @@ func newGRPCMetrics(now func() time.Duration) *grpcMetrics {
 		received: prometheus.NewDesc("grpc_server_msg_received_total", "Messages the server received (one per unary call).", labels, nil),
 		sent:     prometheus.NewDesc("grpc_server_msg_sent_total", "Messages the server sent (one per unary call, as the call ended).", labels, nil),
 		handling: prometheus.NewDesc("grpc_server_handling_seconds", "Seconds from a call's start to its handler's answer.", labels, nil),
-		byMethod: map[string]*methodMetrics{},
-		// Several stripes per CPU: a P keeps one at hand, and calls
-		// waiting in a handler on it may take others.
-		stripes: 1 << bits.Len(uint(min(4*runtime.GOMAXPROCS(0), 256)-1)),
-		now:     now,
+		now:      now,
 	}
 }
 
@@ -123,18 +109,16 @@ func (m *grpcMetrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect is prometheus.Collector's: each method's stripes summed.
 func (m *grpcMetrics) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
 	all := m.methods
-	if u := m.unknowns.Load(); u != nil {
-		for _, mm := range *u {
-			all = append(all[:len(all):len(all)], mm)
-		}
-	}
+	m.mu.Unlock()
 	for _, mm := range all {
 		var started, sumNanos uint64
 		var handled [codes.Unauthenticated + 1]uint64
 		var buckets [len(handlingBuckets) + 1]uint64
-		for i := range mm.stripes {
-			s := &mm.stripes[i]
+		stripes := mm.stripes.All()
+		for i := range stripes {
+			s := &stripes[i]
 			started += s.hot.started.Load()
 			handled[codes.OK] += s.hot.ok.Load()
 			for c := range s.handled {
@@ -170,98 +154,89 @@ func (m *grpcMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// initialize resolves the series of every method srv serves, every code
-// of grpc_server_handled_total among them, so that each exists (at zero)
-// from the first scrape. Call it after the services are registered and
-// before the server serves.
-func (m *grpcMetrics) initialize(srv *grpc.Server) {
-	for service, info := range srv.GetServiceInfo() {
-		for _, mi := range info.Methods {
-			typ := "unary"
-			switch {
-			case mi.IsClientStream && mi.IsServerStream:
-				typ = "bidi_stream"
-			case mi.IsClientStream:
-				typ = "client_stream"
-			case mi.IsServerStream:
-				typ = "server_stream"
-			}
-			mm := m.newMethod(typ, service, mi.Name)
-			m.byMethod["/"+service+"/"+mi.Name] = mm
-			m.methods = append(m.methods, mm)
-		}
-	}
+// countedServer is a gRPC server that registers its services with each unary
+// method's handler wrapped in the method's counts (counted): a call is
+// counted by its own handler, with its method's series at hand, not by an
+// interceptor that looks the method up by name. Every method, streams
+// among them, has its series (at zero) from the first scrape, every code
+// of grpc_server_handled_total among them. The embedded server gives
+// reflection what it reads (GetServiceInfo).
+type countedServer struct {
+	*grpc.Server
+	m *grpcMetrics
 }
 
-func (m *grpcMetrics) newMethod(typ, service, method string) *methodMetrics {
-	mm := &methodMetrics{typ: typ, service: service, method: method, stripes: make([]stripe, m.stripes)}
-	mm.local.New = func() any { return &mm.stripes[mm.next.Add(1)&uint32(len(mm.stripes)-1)] }
+// RegisterService is grpc.ServiceRegistrar's, registering sd counted.
+// Register every service before the server serves.
+func (s countedServer) RegisterService(sd *grpc.ServiceDesc, impl any) {
+	s.Server.RegisterService(s.m.counted(sd), impl)
+}
+
+// counted is sd with each unary handler counting its calls: started (and
+// its message received) as it begins, then handled with its code and its
+// time (and its message sent, as the provider counts it: whatever the
+// outcome). A call is counted from the moment the server hands it to the
+// handler, so a request that does not decode is counted too, handled with
+// the code the server gave it. Streams keep their series, at zero.
+func (m *grpcMetrics) counted(sd *grpc.ServiceDesc) *grpc.ServiceDesc {
+	c := *sd
+	c.Methods = slices.Clone(sd.Methods)
+	for i := range c.Methods {
+		mm := m.add("unary", sd.ServiceName, c.Methods[i].MethodName)
+		c.Methods[i].Handler = mm.counting(m.now, c.Methods[i].Handler)
+	}
+	for _, st := range sd.Streams {
+		typ := "bidi_stream"
+		switch {
+		case st.ClientStreams && !st.ServerStreams:
+			typ = "client_stream"
+		case st.ServerStreams && !st.ClientStreams:
+			typ = "server_stream"
+		}
+		m.add(typ, sd.ServiceName, st.StreamName)
+	}
+	return &c
+}
+
+// add makes a method's series, in the order registered (the scrapes').
+func (m *grpcMetrics) add(typ, service, method string) *methodMetrics {
+	mm := &methodMetrics{typ: typ, service: service, method: method, stripes: percpu.NewSet[stripe]()}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.methods = append(m.methods, mm)
 	return mm
 }
 
-// unary is the unary server interceptor: a call counted started (and its
-// message received), then handled with its code and its time (and its
-// message sent, as the provider counts it: whatever the outcome).
-func (m *grpcMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	mm := m.byMethod[info.FullMethod]
-	if mm == nil {
-		mm = m.unknown(info.FullMethod)
-	}
-	// The stripe is taken from this P for the start and again for the
-	// end: a handler may wait, and other calls on the P meanwhile.
-	s := mm.local.Get().(*stripe)
-	s.hot.started.Add(1)
-	mm.local.Put(s)
-	start := m.now()
-	resp, err := handler(ctx, req)
-	took := m.now() - start
-	s = mm.local.Get().(*stripe)
-	defer mm.local.Put(s)
-	if err == nil {
-		s.hot.ok.Add(1)
-	} else if code := status.Code(err); int(code) < len(s.handled) {
-		s.handled[code].Add(1)
-	} else {
-		s.handled[codes.Unknown].Add(1) // not a gRPC code: counted as status does
-	}
-	s.hot.sumNanos.Add(uint64(max(took, 0)))
-	b := 0
-	for b < len(handlingBounds) && took > handlingBounds[b] {
-		b++
-	}
-	s.buckets[b].Add(1)
-	return resp, err
-}
-
-// unknown resolves the series of a method initialize did not see (none
-// is registered later; kept so that no call goes uncounted).
-func (m *grpcMetrics) unknown(full string) *methodMetrics {
-	for {
-		old := m.unknowns.Load()
-		var next map[string]*methodMetrics
-		if old != nil {
-			if mm := (*old)[full]; mm != nil {
-				return mm
-			}
-			next = maps.Clone(*old)
+// counting wraps a unary handler in mm's counts. The stripe is the P's
+// as the call starts and is kept to its end: a handler that waits lets
+// other calls on the P take other stripes meanwhile. The interceptor the
+// server passes (none on a node) still runs, inside the counts.
+//
+// Not inlined: the closure of an inlined function is compiled with its
+// own calls left out of line (atomic adds among them, as calls).
+//
+//go:noinline
+func (mm *methodMetrics) counting(now func() time.Duration, h grpc.MethodHandler) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+		s := mm.stripes.Get()
+		s.hot.started.Add(1)
+		start := now()
+		resp, err := h(srv, ctx, dec, icpt)
+		took := now() - start
+		if err == nil {
+			s.hot.ok.Add(1)
+		} else if code := status.Code(err); int(code) < len(s.handled) {
+			s.handled[code].Add(1)
 		} else {
-			next = map[string]*methodMetrics{}
+			s.handled[codes.Unknown].Add(1) // not a gRPC code: counted as status does
 		}
-		mm := m.newMethod("unary", service(full), method(full))
-		next[full] = mm
-		if m.unknowns.CompareAndSwap(old, &next) {
-			return mm
+		s.hot.sumNanos.Add(uint64(max(took, 0)))
+		b := 0
+		for b < len(handlingBounds) && took > handlingBounds[b] {
+			b++
 		}
+		s.buckets[b].Add(1)
+		mm.stripes.Put(s)
+		return resp, err
 	}
-}
-
-// service and method split a full method name, /pkg.Service/Method.
-func service(full string) string {
-	s, _, _ := strings.Cut(strings.TrimPrefix(full, "/"), "/")
-	return s
-}
-
-func method(full string) string {
-	_, me, _ := strings.Cut(strings.TrimPrefix(full, "/"), "/")
-	return me
 }

@@ -224,12 +224,12 @@ func (n *Node) watchState(rt *core.Generator) {
 // serveAPIs serves gRPC (the ID service, health, reflection), HTTP and the
 // fault endpoint on the bound listeners.
 func (n *Node) serveAPIs() {
-	n.grpcSrv = grpc.NewServer(append(grpcopt.ServerOptions(n.tlsConf, n.cfg.GRPCMaxConnectionAge),
-		grpc.UnaryInterceptor(n.metrics.grpc.unary))...)
-	firnv1.RegisterIDServiceServer(n.grpcSrv, &idService{node: n})
-	healthpb.RegisterHealthServer(n.grpcSrv, &drainingHealth{Server: n.health, drain: n.drainCtx})
-	reflection.Register(n.grpcSrv)
-	n.metrics.grpc.initialize(n.grpcSrv)
+	n.grpcSrv = grpc.NewServer(grpcopt.ServerOptions(n.tlsConf, n.cfg.GRPCMaxConnectionAge)...)
+	// Registered through the metrics: each unary handler counts its calls.
+	counted := countedServer{Server: n.grpcSrv, m: n.metrics.grpc}
+	firnv1.RegisterIDServiceServer(counted, &idService{node: n})
+	healthpb.RegisterHealthServer(counted, &drainingHealth{Server: n.health, drain: n.drainCtx})
+	reflection.Register(counted)
 
 	// net/http's own errors (TLS handshakes refused, ...) go to the node's
 	// logger, not to the standard library's.

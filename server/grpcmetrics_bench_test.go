@@ -1,9 +1,0 @@
-package server
-
-import (
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-)
-
-func registerForBench(srv *grpc.Server) { healthpb.RegisterHealthServer(srv, health.NewServer()) }
