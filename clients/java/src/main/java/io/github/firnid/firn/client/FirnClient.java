@@ -1382,7 +1382,12 @@ public final class FirnClient implements AutoCloseable {
   }
 
   private Endpoint newEndpoint(String host, int port, String from) {
-    return new Endpoint(hostPort(host, port), from, newChannel(host, port));
+    ManagedChannel ch = newChannel(host, port);
+    // Connect now, not at the first call: a call's attempt (callTimeout)
+    // then is not spent on a connection that a loaded JVM can take a
+    // second to set up.
+    ch.getState(true);
+    return new Endpoint(hostPort(host, port), from, ch);
   }
 
   private void startWatch(Endpoint ep) {
