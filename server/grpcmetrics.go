@@ -23,9 +23,9 @@ import (
 // grpc_server_msg_received_total, grpc_server_msg_sent_total,
 // grpc_server_handling_seconds) — kept by the node's own collector, so
 // that a call costs what it must and no more:
-//   - each method's handler is wrapped in its counts when its service is
-//     registered (countedServer, counted): a call neither passes an interceptor
-//     nor looks its method up by name or label values;
+//   - each method's handler is wrapped in its counts when its service
+//     is registered (countedServer, counted): a call neither passes an
+//     interceptor nor looks its method up by name or label values;
 //   - a call writes three counters of one stripe, on one cache line, and
 //     one bucket, and the stripe is its P's (percpu.Set): calls
 //     on different CPUs write different lines, found in their CPU's
@@ -69,7 +69,7 @@ type stripe struct {
 	}
 	handled [codes.Unauthenticated + 1]atomic.Uint64 // by code (OK's is hot.ok)
 	buckets [len(handlingBuckets) + 1]atomic.Uint64  // by handlingBuckets' upper bounds, the last +Inf
-	_       [percpu.CacheLine]byte                   // 5 lines in all (the hot one, 256 bytes of counts, then this)
+	_       [percpu.CacheLine]byte                   // 6 lines in all: the hot one, 256 bytes of counts, then this
 }
 
 // handlingBuckets are grpc_server_handling_seconds' buckets: 100 µs to
@@ -154,8 +154,8 @@ func (m *grpcMetrics) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// countedServer is a gRPC server that registers its services with each unary
-// method's handler wrapped in the method's counts (counted): a call is
+// countedServer is a gRPC server that registers its services with each
+// unary method's handler wrapped in the method's counts (counted): a call is
 // counted by its own handler, with its method's series at hand, not by an
 // interceptor that looks the method up by name. Every method, streams
 // among them, has its series (at zero) from the first scrape, every code
