@@ -95,9 +95,10 @@ func (c *Coordinator) wait(ch <-chan zk.Event) (zk.Event, bool) {
 
 // armed is a read whose watch is set.
 type armed struct {
-	names []string // children, for a children watch
-	data  []byte   // data, for a data watch
-	ch    <-chan zk.Event
+	names  []string // children, for a children watch
+	data   []byte   // data, for a data watch
+	exists bool     // whether the node is there, for an existence watch
+	ch     <-chan zk.Event
 }
 
 func (w *peerWatch) childrenW(ctx context.Context, path string) (*armed, error) {
@@ -190,10 +191,16 @@ func (w *peerWatch) watchChildren(path string, init *armed, found func(names []s
 		if cur == nil {
 			r, err := w.childrenW(c.bg, path)
 			if errors.Is(err, zk.ErrNoNode) {
-				// Not there yet: wait for it to appear.
+				if c.afterNoNode != nil {
+					c.afterNoNode(path)
+				}
+				// Not there yet: wait for it to appear — unless it
+				// appeared since the listing (a generator's node is
+				// created before its owner directory), when the watch
+				// set is on its data, which never changes.
 				e, err := call(c, c.bg, func() (*armed, error) {
-					_, _, ch, err := c.client().ExistsW(path)
-					return &armed{ch: ch}, err
+					there, _, ch, err := c.client().ExistsW(path)
+					return &armed{ch: ch, exists: there}, err
 				})
 				if err != nil {
 					if !c.pause(retryPause) {
@@ -201,8 +208,10 @@ func (w *peerWatch) watchChildren(path string, init *armed, found func(names []s
 					}
 					continue
 				}
-				if _, ok := c.wait(e.ch); !ok {
-					return
+				if !e.exists {
+					if _, ok := c.wait(e.ch); !ok {
+						return
+					}
 				}
 				r, err = w.childrenW(c.bg, path)
 				first = false

@@ -67,6 +67,10 @@ type Coordinator struct {
 	// Acquire after a candidate's reservation was read and before the
 	// acquiring multi is sent.
 	afterRead func(coordinator.Slot)
+	// afterNoNode, when set (tests only), runs in Peers' watches after a
+	// listing found path absent and before the watch for its creation
+	// is set.
+	afterNoNode func(path string)
 
 	bg   context.Context
 	stop context.CancelFunc
