@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/zookeeper"
 	"github.com/firnid/firn/internal/testing/coordtest"
 )
@@ -59,20 +60,28 @@ func TestPeersOwnerDirInTheGap(t *testing.T) {
 	other := cl.Connect(t, sysClock)
 	n := coordtest.Node("late")
 	l := acquire(t, other, coordtest.Spec("late", 2), n)
-	deadline := time.Now().Add(10 * time.Second)
+	waitPeer(t, obs, "late", l, n, 10*time.Second, "Peers never reported the holder of a generator whose owner directory appeared in the gap")
+}
+
+// waitPeer reserves on l (its holder's heartbeat) until c's Peers reports
+// l's slot of generator gen, failing with msg and what Peers returned
+// after within.
+func waitPeer(t *testing.T, c coordinator.Coordinator, gen string, l coordinator.Lease, n coordinator.NodeInfo, within time.Duration, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for k := int64(1); ; k++ {
 		reserve(t, l, 100*k, n)
-		ps, err := obs.Peers(ctxT(t, 5*time.Second))
+		ps, err := c.Peers(ctxT(t, 5*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range ps {
-			if p.Generator == "late" && p.Slot == l.Slot() {
+			if p.Generator == gen && p.Slot == l.Slot() {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Peers never reported the holder of a generator whose owner directory appeared in the gap: %+v", ps)
+			t.Fatalf("%s: %+v", msg, ps)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -209,27 +209,7 @@ func TestRestoredServerBehindClient(t *testing.T) {
 	other := cl.Connect(t, sysClock)
 	on := coordtest.Node("peer")
 	ol := acquire(t, other, coordtest.Spec("peerwatch", 2), on)
-	deadline := time.Now().Add(15 * time.Second)
-	for k := int64(1); ; k++ {
-		reserve(t, ol, 100*k, on)
-		ps, err := c.Peers(ctxT(t, 5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		found := false
-		for _, p := range ps {
-			if p.Generator == "peerwatch" && p.Slot == ol.Slot() {
-				found = true
-			}
-		}
-		if found {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Peers after the new client never reported the peer's heartbeat: %+v", ps)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitPeer(t, c, "peerwatch", ol, on, 15*time.Second, "Peers after the new client never reported the peer's heartbeat")
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
