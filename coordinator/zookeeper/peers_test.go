@@ -25,7 +25,7 @@ func TestPeersOwnerDirInTheGap(t *testing.T) {
 	cl := newCluster(t, b)
 	obs := cl.ConnectWith(t, sysClock, nil)
 	base := cl.Base() + "/late"
-	acl := zk.DigestACL(zk.PermAll, "firn", "zktest-secret")
+	acl := cl.ACL()
 	gap := make(chan error, 1)
 	zookeeper.SetAfterNoNode(obs, func(path string) {
 		if path != base+"/owner" {

@@ -221,14 +221,20 @@ func (cl *Cluster) reservedPath(generator string, slot coordinator.Slot) string 
 	return fmt.Sprintf("%s/%s/reserved/%d-%d", cl.base, generator, slot.Datacenter, slot.Worker)
 }
 
+// ACL is the ACL of the nodes the cluster's coordinators create: all
+// permissions to its digest credentials alone.
+func (cl *Cluster) ACL() []zk.ACL {
+	u, pw := authParts(cl.e.Auth)
+	return zk.DigestACL(zk.PermAll, u, pw)
+}
+
 // SetReserved implements coordtest.Cluster.
 func (cl *Cluster) SetReserved(t testing.TB, generator string, slot coordinator.Slot, r int64) {
 	t.Helper()
 	p := cl.reservedPath(generator, slot)
 	v := []byte(fmt.Sprint(r))
 	if _, err := cl.admin.Set(p, v, -1); errors.Is(err, zk.ErrNoNode) {
-		u, pw := authParts(cl.e.Auth)
-		_, err = cl.admin.Create(p, v, 0, zk.DigestACL(zk.PermAll, u, pw))
+		_, err = cl.admin.Create(p, v, 0, cl.ACL())
 		if err != nil {
 			t.Fatalf("zktest: create %s: %v", p, err)
 		}
