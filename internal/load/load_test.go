@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"testing"
@@ -216,6 +218,48 @@ func TestIdleFindsPIDByPort(t *testing.T) {
 	}
 	if i.Seconds < 1.2 || i.CPUPercent < 0 || i.CPUPercent > 100 {
 		t.Fatalf("idle %+v", i)
+	}
+}
+
+// The no-op server's --heap is its live heap in all: what it holds live
+// by itself counts, and it holds the rest. Holding all of --heap on top of
+// its own (which, like the node's, counts the binary's package state) let
+// it collect less often per call than the node it is compared with.
+func TestNoopHeapCountsItsOwn(t *testing.T) {
+	liveHeap := func() int64 {
+		runtime.GC()
+		s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		metrics.Read(s)
+		return int64(s[0].Value.Uint64())
+	}
+	// A heap of its own, as a server's: 8 MiB in 1,024 blocks.
+	own := make([][]byte, 1024)
+	for i := range own {
+		own[i] = make([]byte, 8<<10)
+	}
+	t.Cleanup(func() { noopBallast = nil })
+	const total = 24 << 20
+	gotOwn, held := holdHeap(total)
+	if gotOwn < 8<<20 || gotOwn+held != total {
+		t.Fatalf("holdHeap(%d): own %d, held %d; want own at least the 8 MiB held by the test, and the two making the total", total, gotOwn, held)
+	}
+	if live := liveHeap(); live < total-1<<20 || live > total+1<<20 {
+		t.Fatalf("live heap %d after holdHeap(%d), want it within 1 MiB of that", live, int64(total))
+	}
+	runtime.KeepAlive(own)
+	if gotOwn, held := holdHeap(1 << 20); held != 0 || gotOwn < 8<<20 {
+		t.Fatalf("holdHeap(1 MiB) under 8 MiB of its own: own %d, held %d; want nothing held", gotOwn, held)
+	}
+	runtime.KeepAlive(own)
+
+	// The child says what it holds, and the report shows it.
+	child, err := startNoopChild([]string{"--heap", strconv.Itoa(total)}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(child.stop)
+	if child.own <= 0 || child.own >= total {
+		t.Fatalf("the no-op child reported its own live heap as %d, want in (0, %d)", child.own, total)
 	}
 }
 

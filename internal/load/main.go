@@ -52,10 +52,12 @@ type Report struct {
 type Comparison struct {
 	Pairs  []Pair `json:"pairs"`
 	Median Ratios `json:"median"`
-	// NoopHeap is what the no-op server held live (--noop-heap), and
-	// NoopHeapFrom where that figure came from.
+	// NoopHeap is the live heap the no-op server ran with (--noop-heap),
+	// NoopHeapFrom where that figure came from, NoopHeapOwn the server's
+	// own part of it (the rest it held; -1: it did not say).
 	NoopHeap     int64  `json:"noop_heap_bytes"`
 	NoopHeapFrom string `json:"noop_heap_from"`
+	NoopHeapOwn  int64  `json:"noop_heap_own_bytes"`
 	// NoopGOGC is the GOGC the no-op server ran at: the node's, read
 	// with its heap (0: the no-op's runtime default).
 	NoopGOGC int `json:"noop_gogc,omitempty"`
@@ -264,7 +266,7 @@ func (f *flags) define(fs *pflag.FlagSet) {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "client key (PEM)")
 	fs.StringVar(&f.tlsServerName, "tls-server-name", "", "name to check in the node's certificate")
 	fs.StringVar(&f.noopTLS, "noop-tls", "auto", "TLS of the no-op server: off, tls, mtls, or auto (as the node's: mtls with --tls-cert, tls with --tls-ca)")
-	fs.StringVar(&f.noopHeap, "noop-heap", "auto", "bytes the no-op server holds live, so that it collects garbage as often per call as the node (Go collects when the heap grows by GOGC % of the live one): auto is the node's live heap, read from --node-metrics (0 without)")
+	fs.StringVar(&f.noopHeap, "noop-heap", "auto", "the live heap the no-op server runs with (its own, and the rest held), so that it collects garbage as often per call as the node (Go collects when the heap grows by GOGC % of the live one): auto is the node's live heap, read from --node-metrics (0 without: its own alone)")
 	fs.IntVar(&f.floodCallers, "flood-callers", 0, "overload scenario: run alone, then again beside a flood of this many callers asking for --flood-batch IDs (0: no flood)")
 	fs.IntVar(&f.floodConns, "flood-conns", 32, "connections of the flood")
 	fs.IntVar(&f.floodBatch, "flood-batch", 100_000, "NextIDs count of the flood's calls")
@@ -491,6 +493,7 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 		rep.Compare, err = compare(ctx, f.pairs, nodeCfg, noopCfg)
 		if rep.Compare != nil {
 			rep.Compare.NoopHeap, rep.Compare.NoopHeapFrom, rep.Compare.NoopGOGC = noop.heap, noop.heapFrom, noop.gogc
+			rep.Compare.NoopHeapOwn = noop.own
 		}
 		if err != nil {
 			return nil, err

@@ -12,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,7 +38,8 @@ import (
 	"github.com/firnid/firn/server/grpcopt"
 )
 
-// noopBallast is the no-op child's live heap (NoopMain's --heap).
+// noopBallast is what the no-op child holds live beyond its own heap, so
+// that the two make NoopMain's --heap.
 var noopBallast []byte
 
 // NoopCommand is the hidden subcommand that runs the no-op floor server:
@@ -476,7 +479,7 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	kind := fs.String("kind", "snowflake", "the generator's kind: snowflake, segment (NextRange returns one run per call; --layout is then the segment definition Info reports) or seq (NextSeq and NextSeqs from the counter; Info owns every section at the listen address)")
 	sections := fs.Int("sections", seq.DefaultSections, "a seq generator's sections (Info)")
 	stdinEOF := fs.Bool("exit-on-stdin-eof", false, "exit when standard input closes")
-	heap := fs.Int64("heap", 0, "bytes held live for the server's life (no pointers: never scanned), so that it collects garbage as often per call as a process with that live heap")
+	heap := fs.Int64("heap", 0, "the live heap to run with, in bytes: the server's own, and the rest held for its life (no pointers: never scanned), so that it collects garbage as often per call as a process with that live heap")
 	gogc := fs.Int("gogc", 0, "the GOGC to run at (0: the runtime's, from the environment or 100), so that with --heap it collects garbage at the node's heap goal")
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "firn-noop: "+format+"\n", a...)
@@ -526,10 +529,6 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	if *heap < 0 || *heap > 64<<30 {
 		return fail("--heap %d outside [0, %d]", *heap, int64(64<<30))
 	}
-	// Held by the package variable: live for Go's pacer (which sizes the
-	// next collection from the live heap), never scanned (no pointers),
-	// untouched (no resident pages).
-	noopBallast = make([]byte, *heap)
 	if *gogc < 0 {
 		return fail("--gogc %d: want 0 (the runtime's) or a percent above 0", *gogc)
 	}
@@ -547,6 +546,7 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 	srv := NewNoopServer(tlsConfig, NoopOptions{Base: *base, MaxBatch: uint32(*maxBatch), DuplicateAt: *dupAt,
 		Layout: *layout, Workers: workers, MaxRange: *maxRange, Name: *name, Kind: *kind,
 		Sections: *sections, Address: lis.Addr().String()})
+	own, held := holdHeap(*heap)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *stdinEOF {
@@ -565,12 +565,32 @@ func NoopMain(args []string, stdout, stderr io.Writer) int {
 			srv.Stop()
 		}
 	}()
-	fmt.Fprintf(stdout, "%s%s pid=%d\n", noopReady, lis.Addr(), os.Getpid())
+	fmt.Fprintf(stdout, "%s%s pid=%d own=%d held=%d\n", noopReady, lis.Addr(), os.Getpid(), own, held)
 	if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		fmt.Fprintf(stderr, "firn-noop: serve: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// holdHeap makes the process's live heap total bytes: it collects, reads
+// what the server holds live by itself (own: the binary's package state,
+// the gRPC server), and holds the rest (held), none where own is already
+// more. Held in a package variable: live for Go's pacer (which sets the
+// next collection's goal from the live heap), never scanned (no
+// pointers), untouched (no resident pages). The node's live heap counts
+// the same package state, so a no-op holding all of it on top of its own
+// would collect less often per call than the node.
+func holdHeap(total int64) (own, held int64) {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		own = int64(s[0].Value.Uint64())
+	}
+	held = max(total-own, 0)
+	noopBallast = make([]byte, held)
+	return own, held
 }
 
 // parseWorkers reads --workers: node-fields numbers, ascending,
@@ -636,10 +656,13 @@ type noopChild struct {
 	addr  string
 	stdin io.Closer
 	done  chan struct{}
-	// heap is what it holds live (--heap), heapFrom where that came from.
+	// heap is the live heap it runs with (--heap), heapFrom where that
+	// came from; own is its own part of it, as it reported (-1: not
+	// reported), the rest held.
 	heap     int64
 	heapFrom string
 	gogc     int
+	own      int64
 }
 
 // startNoopChild re-executes this binary as the no-op server with extra
@@ -677,7 +700,18 @@ func startNoopChild(extra []string, stderr io.Writer) (*noopChild, error) {
 	case l, ok := <-line:
 		rest, found := strings.CutPrefix(l, noopReady)
 		if ok && found {
-			c.addr, _, _ = strings.Cut(rest, " ")
+			var fields []string
+			c.addr, c.own = rest, -1
+			if f := strings.Fields(rest); len(f) > 0 {
+				c.addr, fields = f[0], f[1:]
+			}
+			for _, f := range fields {
+				if v, ok := strings.CutPrefix(f, "own="); ok {
+					if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+						c.own = n
+					}
+				}
+			}
 			return c, nil
 		}
 		c.stop()

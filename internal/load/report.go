@@ -100,7 +100,11 @@ func writeText(w io.Writer, rep *Report) {
 		if c.NoopGOGC > 0 {
 			gogc = fmt.Sprintf(" at GOGC %d", c.NoopGOGC)
 		}
-		fmt.Fprintf(w, "no-op heap held live: %.1f MB%s (%s)\n", float64(c.NoopHeap)/1e6, gogc, c.NoopHeapFrom)
+		own := ""
+		if c.NoopHeapOwn >= 0 && c.NoopHeap > 0 {
+			own = fmt.Sprintf(": its own %.1f MB, %.1f MB held", float64(c.NoopHeapOwn)/1e6, float64(max(c.NoopHeap-c.NoopHeapOwn, 0))/1e6)
+		}
+		fmt.Fprintf(w, "no-op live heap: %.1f MB%s%s (%s)\n", float64(c.NoopHeap)/1e6, gogc, own, c.NoopHeapFrom)
 		if len(c.Pairs) > 0 && c.Pairs[0].Node.Capacity > 0 {
 			var node, noop []float64
 			for _, p := range c.Pairs {
