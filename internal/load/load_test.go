@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -186,6 +188,76 @@ func TestCompare(t *testing.T) {
 	}
 	if c.Median.RPC != median(rpc) || c.Median.RPC <= 0 {
 		t.Fatalf("median %.3f of %v", c.Median.RPC, rpc)
+	}
+}
+
+// --target noop --compare noop: the target is a second no-op server (a
+// self check). The pairs run in alternating order, and the report gives
+// where the medians lie from the pairs' spread.
+func TestCompareSelfCheck(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := append(append([]string{}, short...), "--quiet=false", "--target", "noop", "--compare", "noop", "--pairs", "5", "--callers", "2")
+	if code := Main(args, &stdout, &stderr); code != exitOK {
+		t.Fatalf("Main(%v) = %d; stderr:\n%s", args, code, stderr.String())
+	}
+	var rep Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Compare
+	if c == nil || len(c.Pairs) != 5 || !c.SelfCheck {
+		t.Fatalf("compare: %+v", c)
+	}
+	var rpc, cpu []float64
+	for i, p := range c.Pairs {
+		checkRun(t, p.Node, 1)
+		checkRun(t, p.Noop, 1)
+		if p.Node.Target == p.Noop.Target || p.Node.ServerCPU == nil || p.Noop.ServerCPU == nil ||
+			p.Node.ServerCPU.PID == p.Noop.ServerCPU.PID || p.Node.ServerCPU.PID == os.Getpid() {
+			t.Fatalf("pair %d: the target and the floor are not two no-op servers: %+v %+v", i+1, p.Node, p.Noop)
+		}
+		rpc, cpu = append(rpc, p.Ratios.RPC), append(cpu, p.Ratios.CPUPerCall)
+	}
+	// 5 pairs: between the smallest and the largest, 1 − 2/32 of the time.
+	in := c.Interval
+	if in.Confidence != 0.9375 || in.RPC != [2]float64{slices.Min(rpc), slices.Max(rpc)} || in.CPUPerCall != [2]float64{slices.Min(cpu), slices.Max(cpu)} {
+		t.Fatalf("interval %+v for ratios rpc %v, cpu %v", in, rpc, cpu)
+	}
+	// The order of the runs, from the progress lines: node first in the
+	// odd pairs, the no-op first in the even ones.
+	var order []string
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 2 && f[0] == "bench:" && (f[1] == "node" || f[1] == "noop") {
+			if k := f[1] + " " + f[2]; len(order) == 0 || order[len(order)-1] != k {
+				order = append(order, k)
+			}
+		}
+	}
+	want := []string{"node 1/5", "noop 1/5", "noop 2/5", "node 2/5", "node 3/5", "noop 3/5", "noop 4/5", "node 4/5", "node 5/5", "noop 5/5"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("runs in the order %v, want %v", order, want)
+	}
+}
+
+// orderRank: the widest interval of order statistics that still holds the
+// median with 90 %, for n pairs.
+func TestOrderRank(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		k    int
+		conf float64
+	}{
+		{4, 0, 0},                  // even [min, max] holds it 7/8 of the time
+		{5, 1, 1 - 2.0/32},         // [min, max]
+		{7, 1, 1 - 2.0/128},        // k 2 would be 1 − 16/128 = 0.875
+		{9, 2, 1 - 2*10.0/512},     // k 3: 1 − 92/512 = 0.82
+		{15, 4, 1 - 2*576.0/32768}, // k 5: 0.88
+		{25, 8, 1 - 2*(1+25+300+2300+12650+53130+177100+480700)/33554432.0},
+	} {
+		k, conf := orderRank(tc.n)
+		if k != tc.k || math.Abs(conf-tc.conf) > 1e-12 {
+			t.Errorf("orderRank(%d) = %d, %.6f; want %d, %.6f", tc.n, k, conf, tc.k, tc.conf)
+		}
 	}
 }
 
@@ -374,7 +446,6 @@ func TestFlagsRefused(t *testing.T) {
 		{[]string{"--conns", "0"}, "--conns 0 outside [1, 1000]"},
 		{[]string{"--duration", "0s"}, "--duration 0s must be positive"},
 		{[]string{"--compare", "noop", "--target", "127.0.0.1:1", "--pairs", "3"}, "--pairs 3 below 5"},
-		{[]string{"--compare", "noop", "--target", "noop"}, "needs a node --target"},
 		{[]string{"--compare", "etcd"}, "--compare \"etcd\""},
 		{[]string{"--target", "nowhere"}, "--target \"nowhere\""},
 		{[]string{"--tls-cert", "a.pem"}, "--tls-cert and --tls-key go together"},

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"golang.org/x/sys/unix"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -52,6 +54,12 @@ type Report struct {
 type Comparison struct {
 	Pairs  []Pair `json:"pairs"`
 	Median Ratios `json:"median"`
+	// Interval is where the medians of throughput and CPU per call lie,
+	// from the spread of the pairs.
+	Interval Interval `json:"median_interval"`
+	// SelfCheck: the target was a second no-op server (--target noop):
+	// the ratios are the method's own noise on this machine.
+	SelfCheck bool `json:"self_check,omitempty"`
 	// NoopHeap is the live heap the no-op server ran with (--noop-heap),
 	// NoopHeapFrom where that figure came from, NoopHeapOwn the server's
 	// own part of it (the rest it held; -1: it did not say).
@@ -124,6 +132,11 @@ type flags struct {
 func Main(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == NoopCommand {
 		return NoopMain(args[1:], stdout, stderr)
+	}
+	if _, ok := stderr.(*os.File); !ok {
+		// The progress lines and the no-op children's own (copied by
+		// os/exec, one goroutine each) share it.
+		stderr = &lockedWriter{w: stderr}
 	}
 	var f flags
 	fs := pflag.NewFlagSet("bench", pflag.ContinueOnError)
@@ -221,6 +234,13 @@ generator the no-op server hands out one run per NextRange call, as the
 node does, and --node-metrics reports the node's counter writes (claims)
 per second over each window.
 
+--compare noop runs the pairs in alternating order and reports, beside
+each median, the interval it lies in from the pairs' spread. With
+--target noop the target is a second no-op server: every ratio is then 1
+but for the method's own noise on this machine (a self check).
+
+  firn bench --target noop --compare noop --callers 64 --conns 4 --pairs 9
+
 --mode seq calls NextSeq of a sequence generator (--generator NAME=seq on
 the node) with count --batch (default 1) on keys drawn from --keys
 (--key-dist uniform or zipf); --mode seqs calls NextSeqs with --batch keys
@@ -254,7 +274,7 @@ func (f *flags) define(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.duration, "duration", 10*time.Second, "measured window of each run")
 	fs.DurationVar(&f.warmup, "warmup", time.Second, "unmeasured warmup before each run")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "per-call timeout")
-	fs.StringVar(&f.compare, "compare", "", "noop: run the target and the no-op server in interleaved pairs and report ratios")
+	fs.StringVar(&f.compare, "compare", "", "noop: run the target and the no-op server in interleaved pairs and report ratios (with --target noop: a second no-op server, the method's own noise)")
 	fs.IntVar(&f.pairs, "pairs", minPairs, "pairs of runs with --compare (the ratios are their median; at least 5)")
 	fs.BoolVar(&f.pin, "pin", false, "put the server (no-op child, and the node when its PID is known) and the load on separate CPUs")
 	fs.DurationVar(&f.idle, "idle", 0, "measure the target process's CPU and RSS over this window without calls")
@@ -330,8 +350,6 @@ func (f *flags) validate() error {
 		return fmt.Errorf("--timeout %v must be positive", f.timeout)
 	case f.compare != "" && f.compare != "noop":
 		return fmt.Errorf("--compare %q: only noop is known", f.compare)
-	case f.compare != "" && f.target == "noop":
-		return errors.New("--compare noop needs a node --target, not noop")
 	case f.compare != "" && f.pairs < minPairs:
 		return fmt.Errorf("--pairs %d below %d", f.pairs, minPairs)
 	case f.idle < 0:
@@ -433,9 +451,25 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 		defer stop()
 	}
 
+	// --target noop --compare noop: the target is a second no-op server,
+	// started as the first (a self check of the method).
+	var self *noopChild
+	var selfTLS *tls.Config
+	if f.target == "noop" && f.compare == "noop" {
+		var stop func()
+		self, selfTLS, stop, err = startNoop(ctx, f, nodeTLS, stderr)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
+
 	// The node's PID: for --idle and --pin, and for its CPU per call
 	// (where it is not found, the runs report none).
 	nodePID := f.pid
+	if self != nil {
+		nodePID = self.pid()
+	}
 	if f.target != "noop" && nodePID == 0 {
 		nodePID, err = pidOfTarget(f.target)
 		if err != nil && f.idle > 0 {
@@ -478,6 +512,9 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 	nodeCfg, noopCfg := base, base
 	nodeCfg.label, nodeCfg.addr, nodeCfg.tls = "node", f.target, nodeTLS
 	nodeCfg.serverPID, nodeCfg.metricsURL = nodePID, f.nodeMetrics
+	if self != nil {
+		nodeCfg.addr, nodeCfg.tls = self.addr, selfTLS
+	}
 	if noop != nil {
 		noopCfg.label, noopCfg.addr, noopCfg.tls = "noop", noop.addr, noopTLS
 		noopCfg.serverPID = noop.pid()
@@ -494,6 +531,7 @@ func execute(ctx context.Context, f *flags, progress, stderr io.Writer) (*Report
 		if rep.Compare != nil {
 			rep.Compare.NoopHeap, rep.Compare.NoopHeapFrom, rep.Compare.NoopGOGC = noop.heap, noop.heapFrom, noop.gogc
 			rep.Compare.NoopHeapOwn = noop.own
+			rep.Compare.SelfCheck = self != nil
 		}
 		if err != nil {
 			return nil, err
@@ -638,23 +676,87 @@ func pin(f *flags, noop *noopChild, nodePID int) (note string, unpin func()) {
 }
 
 // compare runs the node and the no-op server in turn, pairs times, and
-// takes the median of the pairs' ratios.
+// takes the median of the pairs' ratios. The order alternates (node
+// first, then the no-op first, ...): a machine that drifts during the
+// run, faster or slower, then favours neither side.
 func compare(ctx context.Context, pairs int, nodeCfg, noopCfg runConfig) (*Comparison, error) {
 	c := &Comparison{}
 	for i := range pairs {
 		nodeCfg.label, noopCfg.label = fmt.Sprintf("node %d/%d", i+1, pairs), fmt.Sprintf("noop %d/%d", i+1, pairs)
-		node, err := run(ctx, nodeCfg)
-		if err != nil {
-			return nil, fmt.Errorf("pair %d, node: %w", i+1, err)
+		var node, nop *Result
+		var err error
+		first, second := &node, &nop
+		firstCfg, secondCfg := nodeCfg, noopCfg
+		if i%2 == 1 {
+			first, second, firstCfg, secondCfg = second, first, secondCfg, firstCfg
 		}
-		nop, err := run(ctx, noopCfg)
-		if err != nil {
-			return nil, fmt.Errorf("pair %d, noop: %w", i+1, err)
+		if *first, err = run(ctx, firstCfg); err != nil {
+			return nil, fmt.Errorf("pair %d, %s: %w", i+1, firstCfg.label, err)
+		}
+		if *second, err = run(ctx, secondCfg); err != nil {
+			return nil, fmt.Errorf("pair %d, %s: %w", i+1, secondCfg.label, err)
 		}
 		c.Pairs = append(c.Pairs, Pair{Node: node, Noop: nop, Ratios: ratios(node, nop)})
 	}
 	c.Median = medianRatios(c.Pairs)
+	c.Interval = medianIntervals(c.Pairs)
 	return c, nil
+}
+
+// Interval is where the median of the pairs' ratios lies, with
+// Confidence, from the order statistics of the pairs alone (no
+// assumption on how a ratio is spread): with n pairs, between the k-th
+// smallest and the k-th largest ratio, k the largest for which that holds
+// with at least minConfidence. A target inside it is neither met nor
+// missed by the run: more pairs, or a quieter machine, decide.
+type Interval struct {
+	Confidence float64    `json:"confidence"`
+	RPC        [2]float64 `json:"rpc_per_s"`
+	CPUPerCall [2]float64 `json:"server_cpu_per_call,omitempty"`
+}
+
+// minConfidence is what an Interval holds with at least.
+const minConfidence = 0.9
+
+// orderRank is k for n pairs: the largest k ≥ 1 whose interval [x(k),
+// x(n+1-k)] holds the median with at least minConfidence, and that
+// confidence: 1 − 2·P(Binomial(n, ½) < k). Zero for n < 5: under that
+// even the widest interval holds less.
+func orderRank(n int) (k int, confidence float64) {
+	// cdf[j] = P(Binomial(n, ½) ≤ j).
+	p, cdf := math.Pow(0.5, float64(n)), 0.0
+	choose := 1.0
+	for j := 0; j < n/2; j++ {
+		cdf += choose * p
+		if c := 1 - 2*cdf; c >= minConfidence {
+			k, confidence = j+1, c
+		} else {
+			break
+		}
+		choose = choose * float64(n-j) / float64(j+1)
+	}
+	return k, confidence
+}
+
+// medianIntervals is the pairs' Interval (zero where too few pairs).
+func medianIntervals(pairs []Pair) Interval {
+	k, conf := orderRank(len(pairs))
+	if k == 0 {
+		return Interval{}
+	}
+	between := func(v []float64) [2]float64 {
+		if len(v) != len(pairs) {
+			return [2]float64{}
+		}
+		s := slices.Clone(v)
+		slices.Sort(s)
+		return [2]float64{s[k-1], s[len(s)-k]}
+	}
+	var rpc []float64
+	for _, p := range pairs {
+		rpc = append(rpc, p.Ratios.RPC)
+	}
+	return Interval{Confidence: conf, RPC: between(rpc), CPUPerCall: between(cpuRatios(pairs))}
 }
 
 // noopMirror is the no-op child's flags that make its Info and its
@@ -830,4 +932,16 @@ loop:
 	res.CPUPercent = 100 * res.CPUSeconds / res.Seconds
 	res.Switches = float64(sw1-sw0) / res.Seconds
 	return res, nil
+}
+
+// lockedWriter is a writer several goroutines share.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -95,6 +95,17 @@ func writeText(w io.Writer, rep *Report) {
 		}
 		m := c.Median
 		fmt.Fprintf(w, "%-6s %12.3f %12.3f %8.3f %8.3f %8.3f %9s   (node / noop, median of %d pairs)\n", "median", m.RPC, m.IDs, m.P50, m.P99, m.P999, fmtRatio(m.CPUPerCall), len(c.Pairs))
+		if in := c.Interval; in.Confidence > 0 {
+			cpu := ""
+			if in.CPUPerCall[1] > 0 {
+				cpu = fmt.Sprintf("cpu/call %.3f–%.3f, ", in.CPUPerCall[0], in.CPUPerCall[1])
+			}
+			fmt.Fprintf(w, "the medians lie within %srpc %.3f–%.3f (%.1f %% confidence, from the spread of the %d pairs)\n",
+				cpu, in.RPC[0], in.RPC[1], 100*in.Confidence, len(c.Pairs))
+		}
+		if c.SelfCheck {
+			fmt.Fprintln(w, "self check: the target is a second no-op server, so every ratio is 1 but for the method's own noise on this machine")
+		}
 		writeCompareMedians(w, c)
 		gogc := ""
 		if c.NoopGOGC > 0 {
