@@ -103,7 +103,12 @@ func (a *adminEtcd) floor(name string) int64 { return a.value(a.coord.Root() + n
 // restore marker, which the bump clears, saying when nodes serve again.
 func TestBumpReadsLayoutFromPin(t *testing.T) {
 	a := newAdminEtcd(t)
-	slot, r := a.holder("ids", "wideworker", 5)
+	// Reserved 7 units ahead, the most a bump takes without
+	// --include-ahead (its window 5 s + max-lead 2 s + --max-skew 1 s):
+	// the gaps below count from the reservation only while it is ahead of
+	// the clock (past it, from the clock), and a loaded machine once took
+	// more than 5 s between here and the bump.
+	slot, r := a.holder("ids", "wideworker", 7)
 	uid, _ := generator.Preset("wideworker")
 
 	ev := coordinator.RestoreEvidence{Generator: "ids", Slot: slot, Acked: r + 3, Shown: r, At: time.Now(),
@@ -147,7 +152,7 @@ func TestBumpReadsLayoutFromPin(t *testing.T) {
 		}
 	}
 	// Serving resumes at the floor's time less max-lead (2 units for
-	// wideworker): about D + the 5 s reserved ahead from now.
+	// wideworker): about D + the 7 s reserved ahead from now.
 	serveAt := uid.UnitStart(r + 10).Add(-generator.DefaultMaxLead(uid)).UTC().Format(time.RFC3339)
 	if !strings.Contains(out, serveAt) {
 		t.Fatalf("bump output does not say nodes serve again at %s:\n%s", serveAt, out)

@@ -76,12 +76,28 @@ func startFirnNodeHTTP(t *testing.T, extra ...string) (addr, httpAddr string, pi
 	}
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
+	// Serving means every generator serves, not the default alone: a
+	// sequence generator serves once its sections are taken, which may
+	// come after the default.
+	services := []string{""}
+	for i, a := range extra {
+		if a == "--generator" && i+1 < len(extra) {
+			name, _, _ := strings.Cut(extra[i+1], "=")
+			services = append(services, name)
+		}
+	}
 	deadline := time.After(60 * time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+		for len(services) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: services[0]})
+			cancel()
+			if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				break
+			}
+			services = services[1:]
+		}
+		if len(services) == 0 {
 			return addr, httpAddr, cmd.Process.Pid
 		}
 		select {
