@@ -524,10 +524,19 @@ class FirnClient:
                 self._resolve_ev.set()
 
     def _await_resolved(self, deadline):
+        """Waits for the first resolution of the DNS names: until the
+        caller's deadline, or, for a refill (no deadline of its own: the
+        callers waiting on it wait within theirs), until it is done or the
+        client closes. A refill cut at the call timeout failed every
+        waiting caller when the first resolution was slow, though their
+        deadlines had room; the Go client's refill waits as this one does."""
         if self._resolved.is_set():
             return
-        t = None if deadline is None else max(deadline - _mono(), 0)
-        self._resolved.wait(t if t is not None else self._call_timeout)
+        if deadline is None:
+            while not self._resolved.wait(0.1) and not self._closed:
+                pass
+            return
+        self._resolved.wait(max(deadline - _mono(), 0))
 
     def _watch_health(self, ep):
         retry = 0.1

@@ -352,6 +352,21 @@ class NodeTest(unittest.TestCase):
             time.sleep(0.1)
             self.assertLessEqual(c.stats()["batch_size"], 2000)
 
+    def test_slow_first_resolution(self):
+        # The names' first answer comes after the call timeout: the refill
+        # that serves next() waits for it, and the caller, whose deadline
+        # has room, gets its ID.
+        a = self.node(start=1)
+        asked = []
+
+        def lookup(host):
+            asked.append(host)
+            if len(asked) == 1:
+                time.sleep(0.8)
+            return ["127.0.0.1"]
+        with FirnClient(["dns:///firn.test:%d" % a.port], lookup=lookup, call_timeout=0.3) as c:
+            self.assertGreaterEqual(c.next(3), 1)
+
     def test_dns_name(self):
         a = self.node(start=1 << 50)
         b = self.node(start=1 << 55, host="127.0.0.2", port=a.port)

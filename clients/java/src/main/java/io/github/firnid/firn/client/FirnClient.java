@@ -1447,12 +1447,25 @@ public final class FirnClient implements AutoCloseable {
     }
   }
 
+  /**
+   * Waits for the first resolution of the DNS names: until the caller's deadline, or, for a
+   * refill (no deadline of its own: the callers waiting on it wait within theirs), until it is
+   * done or the client closes. A refill cut at the call timeout failed every waiting caller with
+   * "resolved to no address yet" when the first resolution was slow (a cold JVM on a busy host),
+   * though their deadlines had room; the Go client's refill waits as this one now does.
+   */
   private void awaitResolved(long deadline) {
     if (resolved.getCount() == 0) {
       return;
     }
     try {
-      long left = deadline == NO_DEADLINE ? callTimeout : deadline - mono();
+      if (deadline == NO_DEADLINE) {
+        while (!closing && !resolved.await(100, TimeUnit.MILLISECONDS)) {
+          // the first resolution always counts down, unless the client closes first
+        }
+        return;
+      }
+      long left = deadline - mono();
       if (left > 0) {
         resolved.await(left, TimeUnit.NANOSECONDS);
       }
@@ -1891,11 +1904,16 @@ public final class FirnClient implements AutoCloseable {
     if (closing || !seqRefreshing.compareAndSet(false, true)) {
       return;
     }
+    // The map as the refresh starts: an owner learned from a WRONG_NODE
+    // while the refresh is in flight (seqHint replaces the map) is newer
+    // than what the refresh brings, which may come from the very node that
+    // said it does not own the section; the refresh then leaves the map be.
+    SeqMap before = seqMap;
     try {
       exec.execute(() -> {
         try {
           SeqMap m = seqMapOf(info0(mono() + 2 * callTimeout), generator);
-          if (m.sections > 0 || seqMap == null) {
+          if ((m.sections > 0 || seqMap == null) && seqMap == before) {
             seqMap = m;
           }
         } catch (RuntimeException e) {

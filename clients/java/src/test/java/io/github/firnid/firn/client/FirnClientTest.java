@@ -492,6 +492,33 @@ public class FirnClientTest {
 
 
   @Test
+  public void aSlowFirstResolutionWaitsWithinTheCallersDeadline() throws Exception {
+    // The first answer of the names comes after the call timeout: the
+    // refill that serves next() waits for it, and the caller, whose
+    // deadline has room, gets its ID (before, the refill gave up at the
+    // call timeout and failed the caller "resolved to no address yet").
+    try (FakeNode node = new FakeNode(1)) {
+      String port = node.addr().substring(node.addr().lastIndexOf(':') + 1);
+      java.util.concurrent.atomic.AtomicInteger asked = new java.util.concurrent.atomic.AtomicInteger();
+      try (FirnClient c = FirnClient.builder().endpoints("dns:///firn.test:" + port)
+          .callTimeout(Duration.ofMillis(300))
+          .resolver(host -> {
+            if (asked.getAndIncrement() == 0) {
+              try {
+                Thread.sleep(800);
+              } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+              }
+            }
+            return List.of("127.0.0.1");
+          })
+          .build()) {
+        assertTrue(c.next(Duration.ofSeconds(3)) >= 1);
+      }
+    }
+  }
+
+  @Test
   public void sequenceCallsFollowWrongNodeAndRetrySectionMoving() throws Exception {
     try (FakeNode owner = new FakeNode(1); FakeNode other = new FakeNode(1)) {
       other.seqOwner = owner.addr(); // other refuses WRONG_NODE naming owner
