@@ -683,20 +683,19 @@ func compare(ctx context.Context, pairs int, nodeCfg, noopCfg runConfig) (*Compa
 	c := &Comparison{}
 	for i := range pairs {
 		nodeCfg.label, noopCfg.label = fmt.Sprintf("node %d/%d", i+1, pairs), fmt.Sprintf("noop %d/%d", i+1, pairs)
-		var node, nop *Result
-		var err error
-		first, second := &node, &nop
-		firstCfg, secondCfg := nodeCfg, noopCfg
+		cfgs, order := [2]runConfig{nodeCfg, noopCfg}, [2]int{0, 1}
 		if i%2 == 1 {
-			first, second, firstCfg, secondCfg = second, first, secondCfg, firstCfg
+			order = [2]int{1, 0}
 		}
-		if *first, err = run(ctx, firstCfg); err != nil {
-			return nil, fmt.Errorf("pair %d, %s: %w", i+1, firstCfg.label, err)
+		var res [2]*Result // node, noop
+		for _, k := range order {
+			r, err := run(ctx, cfgs[k])
+			if err != nil {
+				return nil, fmt.Errorf("pair %d, %s: %w", i+1, cfgs[k].label, err)
+			}
+			res[k] = r
 		}
-		if *second, err = run(ctx, secondCfg); err != nil {
-			return nil, fmt.Errorf("pair %d, %s: %w", i+1, secondCfg.label, err)
-		}
-		c.Pairs = append(c.Pairs, Pair{Node: node, Noop: nop, Ratios: ratios(node, nop)})
+		c.Pairs = append(c.Pairs, Pair{Node: res[0], Noop: res[1], Ratios: ratios(res[0], res[1])})
 	}
 	c.Median = medianRatios(c.Pairs)
 	c.Interval = medianIntervals(c.Pairs)

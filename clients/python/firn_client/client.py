@@ -423,6 +423,7 @@ class FirnClient:
             self._cond.notify_all()
             attempts = list(self._attempts)
         self._closed_ev.set()
+        self._resolved.set()  # a wait for the first resolution ends with the client
         self._kick_ev.set()
         self._resolve_ev.set()
         with self._alock:
@@ -533,8 +534,7 @@ class FirnClient:
         if self._resolved.is_set():
             return
         if deadline is None:
-            while not self._resolved.wait(0.1) and not self._closed:
-                pass
+            self._resolved.wait()  # set by the first resolution, and by close
             return
         self._resolved.wait(max(deadline - _mono(), 0))
 

@@ -1460,9 +1460,7 @@ public final class FirnClient implements AutoCloseable {
     }
     try {
       if (deadline == NO_DEADLINE) {
-        while (!closing && !resolved.await(100, TimeUnit.MILLISECONDS)) {
-          // the first resolution always counts down, unless the client closes first
-        }
+        resolved.await(); // the first resolution counts down, and so does close
         return;
       }
       long left = deadline - mono();
@@ -1954,6 +1952,7 @@ public final class FirnClient implements AutoCloseable {
       mu.notifyAll();
     }
     closedLatch.countDown();
+    resolved.countDown(); // a wait for the first resolution ends with the client
     for (Attempt a : allAttempts) {
       a.cancel(CLOSED);
     }
