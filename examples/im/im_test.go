@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,16 +13,12 @@ import (
 	"time"
 
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/internal/testing/freeport"
 )
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(freeport.Port(t))
 }
 
 // startFirn builds cmd/firn and runs `firn serve --generator msg=snowflake

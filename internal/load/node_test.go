@@ -2,7 +2,6 @@ package load
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,16 +15,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/firnid/firn/client"
+	"github.com/firnid/firn/internal/testing/freeport"
 )
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(freeport.Port(t))
 }
 
 // startFirnNode builds cmd/firn, runs `firn serve` on its embedded

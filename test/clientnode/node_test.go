@@ -3,7 +3,6 @@ package clientnode
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/firnid/firn/client"
 	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/internal/testing/freeport"
 )
 
 // buildFirn builds the firn binary into a temporary directory.
@@ -34,12 +34,7 @@ func buildFirn(t *testing.T) string {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
+	return strconv.Itoa(freeport.Port(t))
 }
 
 // node is a firn node process.

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/internal/testing/freeport"
 )
 
 var (
@@ -63,30 +63,11 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
-var (
-	portsMu sync.Mutex
-	given   = map[int]bool{}
-)
-
 // freePort returns a free loopback port, never the same one twice in this
-// process (two nodes picking at once could otherwise get the same port).
+// process, outside the ephemeral range (a node restarted keeps its ports).
 func freePort(t testing.TB) int {
 	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		portsMu.Lock()
-		if !given[port] {
-			given[port] = true
-			portsMu.Unlock()
-			return port
-		}
-		portsMu.Unlock()
-	}
+	return freeport.Port(t)
 }
 
 // Node is one firn process.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,6 +19,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"golang.org/x/net/html"
+
+	"github.com/firnid/firn/internal/testing/freeport"
 )
 
 const (
@@ -34,12 +35,7 @@ const (
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return freeport.Port(t)
 }
 
 type syncBuffer struct {

@@ -2,34 +2,17 @@ package etcdtest
 
 import (
 	"fmt"
-	"net"
-	"sync"
 	"testing"
+
+	"github.com/firnid/firn/internal/testing/freeport"
 )
 
-var portMu sync.Mutex
-var handedOut = map[int]bool{}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago and
-// was not handed out before by this process.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, was
+// not handed out before by this process, and lies outside the ephemeral
+// range (a member killed and started again keeps its ports: see freeport).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	portMu.Lock()
-	defer portMu.Unlock()
-	for i := 0; i < 100; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("etcdtest: probing a free port: %v", err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !handedOut[p] {
-			handedOut[p] = true
-			return p
-		}
-	}
-	t.Fatal("etcdtest: no free port after 100 probes")
-	return 0
+	return freeport.Port(t)
 }
 
 func loopURL(scheme string, port int) string { return fmt.Sprintf("%s://127.0.0.1:%d", scheme, port) }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/firnid/firn/internal/testing/freeport"
 )
 
 // Jar is the ZooKeeper server jar of Debian's zookeeper package.
@@ -59,24 +61,14 @@ type Ensemble struct {
 
 type ports struct{ client, quorum, election int }
 
-// freePorts returns n distinct free loopback ports.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	out := make([]int, 0, n)
-	for len(out) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
+// freePorts returns n distinct free loopback ports, outside the ephemeral
+// range (a server killed and started again keeps its ports: see freeport).
+func freePorts(tb testing.TB, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = freeport.Port(tb)
 	}
-	return out, nil
+	return out
 }
 
 // Options tunes the servers; zero values take the defaults.
@@ -144,10 +136,7 @@ func start(tb testing.TB, n int, o Options) *Ensemble {
 }
 
 func tryStart(tb testing.TB, root string, n int, o Options) (*Ensemble, error) {
-	p, err := freePorts(3 * n)
-	if err != nil {
-		return nil, err
-	}
+	p := freePorts(tb, 3*n)
 	ps := make([]ports, n)
 	for i := range ps {
 		ps[i] = ports{p[3*i], p[3*i+1], p[3*i+2]}
