@@ -37,6 +37,12 @@ const (
 	// a waiting caller's deadline may cut it to fail over. It equals the
 	// smallest CallTimeout.
 	minAttempt = minCallTimeout
+	// firstAnswerTimeout bounds, in place of a shorter CallTimeout, the
+	// last attempt of a round at an endpoint that has not answered yet:
+	// its connection, TLS handshake and first calls are inside it, and a
+	// process starting on a loaded machine can take seconds over them. A
+	// caller's deadline still cuts it.
+	firstAnswerTimeout = 10 * time.Second
 	// Health watches that break retry from watchRetryMin to watchRetryMax.
 	watchRetryMin = 100 * time.Millisecond
 	watchRetryMax = 5 * time.Second
@@ -76,6 +82,10 @@ type endpoint struct {
 	// when the endpoint leaves the list (stop).
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// answered is set once an attempt at the endpoint succeeded (see
+	// firstAnswerTimeout).
+	answered atomic.Bool
 }
 
 func newEndpoint(addr string, conn *grpc.ClientConn) *endpoint {
@@ -215,7 +225,10 @@ func (c *Client) order(mono time.Duration) (r round, held error) {
 
 // served records that ep answered: whatever it asked the client to wait
 // for is over.
-func (ep *endpoint) served() { ep.retryUntil.Store(0) }
+func (ep *endpoint) served() {
+	ep.retryUntil.Store(0)
+	ep.answered.Store(true)
+}
 
 // end releases the round's probes.
 func (r round) end() {
@@ -380,15 +393,20 @@ func shareEnd(now, d time.Time) time.Time {
 }
 
 // startAttempt starts an attempt under ctx; last and refill as in
-// attempt. A shared refill's deadline takes the share of the most patient
+// attempt. fresh says the endpoint has not answered yet: the round's last
+// attempt then gets firstAnswerTimeout if CallTimeout is shorter. A shared refill's deadline takes the share of the most patient
 // caller waiting for it (waitShareLocked), not of the most impatient: one
 // caller in a hurry does not shorten what the others wait for. Caller
 // deadlines are in the machine's time (as context's are), so attempts are
 // timed with it, not with the injected Clock.
-func (c *Client) startAttempt(ctx context.Context, last, refill bool) *attempt {
+func (c *Client) startAttempt(ctx context.Context, last, refill, fresh bool) *attempt {
 	now := time.Now()
 	a := &attempt{start: now, last: last, refill: refill}
-	end := now.Add(c.opts.callTimeout)
+	timeout := c.opts.callTimeout
+	if fresh && last {
+		timeout = max(timeout, firstAnswerTimeout)
+	}
+	end := now.Add(timeout)
 	if d, ok := ctx.Deadline(); ok && !last {
 		end = earliest(end, shareEnd(now, d))
 	}
@@ -531,7 +549,7 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 		if i > 0 {
 			c.stats.failovers.Add(1)
 		}
-		a := c.startAttempt(ctx, i == len(eps)-1, refill)
+		a := c.startAttempt(ctx, i == len(eps)-1, refill, !ep.answered.Load())
 		runs, start, err := c.fetchFrom(a.ctx, ep, count, i == len(eps)-1)
 		ran, missed, cut := c.endAttempt(a)
 		if err == nil {
@@ -798,7 +816,7 @@ func (c *Client) each(ctx context.Context, call func(context.Context, *endpoint)
 	var last error
 	notFound := 0
 	for i, ep := range eps {
-		a := c.startAttempt(ctx, i == len(eps)-1, false)
+		a := c.startAttempt(ctx, i == len(eps)-1, false, !ep.answered.Load())
 		err := call(a.ctx, ep)
 		ran, missed, cut := c.endAttempt(a)
 		if err == nil {

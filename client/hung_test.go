@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -239,5 +240,30 @@ func TestShortDeadlineKeepsSharedRefill(t *testing.T) {
 	}
 	if st := c.Stats(); st.FetchErrors != 0 {
 		t.Fatalf("stats %+v: the shared refill failed", st)
+	}
+}
+
+// TestSlowFirstAnswerWithinCallersDeadline: an endpoint whose first answer
+// takes longer than CallTimeout (as a cold connection and TLS handshake on
+// a loaded machine do) serves a caller whose deadline has room: until the
+// endpoint has answered once, the round's last attempt is not bounded by
+// CallTimeout. Once it has answered, an answer slower than CallTimeout
+// fails the attempt as before.
+func TestSlowFirstAnswerWithinCallersDeadline(t *testing.T) {
+	for _, tc := range idCalls {
+		t.Run(tc.name, func(t *testing.T) {
+			ts, addr := startService(t, 1<<40, nil)
+			ts.SetDelay(700 * time.Millisecond)
+			c := newClient(t, []string{addr}, WithCallTimeout(300*time.Millisecond), WithMaxAge(5*time.Second))
+			start := time.Now()
+			if _, err := tc.call(ctxFor(t, 3*time.Second), c); err != nil {
+				t.Fatalf("first call, %v after it began: %v (the endpoint's first answer takes 700ms, the caller allows 3s)", time.Since(start), err)
+			}
+			// Answered: the next fetch is bounded by CallTimeout again.
+			_, err := c.NextN(ctxFor(t, 3*time.Second), 1<<20)
+			if err == nil || !strings.Contains(err.Error(), "no answer within") {
+				t.Fatalf("a 700ms answer after the first, CallTimeout 300ms: %v, want 'no answer within'", err)
+			}
+		})
 	}
 }

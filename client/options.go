@@ -124,7 +124,11 @@ func WithBatchBounds(minimum, maximum int) Option {
 // rest of it. An endpoint that misses the deadline it was sent counts as
 // failed (it is tried after the others for a second) and the client fails
 // over to the next; a caller that gives up sooner does not count against
-// it. Between 10ms and 5m; default DefaultCallTimeout.
+// it. Until an endpoint has answered once, the round's last attempt at it
+// gets 10s if CallTimeout is shorter: its connection, TLS handshake and
+// first calls are inside that attempt, and a process starting on a loaded
+// machine can take seconds over them (the caller's deadline still cuts
+// it). Between 10ms and 5m; default DefaultCallTimeout.
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
 
 // WithLogger sets the logger for failovers and health changes; the

@@ -149,11 +149,11 @@ type seqRouter struct {
 	m atomic.Pointer[seqMap]
 
 	mu       sync.Mutex
-	conns    map[string]*grpc.ClientConn // owners dialled on demand
-	running  bool                        // the refresher runs
-	loading  chan struct{}               // closed when the load a call started ends
-	lastLoad time.Time                   // when a call last loaded the map itself
-	wg       sync.WaitGroup              // the refresher
+	conns    map[string]*ownerConn // owners dialled on demand
+	running  bool                  // the refresher runs
+	loading  chan struct{}         // closed when the load a call started ends
+	lastLoad time.Time             // when a call last loaded the map itself
+	wg       sync.WaitGroup        // the refresher
 
 	kick chan struct{} // asks the refresher for a read now; buffered 1
 	uses atomic.Uint64 // sequence calls made, for the refresher's idle check
@@ -281,16 +281,17 @@ func (c *Client) seqRefresh(ctx context.Context) error {
 	})
 	if err != nil && !c.closing() && ctx.Err() == nil {
 		c.seq.mu.Lock()
-		conns := make(map[string]*grpc.ClientConn, len(c.seq.conns))
-		for a, cc := range c.seq.conns {
-			conns[a] = cc
+		conns := make(map[string]*ownerConn, len(c.seq.conns))
+		for a, oc := range c.seq.conns {
+			conns[a] = oc
 		}
 		c.seq.mu.Unlock()
-		for addr, cc := range conns {
-			a := c.startAttempt(ctx, true, false)
-			resp, ierr := firnv1.NewIDServiceClient(cc).Info(a.ctx, &firnv1.InfoRequest{})
+		for addr, oc := range conns {
+			a := c.startAttempt(ctx, true, false, !oc.answered.Load())
+			resp, ierr := firnv1.NewIDServiceClient(oc.cc).Info(a.ctx, &firnv1.InfoRequest{})
 			c.endAttempt(a)
 			if ierr == nil {
+				oc.answered.Store(true)
 				info, err = resp, nil
 				break
 			}
@@ -318,9 +319,9 @@ func (c *Client) seqPrune(m *seqMap) {
 	}
 	c.seq.mu.Lock()
 	var gone []*grpc.ClientConn
-	for a, cc := range c.seq.conns {
+	for a, oc := range c.seq.conns {
 		if !named[a] {
-			gone = append(gone, cc)
+			gone = append(gone, oc.cc)
 			delete(c.seq.conns, a)
 		}
 	}
@@ -339,43 +340,63 @@ func (c *Client) seqClose() error {
 	c.seq.conns = nil
 	c.seq.mu.Unlock()
 	var errs []error
-	for a, cc := range conns {
-		if err := cc.Close(); err != nil {
+	for a, oc := range conns {
+		if err := oc.cc.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("client: close %s: %w", a, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
+// ownerConn is a connection to a section owner that is not an endpoint.
+type ownerConn struct {
+	cc       *grpc.ClientConn
+	answered atomic.Bool // a call on it succeeded (see firstAnswerTimeout)
+}
+
+// seqOwner is where a sequence call goes: the owner's service and whether
+// that connection has answered yet.
+type seqOwner struct {
+	ids      firnv1.IDServiceClient
+	answered *atomic.Bool
+}
+
+// seqAttempt starts an attempt at o under ctx (the round's last: nothing
+// follows a section's owner).
+func (c *Client) seqAttempt(ctx context.Context, o seqOwner) *attempt {
+	return c.startAttempt(ctx, true, false, !o.answered.Load())
+}
+
 // seqConn is the connection to addr: the endpoint's when addr is one,
 // else one dialled on demand with the endpoints' dial options and cached
 // until Close (or until the map no longer names it).
-func (c *Client) seqConn(addr string) (firnv1.IDServiceClient, error) {
+func (c *Client) seqConn(addr string) (seqOwner, error) {
 	for _, ep := range c.endpointList() {
 		if ep.addr == addr {
-			return ep.ids, nil
+			return seqOwner{ep.ids, &ep.answered}, nil
 		}
 	}
 	if addr == "" {
-		return nil, status.Error(codes.Unavailable, "no endpoint: the DNS names given resolved to no address yet")
+		return seqOwner{}, status.Error(codes.Unavailable, "no endpoint: the DNS names given resolved to no address yet")
 	}
 	c.seq.mu.Lock()
 	defer c.seq.mu.Unlock()
 	if c.closing() {
-		return nil, ErrClosed
+		return seqOwner{}, ErrClosed
 	}
-	if cc, ok := c.seq.conns[addr]; ok {
-		return firnv1.NewIDServiceClient(cc), nil
+	if oc, ok := c.seq.conns[addr]; ok {
+		return seqOwner{firnv1.NewIDServiceClient(oc.cc), &oc.answered}, nil
 	}
 	cc, err := grpc.NewClient(addr, c.dial...)
 	if err != nil {
-		return nil, fmt.Errorf("client: section owner %q: %w", addr, err)
+		return seqOwner{}, fmt.Errorf("client: section owner %q: %w", addr, err)
 	}
 	if c.seq.conns == nil {
-		c.seq.conns = map[string]*grpc.ClientConn{}
+		c.seq.conns = map[string]*ownerConn{}
 	}
-	c.seq.conns[addr] = cc
-	return firnv1.NewIDServiceClient(cc), nil
+	oc := &ownerConn{cc: cc}
+	c.seq.conns[addr] = oc
+	return seqOwner{firnv1.NewIDServiceClient(cc), &oc.answered}, nil
 }
 
 // seqRoute is where a key goes: the hint (the owner a refusal named),
@@ -575,12 +596,13 @@ func (c *Client) seqDo(ctx context.Context, key []byte, call func(ctx context.Co
 	var t seqTry
 	for {
 		addr := c.seqRoute(key, t.hint, t.anyN)
-		ids, err := c.seqConn(addr)
+		o, err := c.seqConn(addr)
 		if err == nil {
-			a := c.startAttempt(ctx, true, false)
-			err = call(a.ctx, ids)
+			a := c.seqAttempt(ctx, o)
+			err = call(a.ctx, o.ids)
 			c.endAttempt(a)
 			if err == nil {
+				o.answered.Store(true)
 				return nil
 			}
 		}
@@ -896,7 +918,7 @@ func (c *Client) sendSeqs(ctx context.Context, items []SeqItem, chunks []seqChun
 		wg.Add(1)
 		go func(k int, ch seqChunk) {
 			defer wg.Done()
-			ids, err := c.seqConn(ch.addr)
+			o, err := c.seqConn(ch.addr)
 			if err != nil {
 				errs[k] = err
 				return
@@ -905,10 +927,11 @@ func (c *Client) sendSeqs(ctx context.Context, items []SeqItem, chunks []seqChun
 			for j, i := range ch.idx {
 				req.Items[j] = &firnv1.SeqItem{Key: items[i].Key, Count: uint32(items[i].Count)}
 			}
-			a := c.startAttempt(ctx, true, false)
-			resp, err := ids.NextSeqs(a.ctx, req)
+			a := c.seqAttempt(ctx, o)
+			resp, err := o.ids.NextSeqs(a.ctx, req)
 			c.endAttempt(a)
 			if err == nil {
+				o.answered.Store(true)
 				err = placeSeq(out, items, ch, resp.GetResults())
 			}
 			errs[k] = err
