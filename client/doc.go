@@ -68,7 +68,10 @@
 //     follows in the round, half of the caller's remaining time if that
 //     is sooner (but not under 10ms), so an endpoint that hangs leaves the
 //     caller the other half to fail over; the round's last endpoint may
-//     use all of it. The direct fetches of NextN and NextRange are the
+//     use all of it. Until an endpoint has answered once, the round's last
+//     attempt at it gets 10s where CallTimeout is shorter: its connection,
+//     TLS handshake and first calls are inside it, and a process starting
+//     on a loaded machine can take seconds over them. The direct fetches of NextN and NextRange are the
 //     caller's own attempts. Next's refills are shared: a refill's
 //     deadline is the share of the most patient caller waiting for it
 //     (CallTimeout if one waits without a deadline), and a caller that

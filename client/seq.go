@@ -104,6 +104,28 @@ func (m *seqMap) withOwner(s int, addr string) *seqMap {
 	return &seqMap{sections: m.sections, owners: owners}
 }
 
+// keepingKnown is m, but where m names no owner of a section that old (of
+// as many sections) names, old's: an owner a WRONG_NODE named (seqHint)
+// is not forgotten by a map read from a node that does not know it.
+func (m *seqMap) keepingKnown(old *seqMap) *seqMap {
+	if old == nil || old.sections != m.sections {
+		return m
+	}
+	var owners []string
+	for i, o := range m.owners {
+		if o == "" && old.owners[i] != "" {
+			if owners == nil {
+				owners = append([]string(nil), m.owners...)
+			}
+			owners[i] = old.owners[i]
+		}
+	}
+	if owners == nil {
+		return m
+	}
+	return &seqMap{sections: m.sections, owners: owners}
+}
+
 // seqMapOf reads the client's generator's section map from info: an
 // empty map when the generator is not a sequence generator (its calls
 // then go to any endpoint, which refuses them naming the kind). An
@@ -304,8 +326,14 @@ func (c *Client) seqRefresh(ctx context.Context) error {
 	if c.closing() {
 		return ErrClosed
 	}
-	m := seqMapOf(info, c.opts.generator)
-	c.seq.m.Store(m)
+	read := seqMapOf(info, c.opts.generator)
+	var m *seqMap
+	for {
+		cur := c.seq.m.Load()
+		if m = read.keepingKnown(cur); c.seq.m.CompareAndSwap(cur, m) {
+			break
+		}
+	}
 	c.seq.refreshes.Add(1)
 	c.seqPrune(m)
 	return nil

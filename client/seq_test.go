@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -309,5 +310,28 @@ func TestSeqGivesUpBeforeDeadline(t *testing.T) {
 	c.Close()
 	if _, err := c.NextSeq(context.Background(), []byte("k"), 1); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// TestSeqMapKeepingKnown: a map read again keeps an owner the client
+// learned (from a WRONG_NODE) where the read names none, and takes the
+// read's owner wherever it names one; a map of another shape replaces the
+// old one whole.
+func TestSeqMapKeepingKnown(t *testing.T) {
+	old := &seqMap{sections: 3, owners: []string{"a:1", "b:1", ""}}
+	read := &seqMap{sections: 3, owners: []string{"", "c:1", ""}}
+	got := read.keepingKnown(old)
+	if want := []string{"a:1", "c:1", ""}; !slices.Equal(got.owners, want) {
+		t.Fatalf("kept %q, want %q", got.owners, want)
+	}
+	if !slices.Equal(read.owners, []string{"", "c:1", ""}) {
+		t.Fatalf("the read map was changed: %q", read.owners)
+	}
+	other := &seqMap{sections: 2, owners: []string{"", ""}}
+	if got := other.keepingKnown(old); got != other {
+		t.Fatalf("a map of 2 sections over one of 3: %+v, want the read map", got)
+	}
+	if got := read.keepingKnown(nil); got != read {
+		t.Fatalf("over no map: %+v, want the read map", got)
 	}
 }

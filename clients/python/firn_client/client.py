@@ -44,6 +44,12 @@ DEFAULT_MIN_BATCH = 16
 DEFAULT_MAX_BATCH = 100_000
 DEFAULT_CALL_TIMEOUT = 1.0
 DEFAULT_RESOLVE_INTERVAL = 5.0
+# Bounds, in place of a shorter call_timeout, the last attempt of a round
+# at an endpoint (or section owner) that has not answered yet: its
+# connection, TLS handshake and first calls are inside it, and a process
+# starting on a loaded machine can take seconds over them. A caller's
+# deadline still cuts it.
+FIRST_ANSWER_TIMEOUT = 10.0
 MAX_NEXT_N = 1 << 24
 MAX_NEXT_RANGE = 1 << 24
 MAX_SEQ_KEY = 256
@@ -141,6 +147,7 @@ class _Endpoint:
         self.no_range_until = 0.0
         self.stopped = threading.Event()
         self.watch_call = None
+        self.answered = False  # an attempt at it succeeded (FIRST_ANSWER_TIMEOUT)
 
     def usable(self, now):
         return self.status != _HEALTH_NOT_SERVING and now >= self.down_until
@@ -151,6 +158,28 @@ class _Endpoint:
         if call is not None:
             call.cancel()
         self.channel.close()
+
+
+def _keeping_known(m, old):
+    """The section map m read from a node, but where it names no owner of a
+    section that old (of as many sections) names, old's: an owner a
+    WRONG_NODE named (_seq_hint) is not forgotten by a map read from a node
+    that does not know it."""
+    if m is None or old is None or old[0] != m[0]:
+        return m
+    if not any(o == "" and k != "" for o, k in zip(m[1], old[1])):
+        return m
+    return (m[0], [k if o == "" else o for o, k in zip(m[1], old[1])])
+
+
+class _OwnerConn:
+    """A connection to a section owner that is not an endpoint."""
+    __slots__ = ("channel", "stub", "answered")
+
+    def __init__(self, channel):
+        self.channel = channel
+        self.stub = pb_grpc.IDServiceStub(channel)
+        self.answered = False  # a call on it succeeded (FIRST_ANSWER_TIMEOUT)
 
 
 class _Attempt:
@@ -271,7 +300,11 @@ class FirnClient:
     generator: the generator's name ("" is the node's default); also the
     grpc.health.v1 service name checked on each endpoint. tls: a TLS, or
     None for plain text. call_timeout: seconds one attempt at one endpoint
-    may take before the client fails over. max_age: seconds a fetched
+    may take before the client fails over; until an endpoint has answered
+    once, the round's last attempt at it gets 10 s if call_timeout is
+    shorter (its connection, TLS handshake and first calls are inside it,
+    and a process starting on a loaded machine can take seconds over them;
+    the caller's timeout still cuts it). max_age: seconds a fetched
     batch's IDs may be handed out, from the start of the RPC that fetched
     them (default 0.1); older ones are dropped, never handed out.
 
@@ -436,8 +469,8 @@ class FirnClient:
             ep.stop()
         with self._seq_lock:
             conns, self._seq_conns = self._seq_conns, {}
-        for _, (ch, _) in conns.items():
-            ch.close()
+        for oc in conns.values():
+            oc.channel.close()
         me = threading.current_thread()
         end = _mono() + 2.0
         for t in list(self._threads):
@@ -581,9 +614,16 @@ class FirnClient:
 
     # ----- attempts
 
-    def _start_attempt(self, deadline, last, refill):
+    def _start_attempt(self, deadline, last, refill, fresh):
+        """Starts an attempt; last: the round's last, refill: for the refill
+        thread, fresh: at an endpoint that has not answered yet (the last
+        attempt then gets FIRST_ANSWER_TIMEOUT if call_timeout is shorter).
+        The caller's deadline cuts it."""
         now = _mono()
-        end = now + self._call_timeout
+        timeout = self._call_timeout
+        if fresh and last:
+            timeout = max(timeout, FIRST_ANSWER_TIMEOUT)
+        end = now + timeout
         if deadline is not None:
             if not last:
                 end = min(end, _share_end(now, deadline))
@@ -763,7 +803,7 @@ class FirnClient:
                 if i > 0:
                     with self._mu:
                         self._stats["failovers"] += 1
-                a = self._start_attempt(deadline, i == len(eps) - 1, refill)
+                a = self._start_attempt(deadline, i == len(eps) - 1, refill, not ep.answered)
                 err = None
                 try:
                     v = fn(a, ep)
@@ -772,6 +812,7 @@ class FirnClient:
                 ran, missed, cut = self._end_attempt(a)
                 if err is None:
                     ep.retry_until = 0.0
+                    ep.answered = True
                     self._active = ep
                     return v, ep
                 if self._closed:
@@ -1313,7 +1354,7 @@ class FirnClient:
                     owners[o.section] = o.address
             m = (g.sections, owners)
         with self._seq_lock:
-            self._seq_map = m
+            self._seq_map = _keeping_known(m, self._seq_map)
             self._seq_loaded = True
             self._seq_loaded_at = _mono()
         return True
@@ -1354,11 +1395,13 @@ class FirnClient:
         order = [e for e in eps if e.usable(now)] + [e for e in eps if not e.usable(now)]
         return order[any_n % len(order)].addr
 
-    def _seq_stub(self, addr):
+    def _seq_owner(self, addr):
+        """Where a sequence call to addr goes (.stub, .answered): the
+        endpoint when addr is one, else a connection dialled on demand."""
         with self._ep_lock:
             for ep in self._eps:
                 if ep.addr == addr:
-                    return ep.stub
+                    return ep
         with self._seq_lock:
             if self._closed:
                 raise E.closed_error()
@@ -1368,9 +1411,9 @@ class FirnClient:
                     ch = grpc.secure_channel(addr, self._creds, options=self._options)
                 else:
                     ch = grpc.insecure_channel(addr, options=self._options)
-                c = (ch, pb_grpc.IDServiceStub(ch))
+                c = _OwnerConn(ch)
                 self._seq_conns[addr] = c
-            return c[1]
+            return c
 
     def _seq_do(self, key, timeout, call):
         if self._closed:
@@ -1389,14 +1432,15 @@ class FirnClient:
             if not addr:
                 err = FirnError(E.UNAVAILABLE, "no endpoint", code=_SC.UNAVAILABLE)
             else:
-                stub = self._seq_stub(addr)
-                a = self._start_attempt(deadline, True, False)
+                owner = self._seq_owner(addr)
+                a = self._start_attempt(deadline, True, False, not owner.answered)
                 try:
-                    v = call(a, stub, addr)
+                    v = call(a, owner.stub, addr)
                 except FirnError as e:
                     err = e
                 self._end_attempt(a)
                 if err is None:
+                    owner.answered = True
                     if self._closed:
                         raise E.closed_error()
                     return v

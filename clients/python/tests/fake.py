@@ -41,6 +41,8 @@ class FakeNode(pb_grpc.IDServiceServicer):
     refuse: None, or a function (method name, request) -> Refuse or None.
     hang: an Event; while set, ID calls wait for it to clear (or their
     deadline).
+    delay: seconds each ID call (NextIDs, NextRange) waits before it
+    answers.
     range_unimplemented: answer NextRange UNIMPLEMENTED.
     """
 
@@ -51,6 +53,7 @@ class FakeNode(pb_grpc.IDServiceServicer):
         self.refuse = None
         self.hang = threading.Event()
         self.released = threading.Event()
+        self.delay = 0.0
         self.range_unimplemented = False
         self.calls = {}
         self.seq = {}
@@ -80,6 +83,8 @@ class FakeNode(pb_grpc.IDServiceServicer):
                 self.released.wait(0.01)
             if not context.is_active():
                 context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "hung")
+        if self.delay and name in ("NextIDs", "NextRange"):
+            self.released.wait(self.delay)
 
     def _take(self, n):
         with self.lock:

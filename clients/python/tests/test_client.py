@@ -6,7 +6,7 @@ import grpc
 
 from firn_client import FirnClient, FirnError, Run, fnv1a64
 from firn_client import errors as E
-from firn_client.client import _Batch, _runs_of, _runs_of_indexes, _sort_runs
+from firn_client.client import _Batch, _keeping_known, _runs_of, _runs_of_indexes, _sort_runs
 
 from .fake import FakeNode, Refuse, status_details
 
@@ -42,6 +42,21 @@ class _FakeRpcError(grpc.RpcError):
 
     def trailing_metadata(self):
         return self._t
+
+
+class SeqMapTest(unittest.TestCase):
+    def test_keeping_known(self):
+        # An owner learned from WRONG_NODE survives a map read from a node
+        # that names no owner of that section; an owner the read names wins;
+        # a map of another shape replaces the old one whole.
+        old = (3, ["a:1", "b:1", ""])
+        read = (3, ["", "c:1", ""])
+        self.assertEqual(_keeping_known(read, old), (3, ["a:1", "c:1", ""]))
+        self.assertEqual(read, (3, ["", "c:1", ""]))
+        other = (2, ["", ""])
+        self.assertIs(_keeping_known(other, old), other)
+        self.assertIs(_keeping_known(read, None), read)
+        self.assertIsNone(_keeping_known(None, old))
 
 
 class ErrorsTest(unittest.TestCase):
@@ -366,6 +381,29 @@ class NodeTest(unittest.TestCase):
             return ["127.0.0.1"]
         with FirnClient(["dns:///firn.test:%d" % a.port], lookup=lookup, call_timeout=0.3) as c:
             self.assertGreaterEqual(c.next(3), 1)
+
+    def test_slow_first_answer_within_callers_deadline(self):
+        # An endpoint whose first answer takes longer than call_timeout (as
+        # a cold connection and TLS handshake on a loaded machine do)
+        # serves a caller whose deadline has room: until the endpoint has
+        # answered once, the round's last attempt is not bounded by
+        # call_timeout. Once it has answered, an answer slower than
+        # call_timeout fails the attempt as before.
+        for name, first in [("next_n", lambda c: c.next_n(5000, 3)), ("next", lambda c: c.next(3))]:
+            with self.subTest(name):
+                n = self.node(start=1 << 40)
+                n.delay = 0.7
+                with FirnClient([n.addr], call_timeout=0.3, max_age=5) as c:
+                    t0 = time.monotonic()
+                    try:
+                        first(c)
+                    except FirnError as e:
+                        self.fail("first call, %.0f ms after it began: %s (the endpoint's first answer "
+                                  "takes 700 ms, the caller allows 3 s)" % ((time.monotonic() - t0) * 1000, e))
+                    # Answered: the next fetch is bounded by call_timeout again.
+                    with self.assertRaises(FirnError) as cm:
+                        c.next_n(1 << 20, 3)
+                    self.assertIn("no answer within", str(cm.exception))
 
     def test_dns_name(self):
         a = self.node(start=1 << 50)

@@ -35,6 +35,8 @@ final class Endpoint {
    */
   final AtomicLong retryUntil = new AtomicLong();
   final AtomicBoolean probing = new AtomicBoolean();
+  /** An attempt at it succeeded: see FirnClient's FIRST_ANSWER_TIMEOUT. */
+  final AtomicBoolean answered = new AtomicBoolean();
   volatile FirnException.Details refusal;
   /** Largest NextIDs / NextRange counts: 0 not learnt, -1 unknown. */
   final AtomicLong maxBatch = new AtomicLong();
@@ -64,6 +66,7 @@ final class Endpoint {
   /** It answered: whatever it asked the client to wait for is over. */
   void served() {
     retryUntil.set(0);
+    answered.set(true);
   }
 
   void stop() {

@@ -121,6 +121,13 @@ public final class FirnClient implements AutoCloseable {
   // Timing constants, as the Go client's.
   private static final long DOWN_FOR = 1000 * MS;
   private static final long MIN_ATTEMPT = 10 * MS;
+  /**
+   * Bounds, in place of a shorter callTimeout, the round's last attempt at
+   * an endpoint that has not answered yet: its connection, TLS handshake
+   * and first calls are inside it, and a JVM starting on a loaded machine
+   * can take seconds over them. A caller's deadline still cuts it.
+   */
+  static final long FIRST_ANSWER_TIMEOUT = 10_000 * MS;
   private static final long MAX_RETRY_WAIT = 5000 * MS;
   private static final long LACKING_FOR = 30_000 * MS;
   private static final long RANGE_RETRY = 60_000 * MS;
@@ -212,6 +219,7 @@ public final class FirnClient implements AutoCloseable {
   private final AtomicBoolean seqRefreshing = new AtomicBoolean();
   private final Object seqLoadMu = new Object();
   private final ConcurrentHashMap<String, ManagedChannel> seqConns = new ConcurrentHashMap<>();
+  private final ConcurrentHashMap<String, AtomicBoolean> seqConnAnswered = new ConcurrentHashMap<>();
 
   // ---- stats ----
   private final AtomicLong failovers = new AtomicLong();
@@ -889,9 +897,10 @@ public final class FirnClient implements AutoCloseable {
     return now + Math.max((d - now) / 2, MIN_ATTEMPT);
   }
 
-  private Attempt startAttempt(long callerDeadline, boolean last, boolean refill) {
+  /** fresh: the endpoint has not answered yet (see FIRST_ANSWER_TIMEOUT). */
+  private Attempt startAttempt(long callerDeadline, boolean last, boolean refill, boolean fresh) {
     long now = mono();
-    long end = now + callTimeout;
+    long end = now + (fresh && last ? Math.max(callTimeout, FIRST_ANSWER_TIMEOUT) : callTimeout);
     if (callerDeadline != NO_DEADLINE) {
       if (!last) {
         end = Math.min(end, shareEnd(now, callerDeadline));
@@ -1108,7 +1117,7 @@ public final class FirnClient implements AutoCloseable {
         if (i > 0) {
           failovers.incrementAndGet();
         }
-        Attempt a = startAttempt(deadline, i == list.size() - 1, refill);
+        Attempt a = startAttempt(deadline, i == list.size() - 1, refill, !ep.answered.get());
         Fetched f = null;
         RuntimeException err = null;
         try {
@@ -1286,7 +1295,7 @@ public final class FirnClient implements AutoCloseable {
       FirnException.Details last = null;
       for (int i = 0; i < r.eps.size(); i++) {
         Endpoint ep = r.eps.get(i);
-        Attempt a = startAttempt(deadline, i == r.eps.size() - 1, false);
+        Attempt a = startAttempt(deadline, i == r.eps.size() - 1, false, !ep.answered.get());
         try {
           InfoResponse resp = a.call(() -> ep.ids.withDeadline(a.deadline).info(InfoRequest.getDefaultInstance()));
           endAttempt(a);
@@ -1589,6 +1598,27 @@ public final class FirnClient implements AutoCloseable {
     int section(byte[] key) {
       return sections == 0 ? -1 : (int) Long.remainderUnsigned(fnv1a64(key), sections);
     }
+
+    /**
+     * This map, but where it names no owner of a section that old (of as
+     * many sections) names, old's: an owner a WRONG_NODE named is not
+     * forgotten by a map read from a node that does not know it.
+     */
+    SeqMap keepingKnown(SeqMap old) {
+      if (old == null || old.sections != sections) {
+        return this;
+      }
+      String[] o = null;
+      for (int i = 0; i < owners.length; i++) {
+        if (owners[i] == null && old.owners[i] != null) {
+          if (o == null) {
+            o = Arrays.copyOf(owners, owners.length);
+          }
+          o[i] = old.owners[i];
+        }
+      }
+      return o == null ? this : new SeqMap(sections, o);
+    }
   }
 
   /** FNV-1a, 64-bit, over the key's bytes: a key's section is fnv1a64(key) mod sections. */
@@ -1714,8 +1744,9 @@ public final class FirnClient implements AutoCloseable {
         throw new FirnException(Reason.UNAVAILABLE, null, null, null, "client: no endpoint to ask", null);
       }
       IDServiceGrpc.IDServiceBlockingStub stub = seqStub(addr);
+      AtomicBoolean answered = seqAnswered(addr);
       long now = mono();
-      long sent = Math.min(now + callTimeout, end);
+      long sent = Math.min(now + (answered.get() ? callTimeout : Math.max(callTimeout, FIRST_ANSWER_TIMEOUT)), end);
       Attempt a = new Attempt(now, sent, true, false);
       allAttempts.add(a);
       if (closing) {
@@ -1726,6 +1757,7 @@ public final class FirnClient implements AutoCloseable {
       try {
         T out = a.call(() -> rpc.call(stub.withDeadline(a.deadline), k));
         endAttempt(a);
+        answered.set(true);
         return out;
       } catch (StatusRuntimeException e) {
         missed = endAttempt(a)[0];
@@ -1851,6 +1883,16 @@ public final class FirnClient implements AutoCloseable {
     seqMap = new SeqMap(m.sections, owners);
   }
 
+  /** Whether the connection to addr answered a call yet (see FIRST_ANSWER_TIMEOUT). */
+  private AtomicBoolean seqAnswered(String addr) {
+    for (Endpoint ep : eps) {
+      if (ep.addr.equals(addr)) {
+        return ep.answered;
+      }
+    }
+    return seqConnAnswered.computeIfAbsent(addr, a -> new AtomicBoolean());
+  }
+
   private IDServiceGrpc.IDServiceBlockingStub seqStub(String addr) {
     for (Endpoint ep : eps) {
       if (ep.addr.equals(addr)) {
@@ -1906,13 +1948,15 @@ public final class FirnClient implements AutoCloseable {
     // while the refresh is in flight (seqHint replaces the map) is newer
     // than what the refresh brings, which may come from the very node that
     // said it does not own the section; the refresh then leaves the map be.
+    // A hint learned before the refresh began is kept where the map read
+    // names no owner (keepingKnown).
     SeqMap before = seqMap;
     try {
       exec.execute(() -> {
         try {
           SeqMap m = seqMapOf(info0(mono() + 2 * callTimeout), generator);
           if ((m.sections > 0 || seqMap == null) && seqMap == before) {
-            seqMap = m;
+            seqMap = m.keepingKnown(before);
           }
         } catch (RuntimeException e) {
           // keep the old map
@@ -2071,7 +2115,12 @@ public final class FirnClient implements AutoCloseable {
       return this;
     }
 
-    /** The longest an attempt at one endpoint may take (default 1 s; 10 ms to 5 min). */
+    /**
+     * The longest an attempt at one endpoint may take (default 1 s; 10 ms to
+     * 5 min). Until an endpoint has answered once, the round's last attempt
+     * at it may take 10 s if this is shorter: its connection, TLS handshake
+     * and first calls are inside it (the caller's deadline still cuts it).
+     */
     public Builder callTimeout(Duration d) {
       callTimeout = d;
       return this;

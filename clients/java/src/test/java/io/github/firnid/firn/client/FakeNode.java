@@ -40,6 +40,8 @@ public final class FakeNode implements AutoCloseable {
   volatile Duration shedRetry = Duration.ofMillis(200);
   volatile String refuseReason; // UNAVAILABLE with this reason when set
   volatile boolean hang;
+  /** NextRange and NextIDs answer after this many milliseconds. */
+  volatile long delayMs;
   volatile boolean noRange;
   /** A sequence generator "chats" with one section: its owner's address (null: this node), how many
    * calls answer SECTION_MOVING first, and whether Info names the owner. */
@@ -98,6 +100,14 @@ public final class FakeNode implements AutoCloseable {
     calls.incrementAndGet();
     if (hang) {
       return true; // never answers
+    }
+    long delay = delayMs;
+    if (delay > 0) {
+      try {
+        Thread.sleep(delay);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
     }
     if (shed) {
       Duration d = shedRetry;

@@ -1,8 +1,10 @@
 package io.github.firnid.firn.client;
 
+import static org.junit.Assert.assertArrayEquals;
 import static org.junit.Assert.assertEquals;
 import static org.junit.Assert.assertFalse;
 import static org.junit.Assert.assertNotNull;
+import static org.junit.Assert.assertSame;
 import static org.junit.Assert.assertTrue;
 import static org.junit.Assert.fail;
 
@@ -516,6 +518,51 @@ public class FirnClientTest {
         assertTrue(c.next(Duration.ofSeconds(3)) >= 1);
       }
     }
+  }
+
+  @Test
+  public void aSlowFirstAnswerServesWithinTheCallersDeadline() throws Exception {
+    // The endpoint's answers take longer than the call timeout (as a cold
+    // connection and TLS handshake on a loaded machine do): until it has
+    // answered once, the round's last attempt is not bounded by the call
+    // timeout, so callers whose deadlines have room are served. Once it
+    // has answered, a slow answer fails the attempt at the call timeout.
+    for (boolean buffered : new boolean[] {true, false}) {
+      try (FakeNode node = new FakeNode(1)) {
+        node.delayMs = 700;
+        try (FirnClient c = FirnClient.builder().endpoints(node.addr()).callTimeout(Duration.ofMillis(300))
+            .maxAge(Duration.ofSeconds(5)).build()) {
+          long t0 = System.nanoTime();
+          try {
+            if (buffered) {
+              assertTrue(c.next(Duration.ofSeconds(3)) >= 1);
+            } else {
+              assertEquals(5000, c.nextN(5000, Duration.ofSeconds(3)).length);
+            }
+          } catch (FirnException e) {
+            fail("first call (" + (buffered ? "next" : "nextN") + "), " + (System.nanoTime() - t0) / 1_000_000
+                + "ms after it began: " + e.getMessage());
+          }
+          FirnException e = expect(null, () -> c.nextN(50_000, Duration.ofSeconds(3)));
+          assertTrue(e.getMessage(), e.getMessage().contains("no answer within"));
+        }
+      }
+    }
+  }
+
+  @Test
+  public void aMapReadAgainKeepsAnOwnerItDoesNotName() {
+    // An owner learned from WRONG_NODE survives a refresh read from a node
+    // that names no owner of that section (the race that made the next test
+    // redirect twice: a refresh begun just after the hint); an owner the
+    // read names wins; a map of another shape replaces the old one whole.
+    FirnClient.SeqMap old = new FirnClient.SeqMap(3, new String[] {"a:1", "b:1", null});
+    FirnClient.SeqMap read = new FirnClient.SeqMap(3, new String[] {null, "c:1", null});
+    assertArrayEquals(new String[] {"a:1", "c:1", null}, read.keepingKnown(old).owners);
+    assertArrayEquals(new String[] {null, "c:1", null}, read.owners);
+    FirnClient.SeqMap other = new FirnClient.SeqMap(2, new String[] {null, null});
+    assertSame(other, other.keepingKnown(old));
+    assertSame(read, read.keepingKnown(null));
   }
 
   @Test
