@@ -30,7 +30,14 @@ export interface FirnClientOptions {
   generator?: string;
   /** Absent: plain text. ca alone: TLS; with cert and key: mTLS. */
   tls?: TlsOptions | null;
-  /** The longest any one attempt at an endpoint may take (default 1000 ms). */
+  /**
+   * The longest any one attempt at an endpoint may take (default 1000 ms).
+   * Until an endpoint has answered once, the round's last attempt at it
+   * gets 10 s if callTimeoutMs is shorter: its connection, TLS handshake
+   * and first calls are inside that attempt, and a process starting on a
+   * loaded machine can take seconds over them (the caller's deadline still
+   * cuts it).
+   */
   callTimeoutMs?: number;
   /** No buffered ID is handed out later than this after its fetch began (default 100 ms). */
   maxAgeMs?: number;
@@ -83,6 +90,11 @@ const now = () => performance.now();
 // Constants, as the Go client's.
 const DOWN_FOR = 1000;
 const MIN_ATTEMPT = 10;
+// Bounds, in place of a shorter callTimeout, the last attempt of a round
+// at an endpoint that has not answered yet: its connection, TLS handshake
+// and first calls are inside it, and a process starting on a loaded
+// machine can take seconds over them. A caller's deadline still cuts it.
+const FIRST_ANSWER_TIMEOUT = 10000;
 const WATCH_RETRY_MIN = 100;
 const WATCH_RETRY_MAX = 5000;
 const MAX_RETRY_WAIT = 5000;
@@ -147,8 +159,20 @@ class Attempt {
   }
 }
 
+/** What has answered or not: an endpoint, or an owner's connection (see FIRST_ANSWER_TIMEOUT). */
+interface Answered {
+  answered: boolean;
+}
+
+/** A connection to a section owner that is not an endpoint. */
+interface OwnerConn extends Answered {
+  client: any;
+}
+
 class Endpoint {
   status = HEALTH_UNKNOWN;
+  /** An attempt at it succeeded (see FIRST_ANSWER_TIMEOUT). */
+  answered = false;
   heard = false;
   noHealth = false;
   downUntil = 0;
@@ -176,6 +200,7 @@ class Endpoint {
 
   served(): void {
     this.retryUntil = 0;
+    this.answered = true;
   }
 
   stop(): void {
@@ -239,9 +264,21 @@ interface Fetched {
   start: number;
 }
 
-interface SeqMap {
+export interface SeqMap {
   sections: number; // 0: not known to be a sequence generator
   owners: string[]; // section → owner's gRPC address ("" unknown)
+}
+
+/**
+ * m, but where it names no owner of a section that old (of as many
+ * sections) names, old's: an owner a WRONG_NODE named (seqHint) is not
+ * forgotten by a map read from a node that does not know it. (Exported for
+ * the unit tests; not part of the package's API.)
+ */
+export function keepingKnown(m: SeqMap, old: SeqMap | undefined): SeqMap {
+  if (!old || old.sections !== m.sections) return m;
+  if (!m.owners.some((o, i) => o === "" && old.owners[i] !== "")) return m;
+  return { sections: m.sections, owners: m.owners.map((o, i) => (o === "" ? old.owners[i] : o)) };
 }
 
 /** The caller's bounds, in monotonic time. */
@@ -308,7 +345,7 @@ export class FirnClient {
 
   // Sequences.
   private seqMap: SeqMap | undefined;
-  private seqConns = new Map<string, any>();
+  private seqConns = new Map<string, OwnerConn>();
   private seqLoading: Promise<void> | undefined;
   private seqLastLoad = 0;
   private seqTimer: NodeJS.Timeout | undefined;
@@ -930,10 +967,15 @@ export class FirnClient {
     this.log(`endpoint ${ep.addr} does not run generator ${JSON.stringify(this.generator)}: ${err.message}`);
   }
 
-  /** Starts an attempt: its deadline CallTimeout, or the caller's share while another endpoint follows. */
-  private startAttempt(b: Bound, last: boolean, refill: boolean): Attempt {
+  /**
+   * Starts an attempt: its deadline CallTimeout, or the caller's share
+   * while another endpoint follows. fresh says the endpoint has not
+   * answered yet: the round's last attempt then gets FIRST_ANSWER_TIMEOUT
+   * if CallTimeout is shorter.
+   */
+  private startAttempt(b: Bound, last: boolean, refill: boolean, fresh: boolean): Attempt {
     const t = now();
-    let end = t + this.callTimeout;
+    let end = t + (fresh && last ? Math.max(this.callTimeout, FIRST_ANSWER_TIMEOUT) : this.callTimeout);
     if (b.deadline !== undefined) {
       if (!last) end = Math.min(end, shareEnd(t, b.deadline));
       end = Math.min(end, b.deadline);
@@ -960,14 +1002,20 @@ export class FirnClient {
     return a;
   }
 
-  private endAttempt(a: Attempt): { ran: number; missed: boolean; cut: boolean } {
+  /** Ends an attempt; err is how it failed, if it did. */
+  private endAttempt(a: Attempt, err?: FirnError): { ran: number; missed: boolean; cut: boolean } {
     this.attempts.delete(a);
     this.directAttempts.delete(a);
     if (a.timer) clearTimeout(a.timer);
     a.unhook?.();
     const t = now();
     const cut = a.cause === "cut";
-    const missed = !cut && a.cause !== "closed" && a.cause !== "caller" && t >= a.sent - 1;
+    // grpc-js times the deadline sent against the event loop's cached
+    // clock, so it can end the call a few ms before a.sent: a
+    // DEADLINE_EXCEEDED that nothing of the client's caused is that
+    // deadline running out.
+    const missed = !cut && a.cause !== "closed" && a.cause !== "caller" &&
+      (t >= a.sent - 1 || (!a.cause && err?.code === S.DEADLINE_EXCEEDED));
     if (!a.cause) a.cause = "caller"; // ended: later cuts do nothing
     return { ran: t - a.start, missed, cut };
   }
@@ -1028,7 +1076,7 @@ export class FirnClient {
       for (let i = 0; i < r.eps.length; i++) {
         const ep = r.eps[i];
         if (i > 0) this.st.failovers++;
-        const a = this.startAttempt(b, i === r.eps.length - 1, refill);
+        const a = this.startAttempt(b, i === r.eps.length - 1, refill, !ep.answered);
         callersTime = b.deadline !== undefined && a.sent >= b.deadline;
         let runs: Run[] | undefined, start = 0, err: FirnError | undefined;
         try {
@@ -1036,7 +1084,7 @@ export class FirnClient {
         } catch (e) {
           err = e instanceof FirnError ? e : fromGrpc(e, ep.addr);
         }
-        const { ran, missed, cut } = this.endAttempt(a);
+        const { ran, missed, cut } = this.endAttempt(a, err);
         if (!err) {
           ep.served();
           if (this.active !== ep) {
@@ -1212,14 +1260,14 @@ export class FirnClient {
       let notFound = 0;
       for (let i = 0; i < r.eps.length; i++) {
         const ep = r.eps[i];
-        const a = this.startAttempt(b, i === r.eps.length - 1, false);
+        const a = this.startAttempt(b, i === r.eps.length - 1, false, !ep.answered);
         let v: T | undefined, err: FirnError | undefined;
         try {
           v = await call(a, ep);
         } catch (e) {
           err = e instanceof FirnError ? e : fromGrpc(e, ep.addr);
         }
-        const { ran, missed, cut } = this.endAttempt(a);
+        const { ran, missed, cut } = this.endAttempt(a, err);
         if (!err) {
           ep.served();
           return v as T;
@@ -1290,15 +1338,19 @@ export class FirnClient {
       if (addr === "") {
         err = new FirnError("no endpoint: the DNS names given resolved to no address yet", { reason: "ERROR_REASON_UNSPECIFIED", code: S.UNAVAILABLE });
       } else {
-        const client = this.seqConn(addr);
-        const a = this.startAttempt(b, true, false);
+        const o = this.seqConn(addr);
+        // The round's last attempt: nothing follows a section's owner.
+        const a = this.startAttempt(b, true, false, !o.owner.answered);
         try {
-          await call(client, a, addr);
+          await call(o.client, a, addr);
         } catch (e) {
           err = e instanceof FirnError ? e : fromGrpc(e, addr);
         }
         this.endAttempt(a);
-        if (!err) return;
+        if (!err) {
+          o.owner.answered = true;
+          return;
+        }
       }
       if (this.closed) throw closedError();
       if (boundDone(b)) throw deadlineError(err);
@@ -1392,20 +1444,24 @@ export class FirnClient {
     this.seqMap = { sections: m.sections, owners };
   }
 
-  /** The client for addr: an endpoint's, or an owner's dialled on demand. */
-  private seqConn(addr: string): any {
-    for (const ep of this.eps) if (ep.addr === addr) return ep.ids;
-    let c = this.seqConns.get(addr);
-    if (!c) {
+  /**
+   * The client for addr: an endpoint's, or an owner's dialled on demand;
+   * and whether that endpoint or connection has answered yet.
+   */
+  private seqConn(addr: string): { client: any; owner: Answered } {
+    for (const ep of this.eps) if (ep.addr === addr) return { client: ep.ids, owner: ep };
+    let oc = this.seqConns.get(addr);
+    if (!oc) {
       const p = protos();
-      c = new p.IDService(addr, this.creds, {
+      const client = new p.IDService(addr, this.creds, {
         "grpc.max_receive_message_length": 16 << 20,
         "grpc.keepalive_time_ms": 20000,
         "grpc.keepalive_timeout_ms": 5000,
       });
-      this.seqConns.set(addr, c);
+      oc = { client, answered: false };
+      this.seqConns.set(addr, oc);
     }
-    return c;
+    return { client: oc.client, owner: oc };
   }
 
   private async seqEnsureMap(b: Bound): Promise<void> {
@@ -1430,10 +1486,12 @@ export class FirnClient {
     } catch (e) {
       if (this.closed) throw e;
       let got = false;
-      for (const [addr, c] of this.seqConns) {
-        const a = this.startAttempt({ deadline: undefined, signal: undefined }, true, false);
+      for (const [addr, oc] of this.seqConns) {
+        // Under b, as the Go client: the caller's deadline cuts a fresh owner's 10 s.
+        const a = this.startAttempt(b, true, false, !oc.answered);
         try {
-          info = await this.unary<any>(c, "Info", {}, a, addr);
+          info = await this.unary<any>(oc.client, "Info", {}, a, addr);
+          oc.answered = true;
           got = true;
         } catch {
           // the next
@@ -1456,13 +1514,13 @@ export class FirnClient {
       }
       break;
     }
-    this.seqMap = m;
+    this.seqMap = keepingKnown(m, this.seqMap);
     this.st.seqRefreshes++;
     // Owners the map no longer names: their connections go.
-    const named = new Set(m.owners);
-    for (const [addr, c] of this.seqConns) {
+    const named = new Set(this.seqMap.owners);
+    for (const [addr, oc] of this.seqConns) {
       if (!named.has(addr)) {
-        c.close();
+        oc.client.close();
         this.seqConns.delete(addr);
       }
     }
@@ -1528,7 +1586,7 @@ export class FirnClient {
     if (this.seqTimer) clearInterval(this.seqTimer);
     if (this.seqKickTimer) clearTimeout(this.seqKickTimer);
     for (const ep of this.eps) ep.stop();
-    for (const c of this.seqConns.values()) c.close();
+    for (const oc of this.seqConns.values()) oc.client.close();
     this.seqConns.clear();
     this.closeP = Promise.resolve();
     return this.closeP;

@@ -296,3 +296,34 @@ test("an aborted signal ends a waiting call (DEADLINE) and a direct fetch", asyn
     }
   });
 });
+
+// As the Go client's TestSlowFirstAnswerWithinCallersDeadline: an endpoint
+// whose first answer takes longer than callTimeoutMs (as a cold connection
+// and TLS handshake on a loaded machine do) serves a caller whose deadline
+// has room: until the endpoint has answered once, the round's last attempt
+// is not bounded by callTimeoutMs. Once it has answered, an answer slower
+// than callTimeoutMs fails the attempt as before.
+for (const [name, call] of [
+  ["nextN", (c: FirnClient) => c.nextN(5000, { deadlineMs: 3000 })],
+  ["next", (c: FirnClient) => c.next({ deadlineMs: 3000 })],
+] as const) {
+  test(`a slow first answer within the caller's deadline (${name})`, async () => {
+    await withNodes(1, async ([a]) => {
+      a.delayMs = 700;
+      const c = new FirnClient({ endpoints: [a.addr], callTimeoutMs: 300, maxAgeMs: 5000 });
+      try {
+        const t0 = performance.now();
+        try {
+          await call(c);
+        } catch (e) {
+          assert.fail(`first call, ${Math.round(performance.now() - t0)}ms after it began: ${e} (the endpoint's first answer takes 700ms, the caller allows 3s)`);
+        }
+        // Answered: the next fetch is bounded by callTimeoutMs again.
+        const e = await rejects(c.nextN(1 << 20, { deadlineMs: 3000 }));
+        assert.match(e.message, /no answer within/, `a 700ms answer after the first, callTimeoutMs 300: ${e.message}`);
+      } finally {
+        await c.close();
+      }
+    });
+  });
+}

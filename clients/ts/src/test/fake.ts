@@ -39,14 +39,18 @@ export class FakeNode {
   handlers: Record<string, Handler> = {};
   calls: Record<string, number> = {};
   health: string = "SERVING";
+  /** How long the ID calls (NextRange, NextIDs, NextID) hold their answer back (ms). */
+  delayMs = 0;
   generators: any[] = [{ name: "default", is_default: true, max_batch: 100000, max_range: "1000000", kind: "snowflake" }];
 
   constructor() {
     const p = protos();
+    const idCalls = new Set(["NextRange", "NextIDs", "NextID"]);
     const unary = (name: string, dflt: Handler) => (call: any, cb: grpc.sendUnaryData<any>) => {
       this.calls[name] = (this.calls[name] ?? 0) + 1;
       const h = this.handlers[name] ?? dflt;
-      Promise.resolve()
+      const delay = idCalls.has(name) ? this.delayMs : 0;
+      (delay > 0 ? new Promise<void>((r) => setTimeout(r, delay).unref()) : Promise.resolve())
         .then(() => h(call.request))
         .then((resp) => {
           if (resp !== undefined) cb(null, resp);

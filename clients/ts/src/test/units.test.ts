@@ -6,6 +6,7 @@ import { Batch, sortRuns, runsOf } from "../runs";
 import { FirnError, decodeDetails, fromGrpc } from "../errors";
 import { protos } from "../proto";
 import { firnError } from "./fake";
+import { keepingKnown } from "../client";
 
 test("fnv1a64 matches the Go seq package's Hash", () => {
   // Printed by seq.Hash (seq/seq.go) for these keys, with Hash % 8.
@@ -85,4 +86,17 @@ test("an error without details has no reason; another domain's reason is not fir
   const info = p.errorInfo.encode(p.errorInfo.fromObject({ reason: "OVERLOADED", domain: "other" })).finish();
   md.set("grpc-status-details-bin", Buffer.from(p.status.encode(p.status.fromObject({ code: 8, details: [{ type_url: "type.googleapis.com/google.rpc.ErrorInfo", value: info }] })).finish()));
   assert.equal(fromGrpc({ code: 8, details: "x", metadata: md }).reason, "ERROR_REASON_UNSPECIFIED");
+});
+
+test("a section map read again keeps an owner it does not name", () => {
+  // An owner learned from WRONG_NODE survives a map read from a node that
+  // names no owner of that section; an owner the read names wins; a map of
+  // another shape replaces the old one whole.
+  const old = { sections: 3, owners: ["a:1", "b:1", ""] };
+  const read = { sections: 3, owners: ["", "c:1", ""] };
+  assert.deepEqual(keepingKnown(read, old).owners, ["a:1", "c:1", ""]);
+  assert.deepEqual(read.owners, ["", "c:1", ""]);
+  const other = { sections: 2, owners: ["", ""] };
+  assert.equal(keepingKnown(other, old), other);
+  assert.equal(keepingKnown(read, undefined), read);
 });
