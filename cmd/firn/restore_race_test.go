@@ -105,15 +105,18 @@ func startRaceZooKeeper(t *testing.T) raceCoord {
 }
 
 // The nodes' timing: restoreLayout (two worker IDs: node 2 takes node 1's
-// worker 0, free in the copy) with the default lease TTL and window (5 s
-// each; what the reproduction ran). Not restoreNodeArgs' 2 s TTL: on etcd
-// a node cut off stops serving once its own lease TTL passes unrenewed,
-// and with 2 s that leaves node 2 (the restore takes 1–2 s) a few hundred
-// milliseconds to take node 1's worker while node 1 still serves. With
-// 5 s the nodes serve until their reservation runs out on either backend.
+// worker 0, free in the copy) with a lease TTL and window of 8 s each (the
+// reproduction ran the defaults, 5 s). Not restoreNodeArgs' 2 s TTL: on
+// etcd a node cut off stops serving once its own lease TTL passes
+// unrenewed, and with 2 s that leaves node 2 (the restore takes 1–2 s) a
+// few hundred milliseconds to take node 1's worker while node 1 still
+// serves. The nodes serve until their reservation runs out on either
+// backend; node 2 must take the worker before that. With 5 s, a loaded
+// machine missed it: ZooKeeper's restore (a JVM started) took 4 s and
+// node 2's take another second, 15 ms after node 1's reservation ended.
 const (
-	raceWindow = 5 * time.Second
-	raceTTL    = 5 * time.Second
+	raceWindow = 8 * time.Second
+	raceTTL    = 8 * time.Second
 )
 
 // raceNodeArgs are the race's node flags. Two nodes on one machine without
@@ -130,7 +133,7 @@ func raceNodeArgs(coord ...string) []string {
 // node 1 is resumed (sigstop) and how long node 1's load runs after that.
 const (
 	raceLoadBefore = 3 * time.Second
-	raceAfterFault = 12 * time.Second
+	raceAfterFault = 15 * time.Second
 	raceN2Serves   = 3 * time.Second
 	raceAfterCont  = 4 * time.Second
 	raceN2Ready    = 30 * time.Second // after the restored coordinator is up
