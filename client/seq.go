@@ -309,8 +309,8 @@ func (c *Client) seqRefresh(ctx context.Context) error {
 		}
 		c.seq.mu.Unlock()
 		for addr, oc := range conns {
-			a := c.startAttempt(ctx, true, false, !oc.answered.Load())
-			resp, ierr := firnv1.NewIDServiceClient(oc.cc).Info(a.ctx, &firnv1.InfoRequest{})
+			a := c.seqAttempt(ctx, oc.owner())
+			resp, ierr := oc.ids.Info(a.ctx, &firnv1.InfoRequest{})
 			c.endAttempt(a)
 			if ierr == nil {
 				oc.answered.Store(true)
@@ -379,8 +379,11 @@ func (c *Client) seqClose() error {
 // ownerConn is a connection to a section owner that is not an endpoint.
 type ownerConn struct {
 	cc       *grpc.ClientConn
+	ids      firnv1.IDServiceClient
 	answered atomic.Bool // a call on it succeeded (see firstAnswerTimeout)
 }
+
+func (oc *ownerConn) owner() seqOwner { return seqOwner{oc.ids, &oc.answered} }
 
 // seqOwner is where a sequence call goes: the owner's service and whether
 // that connection has answered yet.
@@ -413,7 +416,7 @@ func (c *Client) seqConn(addr string) (seqOwner, error) {
 		return seqOwner{}, ErrClosed
 	}
 	if oc, ok := c.seq.conns[addr]; ok {
-		return seqOwner{firnv1.NewIDServiceClient(oc.cc), &oc.answered}, nil
+		return oc.owner(), nil
 	}
 	cc, err := grpc.NewClient(addr, c.dial...)
 	if err != nil {
@@ -422,9 +425,9 @@ func (c *Client) seqConn(addr string) (seqOwner, error) {
 	if c.seq.conns == nil {
 		c.seq.conns = map[string]*ownerConn{}
 	}
-	oc := &ownerConn{cc: cc}
+	oc := &ownerConn{cc: cc, ids: firnv1.NewIDServiceClient(cc)}
 	c.seq.conns[addr] = oc
-	return seqOwner{firnv1.NewIDServiceClient(cc), &oc.answered}, nil
+	return oc.owner(), nil
 }
 
 // seqRoute is where a key goes: the hint (the owner a refusal named),

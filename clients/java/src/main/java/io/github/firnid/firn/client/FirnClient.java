@@ -1743,8 +1743,9 @@ public final class FirnClient implements AutoCloseable {
       if (addr == null) {
         throw new FirnException(Reason.UNAVAILABLE, null, null, null, "client: no endpoint to ask", null);
       }
-      IDServiceGrpc.IDServiceBlockingStub stub = seqStub(addr);
-      AtomicBoolean answered = seqAnswered(addr);
+      SeqTarget target = seqTarget(addr);
+      IDServiceGrpc.IDServiceBlockingStub stub = target.stub();
+      AtomicBoolean answered = target.answered();
       long now = mono();
       long sent = Math.min(now + (answered.get() ? callTimeout : Math.max(callTimeout, FIRST_ANSWER_TIMEOUT)), end);
       Attempt a = new Attempt(now, sent, true, false);
@@ -1883,20 +1884,13 @@ public final class FirnClient implements AutoCloseable {
     seqMap = new SeqMap(m.sections, owners);
   }
 
-  /** Whether the connection to addr answered a call yet (see FIRST_ANSWER_TIMEOUT). */
-  private AtomicBoolean seqAnswered(String addr) {
-    for (Endpoint ep : eps) {
-      if (ep.addr.equals(addr)) {
-        return ep.answered;
-      }
-    }
-    return seqConnAnswered.computeIfAbsent(addr, a -> new AtomicBoolean());
-  }
+  /** Where a sequence call goes, and whether that connection answered a call yet (see FIRST_ANSWER_TIMEOUT). */
+  private record SeqTarget(IDServiceGrpc.IDServiceBlockingStub stub, AtomicBoolean answered) {}
 
-  private IDServiceGrpc.IDServiceBlockingStub seqStub(String addr) {
+  private SeqTarget seqTarget(String addr) {
     for (Endpoint ep : eps) {
       if (ep.addr.equals(addr)) {
-        return ep.ids;
+        return new SeqTarget(ep.ids, ep.answered);
       }
     }
     ManagedChannel ch = seqConns.computeIfAbsent(addr, a -> {
@@ -1907,7 +1901,7 @@ public final class FirnClient implements AutoCloseable {
       ch.shutdownNow();
       throw closedError();
     }
-    return IDServiceGrpc.newBlockingStub(ch);
+    return new SeqTarget(IDServiceGrpc.newBlockingStub(ch), seqConnAnswered.computeIfAbsent(addr, a -> new AtomicBoolean()));
   }
 
   /** Loads the section map on the first sequence call; refreshes it in the background every 3 s of use. */
