@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/go-zookeeper/zk"
+
 	firnv1 "github.com/firnid/firn/client/firnv1"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/testing/etcdtest"
@@ -51,6 +53,26 @@ type restoreStory struct {
 	snapshot func()        // take the copy the restore goes back to
 	restore  func()        // kill the coordinator and restore it from the copy
 	describe func() string // the coordinator's log tail, for a failure
+	// traffic, where set, is other clients' writes after the copy
+	// (ZooKeeper: enough that a node's session has seen a zxid far past
+	// the copy's, so that the restored server refuses the node's session
+	// until it has expired: a fresh node's few writes do not catch up).
+	traffic func()
+}
+
+// zkTraffic creates and deletes a node n times through its own client.
+func zkTraffic(t *testing.T, s *zktest.Server, n int) {
+	t.Helper()
+	c := zktest.AdminConn(t, []string{s.Addr}, "")
+	defer c.Close()
+	for i := 0; i < n; i++ {
+		if _, err := c.Create("/firn-test-traffic", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatalf("traffic create: %v", err)
+		}
+		if err := c.Delete("/firn-test-traffic", -1); err != nil {
+			t.Fatalf("traffic delete: %v", err)
+		}
+	}
 }
 
 // TestRestoreEtcdSnapshot: a node serving on Debian's etcd 3.4 (one
@@ -102,6 +124,7 @@ func zkDataDirStory(t *testing.T) restoreStory {
 			put()
 		},
 		describe: func() string { return s.LogTail(30) },
+		traffic:  func() { zkTraffic(t, s, 250) },
 	}
 }
 

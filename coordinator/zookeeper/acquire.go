@@ -595,7 +595,12 @@ func (c *Coordinator) readMarker(ctx context.Context, p paths) (*coordinator.Res
 }
 
 func (c *Coordinator) readMarkerStat(ctx context.Context, p paths) (*coordinator.RestoreEvidence, *zk.Stat, error) {
-	data, st, err := c.get(ctx, p.restored())
+	return c.own().readMarkerStat(ctx, p)
+}
+
+// readMarkerStat is Coordinator.readMarkerStat through v.
+func (v via) readMarkerStat(ctx context.Context, p paths) (*coordinator.RestoreEvidence, *zk.Stat, error) {
+	data, st, err := v.get(ctx, p.restored())
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, nil, nil
 	}

@@ -292,23 +292,29 @@ func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEv
 		return err
 	}
 	p := c.paths(ev.Generator)
-	if err := c.ensurePath(ctx, p.base); err != nil {
+	v, done, err := c.answering(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := v.ensurePath(ctx, p.base); err != nil {
 		return err
 	}
 	data := coordinator.EncodeRestore(ev)
 	var last error
 	for round := 0; round < 8; round++ {
-		err := c.create(ctx, p.restored(), data, zk.FlagPersistent)
+		err := v.create(ctx, p.restored(), data, zk.FlagPersistent)
 		if err == nil {
 			c.log.Error("restore marker written: no node acquires for this generator until a bump clears it",
-				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap())
+				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap(),
+				"fresh_session", v.conn != nil)
 			return nil
 		}
 		if isPermanent(err) {
 			return unavailable("write restore marker", err)
 		}
 		last = err
-		d, st, err := c.get(ctx, p.restored())
+		d, st, err := v.get(ctx, p.restored())
 		if errors.Is(err, zk.ErrNoNode) {
 			continue
 		}
@@ -322,7 +328,7 @@ func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEv
 		if old, err := coordinator.DecodeRestore(p.restored(), d); err == nil && old.Gap() >= ev.Gap() {
 			return nil // the standing marker covers this evidence
 		}
-		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.client().Set(p.restored(), data, st.Version) })
+		err = v.set(ctx, p.restored(), data, st.Version)
 		if err == nil {
 			c.log.Error("restore marker replaced by evidence with a larger gap",
 				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap())

@@ -20,6 +20,20 @@ func (c *Coordinator) ReadCounter(ctx context.Context, spec coordinator.CounterS
 		return coordinator.CounterRecord{}, err
 	}
 	p := c.paths(spec.Generator)
+	v, done, err := c.answering(ctx)
+	if err != nil {
+		return coordinator.CounterRecord{}, err
+	}
+	defer done()
+	if v.conn != nil {
+		// A probe reads only: a generator with no counter yet waits for
+		// this client's session.
+		rec, err := v.readCounter(ctx, p, spec)
+		if errors.Is(err, zk.ErrNoNode) {
+			return rec, unavailable("read counter through a fresh session", fmt.Errorf("%s has no pin yet", p.base))
+		}
+		return rec, err
+	}
 	if err := c.ensurePath(ctx, p.base); err != nil {
 		return coordinator.CounterRecord{}, err
 	}
@@ -45,15 +59,21 @@ func (c *Coordinator) ReadCounter(ctx context.Context, spec coordinator.CounterS
 	}
 }
 
-// readCounter reads the marker, the pin and the counter; zk.ErrNoNode
-// (unwrapped) when there is no pin yet.
+// readCounter reads the marker, the pin and the counter through the
+// coordinator's own client; zk.ErrNoNode (unwrapped) when there is no pin
+// yet.
 func (c *Coordinator) readCounter(ctx context.Context, p paths, spec coordinator.CounterSpec) (coordinator.CounterRecord, error) {
-	if ev, err := c.readMarker(ctx, p); err != nil {
+	return c.own().readCounter(ctx, p, spec)
+}
+
+// readCounter is Coordinator.readCounter through v.
+func (v via) readCounter(ctx context.Context, p paths, spec coordinator.CounterSpec) (coordinator.CounterRecord, error) {
+	if ev, _, err := v.readMarkerStat(ctx, p); err != nil {
 		return coordinator.CounterRecord{}, err
 	} else if ev != nil {
 		return coordinator.CounterRecord{}, &coordinator.RestoredError{Evidence: *ev}
 	}
-	data, _, err := c.get(ctx, p.pin())
+	data, _, err := v.get(ctx, p.pin())
 	if errors.Is(err, zk.ErrNoNode) {
 		return coordinator.CounterRecord{}, zk.ErrNoNode
 	}
@@ -67,7 +87,7 @@ func (c *Coordinator) readCounter(ctx context.Context, p paths, spec coordinator
 	if err := pin.Check(spec.PinSpec()); err != nil {
 		return coordinator.CounterRecord{}, err
 	}
-	data, st, err := c.get(ctx, p.counter())
+	data, st, err := v.get(ctx, p.counter())
 	if errors.Is(err, zk.ErrNoNode) {
 		return coordinator.CounterRecord{}, fmt.Errorf("%w: generator %q is pinned to %q but %s is absent",
 			segment.ErrCounter, spec.Generator, pin.Layout, p.counter())

@@ -89,6 +89,16 @@
 // reservation the restored data shows for them is compared with what the
 // node acknowledged, and a restore marker written.
 //
+// Meanwhile, and whenever the client has no session, ReadCounter and
+// MarkRestored go through a probe: a short-lived client with a fresh state,
+// which the restored server takes, synced before it reads (a follower
+// behind the leader must not show an older counter, which the node would
+// take for a restore). A node that saw the writes a restore lost thus
+// finds a segment counter rolled back within a read period of the
+// server's return, not a session timeout later, while a fresh node's
+// claims are still settling. A probe's answers do not count for the
+// session (Lease.Assured).
+//
 // Hazards: the client library has no per-request deadline. A call given up
 // on (Config.Timing.Timeout) stays queued and may still be applied later;
 // every write is version-fenced, so at most one of several writes from one

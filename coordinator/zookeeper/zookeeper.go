@@ -499,6 +499,13 @@ type result[T any] struct {
 // queued and may still be sent and applied, which every caller allows for
 // (all writes are version-fenced).
 func call[T any](c *Coordinator, ctx context.Context, f func() (T, error)) (T, error) {
+	return callOn(c, ctx, true, f)
+}
+
+// callOn is call; own says whether f's request goes through the
+// coordinator's own client, whose answers count for its session (a
+// probe's do not: see via).
+func callOn[T any](c *Coordinator, ctx context.Context, own bool, f func() (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timing.Timeout)
 	defer cancel()
 	ch := make(chan result[T], 1)
@@ -514,7 +521,7 @@ func call[T any](c *Coordinator, ctx context.Context, f func() (T, error)) (T, e
 	}()
 	select {
 	case r := <-ch:
-		if answered(r.err) && sid != 0 && c.sid.Load() == sid {
+		if own && answered(r.err) && sid != 0 && c.sid.Load() == sid {
 			c.okMu.Lock()
 			switch {
 			case c.okSid == sid && sent.Sub(c.okSent) >= c.SessionTimeout():
@@ -570,22 +577,12 @@ type getResult struct {
 }
 
 func (c *Coordinator) get(ctx context.Context, path string) ([]byte, *zk.Stat, error) {
-	r, err := call(c, ctx, func() (getResult, error) {
-		d, st, err := c.client().Get(path)
-		return getResult{d, st}, err
-	})
-	return r.data, r.stat, err
+	return c.own().get(ctx, path)
 }
 
 // exists returns the node's stat, nil when it does not exist.
 func (c *Coordinator) exists(ctx context.Context, path string) (*zk.Stat, error) {
-	return call(c, ctx, func() (*zk.Stat, error) {
-		ok, st, err := c.client().Exists(path)
-		if err != nil || !ok {
-			return nil, err
-		}
-		return st, nil
-	})
+	return c.own().exists(ctx, path)
 }
 
 func (c *Coordinator) children(ctx context.Context, path string) ([]string, error) {
@@ -596,8 +593,7 @@ func (c *Coordinator) children(ctx context.Context, path string) ([]string, erro
 }
 
 func (c *Coordinator) create(ctx context.Context, path string, data []byte, flags int32) error {
-	_, err := call(c, ctx, func() (string, error) { return c.client().Create(path, data, flags, c.acl) })
-	return err
+	return c.own().create(ctx, path, data, flags)
 }
 
 func (c *Coordinator) multi(ctx context.Context, ops []any) ([]zk.MultiResponse, error) {
@@ -629,22 +625,7 @@ func unavailable(op string, err error) error {
 // ensurePath creates every missing element of path (persistent, firn's
 // ACL).
 func (c *Coordinator) ensurePath(ctx context.Context, path string) error {
-	st, err := c.exists(ctx, path)
-	if err != nil {
-		return unavailable("exists "+path, err)
-	}
-	if st != nil {
-		return nil
-	}
-	p := ""
-	for _, el := range strings.Split(strings.TrimPrefix(path, "/"), "/") {
-		p += "/" + el
-		err := c.create(ctx, p, nil, zk.FlagPersistent)
-		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
-			return unavailable("create "+p, err)
-		}
-	}
-	return nil
+	return c.own().ensurePath(ctx, path)
 }
 
 // ensureGenerator makes sure a generator's owner and reserved parents exist.
