@@ -6,6 +6,10 @@
 #   FIRN_SKIP_INSTALL=1 bash test/run.sh   # skip the apt step (packages present)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Under pipefail a reader that stops early (grep -q, grep -m1) makes the
+# writer before it die of SIGPIPE once the text outgrows the pipe's
+# buffer, and the pipeline fails though the reader matched: such checks
+# read a here-string (<<<"$out"), never a pipe.
 
 # The suite's time is a budget it reports, not a check that fails: each
 # step prints the seconds since the start, and the end the total.
@@ -158,13 +162,13 @@ sim_step() {
 		[ "$tagat" = "$tag" ] || from=${tagat#*@}
 		out=$(GOGC=400 FIRN_SIM_SEEDS=$((2001 - from)) go test -count=1 -failfast -timeout 15m -tags "$tag" -run '^TestSim$' ./test/sim/ -args -seed "$from" 2>&1 || true)
 		seen=$(printf '%s\n' "$out" | sed -n 's/^ *\([a-z-]*\): [0-9]* seeds (.*/\1/p' | sort -u | tr '\n' ' ')
-		if printf '%s\n' "$out" | grep -q 'virtual time stood still'; then seen="$seen stall"; fi
+		if grep -q 'virtual time stood still' <<<"$out"; then seen="$seen stall"; fi
 		hit=""
 		for k in $seen; do
 			case " $kinds " in *" $k "*) hit="$hit $k" ;; esac
 		done
 		# A stall ends the test binary from the watchdog, without the FAIL line.
-		if printf '%s\n' "$out" | grep -q -E -- '^--- FAIL: TestSim |virtual time stood still' && [ -n "$hit" ]; then
+		if grep -q -E -- '^--- FAIL: TestSim |virtual time stood still' <<<"$out" && [ -n "$hit" ]; then
 			echo "ok: the simulator fails under -tags $tag with:$hit (kinds seen: ${seen% })"
 		else
 			printf '%s\n' "$out" | grep -v -E '^(=== (RUN|NAME|PAUSE|CONT)|    --- PASS)' | tail -40
@@ -240,9 +244,9 @@ for b in etcd zookeeper; do
 	for try in 1 2 3; do
 		if [ "$try" = 1 ]; then out=$first; else out=$(zombie "$b\$"); fi
 		sub=$(printf '%s\n' "$out" | grep -E '"Test":"TestChaos/beside/zombie[^"]*/'"$b"'"' || true)
-		if printf '%s\n' "$sub" | grep -q '"Action":"fail"' &&
-			printf '%s\n' "$sub" | grep -q -E 'overlaps the next|DUPLICATE ID|lies in no holder interval'; then
-			red=$(printf '%s\n' "$sub" | grep -o -m1 -E 'holder on [^"]*overlaps the next on [a-z0-9]*|DUPLICATE ID [0-9]*|ID [0-9]* [^"]*lies in no holder interval')
+		if grep -q '"Action":"fail"' <<<"$sub" &&
+			grep -q -E 'overlaps the next|DUPLICATE ID|lies in no holder interval' <<<"$sub"; then
+			red=$(grep -o -m1 -E 'holder on [^"]*overlaps the next on [a-z0-9]*|DUPLICATE ID [0-9]*|ID [0-9]* [^"]*lies in no holder interval' <<<"$sub")
 			break
 		fi
 		printf '%s\n' "$sub" | sed -n 's/.*"Output":"\(.*\)\\n".*/\1/p' | grep -v '^ *{' | tail -15
@@ -276,7 +280,7 @@ step "weakened builds the simulator cannot reach must fail their unit test"
 # per-key checker (the unit test; the simulator checks it too).
 while read -r tag pkg test; do
 	out=$(go test -json -count=1 -tags "$tag" -run "^${test}\$" "$pkg" 2>&1 || true)
-	if printf '%s\n' "$out" | grep -q -E '"Action":"fail".*"Test":"'"${test}"'"'; then
+	if grep -q -E '"Action":"fail".*"Test":"'"${test}"'"' <<<"$out"; then
 		echo "ok: $pkg $test fails under -tags $tag"
 	else
 		printf '%s\n' "$out" | tail -20
@@ -321,7 +325,7 @@ fence_step() {
 				# test2json: the test's own fail event, which output of the
 				# processes it starts cannot split or prefix.
 				out=$(cd "$dir" && go tool test2json -t -p "$pkg" "$bin" -test.v=test2json -test.count=1 -test.run "^${t}\$" 2>&1 || true)
-				if printf '%s\n' "$out" | grep -q -E '"Action":"fail".*"Test":"'"${t}"'"'; then
+				if grep -q -E '"Action":"fail".*"Test":"'"${t}"'"' <<<"$out"; then
 					echo "ok: $pkg $t fails under -tags $tag"
 				else
 					printf '%s\n' "$out" | sed -n 's/.*"Output":"\(.*\)\\n".*/\1/p' | tail -40

@@ -2,8 +2,6 @@ package zookeeper_test
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -41,12 +39,7 @@ func TestRestoredServerCounterThroughFreshSession(t *testing.T) {
 	}
 	first := claim(1000, segment.Mark{})
 
-	old := filepath.Join(t.TempDir(), "zk-data-copy")
-	s.Kill()
-	copyTree(t, s.DataDir(), old)
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
+	old := copyData(t, s)
 	// The claim the copy misses: the coordinator's client has seen its zxid.
 	var lost coordinator.Claim
 	deadline := time.Now().Add(30 * time.Second)
@@ -63,14 +56,7 @@ func TestRestoredServerCounterThroughFreshSession(t *testing.T) {
 	}
 	known := lost.Record.State.Mark()
 
-	s.Kill()
-	if err := os.RemoveAll(s.DataDir()); err != nil {
-		t.Fatal(err)
-	}
-	copyTree(t, old, s.DataDir())
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
+	restoreData(t, s, old)
 	back := time.Now()
 
 	// The node's periodic read, every 200 ms as after a failed one.

@@ -25,6 +25,33 @@ func copyTree(t *testing.T, from, to string) {
 	}
 }
 
+// copyData copies the data dir of s, stopped for the copy and started
+// again, and returns the copy's path.
+func copyData(t *testing.T, s *zktest.Server) string {
+	t.Helper()
+	old := filepath.Join(t.TempDir(), "zk-data-copy")
+	s.Kill()
+	copyTree(t, s.DataDir(), old)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return old
+}
+
+// restoreData kills s, puts the copy old in place of its data dir and
+// starts it.
+func restoreData(t *testing.T, s *zktest.Server, old string) {
+	t.Helper()
+	s.Kill()
+	if err := os.RemoveAll(s.DataDir()); err != nil {
+		t.Fatal(err)
+	}
+	copyTree(t, old, s.DataDir())
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // reserveAgain reserves r once the restarted server lets the client back
 // into its session (which the server restores from its data).
 func reserveAgain(t *testing.T, l coordinator.Lease, n coordinator.NodeInfo, r int64) {
@@ -68,12 +95,7 @@ func TestRestoredServerBehindClient(t *testing.T) {
 	}
 
 	// The copy, taken while the server is stopped.
-	old := filepath.Join(t.TempDir(), "zk-data-copy")
-	s.Kill()
-	copyTree(t, s.DataDir(), old)
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
+	old := copyData(t, s)
 	copied, err := s.Zxid()
 	if err != nil {
 		t.Fatal(err)
@@ -118,14 +140,7 @@ func TestRestoredServerBehindClient(t *testing.T) {
 	}()
 
 	// The restore.
-	s.Kill()
-	if err := os.RemoveAll(s.DataDir()); err != nil {
-		t.Fatal(err)
-	}
-	copyTree(t, old, s.DataDir())
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
+	restoreData(t, s, old)
 	back := time.Now()
 	if z, err := s.Zxid(); err != nil || z >= seen {
 		t.Fatalf("restored server at zxid %#x (%v), want below %#x", z, err, seen)
