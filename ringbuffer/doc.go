@@ -22,8 +22,13 @@
 //   - Freshness: no ID handed out is older than MaxStaleness plus one tick.
 //     Each refill chunk is stamped with the tick of its monotonic
 //     generation time; takers compare it with a coarse tick that the
-//     filler's timer advances only while the ring holds IDs. Takes read no
-//     clock.
+//     filler's timer advances only while the ring holds IDs, at the start
+//     of each tick. Takes read no clock. The tick they compare with lags
+//     the clock by as much as the timer fires late: the bound is
+//     MaxStaleness plus that lateness, and the one tick allows for it (a
+//     timer set a tick after the last round, not at the tick's start, let
+//     the tick lag a whole tick more, and a loaded machine's lateness
+//     show past the bound).
 //   - Take and TakeN take no lock and allocate nothing; an empty ring
 //     returns ErrEmpty at once. Generate serves what the ring cannot, under
 //     the fill lock, draining the ring first, so a caller's IDs never go

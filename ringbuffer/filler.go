@@ -77,7 +77,12 @@ func (b *Buffer) run() {
 		}
 		if b.round() {
 			if timerC == nil {
-				timer.Reset(b.tickDur)
+				// The next round at the next tick's start, not a tick from
+				// now: the tick takers compare with then lags the clock only
+				// by how late the timer fires, not by up to a tick more
+				// (the freshness bound, doc.go).
+				_, mono := b.clock.Now()
+				timer.Reset(b.tickDur - mono%b.tickDur)
 				timerC = timer.C
 			}
 		} else if timerC != nil {

@@ -44,19 +44,21 @@ func (c *Coordinator) answering(ctx context.Context) (v via, done func(), err er
 	if err != nil {
 		return via{}, nil, unavailable("read through a fresh client (this node's own has no session)", err)
 	}
-	done = func() {
-		// Close waits for the server's answer (up to a second): not the
-		// caller's business.
-		if !c.track() {
-			conn.Close()
-			return
-		}
-		go func() {
-			defer c.wg.Done()
-			conn.Close()
-		}()
+	return via{c: c, conn: conn}, func() { c.closeProbe(conn) }, nil
+}
+
+// closeProbe closes a probe's client in the background: Close waits for
+// the server's answer (up to a second), which is not the caller's
+// business. Coordinator.Close waits for it.
+func (c *Coordinator) closeProbe(conn *zk.Conn) {
+	if !c.track() {
+		conn.Close()
+		return
 	}
-	return via{c: c, conn: conn}, done, nil
+	go func() {
+		defer c.wg.Done()
+		conn.Close()
+	}()
 }
 
 // openProbe connects a client with a fresh state, waits for its session
@@ -74,7 +76,7 @@ func (c *Coordinator) openProbe(ctx context.Context) (*zk.Conn, error) {
 		return nil, err
 	}
 	fail := func(err error) (*zk.Conn, error) {
-		conn.Close()
+		c.closeProbe(conn)
 		return nil, err
 	}
 	for session := false; !session; {
