@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -389,6 +390,34 @@ func TestFreshnessBound(t *testing.T) {
 	if b.Stats().DroppedStale == 0 {
 		t.Fatal("nothing went stale: the test did not exercise the bound")
 	}
+}
+
+// TestTickAdvancesAtTickStart (virtual time): the filler's timer fires at
+// the start of each tick, so the tick takers compare stamps with is the
+// clock's as soon as a tick begins — not up to a tick later, which let an
+// ID of MaxStaleness plus a tick plus the timer's lateness out
+// (TestFreshnessBound under load). The filler first runs 3 ms into tick 0;
+// 1 ms into tick 1 the takers' tick must be 1.
+func TestTickAdvancesAtTickStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const tick = 10 * time.Millisecond
+		origin := time.Now()
+		b := newBuf(t, Config{Size: 1024, MaxStaleness: 4 * tick, Tick: tick, Clock: sysClock{origin}, Chunk: 64})
+		b.Reset(&stampSource{origin: origin})
+		b.Start()
+		time.Sleep(3 * time.Millisecond)
+		b.Take() // empty: wakes the filler, which fills and arms its timer
+		synctest.Wait()
+		if b.Len() == 0 {
+			t.Fatal("the filler did not fill the ring")
+		}
+		time.Sleep(tick - 3*time.Millisecond + time.Millisecond)
+		synctest.Wait()
+		if got := b.tick.Load(); got != 1 {
+			t.Fatalf("at %v the takers' tick is %d, want 1 (the timer set a tick after the last round, not at the tick's start)",
+				time.Since(origin), got)
+		}
+	})
 }
 
 // stampSource makes IDs that are their own creation time (ns since origin),
