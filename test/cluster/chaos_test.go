@@ -160,6 +160,19 @@ func (e *env) startAll(nodes ...*Node) {
 	}
 }
 
+// settle lets a load run on for at least d, and on until the recorder
+// holds minIDs IDs (at most 10 s more): a scenario whose load runs only
+// briefly after its node is ready would give the checker too few IDs on
+// a loaded machine (one caller on a node built with -race took 6 ms a
+// call under CI's load: 81 IDs in 500 ms).
+func (e *env) settle(d time.Duration) {
+	e.t.Helper()
+	time.Sleep(d)
+	for end := time.Now().Add(10 * time.Second); e.rec.Count() < minIDs && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (e *env) check(b Bounds) {
 	e.t.Helper()
 	if b.MaxLead == 0 {

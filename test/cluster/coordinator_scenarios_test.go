@@ -85,7 +85,7 @@ var coordinatorScenarios = []scenario{
 		}
 		e.row.Recover = r.Round(time.Millisecond).String()
 		down := fault{node: "n1", from: healed, causes: coordinatorLost}.until(time.Now())
-		time.Sleep(500 * time.Millisecond)
+		e.settle(500 * time.Millisecond)
 		load.Stop()
 		countFailures(e, e.rec.Failures(), within(down))
 		e.check(Bounds{})

@@ -138,6 +138,13 @@ func (r *Recorder) addFailure(node, gen string, count uint64, err error, at time
 	r.mu.Unlock()
 }
 
+// Count is how many IDs were received.
+func (r *Recorder) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
 // IDs returns a copy of everything received.
 func (r *Recorder) IDs() []Received {
 	r.mu.Lock()

@@ -42,7 +42,7 @@ var startScenarios = []scenario{
 			e.t.Fatal(err)
 		}
 		behind = behind.until(time.Now())
-		time.Sleep(500 * time.Millisecond)
+		e.settle(500 * time.Millisecond)
 		load.Stop()
 		countFailures(e, e.rec.Failures(), within(behind))
 		// No ID is issued while the clock is behind (the node is not
