@@ -121,11 +121,13 @@ func (p *Policy) confirmGate(fromMono time.Duration, why string) {
 	p.gateClosed()
 }
 
-// gateClosed clears the gate's reason and wakes every generator.
+// gateClosed clears the gate's reason, wakes every generator, and has its
+// holders write at once: their reservations were held below the step.
 func (p *Policy) gateClosed() {
 	for _, gen := range p.generators() {
 		gen.State().Clear(clockguard.SourceClockStep)
 		gen.Wake()
+		gen.WriteNow()
 	}
 }
 

@@ -119,7 +119,12 @@ type holding struct {
 	expMu   sync.Mutex
 	expiry  *time.Timer
 	closed  bool
-	latency time.Duration          // the slowest recent reservation write, decaying
+	latency time.Duration // the slowest recent reservation write, decaying
+	// grace is the monotonic reading before which the timer does not
+	// fire: a write asked for at once (stepped) may land until then. A
+	// write sent before, whose acknowledgement comes after, does not cut
+	// it short (with the clock in doubt it was held at the old value).
+	grace   time.Duration
 	lastErr atomic.Pointer[string] // the last failed write's error, for the expiry reason
 }
 
@@ -597,14 +602,26 @@ func (hd *holder) afterStep(h *holding, err error, took time.Duration) {
 	hd.ls.Clear(clockguard.SourceReservation)
 }
 
-// stepped is the clock policy's call after a step of the clock: the
-// current holding writes at once and sizes its expiry timer again.
+// stepped is the clock policy's call after a step of the clock, and when
+// a check of the clock lets go of the generator: the current holding
+// writes at once and sizes its expiry timer again, no sooner than one
+// margin from now (grace), so that the write may land before the
+// generator is taken out — also when the reservation was held below the
+// clock while it was in doubt, and a write of the held value sent before
+// is acknowledged after (it extends nothing: sized from it alone, the
+// timer would fire at once, and the generator that had just said it
+// serves would refuse until the next write).
 func (hd *holder) stepped() {
 	h := hd.cur.Load()
 	if h == nil {
 		return
 	}
-	hd.armExpiryAt(h, hd.expiryMargin(h))
+	m := hd.expiryMargin(h)
+	_, mono := hd.clock.Now()
+	h.expMu.Lock()
+	h.grace = mono + m
+	h.expMu.Unlock()
+	hd.armExpiryAt(h, m)
 	select {
 	case h.wake <- struct{}{}:
 	default:
@@ -681,7 +698,7 @@ func (hd *holder) armExpiryAt(h *holding, atLeast time.Duration) {
 		// the reservation held below the step is given one margin.
 		atLeast = max(atLeast, hd.expiryMargin(h))
 	}
-	wall, _ := hd.clock.Now()
+	wall, mono := hd.clock.Now()
 	left := rt.cfg.Layout.UnitStart(r+1).Sub(wall) - max(h.gen.Lead(wall), 0) - hd.expiryMargin(h)
 	left = max(left, atLeast)
 	h.expMu.Lock()
@@ -689,6 +706,7 @@ func (hd *holder) armExpiryAt(h *holding, atLeast time.Duration) {
 	if h.closed {
 		return
 	}
+	left = max(left, h.grace-mono)
 	if h.expiry != nil {
 		h.expiry.Stop()
 	}
