@@ -65,8 +65,8 @@ func servesOnceDoubtEnds(t *testing.T, doubtFor time.Duration) {
 	info := coordinator.NodeInfo{Name: "n1", InstanceID: st.InstanceID(), Address: "n1:7300", StartTime: wall}
 	nc, err := core.New(cfg, client, st, clock, info, core.WithLogger(quiet),
 		core.WithNTPRunner(func(report func(clockguard.NTPResult, error)) (core.NTPRunner, error) {
-			ntp.report = report
-			return ntp, nil
+			ntp.ntp = &fakeNTP{verdict: ntp.check, report: report, trigger: make(chan struct{}, 1)}
+			return ntp.ntp, nil
 		}))
 	if err != nil {
 		t.Fatal(err)
@@ -174,63 +174,27 @@ func servesOnceDoubtEnds(t *testing.T, doubtFor time.Duration) {
 	}
 }
 
-// verdicts is an NTP source whose verdict the test sets: the clock is
-// off by the offset set (it says so at once, and once a minute).
+// verdicts is the NTP verdict the test sets: the clock is off by the
+// offset set (fakeNTP reports it at once on Trigger, and once a minute).
 type verdicts struct {
-	clock   clockguard.Clock
-	report  func(clockguard.NTPResult, error)
-	off     atomic.Int64
-	trigger chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
-}
-
-func (v *verdicts) Start() error {
-	v.trigger, v.stop, v.done = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(v.done)
-		for {
-			v.check()
-			t := time.NewTimer(time.Minute)
-			select {
-			case <-v.stop:
-				t.Stop()
-				return
-			case <-t.C:
-			case <-v.trigger:
-				t.Stop()
-			}
-		}
-	}()
-	return nil
-}
-
-func (v *verdicts) Stop() {
-	close(v.stop)
-	<-v.done
-}
-
-func (v *verdicts) Trigger() {
-	select {
-	case v.trigger <- struct{}{}:
-	default:
-	}
+	clock clockguard.Clock
+	off   atomic.Int64
+	ntp   *fakeNTP
 }
 
 // set makes the verdict an offset of off, reported at once.
 func (v *verdicts) set(off time.Duration) {
 	v.off.Store(int64(off))
-	v.Trigger()
+	v.ntp.Trigger()
 }
 
-func (v *verdicts) check() {
+func (v *verdicts) check() (clockguard.NTPResult, error) {
 	wall, mono := v.clock.Now()
 	limit := 250 * time.Millisecond
 	res := clockguard.NTPResult{At: wall, StartMono: mono, Limit: limit, Need: 1, Valid: 1, Offset: time.Duration(v.off.Load())}
 	if res.Offset > limit || res.Offset < -limit {
-		v.report(res, &clockguard.OffsetError{Offset: res.Offset, Limit: limit})
-		return
+		return res, &clockguard.OffsetError{Offset: res.Offset, Limit: limit}
 	}
 	res.OK = true
-	v.report(res, nil)
+	return res, nil
 }

@@ -501,7 +501,7 @@ func (n *node) startNode(wipe bool) error {
 	opts := []core.Option{core.WithLogger(log)}
 	if w.ntp {
 		opts = append(opts, core.WithNTPRunner(func(report func(clockguard.NTPResult, error)) (core.NTPRunner, error) {
-			n.ntp = &fakeNTP{n: n, report: report, trigger: make(chan struct{}, 1)}
+			n.ntp = &fakeNTP{verdict: n.ntpVerdict, report: report, trigger: make(chan struct{}, 1)}
 			return n.ntp, nil
 		}))
 	}
@@ -889,13 +889,13 @@ func (n *node) checkHeld(r refusal, ns *core.NotServingError) {
 
 // --- NTP --------------------------------------------------------------------
 
-// fakeNTP is a node's NTP source: its verdict compares the node's clock
-// with the true time, shifted by the world's NTP offset, or says the
-// servers are unreachable while the world's NTP is silent. It checks once a
-// minute, after a second while failing, and at once on Trigger, as the
-// real checker does.
+// fakeNTP is a node's NTP source: its verdict (a node's: ntpVerdict)
+// compares the node's clock with the true time, shifted by the world's
+// NTP offset, or says the servers are unreachable while the world's NTP
+// is silent. It checks once a minute, after a second while failing, and
+// at once on Trigger, as the real checker does.
 type fakeNTP struct {
-	n       *node
+	verdict func() (clockguard.NTPResult, error)
 	report  func(clockguard.NTPResult, error)
 	trigger chan struct{}
 	stop    chan struct{}
@@ -923,7 +923,7 @@ func (f *fakeNTP) Trigger() {
 func (f *fakeNTP) loop() {
 	defer close(f.done)
 	for {
-		res, err := f.check()
+		res, err := f.verdict()
 		f.report(res, err)
 		next := time.Minute
 		if err != nil {
@@ -941,9 +941,10 @@ func (f *fakeNTP) loop() {
 	}
 }
 
-func (f *fakeNTP) check() (clockguard.NTPResult, error) {
-	w := f.n.w
-	wall, mono := f.n.clock.Now()
+// ntpVerdict is the node's NTP verdict now (fakeNTP).
+func (n *node) ntpVerdict() (clockguard.NTPResult, error) {
+	w := n.w
+	wall, mono := n.clock.Now()
 	truth, _ := w.base.Now()
 	w.mu.Lock()
 	offset, silent := w.ntpOffset, w.ntpSilent
