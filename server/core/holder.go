@@ -621,7 +621,7 @@ func (hd *holder) stepped() {
 	h.expMu.Lock()
 	h.grace = mono + m
 	h.expMu.Unlock()
-	hd.armExpiryAt(h, m)
+	hd.armExpiry(h)
 	select {
 	case h.wake <- struct{}{}:
 	default:
@@ -683,20 +683,20 @@ func (h *holding) noteWriteLatency(d time.Duration) {
 
 // armExpiry (re)sets the timer that takes the generator out of service
 // shortly before its reservation runs out, sized from a fresh clock
-// reading; a clock step re-arms it (stepped).
-func (hd *holder) armExpiry(h *holding) { hd.armExpiryAt(h, 0) }
-
-func (hd *holder) armExpiryAt(h *holding, atLeast time.Duration) {
+// reading, and no sooner than the holding's grace; a clock step re-arms
+// it (stepped).
+func (hd *holder) armExpiry(h *holding) {
 	rt := hd.rt
 	r := h.reserved.Load()
 	if r < 0 {
 		return
 	}
+	var atLeast time.Duration
 	hd.policy.GateCheck()
 	if hd.policy.GateHeld() {
 		// A forward step unconfirmed: the generator does not serve, and
 		// the reservation held below the step is given one margin.
-		atLeast = max(atLeast, hd.expiryMargin(h))
+		atLeast = hd.expiryMargin(h)
 	}
 	wall, mono := hd.clock.Now()
 	left := rt.cfg.Layout.UnitStart(r+1).Sub(wall) - max(h.gen.Lead(wall), 0) - hd.expiryMargin(h)
