@@ -98,12 +98,10 @@ func (b *Buffer) run() {
 // demand is not zero.
 func (b *Buffer) round() bool {
 	_, mono := b.clock.Now()
-	tick := int64(mono / b.tickDur)
 	// tick, epoch and target share a line every take reads: a store only
-	// when the value moves spares the takers a miss per round.
-	if b.tick.Load() != tick {
-		b.tick.Store(tick)
-	}
+	// when the value moves (advanceTick) spares the takers a miss per
+	// round.
+	tick := b.advanceTick(int64(mono / b.tickDur))
 	b.purgeStale(tick)
 
 	st := b.Stats()

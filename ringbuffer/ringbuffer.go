@@ -41,6 +41,13 @@ type Clock interface {
 	Now() (wall time.Time, mono time.Duration)
 }
 
+// fastMono is a Clock's monotonic reading alone, where it has one
+// (clockguard's clocks do): one clock read instead of Now's two. Takes
+// read it; a Clock without it is read with Now.
+type fastMono interface {
+	FastMono() (mono time.Duration, ok bool)
+}
+
 // Errors, checked with errors.Is.
 var (
 	// ErrEmpty: the buffer holds no fresh ID right now. Take returns it at
@@ -147,6 +154,7 @@ type Buffer struct {
 	tickDur time.Duration
 	chunk   int
 	clock   Clock
+	fast    fastMono // clock's monotonic-only reading, or nil
 
 	// fillLock is held while filling, by Generate and by Reset: a channel
 	// used as a lock, so that Generate takes it with its caller's context.
@@ -221,6 +229,7 @@ func New(cfg Config) (*Buffer, error) {
 		closed:     make(chan struct{}),
 		done:       make(chan struct{}),
 	}
+	b.fast, _ = cfg.Clock.(fastMono)
 	b.tick.Store(b.nowTick())
 	return b, nil
 }
@@ -228,6 +237,46 @@ func New(cfg Config) (*Buffer, error) {
 func (b *Buffer) nowTick() int64 {
 	_, mono := b.clock.Now()
 	return int64(mono / b.tickDur)
+}
+
+// mono is the clock's monotonic reading, with one read where the clock
+// has a monotonic-only one.
+func (b *Buffer) mono() time.Duration {
+	if b.fast != nil {
+		if m, ok := b.fast.FastMono(); ok {
+			return m
+		}
+	}
+	_, m := b.clock.Now()
+	return m
+}
+
+// tickAt is the freshness tick at the monotonic reading now, which a take
+// judges its IDs by: the shared tick while now lies within it, else now's
+// own, which it publishes (advanceTick). So a take never judges by a tick
+// older than its own reading: the filler's timer, which advances the tick
+// between takes, may fire late on a starved machine (and its goroutine run
+// later still), and a take that trusted it handed out IDs older than the
+// bound by that lateness. The shared tick moves once per tick; the common
+// case is one load and a compare.
+func (b *Buffer) tickAt(now time.Duration) int64 {
+	tick := b.tick.Load()
+	if now < time.Duration(tick+1)*b.tickDur {
+		return tick
+	}
+	return b.advanceTick(int64(now / b.tickDur))
+}
+
+// advanceTick raises the shared tick to t unless it is there already,
+// and returns the tick then in force. The filler and the takers both
+// advance it, each from its own reading; it never moves back.
+func (b *Buffer) advanceTick(t int64) int64 {
+	for {
+		cur := b.tick.Load()
+		if cur >= t || b.tick.CompareAndSwap(cur, t) {
+			return max(cur, t)
+		}
+	}
 }
 
 // Cap returns the number of slots.
@@ -245,6 +294,7 @@ func (b *Buffer) Len() int {
 
 // Take hands out one ID, or ErrEmpty at once.
 func (b *Buffer) Take() (uint64, error) {
+	tick := int64(-1)
 	for {
 		h := b.head.Load()
 		t := b.tail.Load()
@@ -252,6 +302,9 @@ func (b *Buffer) Take() (uint64, error) {
 			b.emptyHits.Add(1)
 			b.poke()
 			return 0, ErrEmpty
+		}
+		if tick < 0 {
+			tick = b.tickAt(b.mono())
 		}
 		if !b.head.CompareAndSwap(h, h+1) {
 			continue
@@ -265,7 +318,7 @@ func (b *Buffer) Take() (uint64, error) {
 		if retired && m.lapEpoch>>16 != uint32(uint16(h>>b.lapShift)) {
 			panic(fmt.Sprintf("ringbuffer: slot for position %d holds lap %d", h, m.lapEpoch>>16))
 		}
-		ok := !retired && fresh(m.stamp, b.tick.Load(), b.staleTicks)
+		ok := !retired && fresh(m.stamp, tick, b.staleTicks)
 		b.released[i/blockSize].Add(1)
 		if (int64(t-h)-1)*2 < b.target.Load() {
 			b.poke()
@@ -297,6 +350,7 @@ func (b *Buffer) takeN(dst []uint64) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
+	tick := b.tickAt(b.mono())
 	got := 0
 	for got == 0 {
 		var h, n, t uint64
@@ -314,7 +368,7 @@ func (b *Buffer) takeN(dst []uint64) (int, error) {
 		if hook := b.testHookClaimed; hook != nil {
 			hook()
 		}
-		got = b.copyOut(h, n, dst)
+		got = b.copyOut(h, n, dst, tick)
 		if left := int64(t - h - n); left*2 < b.target.Load() {
 			b.poke()
 		}
@@ -322,11 +376,11 @@ func (b *Buffer) takeN(dst []uint64) (int, error) {
 	return got, nil
 }
 
-// copyOut copies the claimed positions [h, h+n) into dst, skipping stale
-// and retired IDs, then releases the slots to the filler.
-func (b *Buffer) copyOut(h, n uint64, dst []uint64) int {
+// copyOut copies the claimed positions [h, h+n) into dst, skipping IDs
+// stale at tick and retired ones, then releases the slots to the filler.
+func (b *Buffer) copyOut(h, n uint64, dst []uint64, now int64) int {
 	epoch := b.epoch.Load()
-	tick := uint32(b.tick.Load())
+	tick := uint32(now)
 	staleTicks := int32(b.staleTicks)
 	got := 0
 	var stale, retired uint64

@@ -3,6 +3,7 @@ package ringbuffer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sort"
 	"sync"
@@ -46,12 +47,16 @@ func (c *fakeClock) Now() (time.Time, time.Duration) {
 }
 func (c *fakeClock) Advance(d time.Duration) { c.mu.Lock(); c.mono += d; c.mu.Unlock() }
 
+// sysClock reads the machine's clock as clockguard.System does, its
+// monotonic-only reading too (what a node's takes read).
 type sysClock struct{ origin time.Time }
 
 func (c sysClock) Now() (time.Time, time.Duration) {
 	t := time.Now()
 	return t.Round(0), t.Sub(c.origin)
 }
+
+func (c sysClock) FastMono() (time.Duration, bool) { return time.Since(c.origin), true }
 
 func newBuf(t testing.TB, cfg Config) *Buffer {
 	t.Helper()
@@ -360,6 +365,61 @@ func TestStaleDropped(t *testing.T) {
 	b.round()
 	if b.Len() != 0 {
 		t.Fatalf("round left %d stale IDs", b.Len())
+	}
+}
+
+// fastFakeClock is a fakeClock with a monotonic-only reading, as
+// clockguard's clocks have.
+type fastFakeClock struct{ fakeClock }
+
+func (c *fastFakeClock) FastMono() (time.Duration, bool) { _, m := c.Now(); return m, true }
+
+// TestTakeJudgesByItsOwnReading: a take judges freshness by the clock as it
+// takes, not by the tick the filler last set. The filler is not running
+// here, as on a starved machine whose filler timer fires late: IDs older
+// than MaxStaleness are dropped, not handed out (when takes trusted the
+// filler's tick, this ring handed out IDs 115 ms old with MaxStaleness
+// 100 ms, and any age at all while the filler stayed away), and the take
+// publishes the tick it read.
+func TestTakeJudgesByItsOwnReading(t *testing.T) {
+	type clock interface {
+		Clock
+		Advance(time.Duration)
+	}
+	for _, tc := range []struct {
+		name string
+		clk  func() clock
+	}{{"Now", func() clock { return &fakeClock{} }}, {"FastMono", func() clock { return &fastFakeClock{} }}} {
+		for _, batch := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/batch=%v", tc.name, batch), func(t *testing.T) {
+				clk := tc.clk()
+				b := newBuf(t, Config{Size: 1024, MaxStaleness: 100 * time.Millisecond, Tick: 10 * time.Millisecond, Clock: clk, Chunk: 64})
+				b.Reset(&counter{perCall: 64})
+				b.fill(128) // stamped at tick 0
+				take := func() (uint64, error) {
+					if !batch {
+						return b.Take()
+					}
+					var one [1]uint64
+					_, err := b.TakeN(one[:])
+					return one[0], err
+				}
+				clk.Advance(95 * time.Millisecond) // tick 9: 9 ticks old, within the bound
+				if id, err := take(); err != nil || id != 1 {
+					t.Fatalf("95 ms old: Take = %d, %v; want 1", id, err)
+				}
+				clk.Advance(20 * time.Millisecond) // tick 11: past MaxStaleness
+				if id, err := take(); !errors.Is(err, ErrEmpty) {
+					t.Fatalf("115 ms old, the filler's tick never advanced: Take = %d, %v; want ErrEmpty (stale IDs dropped)", id, err)
+				}
+				if s := b.Stats(); s.DroppedStale != 127 {
+					t.Fatalf("DroppedStale = %d, want 127", s.DroppedStale)
+				}
+				if got := b.tick.Load(); got != 11 {
+					t.Fatalf("shared tick %d after a take at tick 11", got)
+				}
+			})
+		}
 	}
 }
 

@@ -258,12 +258,13 @@ func checkCallerOrder(p *problems, got []Received, idx []int, segment []string, 
 // injected skew and 50 ms of slack on each side. worst is the largest
 // distance outside the call's own interval.
 //
-// The tick is advanced by the ring's filler on a timer, and a take
-// judges freshness by the tick it last saw: on a starved machine the
-// timer fires late and an ID can leave the ring older than the ring's
-// own bound (the overload scenario once saw 159 ms against max-staleness
-// 100 ms + tick 25 ms + unit; the slack covered the rest). That is a
-// defect of the ring, not of this bound, and is left for the ring to fix.
+// A take judges the ring's IDs by its own clock reading
+// (ringbuffer.Buffer.Take), so the ring's bound holds on a starved
+// machine too. When takes judged by the tick the filler's timer advanced,
+// a late timer let older IDs out: the overload scenario once saw 159 ms
+// against max-staleness 100 ms + tick 25 ms + unit, and "kill -9 and
+// restart loop under load" beside busy loops 236 ms against this bound's
+// 176.
 func checkDisorder(p *problems, layout generator.Layout, got []Received, b Bounds) (worst, bound time.Duration) {
 	behind := b.MaxStaleness + b.MaxStaleness/4 + layout.Unit + b.Prefetch + b.Skew + 50*time.Millisecond
 	ahead := b.MaxLead + layout.Unit + b.Skew + 50*time.Millisecond

@@ -280,8 +280,10 @@ func (n *Node) Serving(gen string) (bool, string) {
 // segmentLoad is the load of segmentScenarios: on every node, unary calls
 // to the default generator, and unary, batch and range calls to the
 // segment generator, each caller pausing between calls: three nodes'
-// callers running flat out starve a 2-core machine (race-instrumented
-// harness) until the snowflake ring's freshness tick lags (checkDisorder).
+// callers running flat out starved a 2-core machine (race-instrumented
+// harness) until the snowflake ring's freshness tick lagged, before takes
+// read the clock (checkDisorder); the pauses keep the load these
+// scenarios were sized for.
 type segmentLoad []*Load
 
 func startSegmentLoad(e *env, ns []*Node) segmentLoad {
