@@ -377,10 +377,11 @@ func (b *Buffer) takeN(dst []uint64) (int, error) {
 }
 
 // copyOut copies the claimed positions [h, h+n) into dst, skipping IDs
-// stale at tick and retired ones, then releases the slots to the filler.
-func (b *Buffer) copyOut(h, n uint64, dst []uint64, now int64) int {
+// stale at the take's tick (tickAt) and retired ones, then releases the
+// slots to the filler.
+func (b *Buffer) copyOut(h, n uint64, dst []uint64, takeTick int64) int {
 	epoch := b.epoch.Load()
-	tick := uint32(now)
+	tick := uint32(takeTick)
 	staleTicks := int32(b.staleTicks)
 	got := 0
 	var stale, retired uint64
