@@ -81,8 +81,7 @@ func (b *Buffer) run() {
 				// now: the tick takers compare with then lags the clock only
 				// by how late the timer fires, not by up to a tick more
 				// (the freshness bound, doc.go).
-				_, mono := b.clock.Now()
-				timer.Reset(b.tickDur - mono%b.tickDur)
+				timer.Reset(b.tickDur - b.mono()%b.tickDur)
 				timerC = timer.C
 			}
 		} else if timerC != nil {
@@ -97,7 +96,7 @@ func (b *Buffer) run() {
 // keep running: while the ring holds IDs (their age must be tracked) or
 // demand is not zero.
 func (b *Buffer) round() bool {
-	_, mono := b.clock.Now()
+	mono := b.mono()
 	// tick, epoch and target share a line every take reads: a store only
 	// when the value moves (advanceTick) spares the takers a miss per
 	// round.

@@ -234,13 +234,11 @@ func New(cfg Config) (*Buffer, error) {
 	return b, nil
 }
 
-func (b *Buffer) nowTick() int64 {
-	_, mono := b.clock.Now()
-	return int64(mono / b.tickDur)
-}
+func (b *Buffer) nowTick() int64 { return int64(b.mono() / b.tickDur) }
 
 // mono is the clock's monotonic reading, with one read where the clock
-// has a monotonic-only one.
+// has a monotonic-only one: every reading the ring makes (stamps, the
+// filler's rounds and timer, takes).
 func (b *Buffer) mono() time.Duration {
 	if b.fast != nil {
 		if m, ok := b.fast.FastMono(); ok {
@@ -294,7 +292,8 @@ func (b *Buffer) Len() int {
 
 // Take hands out one ID, or ErrEmpty at once.
 func (b *Buffer) Take() (uint64, error) {
-	tick := int64(-1)
+	var tick int64
+	read := false // the clock, once the ring is found holding IDs
 	for {
 		h := b.head.Load()
 		t := b.tail.Load()
@@ -303,8 +302,8 @@ func (b *Buffer) Take() (uint64, error) {
 			b.poke()
 			return 0, ErrEmpty
 		}
-		if tick < 0 {
-			tick = b.tickAt(b.mono())
+		if !read {
+			tick, read = b.tickAt(b.mono()), true
 		}
 		if !b.head.CompareAndSwap(h, h+1) {
 			continue
