@@ -385,6 +385,7 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 			ops = append(ops, &zk.SetDataRequest{Path: p.cursor(),
 				Data: encodeValue(int64(max(s.cursorVal, cand.pos+1))), Version: s.cursorVer})
 		}
+		next := c.nextHandshake()
 		res, err := c.multi(ctx, ops)
 		if err == nil && resIdx >= 0 {
 			// All ops of a multi share one zxid: the owner node's
@@ -403,6 +404,9 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 		switch {
 		case i < 0:
 			// No answer: the multi may or may not have been applied.
+			// Read it back on the client's next connection when this one
+			// was lost (awaitConnection; ctx's end is confirmTake's).
+			c.awaitConnection(ctx, next, err)
 			return c.confirmTake(ctx, p, spec, s, cand, rec, sid, r)
 		case i == 0:
 			return nil, coordinator.ErrRescan // the pin changed: check it again
@@ -444,6 +448,7 @@ func (c *Coordinator) confirmTake(ctx context.Context, p paths, spec coordinator
 	var rst, ost *zk.Stat
 	var rerr, oerr error
 	for round := 0; round < maxWriteRounds; round++ {
+		next := c.nextHandshake()
 		rdata, rst, rerr = c.get(ctx, resPath)
 		if rerr == nil {
 			odata, ost, oerr = c.get(ctx, ownerPath)
@@ -451,7 +456,7 @@ func (c *Coordinator) confirmTake(ctx context.Context, p paths, spec coordinator
 		if rerr == nil && (oerr == nil || errors.Is(oerr, zk.ErrNoNode)) {
 			break
 		}
-		if ctx.Err() != nil {
+		if !c.awaitConnection(ctx, next, errors.Join(rerr, oerr)) {
 			break
 		}
 	}

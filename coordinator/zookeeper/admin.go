@@ -121,6 +121,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 			}
 			return nil // freed: by the previous, unanswered round or by someone else
 		}
+		next := c.nextHandshake()
 		_, err = c.multi(ctx, []any{
 			&zk.DeleteRequest{Path: ownerPath, Version: ost.Version},
 			&zk.SetDataRequest{Path: resPath, Data: data, Version: rst.Version},
@@ -135,6 +136,9 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 		}
 		last = err
 		// Lost answer or a race: look again (a gone owner is success).
+		if !c.awaitConnection(ctx, next, err) {
+			break
+		}
 	}
 	return unavailable("force release", fmt.Errorf("no outcome after %d rounds: %w", maxWriteRounds, last))
 }

@@ -47,7 +47,13 @@
 //     session). It then knows whether its write was applied (the
 //     reservation holds what was sent), not applied (untouched), or
 //     overtaken by a write behind its back (adopted; a value below one
-//     acknowledged is a coordinator.RolledBackError).
+//     acknowledged is a coordinator.RolledBackError). When the write or
+//     the re-read failed because the client had lost its connection or
+//     had none, the next request waits for the client's next handshake
+//     (within the caller's deadline): with one server the client takes a
+//     second or more to reconnect and fails its queue each time it
+//     starts, so requests sent meanwhile would spend the write's four
+//     rounds without reaching a server.
 //
 // Stored numbers (reservations, the cursor, the floor) are read in the
 // canonical encoding only (what strconv.FormatInt writes); anything else is

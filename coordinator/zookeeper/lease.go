@@ -15,7 +15,9 @@ import (
 )
 
 // maxWriteRounds bounds one Reserve or Release: a write, and after a
-// failure or a lost answer a re-read and another write.
+// failure or a lost answer a re-read and another write. A request that
+// failed because the client had no connection is followed by a wait for
+// its next one (awaitConnection), not by the next request at once.
 const maxWriteRounds = 4
 
 // lease is one acquisition of one slot. Its identity is the owner node it
@@ -105,6 +107,7 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 		}
 		data := encodeValue(v)
 		ops, resIdx, ownerIdx := reserveOps(l.resPath, data, l.rv, l.ownerPath, rec, l.ov)
+		next := l.c.nextHandshake()
 		res, err := l.c.multi(ctx, ops)
 		if err == nil {
 			l.rv, l.ov = res[resIdx].Stat.Version, res[ownerIdx].Stat.Version
@@ -121,6 +124,10 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 			return unavailable("reserve", err)
 		}
 		last = err
+		if !l.c.awaitConnection(ctx, next, err) {
+			break
+		}
+		next = l.c.nextHandshake()
 		cur, rst, owner, rerr := l.reread(ctx)
 		if rerr != nil {
 			// Ownership and outcome unknown: not extended. Try again while
@@ -131,7 +138,7 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 				return l.Lost("zookeeper session expired")
 			}
 			last = errors.Join(err, rerr)
-			if ctx.Err() != nil {
+			if !l.c.awaitConnection(ctx, next, rerr) {
 				break
 			}
 			continue
@@ -187,6 +194,7 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 		}
 		data := encodeValue(target)
 		ops, _ := releaseOps(l.resPath, data, l.rv, l.ownerPath, l.ov)
+		next := l.c.nextHandshake()
 		_, err := l.c.multi(ctx, ops)
 		if err == nil {
 			l.SetReserved(target)
@@ -200,13 +208,17 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 			return unavailable("release", err)
 		}
 		last = err
+		if !l.c.awaitConnection(ctx, next, err) {
+			break
+		}
+		next = l.c.nextHandshake()
 		cur, rst, owner, rerr := l.reread(ctx)
 		if rerr != nil {
 			if l.IsDone() {
 				return l.Lost("zookeeper session expired before release")
 			}
 			last = errors.Join(err, rerr)
-			if ctx.Err() != nil {
+			if !l.c.awaitConnection(ctx, next, rerr) {
 				break
 			}
 			continue

@@ -42,6 +42,11 @@ type Coordinator struct {
 	sid        atomic.Int64
 	negotiated atomic.Int64
 
+	// handshake is closed at the next handshake answer of the current
+	// client (see nextHandshake) and then replaced.
+	hsMu      sync.Mutex
+	handshake chan struct{}
+
 	// okSid and okSent: the session of the latest request sent that the
 	// server answered, and when it was sent. The server keeps that
 	// session at least its timeout after it (Assured).
@@ -296,6 +301,7 @@ func (c *Coordinator) onHandshake(sessionID int64, timeout time.Duration) {
 	if sessionID != 0 {
 		c.negotiated.Store(int64(timeout))
 	}
+	defer c.handshook()
 	if old != 0 && old != sessionID {
 		if sessionID == 0 {
 			c.log.Warn("zookeeper session expired", "session", fmt.Sprintf("%#x", old))
@@ -427,6 +433,55 @@ func (c *Coordinator) redial(old *gate, rounds int, refusedFor time.Duration) {
 	}
 	c.log.Info("zookeeper session established on a new client", "session", fmt.Sprintf("%#x", c.sid.Load()),
 		"timeout", neg, "servers", strings.Join(c.cfg.Servers, ","))
+}
+
+// nextHandshake returns a channel closed at the next handshake answer of
+// the coordinator's client (a session, the same or a new one, or an
+// expiry): from then on a request is sent on a connection again.
+func (c *Coordinator) nextHandshake() <-chan struct{} {
+	c.hsMu.Lock()
+	defer c.hsMu.Unlock()
+	if c.handshake == nil {
+		c.handshake = make(chan struct{})
+	}
+	return c.handshake
+}
+
+// handshook wakes every waiter of nextHandshake (after the session's
+// leases were ended, if it expired).
+func (c *Coordinator) handshook() {
+	c.hsMu.Lock()
+	defer c.hsMu.Unlock()
+	if c.handshake != nil {
+		close(c.handshake)
+		c.handshake = nil
+	}
+}
+
+// awaitConnection follows a request that failed with err. When err says
+// the client had no connection (zk.ErrNoServer: it was between
+// connections and failed its queue; zk.ErrConnectionClosed: the
+// connection closed under the request), it waits for next (from
+// nextHandshake, taken before the request), so that the next request is
+// sent on a connection: one sent sooner fails at once, or waits in the
+// client's queue past its own timeout while the client reconnects (a
+// second or more with one server). A write's rounds are spent on
+// answers, not on the client's reconnecting. The wait ends with ctx (false),
+// with the coordinator, or after a session timeout (a session without a
+// connection for that long is lost anyway; the next request says so).
+func (c *Coordinator) awaitConnection(ctx context.Context, next <-chan struct{}, err error) bool {
+	if !errors.Is(err, zk.ErrNoServer) && !errors.Is(err, zk.ErrConnectionClosed) {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(max(c.SessionTimeout(), c.cfg.Timing.Timeout))
+	defer t.Stop()
+	select {
+	case <-next:
+	case <-t.C:
+	case <-c.bg.Done():
+	case <-ctx.Done():
+	}
+	return ctx.Err() == nil
 }
 
 // sessionEnded ends every lease taken in session id.

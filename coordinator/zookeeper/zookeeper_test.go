@@ -262,6 +262,73 @@ func TestLostReply(t *testing.T) {
 	}
 }
 
+// TestWriteWaitsForReconnect: a write whose connection is lost, and whose
+// client then finds no server for longer than its rounds would last if
+// each were spent at once (eight calls of a second each: the client's
+// queue fails at every reconnect, or the call times out), waits for the
+// client's next connection and learns its outcome there. Before, the
+// rounds ran out while the client was reconnecting ("no outcome after 4
+// rounds") — and a client that failed its queue fast enough let them run
+// out within a second of a lost answer (TestLostReply failed that way).
+func TestWriteWaitsForReconnect(t *testing.T) {
+	const partition = 8500 * time.Millisecond // beyond 8 calls of 1 s, within the session timeout
+	s := zktest.StartStandalone(t)
+	b := &zktest.Backend{Servers: []string{s.Addr}, TTL: 12 * time.Second}
+	// cut loses the connection under the next multi (its reply dropped:
+	// applied, unanswered) and refuses new connections for partition.
+	setup := func(t *testing.T, name string) (*zktest.Cluster, *zktest.Proxy, *zookeeper.Coordinator, coordinator.Lease, coordinator.NodeInfo, func()) {
+		cl := newCluster(t, b)
+		p := zktest.NewProxy(t, s.Addr)
+		c := cl.ConnectWith(t, sysClock, func(cfg *zookeeper.Config) { cfg.Servers = []string{p.Addr()} })
+		n := coordtest.Node(name)
+		l := acquire(t, c, coordtest.Spec(name, 2), n)
+		reserve(t, l, 100, n)
+		cut := func() {
+			p.Refuse(true)
+			p.DropNextReply(zktest.OpMulti)
+			time.AfterFunc(partition, func() { p.Refuse(false) })
+		}
+		return cl, p, c, l, n, cut
+	}
+	t.Run("reserve", func(t *testing.T) {
+		t.Parallel()
+		cl, p, c, l, n, cut := setup(t, "waitres")
+		sess := c.SessionID()
+		cut()
+		start := time.Now()
+		if err := l.Reserve(ctxT(t, 20*time.Second), 200, beat(n)); err != nil {
+			t.Fatalf("Reserve across a lost connection and %v without a server: %v (after %v)", partition, err, time.Since(start).Round(time.Millisecond))
+		}
+		if p.Dropped() != 1 {
+			t.Fatalf("dropped %d replies, want 1", p.Dropped())
+		}
+		if got := cl.Reserved(t, "waitres", l.Slot()); got != 200 || l.Reserved() != 200 {
+			t.Fatalf("stored %d, acknowledged %d, want 200", got, l.Reserved())
+		}
+		if now := c.SessionID(); isDone(l) || now != sess {
+			t.Fatalf("lease done %v, session %#x -> %#x: a partition within the session timeout must not cost the lease", isDone(l), sess, now)
+		}
+	})
+	t.Run("release", func(t *testing.T) {
+		t.Parallel()
+		cl, p, _, l, _, cut := setup(t, "waitrel")
+		cut()
+		start := time.Now()
+		if err := l.Release(ctxT(t, 20*time.Second), 150); err != nil {
+			t.Fatalf("Release across a lost connection and %v without a server: %v (after %v)", partition, err, time.Since(start).Round(time.Millisecond))
+		}
+		if p.Dropped() != 1 {
+			t.Fatalf("dropped %d replies, want 1", p.Dropped())
+		}
+		if got := cl.Reserved(t, "waitrel", l.Slot()); got != 150 {
+			t.Fatalf("stored %d after the release, want 150", got)
+		}
+		if !isDone(l) {
+			t.Fatal("lease not ended by its release")
+		}
+	})
+}
+
 func countLive(hs []coordinator.SlotState) int {
 	n := 0
 	for _, h := range hs {
