@@ -626,7 +626,9 @@ type Admin interface {
 	// keeping its reservation.
 	ForceRelease(ctx context.Context, generator string, slot Slot) error
 	// Bump, after a restore, raises every reservation of the generator by
-	// b.By and the generator's floor to max(b.Now, every reservation) +
+	// b.By (to at least the value it read plus b.By: a write whose answer
+	// was lost is not applied twice) and the generator's floor to
+	// max(b.Now, every reservation) +
 	// b.By (in its time units, as the caller computes from the pinned
 	// layout; the floor is never lowered). Every later acquisition's Floor
 	// is at least the generator floor, so a worker first used after the

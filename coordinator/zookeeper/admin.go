@@ -390,6 +390,13 @@ func (c *Coordinator) Generators(ctx context.Context) ([]coordinator.GeneratorSt
 }
 
 func (c *Coordinator) bumpOne(ctx context.Context, path string, by int64) error {
+	// Every write aims at what the first read found plus by, and a value
+	// at or past it is done: a write whose answer was lost (and that may
+	// land after it was given up on) is never bumped again. Nothing
+	// lowers a reservation below a bump (a release keeps one made behind
+	// its holder's back).
+	var target int64
+	aimed := false
 	var last error
 	for round := 0; round < 8; round++ {
 		d, st, err := c.get(ctx, path)
@@ -400,11 +407,17 @@ func (c *Coordinator) bumpOne(ctx context.Context, path string, by int64) error 
 		if err != nil {
 			return err
 		}
-		if v > math.MaxInt64-by {
-			return fmt.Errorf("%w: bump of %s from %d by %d overflows", coordinator.ErrInvalidSpec, path, v, by)
+		if !aimed {
+			if v > math.MaxInt64-by {
+				return fmt.Errorf("%w: bump of %s from %d by %d overflows", coordinator.ErrInvalidSpec, path, v, by)
+			}
+			target, aimed = v+by, true
 		}
-		want := encodeValue(v + by)
-		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.client().Set(path, want, st.Version) })
+		if v >= target {
+			return nil // landed, its answer lost; or raised past it by its holder
+		}
+		next := c.nextHandshake()
+		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.client().Set(path, encodeValue(target), st.Version) })
 		if err == nil {
 			return nil
 		}
@@ -412,13 +425,10 @@ func (c *Coordinator) bumpOne(ctx context.Context, path string, by int64) error 
 			return unavailable("bump", err)
 		}
 		last = err
-		if !errors.Is(err, zk.ErrBadVersion) {
-			// No answer: applied if the node now holds our value one
-			// version on.
-			d2, st2, err2 := c.get(ctx, path)
-			if err2 == nil && st2.Version == st.Version+1 && string(d2) == string(want) {
-				return nil
-			}
+		// A race or no answer: the next read decides, on the client's
+		// next connection when this one was lost.
+		if !c.awaitConnection(ctx, next, err) {
+			break
 		}
 	}
 	return unavailable("bump", fmt.Errorf("%s: no outcome: %w", path, last))
@@ -452,6 +462,7 @@ func (c *Coordinator) raiseFloor(ctx context.Context, path string, v int64) (int
 		if cur >= v {
 			return cur, nil
 		}
+		next := c.nextHandshake()
 		_, err = call(c, ctx, func() (*zk.Stat, error) { return c.client().Set(path, encodeValue(v), st.Version) })
 		if err == nil {
 			return v, nil
@@ -459,7 +470,10 @@ func (c *Coordinator) raiseFloor(ctx context.Context, path string, v int64) (int
 		if isPermanent(err) {
 			return 0, unavailable("raise generator floor", err)
 		}
-		last = err // a race or no answer: the next read decides
+		last = err // a race or no answer: the next read decides, on a connection
+		if !c.awaitConnection(ctx, next, err) {
+			break
+		}
 	}
 	return 0, unavailable("raise generator floor", fmt.Errorf("%s: no outcome: %w", path, last))
 }

@@ -23,6 +23,7 @@ type Proxy struct {
 	closed bool
 
 	dropReplyOp   atomic.Int32 // 0: off
+	dropReplySkip atomic.Int32 // requests with dropReplyOp to forward first
 	dropRequestOp atomic.Int32 // 0: off
 	dropped       atomic.Int64
 	wg            sync.WaitGroup
@@ -87,7 +88,14 @@ func (p *Proxy) Refuse(on bool) {
 
 // DropNextReply arms the proxy: the next request with opcode op is
 // forwarded, its reply is dropped and the connection is closed.
-func (p *Proxy) DropNextReply(op int32) { p.dropReplyOp.Store(op) }
+func (p *Proxy) DropNextReply(op int32) { p.DropReplyAfter(op, 0) }
+
+// DropReplyAfter is DropNextReply for the request with opcode op that
+// follows the next skip of them (which are answered).
+func (p *Proxy) DropReplyAfter(op int32, skip int) {
+	p.dropReplySkip.Store(int32(skip))
+	p.dropReplyOp.Store(op)
+}
 
 // DropNextRequest arms the proxy: the next request with opcode op is not
 // forwarded and the connection is closed.
@@ -170,7 +178,7 @@ func (p *Proxy) upstream(pc *proxyConn) {
 				p.dropped.Add(1)
 				return
 			}
-			if op != 0 && p.dropReplyOp.CompareAndSwap(op, 0) {
+			if op != 0 && op == p.dropReplyOp.Load() && p.dropReplySkip.Add(-1) < 0 && p.dropReplyOp.CompareAndSwap(op, 0) {
 				pc.dropXid.Store(int64(xid))
 			}
 		}
