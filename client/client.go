@@ -118,8 +118,9 @@ type Stats struct {
 	// CallErrors counts the failed attempts of Info and Decode calls.
 	CallErrors uint64
 	// Dropped counts IDs dropped unserved: because they outlived MaxAge,
-	// or came back from a node behind IDs of its already handed out (see
-	// the package's Order invariant).
+	// came back from a node behind IDs of its already handed out (see
+	// the package's Order invariant), were buffered at Close, or were
+	// taken for a NextN or NextRange that then failed.
 	Dropped uint64
 	// Ticks counts the refiller's timer ticks.
 	Ticks uint64
@@ -307,6 +308,7 @@ func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 		if need > c.directAbove.Load() {
 			runs, err := c.fetchDirect(ctx, need)
 			if err != nil {
+				c.stats.dropped.Add(uint64(len(out)))
 				return nil, err
 			}
 			for _, r := range runs {
@@ -315,6 +317,7 @@ func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 			continue
 		}
 		if err := c.waitBatch(ctx); err != nil {
+			c.stats.dropped.Add(uint64(len(out)))
 			return nil, err
 		}
 	}
@@ -355,6 +358,7 @@ func (c *Client) NextRange(ctx context.Context, n uint64) ([]Run, error) {
 		if need > c.directAbove.Load() {
 			runs, err := c.fetchDirect(ctx, need)
 			if err != nil {
+				c.stats.dropped.Add(got)
 				return nil, err
 			}
 			out = append(out, runs...)
@@ -362,6 +366,7 @@ func (c *Client) NextRange(ctx context.Context, n uint64) ([]Run, error) {
 			continue
 		}
 		if err := c.waitBatch(ctx); err != nil {
+			c.stats.dropped.Add(got)
 			return nil, err
 		}
 	}

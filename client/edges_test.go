@@ -365,3 +365,33 @@ func TestFreshnessBound(t *testing.T) {
 		t.Fatalf("NextRange took %v from a batch fetched more than MaxAge ago (last ID %d)", runs, id)
 	}
 }
+
+// TestFailedCallCountsDropped: IDs a NextN or NextRange took from the
+// buffer before failing (no node to refill from) are never handed out,
+// and Stats counts them dropped: every ID is handed out once or counted.
+func TestFailedCallCountsDropped(t *testing.T) {
+	for _, kind := range []string{"NextN", "NextRange"} {
+		t.Run(kind, func(t *testing.T) {
+			c, err := New([]string{"127.0.0.1:1"}, WithLogger(quiet), WithMaxAge(time.Hour), WithoutHealthCheck(),
+				WithCallTimeout(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			preload(c, 5, 5)
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			if kind == "NextN" {
+				_, err = c.NextN(ctx, 13)
+			} else {
+				_, err = c.NextRange(ctx, 13)
+			}
+			if err == nil {
+				t.Fatalf("%s(13) with 5 IDs buffered and no node: no error", kind)
+			}
+			if got := c.Stats().Dropped; got != 5 {
+				t.Fatalf("%s(13) failed (%v) after taking the 5 buffered IDs: Stats().Dropped = %d, want 5", kind, err, got)
+			}
+		})
+	}
+}

@@ -1253,24 +1253,32 @@ class FirnClient:
         deadline = None if timeout is None else _mono() + timeout
         out = []
         got = 0
-        while got < n:
-            if self._closed:
-                raise E.closed_error()
-            need = n - got
-            runs = self._take(need)
-            if runs:
-                out.extend(runs)
-                got += sum(r.count for r in runs)
-                continue
-            if need > self._direct_above:
-                while got < n:
-                    runs, _, _ = self._fetch(n - got, deadline, False)
+        try:
+            while got < n:
+                if self._closed:
+                    raise E.closed_error()
+                need = n - got
+                runs = self._take(need)
+                if runs:
                     out.extend(runs)
                     got += sum(r.count for r in runs)
-                continue
-            self._wait_batch(deadline)
-        if self._closed:
-            raise E.closed_error()
+                    continue
+                if need > self._direct_above:
+                    while got < n:
+                        runs, _, _ = self._fetch(n - got, deadline, False)
+                        out.extend(runs)
+                        got += sum(r.count for r in runs)
+                    continue
+                self._wait_batch(deadline)
+            if self._closed:
+                raise E.closed_error()
+        except BaseException:
+            # The IDs taken for a call that fails are never handed out:
+            # counted dropped, as buffered ones are at close.
+            if got:
+                with self._mu:
+                    self._stats["dropped"] += got
+            raise
         return out
 
     def next_n(self, n, timeout=None):

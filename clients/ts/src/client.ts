@@ -500,21 +500,28 @@ export class FirnClient {
     if (this.closed) throw closedError();
     const out: Run[] = [];
     let got = 0;
-    while (got < n) {
-      const need = n - got;
-      const r = this.take(need);
-      if (r) {
-        out.push(r);
-        got += Number(r.count);
-        continue;
+    try {
+      while (got < n) {
+        const need = n - got;
+        const r = this.take(need);
+        if (r) {
+          out.push(r);
+          got += Number(r.count);
+          continue;
+        }
+        if (need > this.directAbove) {
+          const runs = await this.fetchDirect(need, b);
+          out.push(...runs);
+          got += Number(countOf(runs));
+          continue;
+        }
+        await this.waitBatch(b);
       }
-      if (need > this.directAbove) {
-        const runs = await this.fetchDirect(need, b);
-        out.push(...runs);
-        got += Number(countOf(runs));
-        continue;
-      }
-      await this.waitBatch(b);
+    } catch (e) {
+      // The IDs taken for a call that fails are never handed out: counted
+      // dropped, as buffered ones are at close.
+      this.st.dropped += got;
+      throw e;
     }
     if (this.closed) {
       this.st.dropped += got;

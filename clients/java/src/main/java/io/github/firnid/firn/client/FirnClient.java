@@ -380,25 +380,33 @@ public final class FirnClient implements AutoCloseable {
       throw closedError();
     }
     List<Run> out = new ArrayList<>();
-    for (long got = 0; got < n; ) {
-      long need = n - got;
-      Run r = take(need);
-      if (r != null) {
-        out.add(r);
-        got += r.count();
-        continue;
-      }
-      if (need > directAbove.get()) {
-        for (Run fr : fetchDirect(deadline, need)) {
-          out.add(fr);
-          got += fr.count();
+    long got = 0;
+    try {
+      while (got < n) {
+        long need = n - got;
+        Run r = take(need);
+        if (r != null) {
+          out.add(r);
+          got += r.count();
+          continue;
         }
-        continue;
+        if (need > directAbove.get()) {
+          for (Run fr : fetchDirect(deadline, need)) {
+            out.add(fr);
+            got += fr.count();
+          }
+          continue;
+        }
+        waitBatch(deadline);
       }
-      waitBatch(deadline);
-    }
-    if (closing) {
-      throw closedError();
+      if (closing) {
+        throw closedError();
+      }
+    } catch (RuntimeException e) {
+      // The IDs taken for a call that fails are never handed out: counted
+      // dropped, as buffered ones are at close.
+      dropped.addAndGet(got);
+      throw e;
     }
     return sortRuns(out);
   }
