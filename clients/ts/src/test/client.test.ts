@@ -327,3 +327,26 @@ for (const [name, call] of [
     });
   });
 }
+
+test("IDs a nextN took before it failed are counted dropped, never handed out", async () => {
+  await withNodes(1, async ([a]) => {
+    let answers = 0;
+    a.handlers.NextRange = (req: any) => {
+      if (answers++ > 0) throw firnError(grpc.status.UNAVAILABLE, "not serving", "LEASE_LOST");
+      const n = BigInt(req.count);
+      const first = a.next;
+      a.next += n;
+      return { runs: [{ first: first.toString(), count: n.toString() }] };
+    };
+    const c = new FirnClient({ endpoints: [a.addr], health: false, maxAgeMs: 60000 });
+    try {
+      await c.next({ deadlineMs: 3000 });
+      const fetched = Number(c.stats().fetchedIds);
+      assert.ok(fetched > 1, `fetched ${fetched}`);
+      const e = await rejects(c.nextN(1_000_000, { deadlineMs: 500 }));
+      assert.equal(c.stats().dropped, fetched - 1, `after ${e.message}`);
+    } finally {
+      await c.close();
+    }
+  });
+});
