@@ -43,6 +43,7 @@ public final class FakeNode implements AutoCloseable {
   /** NextRange and NextIDs answer after this many milliseconds. */
   volatile long delayMs;
   volatile boolean noRange;
+  volatile long rangeAnswers = Long.MAX_VALUE; // NextRange calls past this many are refused UNAVAILABLE (LEASE_LOST)
   /** A sequence generator "chats" with one section: its owner's address (null: this node), how many
    * calls answer SECTION_MOVING first, and whether Info names the owner. */
   volatile String seqOwner;
@@ -132,7 +133,12 @@ public final class FakeNode implements AutoCloseable {
   private final class Ids extends IDServiceGrpc.IDServiceImplBase {
     @Override
     public void nextRange(NextRangeRequest req, StreamObserver<NextRangeResponse> obs) {
-      rangeCalls.incrementAndGet();
+      if (rangeCalls.incrementAndGet() > rangeAnswers) {
+        obs.onError(StatusProto.toStatusRuntimeException(com.google.rpc.Status.newBuilder()
+            .setCode(Status.Code.UNAVAILABLE.value()).setMessage("not serving: LEASE_LOST")
+            .addDetails(errorInfo("LEASE_LOST")).build()));
+        return;
+      }
       if (noRange) {
         obs.onError(Status.UNIMPLEMENTED.withDescription("unknown method NextRange").asRuntimeException());
         return;

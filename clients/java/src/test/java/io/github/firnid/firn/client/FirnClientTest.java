@@ -627,6 +627,21 @@ public class FirnClientTest {
     return v;
   }
 
+  @Test
+  public void idsTakenForAFailedNextNAreCountedDropped() throws Exception {
+    try (FakeNode node = new FakeNode(1000)) {
+      node.rangeAnswers = 1; // one refill answered, every later one refused
+      try (FirnClient c = FirnClient.builder().endpoints(node.addr()).healthCheck(false)
+          .maxAge(Duration.ofMinutes(1)).build()) {
+        c.next();
+        long fetched = node.counter.get() - 1000;
+        assertTrue("fetched " + fetched, fetched > 1);
+        FirnException e = expect(null, () -> c.nextN(1_000_000, Duration.ofMillis(500)));
+        assertEquals(e.getMessage(), Long.valueOf(fetched - 1), c.stats().get("dropped"));
+      }
+    }
+  }
+
   private static FirnException expect(Reason want, Runnable r) {
     try {
       r.run();
