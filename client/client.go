@@ -290,7 +290,7 @@ type Run struct {
 // Across calls they increase while one node serves them; after a
 // failover the next call's IDs may lie below the last call's. Errors as
 // for Next, and ErrInvalidCount for n out of bounds.
-func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
+func (c *Client) NextN(ctx context.Context, n int) (_ []uint64, err error) {
 	if n < 1 || n > MaxNextN {
 		return nil, fmt.Errorf("%w: n %d outside [1, %d]", ErrInvalidCount, n, MaxNextN)
 	}
@@ -299,6 +299,11 @@ func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 	}
 	defer c.leave()
 	out := make([]uint64, 0, n)
+	defer func() {
+		if err != nil { // what was taken is never handed out
+			c.stats.dropped.Add(uint64(len(out)))
+		}
+	}()
 	for len(out) < n {
 		need := int64(n - len(out))
 		if r, ok := c.take(need); ok {
@@ -308,7 +313,6 @@ func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 		if need > c.directAbove.Load() {
 			runs, err := c.fetchDirect(ctx, need)
 			if err != nil {
-				c.stats.dropped.Add(uint64(len(out)))
 				return nil, err
 			}
 			for _, r := range runs {
@@ -317,12 +321,10 @@ func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 			continue
 		}
 		if err := c.waitBatch(ctx); err != nil {
-			c.stats.dropped.Add(uint64(len(out)))
 			return nil, err
 		}
 	}
 	if c.closing() {
-		c.stats.dropped.Add(uint64(len(out)))
 		return nil, ErrClosed
 	}
 	if !slices.IsSorted(out) { // the buffer's and a fetch's, after a failover
@@ -339,7 +341,7 @@ func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 // NextRange (NextIDs from a node that does not know it), so a large n
 // costs a few runs on the wire instead of 8 bytes an ID. Errors as for
 // NextN.
-func (c *Client) NextRange(ctx context.Context, n uint64) ([]Run, error) {
+func (c *Client) NextRange(ctx context.Context, n uint64) (_ []Run, err error) {
 	if n < 1 || n > MaxNextRange {
 		return nil, fmt.Errorf("%w: n %d outside [1, %d]", ErrInvalidCount, n, MaxNextRange)
 	}
@@ -348,7 +350,13 @@ func (c *Client) NextRange(ctx context.Context, n uint64) ([]Run, error) {
 	}
 	defer c.leave()
 	var out []Run
-	for got := uint64(0); got < n; {
+	got := uint64(0)
+	defer func() {
+		if err != nil { // what was taken is never handed out
+			c.stats.dropped.Add(got)
+		}
+	}()
+	for got < n {
 		need := int64(n - got)
 		if r, ok := c.take(need); ok {
 			out = append(out, r)
@@ -358,7 +366,6 @@ func (c *Client) NextRange(ctx context.Context, n uint64) ([]Run, error) {
 		if need > c.directAbove.Load() {
 			runs, err := c.fetchDirect(ctx, need)
 			if err != nil {
-				c.stats.dropped.Add(got)
 				return nil, err
 			}
 			out = append(out, runs...)
@@ -366,12 +373,10 @@ func (c *Client) NextRange(ctx context.Context, n uint64) ([]Run, error) {
 			continue
 		}
 		if err := c.waitBatch(ctx); err != nil {
-			c.stats.dropped.Add(got)
 			return nil, err
 		}
 	}
 	if c.closing() {
-		c.stats.dropped.Add(countOf(out))
 		return nil, ErrClosed
 	}
 	// Takes from the buffer and direct fetches interleave: sort them.
