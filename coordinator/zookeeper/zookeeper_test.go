@@ -329,35 +329,44 @@ func TestWriteWaitsForReconnect(t *testing.T) {
 	})
 }
 
-// TestBumpLostReply: a bump whose reservation write is applied and
-// unanswered (the connection lost with it) bumps once: it reads the
-// reservation back on the client's next connection before writing again.
-// Before, the read-back was sent while the client reconnected and failed,
-// and the next round bumped the bumped value again (by twice By).
+// TestBumpLostReply: a bump whose write is applied and unanswered (the
+// connection lost with it) bumps once: it reads the node back on the
+// client's next connection before writing again. Before, the read was
+// sent while the client reconnected and failed: the generator floor's
+// write ended the bump "read generator floor: no answer in time", and a
+// reservation's was followed by a second bump of the bumped value (by
+// twice By).
 func TestBumpLostReply(t *testing.T) {
 	s := zktest.StartStandalone(t)
 	b := &zktest.Backend{Servers: []string{s.Addr}, TTL: 4 * time.Second}
-	cl := newCluster(t, b)
-	holder := cl.Connect(t, sysClock)
-	n := coordtest.Node("bumped")
-	spec := coordtest.Spec("bumped", 2)
-	l := acquire(t, holder, spec, n)
-	reserve(t, l, 100, n)
-	if err := l.Release(ctxT(t, 10*time.Second), 100); err != nil {
-		t.Fatal(err)
-	}
-	p := zktest.NewProxy(t, s.Addr)
-	admin := cl.ConnectWith(t, sysClock, func(cfg *zookeeper.Config) { cfg.Servers = []string{p.Addr()} })
-	p.DropReplyAfter(zktest.OpSetData, 1) // the floor's write answered, the reservation's not
-	res, err := admin.Bump(ctxT(t, 20*time.Second), coordinator.BumpSpec{Generator: spec.Generator, By: 10, MaxTime: 1 << 50})
-	if err != nil {
-		t.Fatalf("Bump with a lost answer: %v", err)
-	}
-	if p.Dropped() != 1 {
-		t.Fatalf("dropped %d replies, want the reservation write's", p.Dropped())
-	}
-	if got := cl.Reserved(t, spec.Generator, l.Slot()); got != 110 || res.Floor != 110 {
-		t.Fatalf("after a bump by 10 of 100 with a lost answer: reservation %d, floor %d; want 110 and 110", got, res.Floor)
+	for _, tc := range []struct {
+		name string
+		skip int // SetData requests answered before the one whose reply is lost
+	}{{"floor", 0}, {"reservation", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := newCluster(t, b)
+			holder := cl.Connect(t, sysClock)
+			n := coordtest.Node("bumped")
+			spec := coordtest.Spec("bumped", 2)
+			l := acquire(t, holder, spec, n)
+			reserve(t, l, 100, n)
+			if err := l.Release(ctxT(t, 10*time.Second), 100); err != nil {
+				t.Fatal(err)
+			}
+			p := zktest.NewProxy(t, s.Addr)
+			admin := cl.ConnectWith(t, sysClock, func(cfg *zookeeper.Config) { cfg.Servers = []string{p.Addr()} })
+			p.DropReplyAfter(zktest.OpSetData, tc.skip) // the floor's write is the first, the reservation's the second
+			res, err := admin.Bump(ctxT(t, 20*time.Second), coordinator.BumpSpec{Generator: spec.Generator, By: 10, MaxTime: 1 << 50})
+			if err != nil {
+				t.Fatalf("Bump with the %s write's answer lost: %v", tc.name, err)
+			}
+			if p.Dropped() != 1 {
+				t.Fatalf("dropped %d replies, want the %s write's", p.Dropped(), tc.name)
+			}
+			if got := cl.Reserved(t, spec.Generator, l.Slot()); got != 110 || res.Floor != 110 {
+				t.Fatalf("after a bump by 10 of 100 with the %s write's answer lost: reservation %d, floor %d; want 110 and 110", tc.name, got, res.Floor)
+			}
+		})
 	}
 }
 
