@@ -370,6 +370,39 @@ func TestBumpLostReply(t *testing.T) {
 	}
 }
 
+// TestForceReleaseLostReply: a force-release whose multi is applied and
+// unanswered (the connection lost with it) reads the slot back on the
+// client's next connection and reports it freed. Before, the read was
+// sent while the client reconnected and failed ("read reservation").
+func TestForceReleaseLostReply(t *testing.T) {
+	b := standalone(t)
+	cl := newCluster(t, b)
+	holder := cl.Connect(t, sysClock)
+	n := coordtest.Node("forced")
+	spec := coordtest.Spec("forced", 2)
+	l := acquire(t, holder, spec, n)
+	reserve(t, l, 100, n)
+	p := zktest.NewProxy(t, b.Servers[0])
+	admin := cl.ConnectWith(t, sysClock, func(cfg *zookeeper.Config) { cfg.Servers = []string{p.Addr()} })
+	p.DropNextReply(zktest.OpMulti)
+	if err := admin.ForceRelease(ctxT(t, 20*time.Second), spec.Generator, l.Slot()); err != nil {
+		t.Fatalf("ForceRelease with a lost answer: %v", err)
+	}
+	if p.Dropped() != 1 {
+		t.Fatalf("dropped %d replies, want the force-release's", p.Dropped())
+	}
+	hs, err := admin.Workers(ctxT(t, 10*time.Second), spec.Generator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live := countLive(hs); live != 0 {
+		t.Fatalf("%d live holders after the force-release, want 0: %+v", live, hs)
+	}
+	if got := cl.Reserved(t, spec.Generator, l.Slot()); got != 100 {
+		t.Fatalf("reservation %d after the force-release, want 100 (kept)", got)
+	}
+}
+
 func countLive(hs []coordinator.SlotState) int {
 	n := 0
 	for _, h := range hs {
