@@ -236,11 +236,18 @@ func TestHealth(t *testing.T) {
 		}
 		return resp.GetStatus()
 	}
+	// want waits, two seconds at most, for every status to be st: a
+	// status follows its generator's state as the transition's
+	// subscribers run, just after Info can already show the state.
 	want := func(st healthpb.HealthCheckResponse_ServingStatus) {
 		t.Helper()
+		deadline := time.Now().Add(2 * time.Second)
 		for _, s := range []string{"", "default", "user"} {
-			if got := check(s); got != st {
-				t.Fatalf("health %q: %v, want %v", s, got, st)
+			for got := check(s); got != st; got = check(s) {
+				if time.Now().After(deadline) {
+					t.Fatalf("health %q: %v, want %v", s, got, st)
+				}
+				time.Sleep(5 * time.Millisecond)
 			}
 		}
 	}
