@@ -12,6 +12,7 @@ belongs to its taker alone. On an interpreter without a GIL the takes go
 under a lock instead.
 """
 
+import ipaddress
 import itertools
 import random
 import socket
@@ -209,6 +210,21 @@ def _parse_target(s):
     return (s, host, port)
 
 
+def _dialable(addr):
+    """Whether addr is host:port a client can dial: a node that listens on
+    a wildcard address ("0.0.0.0:7300", "[::]:7300", ":7300") gives that as
+    its address."""
+    host, sep, port = addr.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port:
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return True  # a name
+
+
 def _join_host_port(host, port):
     if ":" in host:
         return "[%s]:%s" % (host, port)
@@ -378,7 +394,8 @@ class FirnClient:
         self._queue = []
         self._last = None
         self._fail_gen = 0
-        self._last_err = None
+        self._fail_err = None  # the error of the last failed round (kept)
+        self._last_err = None  # the same, until a refill succeeds
         self._retry_at = 0.0  # no refill before, after a failed round
         self._retired = 0
         self._waiters = 0
@@ -450,6 +467,7 @@ class FirnClient:
             self._closed = True
             cur = self._cur
             cur.n = 0  # no take after this one succeeds
+            self._retire_locked(cur)  # its IDs not yet taken: dropped
             self._cur = self._empty
             self._stats["dropped"] += sum(b.size for b in self._queue)
             self._queue = []
@@ -970,21 +988,26 @@ class FirnClient:
         DEADLINE, CLOSED, or the failed round's error."""
         if self._take_lock is None:
             b = self._cur
-            i = next(b.it)
-            if i < b.n and _mono() <= b.expire:
-                if i == b.half:
-                    self._kick_ev.set()
-                return b.first + i
+            # Fresh first, then the claim: an index claimed is handed out
+            # or counted served (it is never claimed from a stale batch).
+            if _mono() <= b.expire:
+                i = next(b.it)
+                if i < b.n:
+                    if i == b.half:
+                        self._kick_ev.set()
+                    return b.first + i
         return self._next_slow(timeout)
 
     def _claim_one(self):
         b = self._cur
+        if _mono() > b.expire:
+            return None
         if self._take_lock is None:
             i = next(b.it)
         else:
             with self._take_lock:
                 i = next(b.it)
-        if i < b.n and _mono() <= b.expire:
+        if i < b.n:
             if i == b.half:
                 self._kick_ev.set()
             return b.first + i
@@ -1002,6 +1025,11 @@ class FirnClient:
         """Claims up to need IDs of the current batch: runs, or []."""
         b = self._cur
         if _mono() > b.expire:
+            return []
+        # Never claim more indexes than the batch has left: a claim is a
+        # list of them, built holding the GIL.
+        need = min(need, b.n - b.claimed())
+        if need <= 0:
             return []
         if self._take_lock is None:
             idx = list(itertools.islice(b.it, need))
@@ -1033,6 +1061,11 @@ class FirnClient:
         if b is not self._empty:
             self._cur = self._empty
         return False
+
+    def _count_dropped(self, n):
+        """Counts n IDs taken for a call whose caller never received them."""
+        with self._mu:
+            self._stats["dropped"] += n
 
     def _retire_locked(self, b):
         if b.retired:
@@ -1090,7 +1123,7 @@ class FirnClient:
                     if self._install_locked():
                         return
                     if self._fail_gen != gen:
-                        raise self._last_err
+                        raise self._fail_err
                     if deadline is None:
                         self._cond.wait()
                     else:
@@ -1226,6 +1259,7 @@ class FirnClient:
             if until is not None:
                 self._retry_at = max(self._retry_at, until)
             self._fail_gen += 1
+            self._fail_err = err
             self._last_err = err
         else:
             runs, ep, start = res
@@ -1358,7 +1392,7 @@ class FirnClient:
         if g is not None and g.kind == "seq" and g.sections > 0:
             owners = [""] * g.sections
             for o in g.section_owners:
-                if o.section < g.sections:
+                if o.section < g.sections and _dialable(o.address):
                     owners[o.section] = o.address
             m = (g.sections, owners)
         with self._seq_lock:
@@ -1461,7 +1495,7 @@ class FirnClient:
                     self._stats["seq_redirects"] += 1
                 self._seq_maybe_refresh(force=True)
                 owner = err.metadata.get("owner", "")
-                if not owner or owner.startswith("0.0.0.0:") or owner.startswith("[::]:"):
+                if not _dialable(owner):
                     raise err.with_(message="the section's owner gives an address a client cannot dial (%r): %s"
                                     % (owner, err.message))
                 self._seq_hint(key, owner)

@@ -6,7 +6,7 @@ import grpc
 
 from firn_client import FirnClient, FirnError, Run, fnv1a64
 from firn_client import errors as E
-from firn_client.client import _Batch, _keeping_known, _runs_of, _runs_of_indexes, _sort_runs
+from firn_client.client import _Batch, _dialable, _keeping_known, _runs_of, _runs_of_indexes, _sort_runs
 
 from .fake import FakeNode, Refuse, status_details
 
@@ -57,6 +57,15 @@ class SeqMapTest(unittest.TestCase):
         self.assertIs(_keeping_known(other, old), other)
         self.assertIs(_keeping_known(read, None), read)
         self.assertIsNone(_keeping_known(None, old))
+
+
+    def test_dialable(self):
+        # A node bound to a wildcard address reports that as its address;
+        # such an owner is left out of the map (calls go to the endpoints).
+        for a in ("127.0.0.1:7300", "node-0.firn:7300", "[::1]:7300", "[2001:db8::1]:7300"):
+            self.assertTrue(_dialable(a), a)
+        for a in ("0.0.0.0:7300", "[::]:7300", ":7300", "127.0.0.1", "127.0.0.1:", ""):
+            self.assertFalse(_dialable(a), a)
 
 
 class ErrorsTest(unittest.TestCase):
@@ -148,6 +157,88 @@ class ClaimTest(unittest.TestCase):
             dropped = c.stats()["dropped"]
             self.assertLess(dropped, 13 * 8)
             self.assertEqual(len(ids) + dropped, total)
+        finally:
+            c.close()
+
+    def test_close_counts_current_batch_dropped(self):
+        # The current batch's IDs not yet taken are dropped at close, as the
+        # queued batches' are.
+        c = FirnClient(["127.0.0.1:1"], call_timeout=0.05)
+        with c._mu:
+            c._enqueue_locked(_Batch(1 << 62, 10, -1, time.monotonic() + 60))
+            c._install_locked()
+        self.assertEqual(c.next(0.1), 1 << 62)
+        c.close()
+        self.assertEqual(c.stats()["dropped"], 9)
+
+    def test_stale_take_counts_dropped(self):
+        # A take from a batch that went stale claims nothing: its IDs not
+        # handed out are all counted dropped.
+        c = FirnClient(["127.0.0.1:1"], call_timeout=0.05)
+        try:
+            c._tick = 100.0  # the refiller does not retire the batch by itself
+            time.sleep(0.05)
+            with c._mu:
+                c._enqueue_locked(_Batch(1 << 62, 10, -1, time.monotonic() + 0.03))
+                c._install_locked()
+            self.assertEqual(c.next(0.1), 1 << 62)
+            time.sleep(0.05)  # stale now
+            with self.assertRaises(FirnError):
+                c.next(0.05)
+            self.assertEqual(c.stats()["dropped"], 9, "10 buffered, 1 handed out")
+        finally:
+            c.close()
+
+    def test_take_claims_no_more_than_the_batch(self):
+        # A large next_range takes what the batch holds without claiming an
+        # index per ID asked for (a list of them, built holding the GIL).
+        c = FirnClient(["127.0.0.1:1"], call_timeout=0.05)
+        try:
+            b = _Batch(1 << 62, 16, -1, time.monotonic() + 60)
+            with c._mu:
+                c._enqueue_locked(b)
+                c._install_locked()
+            self.assertEqual(c.next(0.1), 1 << 62)
+            t0 = time.monotonic()
+            runs = c._take(1 << 24)
+            self.assertEqual(runs, [Run((1 << 62) + 1, 15)])
+            self.assertLessEqual(b.claimed(), 16, "indexes claimed beyond the batch")
+            self.assertEqual(c._take(1 << 24), [])
+            self.assertLessEqual(b.claimed(), 16)
+            self.assertLess(time.monotonic() - t0, 1.0)
+        finally:
+            c.close()
+
+    def test_waiter_raises_the_failed_rounds_error(self):
+        # A waiter told of a failed refill wakes after a later refill
+        # succeeded and others took its IDs: it raises the failed round's
+        # error (the later success cleared the last error).
+        c = FirnClient(["127.0.0.1:1"], call_timeout=0.05)
+        try:
+            c._tick = 100.0
+            c._retry_at = time.monotonic() + 100  # the refiller launches nothing itself
+            time.sleep(0.05)
+            out = []
+
+            def waiter():
+                try:
+                    out.append(c.next(2.0))
+                except BaseException as e:
+                    out.append(e)
+            t = threading.Thread(target=waiter)
+            t.start()
+            deadline = time.monotonic() + 2
+            while c._waiters == 0 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            with c._mu:  # two deliveries before the waiter gets the lock back
+                c._in_flight += 2
+                c._in_flight_ids += 32
+                c._deliver_locked(16, 0, None, FirnError("LEASE_LOST", "lease lost", code=grpc.StatusCode.UNAVAILABLE))
+                c._deliver_locked(16, 0, ([Run(5000, 1)], None, time.monotonic()), None)
+                self.assertEqual(next(c._cur.it), 0)  # another caller takes the one ID
+            t.join()
+            self.assertIsInstance(out[0], FirnError, repr(out[0]))
+            self.assertEqual(out[0].reason, "LEASE_LOST")
         finally:
             c.close()
 
@@ -375,6 +466,45 @@ class NodeTest(unittest.TestCase):
         ids = asyncio.run(main())
         self.assertEqual(len(ids), 4100)
         self.assertEqual(len(set(ids)), 4100)
+
+    def test_asyncio_cancelled_call_counts_dropped(self):
+        # A call cancelled while it waits for a refill goes on in its
+        # executor thread; the ID it then takes never reaches a caller and
+        # is counted dropped.
+        import asyncio
+        from firn_client.aio import AsyncFirnClient
+        n = self.node()
+        n.delay = 0.3
+
+        async def main():
+            c = AsyncFirnClient([n.addr], health=False, max_age=60)
+            try:
+                with self.assertRaises(asyncio.TimeoutError):
+                    await asyncio.wait_for(c.next(), 0.05)
+                await asyncio.sleep(0.6)  # the refill arrives; the thread takes an ID
+                cl = c.client
+                st = cl.stats()
+                with cl._mu:
+                    buffered = cl._buffered_locked(time.monotonic())
+                self.assertGreater(st["fetched_ids"], 0)
+                self.assertEqual(st["fetched_ids"], st["dropped"] + buffered,
+                                 "an ID taken for the cancelled call, neither handed out nor counted")
+            finally:
+                await c.close()
+        asyncio.run(main())
+
+    def test_partial_direct_fetch_counted_dropped(self):
+        # A next_range above the node's max_range is fetched in several
+        # calls; when a later one fails, the IDs of the earlier ones are
+        # counted dropped.
+        n = self.node()
+        n.refuse = lambda name, req: (Refuse(grpc.StatusCode.UNAVAILABLE, "lease lost", "LEASE_LOST")
+                                      if name == "NextRange" and n.calls["NextRange"] > 1 else None)
+        with FirnClient([n.addr], health=False) as c:
+            with self.assertRaises(FirnError) as cm:
+                c.next_range(1 << 21, 2)
+            self.assertEqual(cm.exception.reason, "LEASE_LOST")
+            self.assertEqual(c.stats()["dropped"], 1 << 20)
 
     def test_overloaded_halves_batch(self):
         n = self.node()

@@ -540,14 +540,25 @@ export class FirnClient {
     return r;
   }
 
+  /**
+   * n IDs straight from the endpoints, in as many fetches as their bounds
+   * take. When a later fetch fails, the IDs the earlier ones brought are
+   * never handed out: counted dropped here, since the caller never sees
+   * them.
+   */
   private async fetchDirect(n: number, b: Bound): Promise<Run[]> {
     if (this.closed) throw closedError();
     const out: Run[] = [];
     let got = 0;
-    while (got < n) {
-      const f = await this.fetch(n - got, false, b);
-      out.push(...f.runs);
-      got += Number(countOf(f.runs));
+    try {
+      while (got < n) {
+        const f = await this.fetch(n - got, false, b);
+        out.push(...f.runs);
+        got += Number(countOf(f.runs));
+      }
+    } catch (e) {
+      this.st.dropped += got;
+      throw e;
     }
     return out;
   }

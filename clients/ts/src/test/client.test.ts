@@ -350,3 +350,30 @@ test("IDs a nextN took before it failed are counted dropped, never handed out", 
     }
   });
 });
+
+test("IDs of an earlier fetch of a nextRange that failed are counted dropped", async () => {
+  await withNodes(1, async ([a]) => {
+    // A nextRange above the node's max_range takes several NextRange calls;
+    // the second is refused.
+    a.generators = [{ name: "default", is_default: true, max_batch: 100000, max_range: "400", kind: "snowflake" }];
+    let answers = 0;
+    let fetched = 0n;
+    a.handlers.NextRange = (req: any) => {
+      if (answers++ > 0) throw firnError(grpc.status.UNAVAILABLE, "not serving: LEASE_LOST", "LEASE_LOST");
+      const n = BigInt(req.count);
+      const first = a.next;
+      a.next += n;
+      fetched += n;
+      return { runs: [{ first: first.toString(), count: n.toString() }] };
+    };
+    const c = new FirnClient({ endpoints: [a.addr], health: false, maxAgeMs: 60000 });
+    try {
+      const e = await rejects(c.nextRange(1000, { deadlineMs: 500 }));
+      assert.ok(e instanceof FirnError && e.reason === "LEASE_LOST", `not the node's refusal: ${e}`);
+      assert.equal(fetched, 400n);
+      assert.equal(c.stats().dropped, 400, "IDs taken for the failed call, never handed out");
+    } finally {
+      await c.close();
+    }
+  });
+});

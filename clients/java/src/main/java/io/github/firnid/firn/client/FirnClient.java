@@ -428,14 +428,25 @@ public final class FirnClient implements AutoCloseable {
     return new Run(b.first + start, hi - start);
   }
 
+  /**
+   * Fetches n IDs straight from the endpoints, in as many fetches as their bounds take. When a
+   * later fetch fails, the IDs the earlier ones brought are never handed out: counted dropped
+   * here, since the caller never sees them.
+   */
   private List<Run> fetchDirect(long deadline, long n) {
     List<Run> out = new ArrayList<>();
-    for (long got = 0; got < n; ) {
-      Fetched f = fetch(deadline, (int) Math.min(n - got, Integer.MAX_VALUE), false);
-      for (Run r : f.runs) {
-        out.add(r);
-        got += r.count();
+    long got = 0;
+    try {
+      while (got < n) {
+        Fetched f = fetch(deadline, (int) Math.min(n - got, Integer.MAX_VALUE), false);
+        for (Run r : f.runs) {
+          out.add(r);
+          got += r.count();
+        }
       }
+    } catch (RuntimeException e) {
+      dropped.addAndGet(got);
+      throw e;
     }
     return out;
   }

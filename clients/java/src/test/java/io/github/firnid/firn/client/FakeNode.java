@@ -43,6 +43,8 @@ public final class FakeNode implements AutoCloseable {
   /** NextRange and NextIDs answer after this many milliseconds. */
   volatile long delayMs;
   volatile boolean noRange;
+  /** The max_range Info reports. */
+  volatile long infoMaxRange = 1L << 24;
   volatile long rangeAnswers = Long.MAX_VALUE; // NextRange calls past this many are refused UNAVAILABLE (LEASE_LOST)
   /** A sequence generator "chats" with one section: its owner's address (null: this node), how many
    * calls answer SECTION_MOVING first, and whether Info names the owner. */
@@ -177,7 +179,7 @@ public final class FakeNode implements AutoCloseable {
       }
       obs.onNext(InfoResponse.newBuilder().setNodeName("fake")
           .addGenerators(GeneratorInfo.newBuilder().setName("default").setIsDefault(true).setServing(true)
-              .setMaxBatch(1_000_000).setMaxRange(1L << 24).setKind("snowflake"))
+              .setMaxBatch(1_000_000).setMaxRange(infoMaxRange).setKind("snowflake"))
           .addGenerators(chats)
           .build());
       obs.onCompleted();

@@ -642,6 +642,24 @@ public class FirnClientTest {
     }
   }
 
+  // A nextRange larger than the node's max_range is fetched in several
+  // NextRange calls; when a later one fails, the IDs the earlier ones took
+  // are never handed out and are counted dropped.
+  @Test
+  public void idsOfAnEarlierFetchOfAFailedNextRangeAreCountedDropped() throws Exception {
+    try (FakeNode node = new FakeNode(1000)) {
+      node.infoMaxRange = 400;
+      node.rangeAnswers = 1; // the first NextRange answered, later ones refused
+      try (FirnClient c = FirnClient.builder().endpoints(node.addr()).healthCheck(false)
+          .maxAge(Duration.ofMinutes(1)).build()) {
+        FirnException e = expect(Reason.LEASE_LOST, () -> c.nextRange(1000, Duration.ofMillis(500)));
+        long fetched = node.counter.get() - 1000;
+        assertEquals("fetched by the failed call", 400, fetched);
+        assertEquals(e.getMessage(), Long.valueOf(fetched), c.stats().get("dropped"));
+      }
+    }
+  }
+
   private static FirnException expect(Reason want, Runnable r) {
     try {
       r.run();
