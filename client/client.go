@@ -290,45 +290,17 @@ type Run struct {
 // Across calls they increase while one node serves them; after a
 // failover the next call's IDs may lie below the last call's. Errors as
 // for Next, and ErrInvalidCount for n out of bounds.
-func (c *Client) NextN(ctx context.Context, n int) (_ []uint64, err error) {
+func (c *Client) NextN(ctx context.Context, n int) ([]uint64, error) {
 	if n < 1 || n > MaxNextN {
 		return nil, fmt.Errorf("%w: n %d outside [1, %d]", ErrInvalidCount, n, MaxNextN)
 	}
-	if !c.enter() {
-		return nil, ErrClosed
+	runs, err := c.collect(ctx, uint64(n))
+	if err != nil {
+		return nil, err
 	}
-	defer c.leave()
 	out := make([]uint64, 0, n)
-	defer func() {
-		if err != nil { // what was taken is never handed out
-			c.stats.dropped.Add(uint64(len(out)))
-		}
-	}()
-	for len(out) < n {
-		need := int64(n - len(out))
-		if r, ok := c.take(need); ok {
-			out = appendIDs(out, r)
-			continue
-		}
-		if need > c.directAbove.Load() {
-			runs, err := c.fetchDirect(ctx, need)
-			if err != nil {
-				return nil, err
-			}
-			for _, r := range runs {
-				out = appendIDs(out, r)
-			}
-			continue
-		}
-		if err := c.waitBatch(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if c.closing() {
-		return nil, ErrClosed
-	}
-	if !slices.IsSorted(out) { // the buffer's and a fetch's, after a failover
-		slices.Sort(out)
+	for _, r := range runs {
+		out = appendIDs(out, r)
 	}
 	return out, nil
 }
@@ -341,46 +313,91 @@ func (c *Client) NextN(ctx context.Context, n int) (_ []uint64, err error) {
 // NextRange (NextIDs from a node that does not know it), so a large n
 // costs a few runs on the wire instead of 8 bytes an ID. Errors as for
 // NextN.
-func (c *Client) NextRange(ctx context.Context, n uint64) (_ []Run, err error) {
+func (c *Client) NextRange(ctx context.Context, n uint64) ([]Run, error) {
 	if n < 1 || n > MaxNextRange {
 		return nil, fmt.Errorf("%w: n %d outside [1, %d]", ErrInvalidCount, n, MaxNextRange)
 	}
+	return c.collect(ctx, n)
+}
+
+// taken is a run a call took from the buffer, with the monotonic reading
+// at which its batch expires; a run fetched directly for the call has
+// none (expire 0).
+type taken struct {
+	Run
+	expire int64
+}
+
+// collect takes n IDs for NextN and NextRange, as sorted runs (takes from
+// the buffer and direct fetches interleave, and may come from two nodes).
+// A run taken from the buffer was fresh when taken; should the call then
+// wait — for a refill, or for a direct fetch of the rest — a run whose
+// batch expired meanwhile is dropped and taken again, so the buffer's
+// freshness bound holds when the call returns. Runs fetched directly are
+// handed out when the call returns, however long its fetches took. What a
+// failed call took is never handed out: counted dropped.
+func (c *Client) collect(ctx context.Context, n uint64) (_ []Run, err error) {
 	if !c.enter() {
 		return nil, ErrClosed
 	}
 	defer c.leave()
-	var out []Run
+	var out []taken
 	got := uint64(0)
 	defer func() {
 		if err != nil { // what was taken is never handed out
 			c.stats.dropped.Add(got)
 		}
 	}()
-	for got < n {
-		need := int64(n - got)
-		if r, ok := c.take(need); ok {
-			out = append(out, r)
-			got += r.Count
-			continue
-		}
-		if need > c.directAbove.Load() {
-			runs, err := c.fetchDirect(ctx, need)
-			if err != nil {
+	for {
+		waited := false
+		for got < n {
+			need := int64(n - got)
+			if r, expire, ok := c.take(need); ok {
+				out = append(out, taken{r, expire})
+				got += r.Count
+				continue
+			}
+			waited = true
+			if need > c.directAbove.Load() {
+				runs, err := c.fetchDirect(ctx, need)
+				if err != nil {
+					return nil, err
+				}
+				for _, r := range runs {
+					out = append(out, taken{Run: r})
+				}
+				got += countOf(runs)
+				continue
+			}
+			if err := c.waitBatch(ctx); err != nil {
 				return nil, err
 			}
-			out = append(out, runs...)
-			got += countOf(runs)
-			continue
 		}
-		if err := c.waitBatch(ctx); err != nil {
-			return nil, err
+		if !waited {
+			break
+		}
+		now, kept := c.now(), out[:0]
+		for _, t := range out {
+			if t.expire != 0 && now > t.expire {
+				c.stats.dropped.Add(t.Count) // stale while the call waited
+				got -= t.Count
+				continue
+			}
+			kept = append(kept, t)
+		}
+		out = kept
+		if got == n {
+			break
 		}
 	}
 	if c.closing() {
 		return nil, ErrClosed
 	}
-	// Takes from the buffer and direct fetches interleave: sort them.
-	return sortRuns(out), nil
+	runs := make([]Run, len(out))
+	for i, t := range out {
+		runs[i] = t.Run
+	}
+	return sortRuns(runs), nil
 }
 
 // enter registers a call, or reports false once Close has begun. It
@@ -402,23 +419,24 @@ func (c *Client) leave() { c.calls.RUnlock() }
 // returns ErrClosed, whatever it got.
 func (c *Client) closing() bool { return c.ctx.Err() != nil }
 
-// take claims up to need IDs of cur without a lock: the run it got, or
-// false when cur holds no fresh ID.
-func (c *Client) take(need int64) (Run, bool) {
+// take claims up to need IDs of cur without a lock: the run it got and
+// the monotonic reading at which its batch expires, or false when cur
+// holds no fresh ID.
+func (c *Client) take(need int64) (Run, int64, bool) {
 	b := c.cur.Load()
 	if c.now() > b.expire {
-		return Run{}, false
+		return Run{}, 0, false
 	}
 	end := b.pos.Add(need)
 	start := end - need
 	if start >= b.n {
-		return Run{}, false
+		return Run{}, 0, false
 	}
 	hi := min(end, b.n)
 	if start <= b.half && b.half < hi {
 		c.kick()
 	}
-	return Run{First: b.first + uint64(start), Count: uint64(hi - start)}, true
+	return Run{First: b.first + uint64(start), Count: uint64(hi - start)}, b.expire, true
 }
 
 // appendIDs appends the IDs of r to ids.
@@ -444,12 +462,14 @@ func (c *Client) waitBatch(ctx context.Context) error {
 	}
 	// Every endpoint asked the client to wait (RetryInfo) for longer than
 	// this caller would: no refill comes in its time, and it is refused
-	// at once with the refusal that said so, not left to its deadline.
+	// at once with the refusal that said so (the endpoint's free first,
+	// with the time still left), not left to its deadline — whichever
+	// call met that refusal.
 	deadline, hasDeadline := ctx.Deadline()
-	if c.lastErr != nil {
+	if hasDeadline {
 		mono := time.Duration(c.now())
-		if until, ok := c.heldUntil(mono); ok && hasDeadline && until-mono > time.Until(deadline) {
-			err := c.lastErr
+		if ep, until, ok := c.heldUntil(mono); ok && until-mono > time.Until(deadline) {
+			err := c.heldError(ep, len(c.endpointList()), mono)
 			c.mu.Unlock()
 			return err
 		}

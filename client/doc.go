@@ -35,9 +35,14 @@
 //     plus MaxAge), and every take — Next, NextN, NextRange — reads the
 //     monotonic clock and compares: no goroutine has to run first, so the
 //     bound holds also when the process resumes from a freeze (SIGSTOP, a
-//     paused VM). A node serves IDs at most its --max-staleness old, so
-//     an ID's own time is at most MaxAge + max-staleness (+ the node's
-//     clock error) behind the moment a caller gets it.
+//     paused VM). A NextN or NextRange that waits — for a refill, or for
+//     a direct fetch of the rest — checks again, as it returns, what it
+//     took from the buffer, and takes again in place of what expired
+//     meanwhile (counted dropped). IDs fetched directly for a call are
+//     handed out as it returns, however long its fetches took. A node
+//     serves IDs at most its --max-staleness old, so a buffered ID's own
+//     time is at most MaxAge + max-staleness (+ the node's clock error)
+//     behind the moment a caller gets it.
 //   - Next takes no lock and allocates nothing while the buffer holds
 //     fresh IDs (one atomic load, one monotonic clock read, one atomic
 //     add); only an empty or stale buffer sends it to the slow path,
@@ -97,7 +102,9 @@
 //     by one round at a time until it answers. A round that finds every
 //     endpoint asked to wait fails at once, asking none, with the refusal
 //     of the one free first and a RetryInfo of the time left; the refill
-//     waits as long. However many callers call meanwhile, a node that
+//     waits as long; a caller waiting for IDs whose deadline ends before
+//     then is refused so at once, whichever call met the refusal. However
+//     many callers call meanwhile, a node that
 //     sheds is asked about once per RetryInfo it gives. A shed also halves
 //     the refill size; the count above which NextN and NextRange fetch
 //     directly stays the one the demand asks for.

@@ -395,3 +395,148 @@ func TestFailedCallCountsDropped(t *testing.T) {
 		})
 	}
 }
+
+// rangeHook is a clienttest service that runs before(k) ahead of its k-th
+// NextRange answer (k from 1).
+type rangeHook struct {
+	*clienttest.Service
+	calls  atomic.Int64
+	before func(k int64)
+}
+
+func (h *rangeHook) NextRange(ctx context.Context, req *firnv1.NextRangeRequest) (*firnv1.NextRangeResponse, error) {
+	if k := h.calls.Add(1); h.before != nil {
+		h.before(k)
+	}
+	return h.Service.NextRange(ctx, req)
+}
+
+// TestFailedSplitFetchCountsDropped: NextN or NextRange(3000) from a node
+// whose max_range is 1000 fetches in three RPCs, and the second is
+// refused: the 1000 IDs of the first are never handed out, and Stats
+// counts them dropped (every ID is handed out once or counted).
+func TestFailedSplitFetchCountsDropped(t *testing.T) {
+	for _, kind := range []string{"NextN", "NextRange"} {
+		t.Run(kind, func(t *testing.T) {
+			svc := clienttest.NewService(1)
+			svc.SetMaxRange(1000)
+			h := &rangeHook{Service: svc, before: func(k int64) {
+				if k == 2 {
+					svc.Refuse(firnv1.ErrorReason_LEASE_LOST, "test: lease lost", 0)
+				}
+			}}
+			c := newClient(t, []string{serveIDs(t, h, nil)}, WithoutHealthCheck(), WithMaxAge(time.Hour))
+			ctx := ctxFor(t, 5*time.Second)
+			var err error
+			if kind == "NextN" {
+				_, err = c.NextN(ctx, 3000)
+			} else {
+				_, err = c.NextRange(ctx, 3000)
+			}
+			if Reason(err) != firnv1.ErrorReason_LEASE_LOST {
+				t.Fatalf("%s(3000): %v, want the node's LEASE_LOST", kind, err)
+			}
+			st := c.Stats()
+			if st.FetchedIDs != 1000 || st.Dropped != 1000 || st.Buffered != 0 {
+				t.Fatalf("after the failed %s: fetched %d, dropped %d, buffered %d; want 1000, 1000, 0 (none handed out)",
+					kind, st.FetchedIDs, st.Dropped, st.Buffered)
+			}
+		})
+	}
+}
+
+// TestSplitCallKeepsFreshness: NextN and NextRange take the buffer's IDs
+// first, then fetch the rest; when that fetch outlasts MaxAge, the IDs
+// taken from the buffer went stale meanwhile: they are dropped (counted)
+// and taken again, never handed out after their batch expired.
+func TestSplitCallKeepsFreshness(t *testing.T) {
+	for _, kind := range []string{"NextN", "NextRange"} {
+		t.Run(kind, func(t *testing.T) {
+			clk := newFakeClock()
+			const maxAge = time.Minute
+			svc := clienttest.NewService(1)
+			h := &rangeHook{Service: svc}
+			h.before = func(k int64) {
+				if k == 2 { // the direct fetch: a slow node, or a paused process
+					clk.Advance(2 * maxAge)
+				}
+			}
+			c := newClient(t, []string{serveIDs(t, h, nil)}, WithoutHealthCheck(), WithClock(clk), WithMaxAge(maxAge))
+			ctx := ctxFor(t, 5*time.Second)
+			first, err := c.Next(ctx) // the first refill, at mono 0: expires at 1m
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch := c.Stats().FetchedIDs
+			var ids []uint64
+			if kind == "NextN" {
+				ids, err = c.NextN(ctx, 1000)
+			} else {
+				var runs []Run
+				runs, err = c.NextRange(ctx, 1000)
+				for _, r := range runs {
+					ids = appendIDs(ids, r)
+				}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ids) != 1000 {
+				t.Fatalf("%s(1000): %d IDs", kind, len(ids))
+			}
+			for _, id := range ids {
+				if id > first && id < first+batch {
+					t.Fatalf("%s returned ID %d of the batch fetched at mono 0, after %v (MaxAge %v)", kind, id, 2*maxAge, maxAge)
+				}
+			}
+			if st := c.Stats(); st.Dropped < batch-1 {
+				t.Fatalf("the stale batch's %d IDs not counted dropped: %+v", batch-1, st)
+			}
+		})
+	}
+}
+
+// TestHeldRefusalIsTheStandingOne: a Next whose deadline ends before the
+// one endpoint, which asked the client to wait, is free again is refused
+// at once with that endpoint's refusal and the time left — not with the
+// error of an older failed refill (here a lease loss long since over; the
+// wait was set by a shed a NextN met).
+func TestHeldRefusalIsTheStandingOne(t *testing.T) {
+	clk := newFakeClock()
+	svc := clienttest.NewService(1)
+	c := newClient(t, []string{serveIDs(t, svc, nil)}, WithoutHealthCheck(), WithClock(clk), WithMaxAge(time.Hour))
+
+	// Long ago: a refill failed LEASE_LOST (no RetryInfo).
+	svc.Refuse(firnv1.ErrorReason_LEASE_LOST, "test: old lease loss", 0)
+	if _, err := c.Next(ctxFor(t, 2*time.Second)); Reason(err) != firnv1.ErrorReason_LEASE_LOST {
+		t.Fatalf("the refused refill: %v", err)
+	}
+	// The node serves again; the buffer refills and is drained.
+	svc.Serve()
+	clk.Advance(time.Minute)
+	forget(c)
+	if _, err := c.Next(ctxFor(t, 2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if left := c.Stats().Buffered; left > 0 {
+		if _, err := c.NextN(ctxFor(t, 2*time.Second), int(left)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Now the node sheds, asking for 3 s, and a direct fetch meets it.
+	svc.Shed(3 * time.Second)
+	if _, err := c.NextN(ctxFor(t, 2*time.Second), 5000); Reason(err) != firnv1.ErrorReason_OVERLOADED {
+		t.Fatalf("the shed NextN: %v", err)
+	}
+	start := time.Now()
+	_, err := c.Next(ctxFor(t, time.Second))
+	if Reason(err) != firnv1.ErrorReason_OVERLOADED {
+		t.Fatalf("Next refused with %v (reason %v); the endpoint's standing refusal is OVERLOADED with RetryInfo 3s", err, Reason(err))
+	}
+	if d, ok := RetryAfter(err); !ok || d <= time.Second || d > 3*time.Second {
+		t.Fatalf("RetryAfter %v %v, want the time left of the 3s asked", d, ok)
+	}
+	if waited := time.Since(start); waited > 500*time.Millisecond {
+		t.Fatalf("refused after %v, not at once", waited)
+	}
+}

@@ -263,24 +263,25 @@ func (c *Client) heldError(ep *endpoint, n int, mono time.Duration) error {
 		ErrUnavailable, n, left.Round(time.Millisecond), &EndpointError{Endpoint: ep.addr, Err: err})
 }
 
-// heldUntil is, when every endpoint asked the client to wait, the
-// monotonic reading at which the first is free again.
-func (c *Client) heldUntil(mono time.Duration) (time.Duration, bool) {
+// heldUntil is, when every endpoint asked the client to wait, the one
+// free first and the monotonic reading at which it is.
+func (c *Client) heldUntil(mono time.Duration) (*endpoint, time.Duration, bool) {
 	eps := c.endpointList()
 	if len(eps) == 0 {
-		return 0, false
+		return nil, 0, false
 	}
-	var first time.Duration
-	for i, ep := range eps {
+	var first *endpoint
+	var at time.Duration
+	for _, ep := range eps {
 		until := time.Duration(ep.retryUntil.Load())
 		if until <= mono {
-			return 0, false // free, or asked by a round now
+			return nil, 0, false // free, or asked by a round now
 		}
-		if i == 0 || until < first {
-			first = until
+		if first == nil || until < at {
+			first, at = ep, until
 		}
 	}
-	return first, true
+	return first, at, true
 }
 
 // failover reports whether err from one endpoint sends the request to the

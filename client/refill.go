@@ -198,7 +198,7 @@ func (c *Client) deliver(r *refiller, res fetchResult) {
 		}
 		r.backoff = min(max(2*r.backoff, minBackoff), maxBackoff)
 		r.retryAt = mono + r.backoff
-		if until, ok := c.heldUntil(mono); ok {
+		if _, until, ok := c.heldUntil(mono); ok {
 			// Every endpoint asked the client to wait (RetryInfo): no
 			// refill before the first is free again.
 			r.retryAt = max(r.retryAt, until)
@@ -230,7 +230,9 @@ func (c *Client) deliver(r *refiller, res fetchResult) {
 }
 
 // fetchDirect fetches n IDs for NextN and NextRange straight from the
-// endpoints, in as many fetches as the endpoints' bounds take.
+// endpoints, in as many fetches as the endpoints' bounds take. When a
+// later fetch fails, the IDs the earlier ones brought are never handed
+// out: counted dropped here, since the caller never sees them.
 func (c *Client) fetchDirect(ctx context.Context, n int64) ([]Run, error) {
 	if c.ctx.Err() != nil {
 		return nil, ErrClosed
@@ -239,6 +241,7 @@ func (c *Client) fetchDirect(ctx context.Context, n int64) ([]Run, error) {
 	for got := int64(0); got < n; {
 		f, err := c.fetch(ctx, int(n-got), false)
 		if err != nil {
+			c.stats.dropped.Add(uint64(got))
 			return nil, err
 		}
 		out = append(out, f.runs...)
