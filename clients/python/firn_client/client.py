@@ -1022,25 +1022,26 @@ class FirnClient:
             self._wait_batch(deadline)
 
     def _take(self, need):
-        """Claims up to need IDs of the current batch: runs, or []."""
+        """Claims up to need IDs of the current batch: (runs, the monotonic
+        reading at which the batch expires), or ([], None)."""
         b = self._cur
         if _mono() > b.expire:
-            return []
+            return [], None
         # Never claim more indexes than the batch has left: a claim is a
         # list of them, built holding the GIL.
         need = min(need, b.n - b.claimed())
         if need <= 0:
-            return []
+            return [], None
         if self._take_lock is None:
             idx = list(itertools.islice(b.it, need))
         else:
             with self._take_lock:
                 idx = list(itertools.islice(b.it, need))
         if not idx or idx[0] >= b.n:
-            return []
+            return [], None
         if idx[0] <= b.half <= idx[-1]:
             self._kick_ev.set()
-        return _runs_of_indexes(b, idx)
+        return _runs_of_indexes(b, idx), b.expire
 
     def _install_locked(self):
         now = _mono()
@@ -1284,26 +1285,46 @@ class FirnClient:
             raise E.invalid_argument("%s: n %r outside [1, %d]" % (what, n, bound))
 
     def _many(self, n, timeout):
+        """n IDs for next_n and next_range, as runs. A run taken from the
+        buffer was fresh when taken; should the call then wait (for a
+        refill, or a direct fetch of the rest), a run whose batch expired
+        meanwhile is dropped (counted) and taken again, so the freshness
+        bound holds when the call returns. Runs fetched directly are handed
+        out as the call returns."""
         deadline = None if timeout is None else _mono() + timeout
-        out = []
+        out = []  # (run, expire): expire None for a run fetched for the call
         got = 0
         try:
-            while got < n:
-                if self._closed:
-                    raise E.closed_error()
-                need = n - got
-                runs = self._take(need)
-                if runs:
-                    out.extend(runs)
-                    got += sum(r.count for r in runs)
-                    continue
-                if need > self._direct_above:
-                    while got < n:
-                        runs, _, _ = self._fetch(n - got, deadline, False)
-                        out.extend(runs)
+            while True:
+                waited = False
+                while got < n:
+                    if self._closed:
+                        raise E.closed_error()
+                    need = n - got
+                    runs, expire = self._take(need)
+                    if runs:
+                        out.extend((r, expire) for r in runs)
                         got += sum(r.count for r in runs)
-                    continue
-                self._wait_batch(deadline)
+                        continue
+                    waited = True
+                    if need > self._direct_above:
+                        while got < n:
+                            runs, _, _ = self._fetch(n - got, deadline, False)
+                            out.extend((r, None) for r in runs)
+                            got += sum(r.count for r in runs)
+                        continue
+                    self._wait_batch(deadline)
+                if not waited:
+                    break
+                now = _mono()
+                stale = sum(r.count for r, e in out if e is not None and now > e)
+                if stale:
+                    out = [(r, e) for r, e in out if e is None or now <= e]
+                    got -= stale
+                    with self._mu:
+                        self._stats["dropped"] += stale
+                if got == n:
+                    break
             if self._closed:
                 raise E.closed_error()
         except BaseException:
@@ -1313,7 +1334,7 @@ class FirnClient:
                 with self._mu:
                     self._stats["dropped"] += got
             raise
-        return out
+        return [r for r, _ in out]
 
     def next_n(self, n, timeout=None):
         """Returns n distinct IDs (1 <= n <= 2**24), increasing: from the

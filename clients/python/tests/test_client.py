@@ -200,10 +200,10 @@ class ClaimTest(unittest.TestCase):
                 c._install_locked()
             self.assertEqual(c.next(0.1), 1 << 62)
             t0 = time.monotonic()
-            runs = c._take(1 << 24)
+            runs, _ = c._take(1 << 24)
             self.assertEqual(runs, [Run((1 << 62) + 1, 15)])
             self.assertLessEqual(b.claimed(), 16, "indexes claimed beyond the batch")
-            self.assertEqual(c._take(1 << 24), [])
+            self.assertEqual(c._take(1 << 24), ([], None))
             self.assertLessEqual(b.claimed(), 16)
             self.assertLess(time.monotonic() - t0, 1.0)
         finally:
@@ -492,6 +492,26 @@ class NodeTest(unittest.TestCase):
             finally:
                 await c.close()
         asyncio.run(main())
+
+    def test_split_call_takes_again_what_went_stale(self):
+        # next_n takes the buffer's IDs first, then fetches the rest
+        # directly; when that fetch outlasts max_age, what it took from the
+        # buffer went stale meanwhile: dropped (counted) and taken again.
+        n = self.node()
+
+        def slow_big(name, req):
+            if name == "NextRange" and req.count >= 50_000:
+                time.sleep(0.6)
+            return None
+        with FirnClient([n.addr], health=False, max_age=0.3) as c:
+            first = c.next(5)
+            fetched_up_to = n.next_id  # the first batch's IDs lie below
+            n.refuse = slow_big
+            ids = c.next_n(100_000, 10)
+            self.assertEqual(len(ids), 100_000)
+            stale = [i for i in ids if first < i < fetched_up_to]
+            self.assertEqual(stale, [], "IDs of the batch fetched 600 ms before (max age 300 ms) handed out")
+            self.assertGreaterEqual(c.stats()["dropped"], fetched_up_to - first - 1)
 
     def test_partial_direct_fetch_counted_dropped(self):
         # A next_range above the node's max_range is fetched in several

@@ -495,27 +495,50 @@ export class FirnClient {
     return this.collect(nn, boundOf(opts));
   }
 
-  /** n IDs from the buffer and direct fetches, as sorted, merged runs. */
+  /**
+   * n IDs from the buffer and direct fetches, as sorted, merged runs. A run
+   * taken from the buffer was fresh when taken; should the call then wait
+   * (for a refill, or a direct fetch of the rest), a run whose batch
+   * expired meanwhile is dropped (counted) and taken again, so the
+   * freshness bound holds when the call returns. Runs fetched directly are
+   * handed out as the call returns.
+   */
   private async collect(n: number, b: Bound): Promise<Run[]> {
     if (this.closed) throw closedError();
-    const out: Run[] = [];
+    let out: { run: Run; expire: number }[] = [];
     let got = 0;
     try {
-      while (got < n) {
-        const need = n - got;
-        const r = this.take(need);
-        if (r) {
-          out.push(r);
-          got += Number(r.count);
-          continue;
+      for (;;) {
+        let waited = false;
+        while (got < n) {
+          const need = n - got;
+          const t = this.take(need);
+          if (t) {
+            out.push(t);
+            got += Number(t.run.count);
+            continue;
+          }
+          waited = true;
+          if (need > this.directAbove) {
+            const runs = await this.fetchDirect(need, b);
+            for (const run of runs) out.push({ run, expire: Infinity });
+            got += Number(countOf(runs));
+            continue;
+          }
+          await this.waitBatch(b);
         }
-        if (need > this.directAbove) {
-          const runs = await this.fetchDirect(need, b);
-          out.push(...runs);
-          got += Number(countOf(runs));
-          continue;
+        if (!waited) break;
+        const t = now();
+        const kept: { run: Run; expire: number }[] = [];
+        for (const x of out) {
+          if (t > x.expire) {
+            // stale while the call waited
+            got -= Number(x.run.count);
+            this.st.dropped += Number(x.run.count);
+          } else kept.push(x);
         }
-        await this.waitBatch(b);
+        out = kept;
+        if (got === n) break;
       }
     } catch (e) {
       // The IDs taken for a call that fails are never handed out: counted
@@ -527,17 +550,18 @@ export class FirnClient {
       this.st.dropped += got;
       throw closedError();
     }
-    return sortRuns(out);
+    return sortRuns(out.map((x) => x.run));
   }
 
-  private take(need: number): Run | undefined {
+  /** Claims up to need IDs of cur: the run and when its batch expires. */
+  private take(need: number): { run: Run; expire: number } | undefined {
     const b = this.cur;
     if (now() > b.expire) return undefined;
     const start = b.pos;
     const r = b.claim(need);
     if (!r) return undefined;
     if (start <= b.half && b.half < b.pos) this.kick();
-    return r;
+    return { run: r, expire: b.expire };
   }
 
   /**
@@ -574,10 +598,13 @@ export class FirnClient {
     if (boundDone(b)) return Promise.reject(deadlineError(this.lastErr));
     // Every endpoint asked the client to wait (RetryInfo) for longer than
     // this caller would: no refill comes in its time, and it is refused at
-    // once with the refusal that said so, not left to its deadline.
-    if (this.lastErr && b.deadline !== undefined) {
-      const held = this.heldUntil(now());
-      if (held !== undefined && held > b.deadline) return Promise.reject(this.lastErr);
+    // once with the refusal that said so (the endpoint's free first, with
+    // the time still left), not left to its deadline — whichever call met
+    // that refusal.
+    if (b.deadline !== undefined) {
+      const t = now();
+      const first = this.heldFirst(t);
+      if (first && first.retryUntil > b.deadline) return Promise.reject(this.heldError(first, this.eps.length, t));
     }
     return new Promise<void>((resolve, reject) => {
       const w: Waiter = {
@@ -955,11 +982,15 @@ export class FirnClient {
   }
 
   private heldUntil(t: number): number | undefined {
-    if (this.eps.length === 0) return undefined;
-    let first = Infinity;
+    return this.heldFirst(t)?.retryUntil;
+  }
+
+  /** When every endpoint asked the client to wait, the one free first. */
+  private heldFirst(t: number): Endpoint | undefined {
+    let first: Endpoint | undefined;
     for (const ep of this.eps) {
       if (ep.retryUntil <= t) return undefined;
-      first = Math.min(first, ep.retryUntil);
+      if (!first || ep.retryUntil < first.retryUntil) first = ep;
     }
     return first;
   }

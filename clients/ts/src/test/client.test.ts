@@ -377,3 +377,61 @@ test("IDs of an earlier fetch of a nextRange that failed are counted dropped", a
     }
   });
 });
+
+test("a nextN that waits takes again what went stale meanwhile, never handing it out", async () => {
+  await withNodes(1, async ([a]) => {
+    const range = (req: any) => {
+      const n = BigInt(req.count);
+      const first = a.next;
+      a.next += n;
+      return { runs: [{ first: first.toString(), count: n.toString() }] };
+    };
+    // The direct fetch of the rest (a large count) takes longer than maxAge.
+    a.handlers.NextRange = (req: any) =>
+      Number(req.count) >= 50_000 ? new Promise((r) => setTimeout(() => r(range(req)), 600)) : range(req);
+    const c = new FirnClient({ endpoints: [a.addr], health: false, maxAgeMs: 300 });
+    try {
+      const first = await c.next({ deadlineMs: 3000 });
+      const fetchedUpTo = a.next; // the first batch's IDs lie below
+      const ids = await c.nextN(100_000, { deadlineMs: 10_000 });
+      assert.equal(ids.length, 100_000);
+      for (const id of ids) {
+        assert.ok(!(id > first && id < fetchedUpTo), `ID ${id} of the batch fetched 600ms before (maxAge 300ms) was handed out`);
+      }
+      assert.ok(c.stats().dropped >= Number(fetchedUpTo - first) - 1, "the stale IDs are counted dropped");
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+test("a caller refused because the endpoint asked to wait gets the standing refusal, not an older error", async () => {
+  await withNodes(1, async ([a]) => {
+    let mode = "lease";
+    const range = (req: any) => {
+      if (mode === "lease") throw firnError(grpc.status.UNAVAILABLE, "not serving: LEASE_LOST", "LEASE_LOST");
+      if (mode === "shed") throw firnError(grpc.status.RESOURCE_EXHAUSTED, "shed", "OVERLOADED", 3000);
+      const n = BigInt(req.count);
+      const first = a.next;
+      a.next += n;
+      return { runs: [{ first: first.toString(), count: n.toString() }] };
+    };
+    a.handlers.NextRange = range;
+    const c = new FirnClient({ endpoints: [a.addr], health: false, maxAgeMs: 100 });
+    try {
+      assert.equal((await rejects(c.next({ deadlineMs: 2000 }))).reason, "LEASE_LOST");
+      mode = "serve";
+      await c.next({ deadlineMs: 5000 });
+      await new Promise((r) => setTimeout(r, 150)); // the buffer goes stale
+      mode = "shed";
+      assert.equal((await rejects(c.nextN(100_000, { deadlineMs: 2000 }))).reason, "OVERLOADED");
+      const t0 = performance.now();
+      const e = await rejects(c.next({ deadlineMs: 1000 }));
+      assert.ok(performance.now() - t0 < 500, "refused at once");
+      assert.equal(e.reason, "OVERLOADED", `refused with ${e.message}`);
+      assert.ok(e.retryAfterMs !== undefined && e.retryAfterMs > 1000 && e.retryAfterMs <= 3000, `retryAfterMs ${e.retryAfterMs}`);
+    } finally {
+      await c.close();
+    }
+  });
+});

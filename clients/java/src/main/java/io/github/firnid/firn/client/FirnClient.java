@@ -30,6 +30,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
+import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -375,29 +376,57 @@ public final class FirnClient implements AutoCloseable {
     return takeRuns(n, deadlineOf(timeout));
   }
 
+  /** A run a call took, and the mono reading at which it expires (MAX_VALUE: fetched for the call). */
+  private record Taken(Run run, long expire) {}
+
+  /**
+   * n IDs for nextN and nextRange, as sorted runs. A run taken from the buffer was fresh when
+   * taken; should the call then wait (for a refill, or a direct fetch of the rest), a run whose
+   * batch expired meanwhile is dropped (counted) and taken again, so the freshness bound holds
+   * when the call returns. Runs fetched directly are handed out as the call returns.
+   */
   private List<Run> takeRuns(long n, long deadline) {
     if (closing) {
       throw closedError();
     }
-    List<Run> out = new ArrayList<>();
+    List<Taken> out = new ArrayList<>();
     long got = 0;
     try {
-      while (got < n) {
-        long need = n - got;
-        Run r = take(need);
-        if (r != null) {
-          out.add(r);
-          got += r.count();
-          continue;
-        }
-        if (need > directAbove.get()) {
-          for (Run fr : fetchDirect(deadline, need)) {
-            out.add(fr);
-            got += fr.count();
+      while (true) {
+        boolean waited = false;
+        while (got < n) {
+          long need = n - got;
+          Taken t = take(need);
+          if (t != null) {
+            out.add(t);
+            got += t.run().count();
+            continue;
           }
-          continue;
+          waited = true;
+          if (need > directAbove.get()) {
+            for (Run fr : fetchDirect(deadline, need)) {
+              out.add(new Taken(fr, Long.MAX_VALUE));
+              got += fr.count();
+            }
+            continue;
+          }
+          waitBatch(deadline);
         }
-        waitBatch(deadline);
+        if (!waited) {
+          break;
+        }
+        long now = mono();
+        for (Iterator<Taken> it = out.iterator(); it.hasNext(); ) {
+          Taken t = it.next();
+          if (now > t.expire()) { // stale while the call waited
+            it.remove();
+            got -= t.run().count();
+            dropped.addAndGet(t.run().count());
+          }
+        }
+        if (got == n) {
+          break;
+        }
       }
       if (closing) {
         throw closedError();
@@ -408,11 +437,15 @@ public final class FirnClient implements AutoCloseable {
       dropped.addAndGet(got);
       throw e;
     }
-    return sortRuns(out);
+    List<Run> runs = new ArrayList<>(out.size());
+    for (Taken t : out) {
+      runs.add(t.run());
+    }
+    return sortRuns(runs);
   }
 
   /** Claims up to need IDs of cur without a lock, or null when cur holds no fresh ID. */
-  private Run take(long need) {
+  private Taken take(long need) {
     Batch b = cur;
     if (mono() > b.expire) {
       return null;
@@ -425,7 +458,7 @@ public final class FirnClient implements AutoCloseable {
     if (start <= b.half && b.half < hi) {
       kick();
     }
-    return new Run(b.first + start, hi - start);
+    return new Taken(new Run(b.first + start, hi - start), b.expire);
   }
 
   /**
@@ -496,11 +529,14 @@ public final class FirnClient implements AutoCloseable {
       }
       // Every endpoint asked the client to wait (RetryInfo) for longer than
       // this caller would: no refill comes in its time, and it is refused at
-      // once with the refusal that said so, not left to its deadline.
-      if (lastErr != null && deadline != NO_DEADLINE) {
-        long held = heldUntil(mono());
-        if (held != Long.MIN_VALUE && held > deadline) {
-          throw lastErr;
+      // once with the refusal that said so (the endpoint's free first, with
+      // the time still left), not left to its deadline — whichever call met
+      // that refusal.
+      if (deadline != NO_DEADLINE) {
+        long m = mono();
+        Endpoint first = heldFirst(m);
+        if (first != null && first.retryUntil.get() > deadline) {
+          throw heldError(first, eps.size(), m);
         }
       }
       long gen = notifyGen;
@@ -1056,17 +1092,23 @@ public final class FirnClient implements AutoCloseable {
 
   /** When every endpoint asked the client to wait, the mono reading at which the first is free; else MIN_VALUE. */
   private long heldUntil(long m) {
-    List<Endpoint> all = eps;
-    if (all.isEmpty()) {
-      return Long.MIN_VALUE;
-    }
-    long first = Long.MAX_VALUE;
-    for (Endpoint ep : all) {
+    Endpoint first = heldFirst(m);
+    return first == null ? Long.MIN_VALUE : first.retryUntil.get();
+  }
+
+  /** When every endpoint asked the client to wait, the one free first; else null. */
+  private Endpoint heldFirst(long m) {
+    Endpoint first = null;
+    long at = Long.MAX_VALUE;
+    for (Endpoint ep : eps) {
       long until = ep.retryUntil.get();
       if (until <= m) {
-        return Long.MIN_VALUE;
+        return null;
       }
-      first = Math.min(first, until);
+      if (first == null || until < at) {
+        first = ep;
+        at = until;
+      }
     }
     return first;
   }

@@ -45,6 +45,9 @@ public final class FakeNode implements AutoCloseable {
   volatile boolean noRange;
   /** The max_range Info reports. */
   volatile long infoMaxRange = 1L << 24;
+  /** A NextRange asking for at least slowCount IDs answers after slowMs more. */
+  volatile long slowCount = Long.MAX_VALUE;
+  volatile long slowMs;
   volatile long rangeAnswers = Long.MAX_VALUE; // NextRange calls past this many are refused UNAVAILABLE (LEASE_LOST)
   /** A sequence generator "chats" with one section: its owner's address (null: this node), how many
    * calls answer SECTION_MOVING first, and whether Info names the owner. */
@@ -147,6 +150,13 @@ public final class FakeNode implements AutoCloseable {
       }
       if (refused(obs)) {
         return;
+      }
+      if (req.getCount() >= slowCount) {
+        try {
+          Thread.sleep(slowMs);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+        }
       }
       long n = req.getCount();
       long first = counter.getAndAdd(n);

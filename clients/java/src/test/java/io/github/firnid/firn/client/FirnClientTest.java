@@ -660,6 +660,58 @@ public class FirnClientTest {
     }
   }
 
+  // nextN takes the buffer's IDs first, then fetches the rest directly;
+  // when that fetch outlasts maxAge, what it took from the buffer went stale
+  // meanwhile: dropped (counted) and taken again, never handed out.
+  @Test
+  public void aSplitNextNTakesAgainWhatWentStaleWhileItWaited() throws Exception {
+    try (FakeNode node = new FakeNode(1000)) {
+      try (FirnClient c = FirnClient.builder().endpoints(node.addr()).healthCheck(false)
+          .maxAge(Duration.ofMillis(300)).build()) {
+        long first = c.next();
+        long fetchedUpTo = node.counter.get(); // the first batch's IDs lie below
+        node.slowCount = 50_000;
+        node.slowMs = 600;
+        long[] ids = c.nextN(100_000, Duration.ofSeconds(10));
+        assertEquals(100_000, ids.length);
+        for (long id : ids) {
+          assertFalse("ID " + id + " of the batch fetched 600ms before (maxAge 300ms) was handed out",
+              id > first && id < fetchedUpTo);
+        }
+        assertTrue("the stale IDs are counted dropped: " + c.stats(),
+            (Long) c.stats().get("dropped") >= fetchedUpTo - first - 1);
+      }
+    }
+  }
+
+  // A next whose deadline ends before the one endpoint, which asked the
+  // client to wait, is free again is refused at once with that endpoint's
+  // refusal and the time left, not with the error of an older failed refill
+  // (a lease loss since over; the wait was set by a shed a nextN met).
+  @Test
+  public void aHeldRefusalIsTheStandingOne() throws Exception {
+    try (FakeNode node = new FakeNode(1000)) {
+      try (FirnClient c = FirnClient.builder().endpoints(node.addr()).healthCheck(false)
+          .maxAge(Duration.ofMillis(100)).build()) {
+        node.refuseReason = "LEASE_LOST";
+        expect(Reason.LEASE_LOST, () -> c.next(Duration.ofSeconds(2)));
+        node.refuseReason = null;
+        c.next(Duration.ofSeconds(5));
+        Thread.sleep(150); // the buffer goes stale
+        node.shedRetry = Duration.ofSeconds(3);
+        node.shed = true;
+        expect(Reason.OVERLOADED, () -> c.nextN(100_000, Duration.ofSeconds(2)));
+        long start = System.nanoTime();
+        FirnException e = expect(Reason.OVERLOADED, () -> c.next(Duration.ofSeconds(1)));
+        long tookMs = (System.nanoTime() - start) / 1_000_000;
+        assertTrue("refused after " + tookMs + "ms, not at once", tookMs < 500);
+        Duration d = e.retryAfter().orElse(null);
+        assertTrue("retry after " + d + ", want the time left of the 3s asked",
+            d != null && d.compareTo(Duration.ofSeconds(1)) > 0 && d.compareTo(Duration.ofSeconds(3)) <= 0);
+      }
+    }
+  }
+
   private static FirnException expect(Reason want, Runnable r) {
     try {
       r.run();
