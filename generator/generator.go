@@ -92,14 +92,24 @@ func (e *ReservationError) Is(target error) bool { return target == ErrReservati
 // Unwrap returns the context error that ended the wait.
 func (e *ReservationError) Unwrap() error { return e.Err }
 
-// AheadError reports a wait for the clock that would outlast the deadline.
+// AheadError reports a wait for the clock that would outlast the
+// caller's deadline (or that its context ended): the generator has used
+// its lead — more IDs asked of it than its layout issues in the time, or a
+// clock that stepped back within max-lead — and the IDs asked for come
+// only as the clock advances. Lead is how far the logical time already
+// issued stands ahead of the clock, Limit the max-lead, Wait the wait the
+// call would have needed.
 type AheadError struct {
-	Lead, Limit time.Duration
-	Err         error
+	Lead, Limit, Wait time.Duration
+	Err               error
 }
 
 func (e *AheadError) Error() string {
-	return fmt.Sprintf("logical time %v ahead of the clock, limit %v", e.Lead.Round(time.Millisecond), e.Limit)
+	if e.Wait > 0 && errors.Is(e.Err, context.DeadlineExceeded) {
+		return fmt.Sprintf("logical time %v ahead of the clock (max-lead %v): the IDs asked for need %v more of the clock, past the caller's deadline",
+			e.Lead.Round(time.Millisecond), e.Limit, e.Wait.Round(time.Microsecond))
+	}
+	return fmt.Sprintf("logical time %v ahead of the clock (max-lead %v): waiting for the clock: %v", e.Lead.Round(time.Millisecond), e.Limit, e.Err)
 }
 
 // Is makes errors.Is(err, ErrAhead) true.
@@ -551,7 +561,7 @@ func (g *Generator) AwaitBulk(ctx context.Context) error {
 				if errors.Is(err, ErrRetired) {
 					return err
 				}
-				return &AheadError{Lead: g.Lead(time.Unix(0, wall)), Limit: g.maxLead, Err: err}
+				return &AheadError{Lead: g.Lead(time.Unix(0, wall)), Limit: g.maxLead, Wait: w.d, Err: err}
 			}
 		case waitReservation:
 			if err := g.awaitReservation(ctx, w.need, wk); err != nil {
@@ -612,7 +622,7 @@ func (g *Generator) nextBatch(ctx context.Context, dst []uint64, spin bool, lead
 				if errors.Is(err, ErrRetired) {
 					return 0, err
 				}
-				return 0, &AheadError{Lead: g.Lead(time.Unix(0, wall)), Limit: g.maxLead, Err: err}
+				return 0, &AheadError{Lead: g.Lead(time.Unix(0, wall)), Limit: g.maxLead, Wait: w.d, Err: err}
 			}
 		case waitReservation:
 			if err := g.awaitReservation(ctx, w.need, wk); err != nil {

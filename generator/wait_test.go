@@ -111,7 +111,8 @@ func TestBackwardStepBeforeFirstCallFailsAtOnce(t *testing.T) {
 }
 
 // A clock wait longer than the caller's deadline is refused at once, as
-// ErrAhead (the server maps it to UNAVAILABLE naming the lead), not waited
+// ErrAhead (the server maps it to OVERLOADED naming max-lead, RetryInfo
+// the wait), not waited
 // out until the deadline.
 // In virtual time (testing/synctest): "at once" is no time at all.
 func TestClockWaitBeyondDeadlineRefusedAtOnce(t *testing.T) {
@@ -122,8 +123,13 @@ func TestClockWaitBeyondDeadlineRefusedAtOnce(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		if _, err := r.g.Next(ctx); !errors.Is(err, ErrAhead) {
+		_, err := r.g.Next(ctx)
+		var ae *AheadError
+		if !errors.As(err, &ae) {
 			t.Fatalf("got %v; want ErrAhead", err)
+		}
+		if ae.Wait <= 5*time.Millisecond || ae.Wait > tinyLead/2 {
+			t.Fatalf("%v: Wait %v, want the wait for the clock, in (5ms, %v]", err, ae.Wait, tinyLead/2)
 		}
 		if el := time.Since(start); el != 0 {
 			t.Fatalf("refused after %v of virtual time; want at once (the deadline was 5ms, the wait %v)", el, tinyLead/2)

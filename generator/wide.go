@@ -525,7 +525,7 @@ func (w *Wide) await(ctx context.Context, wt wait, wk <-chan struct{}) error {
 		cur := w.cur
 		w.mu.Unlock()
 		wall, _ := w.clock.Now()
-		return &AheadError{Lead: w.layout.UnitStart(cur).Sub(wall), Limit: w.maxLead, Err: err}
+		return &AheadError{Lead: w.layout.UnitStart(cur).Sub(wall), Limit: w.maxLead, Wait: max(wt.d, 0), Err: err}
 	}
 	if wt.kind == waitClock {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wt.d {

@@ -57,13 +57,12 @@ func code(err error) codes.Code {
 		errors.Is(err, generator.ErrRollback),
 		errors.Is(err, generator.ErrClockRange),
 		errors.Is(err, generator.ErrReservation),
-		errors.Is(err, generator.ErrAhead),
 		errors.Is(err, generator.ErrForwardStep),
 		errors.Is(err, generator.ErrRetired),
 		errors.Is(err, ringbuffer.ErrNoSource),
 		errors.Is(err, ringbuffer.ErrClosed):
 		return codes.Unavailable
-	case errors.Is(err, admission.ErrOverloaded):
+	case errors.Is(err, admission.ErrOverloaded), errors.Is(err, generator.ErrAhead):
 		return codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
@@ -99,6 +98,7 @@ func describe(err error) (d detail, ok bool) {
 	var re *core.RequestError
 	var ue *core.UnknownGeneratorError
 	var rb *generator.RollbackError
+	var ahead *generator.AheadError
 	var wn *sections.WrongNodeError
 	var mv *sections.MovingError
 	var rs *sections.RaiseError
@@ -139,7 +139,13 @@ func describe(err error) (d detail, ok bool) {
 		return detail{clockguard.CodeClockRollback, meta(), 0}, true
 	case errors.Is(err, generator.ErrClockRange):
 		return detail{clockguard.CodeClockRange, meta(), 0}, true
-	case errors.Is(err, generator.ErrReservation), errors.Is(err, generator.ErrAhead):
+	case errors.As(err, &ahead):
+		// The generator's lead is used: the IDs asked for come only as the
+		// clock advances, later than the caller would wait. Overloaded, as
+		// a queue too long for the deadline is, and RetryInfo the wait.
+		return detail{reasonOverloaded, meta("bound", "max-lead", "limit", ahead.Limit.String(),
+			"measured", ahead.Lead.Round(time.Millisecond).String()), ahead.Wait}, true
+	case errors.Is(err, generator.ErrReservation):
 		return detail{clockguard.CodeReservationExhausted, meta(), 0}, true
 	case errors.Is(err, generator.ErrForwardStep):
 		return detail{clockguard.CodeClockStep, meta(), 0}, true

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -212,6 +213,22 @@ func TestErrorCodes(t *testing.T) {
 	// The node is unharmed.
 	if _, err := n.ids.NextID(c, &firnv1.NextIDRequest{}); err != nil {
 		t.Fatalf("NextID after the oversize request: %v", err)
+	}
+
+	// The lead used (compact issues 64 IDs a second, 2 s ahead at most): a
+	// call whose IDs would need the clock past its deadline is refused at
+	// once, OVERLOADED (the demand, not the reservation), naming max-lead,
+	// with RetryInfo the wait.
+	var ahead error
+	for i := 0; i < 20 && ahead == nil; i++ {
+		short, cancel := context.WithTimeout(c, 300*time.Millisecond)
+		_, ahead = n.ids.NextIDs(short, &firnv1.NextIDsRequest{Generator: "user", Count: 128})
+		cancel()
+	}
+	wantCode(t, "user at its lead limit", ahead, codes.ResourceExhausted, "ahead of the clock", "max-lead 2s", "past the caller's deadline")
+	retry := wantInfo(t, "user at its lead limit", ahead, "OVERLOADED", map[string]string{"bound": "max-lead", "limit_ms": "2000"})
+	if d := retry.GetRetryDelay().AsDuration(); d <= 300*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("lead limit: retry delay %v, want the wait for the clock, in (300ms, 3s]", d)
 	}
 
 	// HTTP equivalents.
