@@ -138,6 +138,38 @@ func (e *RaiseError) Error() string {
 
 func (e *RaiseError) Unwrap() error { return e.Err }
 
+// StartingError: the generator does not serve yet, as not every section
+// this node should own serves here; it says why (Notify).
+type StartingError struct {
+	Generator string
+	// Held: some are held by another process's lease until it ends (a
+	// restart after a crash waits for its own old leases); Free: some are
+	// not taken yet; Settling: some were taken and settle before they
+	// serve.
+	Held, Free, Settling bool
+	// Err is why the last round's take failed (nil: it did not).
+	Err error
+}
+
+func (e *StartingError) Error() string {
+	s := fmt.Sprintf("generator %q: not every section this node should own serves here yet", e.Generator)
+	if e.Err != nil {
+		s += "; taking them failed: " + e.Err.Error()
+	}
+	if e.Held {
+		s += "; some are held by the lease of another process (a previous owner; this node's own before a restart) until it ends"
+	}
+	if e.Free && e.Err == nil {
+		s += "; some are not taken yet (each round acquires for at most the coordinator timeout)"
+	}
+	if e.Settling {
+		s += "; some were taken and settle before they serve"
+	}
+	return s
+}
+
+func (e *StartingError) Unwrap() error { return e.Err }
+
 // ErrRaisePending: a call needed a raise of its section's maximum and the
 // coordinator had not acknowledged it shortly before the call's deadline.
 var ErrRaisePending = errors.New("the raise this call needs was not acknowledged")
@@ -220,6 +252,12 @@ type Manager struct {
 	ready    bool                      // every section this node should own served once
 	orphans  map[int]coordinator.Lease // leases whose release failed, by section
 	notified string
+	takeErr  error // why the last round's take failed (nil: it did not)
+
+	// recMu serialises noteWrite (takes and raises run in two goroutines);
+	// recorded is the highest mark it handed to Record.
+	recMu    sync.Mutex
+	recorded segment.Mark
 
 	keys    atomic.Int64
 	evicted atomic.Uint64
@@ -273,6 +311,7 @@ func New(cfg Config) (*Manager, error) {
 		seed:     maphash.MakeSeed(),
 		owners:   make([]coordinator.NodeInfo, cfg.Def.Sections),
 		mark:     cfg.Known,
+		recorded: cfg.Known,
 		notified: "starting",
 		orphans:  map[int]coordinator.Lease{},
 		kick:     make(chan struct{}, 1),
@@ -444,12 +483,17 @@ func (m *Manager) notServed(s int, st *section) error {
 	m.mu.Lock()
 	owner := m.owners[s]
 	stopped := m.stopped
+	terr, mine := m.takeErr, m.assigned != nil && m.assigned[s] == m.cfg.Node.InstanceID
 	m.mu.Unlock()
 	if stopped {
 		return &MovingError{Generator: m.cfg.Generator, Section: s, RetryAfter: time.Second, Why: "this node stopped serving the generator"}
 	}
 	if owner.InstanceID != "" && owner.InstanceID != m.cfg.Node.InstanceID {
 		return &WrongNodeError{Generator: m.cfg.Generator, Section: s, Owner: owner}
+	}
+	if terr != nil && mine {
+		return &MovingError{Generator: m.cfg.Generator, Section: s, RetryAfter: m.cfg.PollEvery * 2,
+			Why: "this node should own it and has not taken it: its last take failed: " + terr.Error()}
 	}
 	return &MovingError{Generator: m.cfg.Generator, Section: s, RetryAfter: m.cfg.PollEvery * 2,
 		Why: "no live owner holds its lease (its last owner's lease has not ended, or its next owner has not taken it yet)"}
@@ -554,16 +598,35 @@ func (m *Manager) raiseOnce() {
 
 // noteWrite remembers the record this node wrote (its mark, in memory and
 // in the data dir) before any value of it is handed out.
+//
+// Takes (the round loop) and raises (raiseLoop) call it from two
+// goroutines, and the data dir keeps the last Record call: a take's
+// write recorded after a later raise's would leave the data dir behind
+// values handed out, and a restart after a crash and a coordinator
+// restored between the two writes would then start below them. So the
+// calls are serialised (recMu; Record's fsync under it, within its own
+// deadline, was already on both paths) and a mark below the last one
+// recorded is not recorded: every write of this process first follows
+// a mark it knew, so a lower one is an earlier write whose call came
+// late (the history of the one recorded holds it) or one made on a
+// coordinator restored under the node, which the higher mark recorded
+// lets a restart find.
 func (m *Manager) noteWrite(c segment.Counter) error {
 	mk := c.Mark()
+	m.recMu.Lock()
+	defer m.recMu.Unlock()
 	m.mu.Lock()
 	if mk.Seq >= m.mark.Seq {
 		m.mark = mk
 	}
 	m.mu.Unlock()
-	if m.cfg.Record != nil {
-		return m.cfg.Record(mk)
+	if m.cfg.Record == nil || mk.Seq < m.recorded.Seq {
+		return nil
 	}
+	if err := m.cfg.Record(mk); err != nil {
+		return err
+	}
+	m.recorded = mk
 	return nil
 }
 
@@ -714,28 +777,49 @@ func (m *Manager) tick() {
 			toTake = append(toTake, s)
 		}
 	}
+	var terr error
 	if len(toTake) > 0 {
-		m.take(ctx, toTake, rec)
+		terr = m.take(toTake, rec)
 	}
-	m.readyCheck(assigned)
+	m.mu.Lock()
+	m.takeErr = terr
+	m.mu.Unlock()
+	if errors.Is(terr, coordinator.ErrRolledBack) || errors.Is(terr, coordinator.ErrRestored) {
+		return // restored: notified
+	}
+	m.readyCheck(assigned, owners, terr)
 }
 
 // readyCheck tells the serving state the generator serves once every
 // section this node should own serves here (at its start: a restart
 // after a crash waits for its old leases to end), and at every round
-// after that.
-func (m *Manager) readyCheck(assigned []string) {
+// after that; until then, why not (StartingError, with the round's take
+// failure, terr, if any).
+func (m *Manager) readyCheck(assigned []string, owners []coordinator.NodeInfo, terr error) {
 	m.mu.Lock()
 	ready := m.ready
 	m.mu.Unlock()
 	if !ready {
+		me := m.cfg.Node.InstanceID
+		e := &StartingError{Generator: m.cfg.Generator, Err: terr}
 		for s := range m.sec {
-			if assigned[s] != m.cfg.Node.InstanceID {
+			if assigned[s] != me {
 				continue
 			}
-			if st := m.sec[s].Load(); st == nil || !st.serving.Load() {
-				return
+			switch st := m.sec[s].Load(); {
+			case st != nil && st.serving.Load():
+				continue
+			case st != nil:
+				e.Settling = true
+			case owners[s].InstanceID != "" && !m.ownProcess(owners[s]):
+				e.Held = true
+			default:
+				e.Free = true
 			}
+		}
+		if e.Settling || e.Held || e.Free {
+			m.notify(e)
+			return
 		}
 		m.mu.Lock()
 		m.ready = true
@@ -790,33 +874,62 @@ func (m *Manager) membership(ctx context.Context) error {
 
 // take acquires the leases of sections ss, then writes the record once,
 // starting every key of each section taken above the maximum that write
-// replaced.
-func (m *Manager) take(ctx context.Context, ss []int, rec coordinator.CounterRecord) {
+// replaced; it returns why it took less than it could (nil: no failure).
+//
+// Each acquisition scans the generator's slot space, so taking S
+// sections costs about S² reads on etcd: a round acquires for at most
+// Timeout (each acquisition bounded by Timeout) and keeps what it got,
+// and the next rounds take the rest. The write has its own bound, as a
+// raise's, whatever the acquisitions took: with a round's one context
+// they used it up, the write failed at once and every section acquired
+// was given up, round after round (S = 1024 on etcd never served).
+func (m *Manager) take(ss []int, rec coordinator.CounterRecord) error {
+	budget, stop := context.WithTimeout(context.Background(), m.cfg.Timeout)
+	defer stop()
 	leases := map[int]coordinator.Lease{}
 	target := map[int]uint64{}
-	for _, s := range ss {
+	var failed error
+	left := 0 // sections not tried: the budget spent, or stopping
+acquire:
+	for i, s := range ss {
+		select {
+		case <-budget.Done():
+			left = len(ss) - i
+			break acquire
+		case <-m.stop:
+			break acquire // Stop gives up what is written below
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
 		start := m.mono()
 		l, err := m.cfg.Coord.Acquire(ctx, m.slotSpec(func(sl coordinator.Slot) bool { return sl.Worker != uint64(s) }), m.cfg.Node)
 		m.cfg.Observe("acquire", m.mono()-start, err)
+		if err == nil && l.Slot().Worker != uint64(s) {
+			_ = l.Release(ctx, 0) // never: every other slot was held out
+		}
+		cancel()
 		if err != nil {
 			if !errors.Is(err, coordinator.ErrExhausted) {
+				// Held by another is a wait, not a failure.
 				m.log.Warn("sequence section not taken", "section", s, "err", err)
+				failed = fmt.Errorf("acquiring a section's lease: %w", err)
 			}
 			continue
 		}
 		if l.Slot().Worker != uint64(s) {
-			_ = l.Release(ctx, 0) // never: every other slot was held out
 			continue
 		}
 		leases[s] = l
 		target[s] = min(rec.State.Sec[s], segment.MaxID-m.cfg.MinStep) + m.cfg.MinStep
 	}
 	if len(leases) == 0 {
-		return
+		return failed
 	}
 	m.mu.Lock()
 	known := m.mark
 	m.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*m.cfg.Timeout)
+	defer cancel()
 	start := m.mono()
 	r, err := coordinator.RaiseSections(ctx, m.cfg.Counters, m.cspec, target, known, true)
 	m.cfg.Observe("raise", m.mono()-start, err)
@@ -830,8 +943,9 @@ func (m *Manager) take(ctx context.Context, ss []int, rec coordinator.CounterRec
 		}
 		if errors.Is(err, coordinator.ErrRolledBack) || errors.Is(err, coordinator.ErrRestored) {
 			m.restored(err)
+			return err
 		}
-		return
+		return fmt.Errorf("the first write of the sections taken: %w", err)
 	}
 	m.raises.Add(1)
 	mk := r.Record.State.Mark()
@@ -848,6 +962,10 @@ func (m *Manager) take(ctx context.Context, ss []int, rec coordinator.CounterRec
 		m.sec[s].Store(st)
 		m.log.Info("sequence section taken", "section", s, "above", base, "max", st.acked, "settle", m.cfg.Settle)
 	}
+	if left > 0 {
+		m.log.Info("sequence sections taken in part within the round's acquisition time; the next rounds take the rest", "taken", len(leases), "left", left, "within", m.cfg.Timeout)
+	}
+	return failed
 }
 
 // confirm serves each settling section whose take settled: the read began

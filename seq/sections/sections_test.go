@@ -9,8 +9,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/memory"
 	"github.com/firnid/firn/internal/seqcheck"
+	"github.com/firnid/firn/segment"
 	"github.com/firnid/firn/seq"
 )
 
@@ -308,4 +312,274 @@ func TestRaisePendingBeforeDeadline(t *testing.T) {
 		t.Fatalf("Next past the maximum, coordinator stopped: %v after %v (context: %v); want ErrRaisePending before the deadline", err, took, cctx.Err())
 	}
 	t.Logf("refused after %v: %v", took.Round(time.Millisecond), err)
+}
+
+// TestRecordedMarkNeverFallsBack: a take (the round loop) and the raises
+// (raiseLoop) record their writes' marks from two goroutines, and the
+// data dir keeps the last call. Here the take is held back after its
+// write, before its Record or inside it, while the raises that follow
+// its write hand out values, then let go. The data dir must end at the
+// highest write recorded: after a crash and a coordinator restored to a
+// snapshot holding the take's write but not the raises, a restart from
+// the data dir's mark must find the restore, not start the section at
+// the snapshot's maximum, below values handed out before the crash.
+// Without the order (the take's lower mark recorded last) the restarted
+// node repeats them.
+func TestRecordedMarkNeverFallsBack(t *testing.T) {
+	// before: the take held after its write is acknowledged, before it
+	// records it (the raises record theirs first); in: held inside its
+	// Record (the raises wait for it, or record theirs meanwhile).
+	for _, where := range []string{"before", "in"} {
+		t.Run(where, func(t *testing.T) { testRecordOrder(t, where) })
+	}
+}
+
+func testRecordOrder(t *testing.T, where string) {
+	st := memory.New(memory.Config{TTL: 2 * time.Second})
+	var (
+		mu      sync.Mutex
+		disk    segment.Mark // the data dir: the last Record call wins (datadir.Gen.RecordCounter)
+		highest segment.Mark
+		takeSeq uint64
+		armed   atomic.Bool
+		held    = make(chan struct{})
+		letGo   = make(chan struct{})
+		snap    *memory.Snapshot
+		mgr     atomic.Pointer[Manager]
+	)
+	// hold holds the take's goroutine back once, the coordinator's state
+	// kept as it stands then: the take's write and nothing after it.
+	hold := func() {
+		if armed.Load() && calledFrom("sections.(*Manager).take(") {
+			armed.Store(false)
+			snap = st.Snapshot()
+			m := mgr.Load()
+			rec, err := m.cfg.Counters.ReadCounter(context.Background(), m.cspec)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			takeSeq = rec.State.Mark().Seq
+			mu.Unlock()
+			close(held)
+			<-letGo
+		}
+	}
+	hook := func(c *Config) {
+		c.MinStep = 10
+		c.Record = func(mk segment.Mark) error {
+			if where == "in" {
+				hold()
+			}
+			mu.Lock()
+			disk = mk
+			if mk.Seq > highest.Seq {
+				highest = mk
+			}
+			mu.Unlock()
+			return nil
+		}
+		c.Observe = func(op string, _ time.Duration, err error) {
+			if where == "before" && op == "raise" && err == nil {
+				hold()
+			}
+		}
+	}
+	a, ca := start(t, st, "a", 2, 0, 0, hook)
+	mgr.Store(a)
+	b, _ := start(t, st, "b", 2, 0, 0)
+	waitServing(t, a, 1)
+	waitServing(t, b, 1)
+	mine := -1
+	for s := range 2 {
+		if a.sec[s].Load() != nil {
+			mine = s
+		}
+	}
+	key := keyOf(a, mine)
+	ctx := context.Background()
+	armed.Store(true)
+	b.Stop(ctx, true) // a takes b's section
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a did not take b's section: %+v", a.Stats())
+	}
+	// Values of a's own section, through raises (a step of 10): they run
+	// while the take is held back, or wait for its Record.
+	handed := make(chan uint64, 1)
+	go func() {
+		var last uint64
+		for range 100 {
+			first, err := a.Next(ctx, key, 5)
+			if err != nil {
+				t.Error(err)
+				break
+			}
+			last = first + 4
+		}
+		handed <- last
+	}()
+	var last uint64
+	select {
+	case last = <-handed:
+	case <-time.After(time.Second):
+	}
+	close(letGo)
+	if last == 0 {
+		select {
+		case last = <-handed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the calls did not finish once the take was let go")
+		}
+	}
+	waitServing(t, a, 2)
+	mu.Lock()
+	d, h, ts := disk, highest, takeSeq
+	mu.Unlock()
+	t.Logf("take wrote seq %d; raises recorded up to seq %d; the data dir holds seq %d; key %q handed out up to %d", ts, h.Seq, d.Seq, key, last)
+	if h.Seq <= ts {
+		t.Fatalf("no raise after the take's write (highest recorded seq %d): the test did not reach the race", h.Seq)
+	}
+	if d.Seq < h.Seq {
+		t.Errorf("the data dir holds seq %d, below seq %d recorded before it: a take's late Record overwrote a later raise's", d.Seq, h.Seq)
+	}
+
+	// Crash, restore to the snapshot, restart from the data dir's mark.
+	a.Stop(ctx, false)
+	ca.Kill()
+	st.Restore(snap)
+	notes := make(chan error, 100)
+	a2, _ := start(t, st, "a2", 2, 150*time.Millisecond, 0, func(c *Config) {
+		c.Known = d
+		c.Notify = func(err error) {
+			select {
+			case notes <- err:
+			default:
+			}
+		}
+	})
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if first, err := a2.Next(ctx, key, 1); err == nil {
+			if first <= last {
+				t.Fatalf("restarted node (the data dir's mark, seq %d) hands out %d for %q: already handed out (up to %d) before the crash", d.Seq, first, key, last)
+			}
+			t.Fatalf("restarted node hands out %d on the snapshot's record, which lacks its data dir's write", first)
+		}
+		select {
+		case err := <-notes:
+			if errors.Is(err, coordinator.ErrRolledBack) || errors.Is(err, coordinator.ErrRestored) {
+				t.Logf("restarted node found the restore: %v", err)
+				return
+			}
+		default:
+		}
+		if time.Now().After(end) {
+			t.Fatalf("restarted node neither serves nor finds the restore after 10 s: %+v", a2.Stats())
+		}
+	}
+}
+
+// calledFrom reports whether fn (package-qualified, with its opening
+// parenthesis) is on the calling goroutine's stack.
+func calledFrom(fn string) bool { return strings.Contains(string(debug.Stack()), fn) }
+
+// keyOf is a key of section s of m's generator.
+func keyOf(m *Manager, s int) []byte {
+	for i := 0; ; i++ {
+		if k := fmt.Appendf(nil, "k%d", i); m.cfg.Def.Section(seq.Hash(k)) == s {
+			return k
+		}
+	}
+}
+
+// notes makes a Config's Notify send what it is told on the channel
+// returned (nil: serving), dropping what the channel has no room for.
+func notes(c *Config) <-chan error {
+	ch := make(chan error, 100)
+	c.Notify = func(err error) {
+		select {
+		case ch <- err:
+		default:
+		}
+	}
+	return ch
+}
+
+// waitNote waits up to 5 s for a notification that ok accepts.
+func waitNote(t *testing.T, ch <-chan error, what string, ok func(error) bool) error {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case err := <-ch:
+			if ok(err) {
+				return err
+			}
+		case <-timeout:
+			t.Fatalf("no notification within 5 s: %s", what)
+		}
+	}
+}
+
+// TestTakeFailureNamed: a node whose takes fail (here its data dir
+// refuses the take's mark) does not serve, and says why at once: its
+// serving state is told the failure (COORDINATOR_UNAVAILABLE at the node,
+// not a bare STARTING), and a call for a section it should own is
+// refused naming it. Once its takes land it serves.
+func TestTakeFailureNamed(t *testing.T) {
+	st := memory.New(memory.Config{TTL: 2 * time.Second})
+	var failing atomic.Bool
+	failing.Store(true)
+	const why = "data dir: no space left on device"
+	var ch <-chan error
+	m, _ := start(t, st, "a", 4, 0, 0, func(c *Config) {
+		ch = notes(c)
+		c.Record = func(segment.Mark) error {
+			if failing.Load() {
+				return errors.New(why)
+			}
+			return nil
+		}
+	})
+	err := waitNote(t, ch, "the take's failure", func(err error) bool {
+		var se *StartingError
+		return errors.As(err, &se) && se.Err != nil && strings.Contains(err.Error(), why)
+	})
+	t.Logf("told: %v", err)
+	_, err = m.Next(context.Background(), []byte("k"), 1)
+	var mv *MovingError
+	if !errors.As(err, &mv) || !strings.Contains(err.Error(), why) {
+		t.Fatalf("Next while the takes fail: %v; want SECTION_MOVING naming the take's failure", err)
+	}
+	if s := m.Stats(); s.Owned != 0 {
+		t.Fatalf("stats %+v: sections kept whose first write was not recorded", s)
+	}
+	failing.Store(false)
+	waitServing(t, m, 4)
+	waitNote(t, ch, "serving", func(err error) bool { return err == nil })
+}
+
+// TestRestartWaitNamed: a process restarted after a crash waits for its
+// predecessor's leases to end (no take-back on a shared coordinator) and
+// says so meanwhile (STARTING, naming the wait), then serves.
+func TestRestartWaitNamed(t *testing.T) {
+	st := memory.New(memory.Config{TTL: 2 * time.Second})
+	began := time.Now()
+	a, ca := start(t, st, "a", 2, 0, 0, func(c *Config) { c.Node.StartTime = began })
+	waitServing(t, a, 2)
+	a.Stop(context.Background(), false)
+	ca.Kill()
+	var ch <-chan error
+	a2, _ := start(t, st, "a", 2, 0, 0, func(c *Config) {
+		c.Node.StartTime = began.Add(time.Second)
+		ch = notes(c)
+	})
+	err := waitNote(t, ch, "the wait for the old leases", func(err error) bool {
+		var se *StartingError
+		return errors.As(err, &se) && se.Held && se.Err == nil
+	})
+	t.Logf("told: %v", err)
+	waitServing(t, a2, 2)
+	waitNote(t, ch, "serving", func(err error) bool { return err == nil })
 }

@@ -17,10 +17,12 @@ import (
 // A sequence generator (GeneratorConfig.Segment with Sections) hands out
 // per-key sequences from the sections this node owns (seq/sections). Like
 // a segment generator it has no worker, ring or clock; its serving state
-// is serving once the node joined the generator's members and read the
-// section map, whatever sections it owns: a call for a key of a section
-// owned elsewhere is refused naming the owner (WRONG_NODE), one for a
-// section between owners names the wait (SECTION_MOVING).
+// is serving once every section the node should own serves here, and
+// until then names why (sections.StartingError: STARTING while it waits,
+// COORDINATOR_UNAVAILABLE when a take failed); after that a call for a
+// key of a section owned elsewhere is refused naming the owner
+// (WRONG_NODE), one for a section between owners names the wait
+// (SECTION_MOVING).
 
 // isSeq reports whether rt is a sequence generator.
 func (rt *Generator) isSeq() bool { return rt.cfg.Segment != nil && rt.cfg.Segment.IsSeq() }
@@ -89,9 +91,15 @@ func (rt *Generator) seqState(err error) {
 	if rt.counterNews(err) {
 		return
 	}
-	if errors.Is(err, coordinator.ErrNameInUse) {
+	var starting *sections.StartingError
+	switch {
+	case errors.Is(err, coordinator.ErrNameInUse):
 		rt.state.SetCause(clockguard.SourceLease, err.Error(), clockguard.Detail{Code: clockguard.CodeInstanceConflict})
-	} else {
+	case errors.As(err, &starting) && starting.Err == nil:
+		// Not every section it should own serves yet, and no take
+		// failed: it waits (a previous owner's lease, a settle).
+		rt.state.SetCause(clockguard.SourceLease, "sequence sections: "+err.Error(), clockguard.Detail{Code: clockguard.CodeStarting})
+	default:
 		rt.state.SetCause(clockguard.SourceLease, "sequence sections: "+err.Error(),
 			clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 	}
