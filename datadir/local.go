@@ -89,6 +89,10 @@ type Gen struct {
 	slots  slots
 	mu     sync.Mutex
 	f      genFile
+	// sent is, per slot still held, the largest reservation BeforeReserve
+	// wrote (durably, in LastReservation) for a Reserve sent since: an
+	// answer may still come, and the holder issues up to it once it does.
+	sent map[string]int64
 }
 
 // Generator returns the state of one generator, loading it from disk.
@@ -103,7 +107,7 @@ func (s *State) Generator(name string) (*Gen, error) {
 	}
 	g := &Gen{s: s, name: name, legacy: filepath.Join(s.dir, "gen-"+name+".json"),
 		slots: slots{base: filepath.Join(s.dir, "gen-"+name)},
-		f:     genFile{LastReservation: -1, Acked: map[string]int64{}}}
+		f:     genFile{LastReservation: -1, Acked: map[string]int64{}}, sent: map[string]int64{}}
 	b, err := g.slots.load()
 	if err != nil {
 		return nil, err
@@ -192,6 +196,9 @@ func (g *Gen) Check(l coordinator.Lease) error {
 func (g *Gen) BeforeReserve(slot coordinator.Slot, until int64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if k := slotKey(slot); until > g.sent[k] {
+		g.sent[k] = until
+	}
 	if until <= g.f.LastReservation {
 		return nil
 	}
@@ -213,17 +220,24 @@ func (g *Gen) Acked(slot coordinator.Slot, r int64) {
 // BeforeRelease durably lowers slot's acknowledged R to highest (the
 // highest time the stopped generator produced; the release writes
 // max(highest, Floor)), and the node's last reservation to the largest R
-// any slot still shows; call it before the Release is sent. Lowering first
-// is safe: no time above highest was used. A node holding several workers
-// of the generator (a wide generator) keeps its last reservation at the
-// others' while they are held, so that its next lease, even after a
+// any slot still shows or was sent for; call it before the Release is
+// sent. Lowering first is safe: no time above highest was used. A node
+// holding several workers of the generator (a wide generator) keeps its
+// last reservation at the others' while they are held — their
+// acknowledged reservations and those sent and not yet answered, which
+// they issue up to once answered — so that its next lease, even after a
 // restart, starts above every ID it issued.
 func (g *Gen) BeforeRelease(slot coordinator.Slot, value int64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.f.Acked[slotKey(slot)] = value
+	k := slotKey(slot)
+	g.f.Acked[k] = value
+	delete(g.sent, k)
 	g.f.LastReservation = value
 	for _, v := range g.f.Acked {
+		g.f.LastReservation = max(g.f.LastReservation, v)
+	}
+	for _, v := range g.sent {
 		g.f.LastReservation = max(g.f.LastReservation, v)
 	}
 	return g.save()

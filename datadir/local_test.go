@@ -270,6 +270,44 @@ func TestReleaseKeepsTheOtherWorkersReservation(t *testing.T) {
 	}
 }
 
+// A node holding two workers: one is released while the other's Reserve
+// is sent (its reservation durably raised first) and not yet answered.
+// The release keeps the last reservation at the one sent: once answered,
+// the other issues up to it, and after a crash the data dir must still
+// start the node's next lease above it.
+func TestReleaseKeepsAReservationInFlight(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir)
+	g, err := s.Generator("wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := coordinator.Slot{Worker: 1}, coordinator.Slot{Worker: 2}
+	for _, step := range []struct {
+		slot coordinator.Slot
+		r    int64
+	}{{a, 100}, {b, 90}} {
+		if err := g.BeforeReserve(step.slot, step.r); err != nil {
+			t.Fatal(err)
+		}
+		g.Acked(step.slot, step.r)
+	}
+	if err := g.BeforeReserve(b, 120); err != nil { // b's Reserve(120) is sent
+		t.Fatal(err)
+	}
+	if err := g.BeforeRelease(a, 100); err != nil { // a stops meanwhile
+		t.Fatal(err)
+	}
+	g.Acked(b, 120) // answered: b issues up to 120; then the node crashes
+	s, _ = Open(dir)
+	if g, err = s.Generator("wide"); err != nil {
+		t.Fatal(err)
+	}
+	if g.LocalFloor() < 120 {
+		t.Fatalf("LocalFloor %d after the crash, below the reservation 120 sent before the release", g.LocalFloor())
+	}
+}
+
 // FuzzDecodeSlot: a data-dir record is read only when it is whole — its
 // header, length and checksum agree — so a torn or foreign file is never
 // taken for a reservation: what decodes encodes back to the same bytes.
