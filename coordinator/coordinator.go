@@ -176,6 +176,15 @@ func (e RestoreEvidence) Gap() int64 {
 	return e.Acked - e.Shown
 }
 
+// Covers reports whether a standing marker e covers evidence o, so that
+// o need not replace it: a bump's check reads the marker's Acked alone
+// (MinBump, CounterMinBump), so e covers o when it asks the bump to reach
+// at least as high. (Not the larger Gap: evidence of an absent record
+// counts its gap from the epoch, and would keep a marker whose Acked is
+// below a later finding's, which a bump too small for that finding would
+// then clear.)
+func (e RestoreEvidence) Covers(o RestoreEvidence) bool { return e.Acked >= o.Acked }
+
 // MinBump is the least bump, in time-field units, that covers the
 // evidence when the bump's clock and every reservation stand at top or
 // below. A bump sets the generator floor to at least top + By, and no

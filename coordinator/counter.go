@@ -79,7 +79,10 @@ type Counters interface {
 	// one write guarded by what it read of both, so that a marker written
 	// meanwhile stands. It reads the counter whether or not a marker
 	// stands; a generator without a pin or a counter, or pinned to
-	// another definition, is refused. A by of 0 is ErrInvalidSpec.
+	// another definition, is refused. A by of 0, one that would carry the
+	// seq past 2^64-1, and one that does not lift next to what a standing
+	// marker's node saw (CounterMinBump) are ErrInvalidSpec, nothing
+	// written.
 	BumpCounter(ctx context.Context, spec CounterSpec, by uint64) (CounterBump, error)
 }
 
@@ -91,8 +94,15 @@ type CounterBump struct {
 }
 
 // BumpedCounter is the state a bump by by writes in place of raw, the
-// stored counter of spec (what every backend's BumpCounter writes).
-func BumpedCounter(key string, spec CounterSpec, raw []byte, by uint64) (CounterBump, []byte, error) {
+// stored counter of spec, read with marker, the generator's restore
+// marker (nil: none): what every backend's BumpCounter writes. Refused
+// with ErrInvalidSpec, naming --ids and the bound, before anything is
+// written: a bump by 0; one that would carry the counter's seq past
+// 2^64-1; one that leaves a segment generator's next below what the
+// marker's node saw (CounterMinBump: the bump clears the marker, and IDs
+// below it may have been handed out before the restore). The bumped
+// counter is validated before it is returned.
+func BumpedCounter(key string, spec CounterSpec, raw []byte, by uint64, marker *RestoreEvidence) (CounterBump, []byte, error) {
 	if by == 0 {
 		return CounterBump{}, nil, fmt.Errorf("%w: generator %q: a bump by 0 IDs", ErrInvalidSpec, spec.Generator)
 	}
@@ -100,9 +110,40 @@ func BumpedCounter(key string, spec CounterSpec, raw []byte, by uint64) (Counter
 	if err != nil {
 		return CounterBump{}, nil, err
 	}
+	if err := rec.State.CheckBump(by); err != nil {
+		return CounterBump{}, nil, fmt.Errorf("%w: generator %q: --ids %d: %v; nothing was written", ErrInvalidSpec, spec.Generator, by, err)
+	}
 	after, dropped := rec.State.Bump(spec.Definition, by)
+	if need := CounterMinBump(spec, rec.State, marker); by < need {
+		return CounterBump{}, nil, fmt.Errorf("%w: generator %q has a restore marker with a gap of %d IDs (node %q saw the counter at next %d, the coordinator showed %d): a bump by %d IDs (next %d to %d) does not cover it (--ids at least %d, plus the IDs claimed between the snapshot and the restore); nothing was written",
+			ErrInvalidSpec, spec.Generator, marker.Gap(), marker.Node.Name, marker.Acked, marker.Shown, by, rec.State.Next, after.Next, need)
+	}
 	after = after.Stamp(WriteID())
+	if err := after.Validate(spec.Definition); err != nil {
+		return CounterBump{}, nil, fmt.Errorf("%w: generator %q: a bump by %d IDs would write an invalid counter: %v; nothing was written", ErrInvalidSpec, spec.Generator, by, err)
+	}
 	return CounterBump{Before: rec.State, After: after, Dropped: dropped}, after.Encode(), nil
+}
+
+// CounterMinBump is the least bump of a segment generator's counter c
+// that covers marker, its restore marker (0: no marker, or not a counter's,
+// or a sequence generator's, whose marker records no section maxima): the
+// bumped next must reach the next the marker's node saw, below which IDs
+// may have been handed out before the restore. A bump to past Max always
+// covers it. It asks no less than 1.
+func CounterMinBump(spec CounterSpec, c segment.Counter, marker *RestoreEvidence) uint64 {
+	if marker == nil || !marker.Counter || spec.Definition.IsSeq() {
+		return 0
+	}
+	seen := uint64(max(marker.Acked, 0))
+	if marker.Acked == math.MaxInt64 {
+		seen = segment.MaxID + 1 // Evidence clamps a used-up counter's next (2^63) to it
+	}
+	seen = min(seen, spec.Definition.Max+1)
+	if seen <= c.Next {
+		return 1
+	}
+	return seen - c.Next
 }
 
 // CounterRolledBackError says the coordinator showed a counter whose
@@ -253,6 +294,28 @@ func ResolveClaim(ctx context.Context, c Counters, spec CounterSpec, doubt Claim
 // *CounterRolledBackError: nothing is handed back, since a restored
 // counter may already give r out again.
 func HandBackSegment(ctx context.Context, c Counters, spec CounterSpec, r segment.Range, known segment.Mark) (uint64, CounterRecord, error) {
+	return handBack(ctx, c, spec, r, known, nil)
+}
+
+// ErrUnconfirmed: a hand-back of a claim not confirmed yet found the
+// counter's history without the claim's own write (a bump since, which
+// starts the history again, or more writes than it keeps). Nothing was
+// written; the claim's IDs are lost (skipped).
+var ErrUnconfirmed = errors.New("coordinator: the counter's history no longer shows the claim's write")
+
+// HandBackUnconfirmed is HandBackSegment for r, the remainder of a claim
+// whose own write own was never confirmed by a read after its settle: r
+// is handed back only while the record it writes over still holds own at
+// own's seq, else ErrUnconfirmed. A claim made on a restored counter
+// before the bump that cleared the restore may repeat IDs issued before
+// the restore: handed back, the bumped counter would give them out again.
+func HandBackUnconfirmed(ctx context.Context, c Counters, spec CounterSpec, r segment.Range, known, own segment.Mark) (uint64, CounterRecord, error) {
+	return handBack(ctx, c, spec, r, known, &own)
+}
+
+// handBack is HandBackSegment, with the claim's own write checked on
+// every record it writes over when own is set.
+func handBack(ctx context.Context, c Counters, spec CounterSpec, r segment.Range, known segment.Mark, own *segment.Mark) (uint64, CounterRecord, error) {
 	rec, err := c.ReadCounter(ctx, spec)
 	for {
 		if err != nil {
@@ -260,6 +323,12 @@ func HandBackSegment(ctx context.Context, c Counters, spec CounterSpec, r segmen
 		}
 		if err := follows(spec, rec, known); err != nil {
 			return 0, CounterRecord{}, err
+		}
+		if own != nil {
+			if id, ok := rec.State.WriteAt(own.Seq); !ok || id != own.ID {
+				return 0, CounterRecord{}, fmt.Errorf("%w: generator %q: hand-back of %v, claimed by the write at seq %d (the counter is at seq %d)",
+					ErrUnconfirmed, spec.Generator, r, own.Seq, rec.State.Seq)
+			}
 		}
 		next, dropped, herr := rec.State.HandBack(r)
 		if herr != nil {

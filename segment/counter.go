@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 )
@@ -258,6 +259,20 @@ func (c Counter) FreeLen() uint64 {
 	return n
 }
 
+// CheckBump refuses a bump of c by by that Bump cannot make: by 0, or
+// one that would carry Seq past 2^64-1 (it would wrap below the seq every
+// node remembers, and each would find the counter rolled back).
+func (c Counter) CheckBump(by uint64) error {
+	switch {
+	case by == 0:
+		return fmt.Errorf("a bump by 0 IDs (at least 1)")
+	case by > math.MaxUint64-c.Seq:
+		return fmt.Errorf("a bump by %d IDs would carry the counter's seq %d past %d (at most %d)",
+			by, c.Seq, uint64(math.MaxUint64), uint64(math.MaxUint64)-c.Seq)
+	}
+	return nil
+}
+
 // Bump is the state after an operator's bump by by IDs (by >= 1), which
 // clears a restore: Next is raised by by (to at most Max+1) and Seq by by,
 // so that every Seq a node saw acknowledged before the restore lies below
@@ -265,7 +280,7 @@ func (c Counter) FreeLen() uint64 {
 // ranges are dropped (a restored free range may have been claimed after
 // the snapshot), and so is Hist (stamp the result). The IDs jumped over
 // and dropped count as skipped. It returns the number of free IDs
-// dropped.
+// dropped. The caller checks by first (CheckBump).
 func (c Counter) Bump(d Definition, by uint64) (Counter, uint64) {
 	dropped := c.FreeLen()
 	next := Counter{Next: c.Next, Seq: c.Seq + by} // Hist starts again: Seq jumped

@@ -2,8 +2,10 @@ package segment
 
 import (
 	"errors"
+	"math"
 	"math/rand"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -112,6 +114,34 @@ func TestBump(t *testing.T) {
 	b, _ = c.Bump(d, 1000)
 	if b.Next != 101 || b.Skipped != 5+10+51 {
 		t.Fatalf("bump past max: %+v", b)
+	}
+}
+
+// TestCheckBump: a bump that would carry Seq past 2^64-1 is refused
+// naming the bound (Seq would wrap below every node's memory of the
+// counter, and each would find it rolled back); the largest allowed one
+// leaves a node's own last write behind it.
+func TestCheckBump(t *testing.T) {
+	d := Default()
+	_, c, _ := NewCounter(d).Claim(d, 10, 0)
+	c = c.Stamp(7)
+	m := c.Mark()
+	if err := c.CheckBump(math.MaxUint64); err == nil || !strings.Contains(err.Error(), "at most 18446744073709551614") {
+		t.Fatalf("bump by 2^64-1 at seq 1: %v, want a refusal naming the bound", err)
+	}
+	if err := c.CheckBump(0); err == nil {
+		t.Fatal("bump by 0 accepted")
+	}
+	if err := c.CheckBump(math.MaxUint64 - 1); err != nil {
+		t.Fatalf("bump to seq 2^64-1: %v", err)
+	}
+	after, _ := c.Bump(d, math.MaxUint64-1)
+	after = after.Stamp(9)
+	if err := after.Validate(d); err != nil || after.Seq != math.MaxUint64 {
+		t.Fatalf("bumped to %+v: %v", after, err)
+	}
+	if err := after.Follows(m); err != nil {
+		t.Fatalf("a node's own mark after the largest bump: %v", err)
 	}
 }
 

@@ -318,6 +318,42 @@ func TestBumpRefusesReservationsAhead(t *testing.T) {
 	}
 }
 
+// TestBumpSegmentBelowMarker: a segment generator's bump whose --ids
+// leaves next below what the restore marker's node saw is refused before
+// anything is written, naming --ids and the least value (it would clear
+// the marker with IDs handed out before the restore still to be claimed),
+// as a snowflake bump whose --by does not cover the marker's gap is; an
+// --ids past the largest ID is a usage error.
+func TestBumpSegmentBelowMarker(t *testing.T) {
+	a := newAdminEtcd(t)
+	spec := coordinator.CounterSpec{Generator: "orders", Definition: segment.Definition{Start: 100, Max: segment.MaxID}}
+	claim, err := coordinator.ClaimSegment(ctx10(t), a.coord, spec, 50, 0, segment.Mark{}, 0) // next 150
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := claim.Record.State.Mark()
+	seen.Next = 2150 // the noticing node saw claims up to 2149, which the restore lost
+	rb := &coordinator.CounterRolledBackError{Generator: "orders", Seen: claim.Record.State, Known: seen, Cause: segment.ErrForked}
+	if err := a.coord.MarkRestored(ctx10(t), rb.Evidence(coordinator.NodeInfo{Name: "noticer"}, time.Now())); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := cli(t, nil, "coordinator", "bump", "--etcd", a.ep, "--generator", "orders", "--ids", "9223372036854775808")
+	if code != 2 || !strings.Contains(errOut, "--ids 9223372036854775808 is past 9223372036854775807") {
+		t.Fatalf("bump --ids 2^63: exit %d, stdout %q, stderr %q; want a usage refusal naming --ids and the bound", code, out, errOut)
+	}
+	out, errOut, code = cli(t, nil, "coordinator", "bump", "--etcd", a.ep, "--generator", "orders", "--ids", "1999")
+	if code != 1 || !strings.Contains(errOut, "--ids at least 2000") || !strings.Contains(errOut, "nothing was written") || strings.Contains(out, "raised") {
+		t.Fatalf("bump --ids 1999: exit %d, stdout %q, stderr %q; want a refusal naming --ids at least 2000", code, out, errOut)
+	}
+	if _, err := a.coord.ReadCounter(ctx10(t), spec); !errors.Is(err, coordinator.ErrRestored) {
+		t.Fatalf("after the refusal: %v, want the marker standing", err)
+	}
+	out, errOut, code = cli(t, nil, "coordinator", "bump", "--etcd", a.ep, "--generator", "orders", "--ids", "2000")
+	if code != 0 || !strings.Contains(out, "next 150 -> 2150") || !strings.Contains(out, "cleared the restore marker") {
+		t.Fatalf("bump --ids 2000: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
 // TestBumpSegmentGenerator: `firn coordinator bump --ids N` raises a
 // segment generator's counter, read from its pin, by N IDs and clears its
 // restore marker; `firn workers` shows the marker before. A segment

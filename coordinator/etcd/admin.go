@@ -265,8 +265,8 @@ func (c *Coordinator) clearMarker(ctx context.Context, k keys, b coordinator.Bum
 
 // MarkRestored implements coordinator.Coordinator: a create-if-absent of
 // the generator's restore marker; a standing marker is replaced, guarded by
-// its mod revision, only by evidence with a larger gap (or when it is not
-// readable).
+// its mod revision, only by evidence it does not cover (Covers: a higher
+// acknowledged value), or when it is not readable.
 func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEvidence) error {
 	if err := ev.Validate(); err != nil {
 		return err
@@ -292,7 +292,7 @@ func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEv
 		if len(kvs) != 1 {
 			continue // deleted meanwhile: create it
 		}
-		if old, err := coordinator.DecodeRestore(key, kvs[0].Value); err == nil && old.Gap() >= ev.Gap() {
+		if old, err := coordinator.DecodeRestore(key, kvs[0].Value); err == nil && old.Covers(ev) {
 			return nil // the standing marker covers this evidence
 		}
 		cctx, cancel = c.call(ctx)
@@ -304,7 +304,7 @@ func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEv
 			return unavailable("write restore marker", err)
 		}
 		if resp.Succeeded {
-			c.log.Error("restore marker replaced by evidence with a larger gap",
+			c.log.Error("restore marker replaced by evidence it did not cover (a higher acknowledged value)",
 				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap())
 			return nil
 		}

@@ -125,7 +125,8 @@ func counterFrom(k keys, spec coordinator.CounterSpec, pins, counters, markers [
 // BumpCounter implements coordinator.Counters: a read of the pin, the
 // counter and the marker, then one txn If(the counter and the marker as
 // read) Then(put the bumped counter, delete the marker), again from a new
-// read while other writes come between.
+// read while other writes come between. A bump that does not cover the
+// marker read is refused before the txn (coordinator.BumpedCounter).
 func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterSpec, by uint64) (coordinator.CounterBump, error) {
 	if err := spec.Validate(); err != nil {
 		return coordinator.CounterBump{}, err
@@ -147,16 +148,20 @@ func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterS
 		if _, err := checkCounterPin(k, spec, pins[0].Value); err != nil {
 			return coordinator.CounterBump{}, err
 		}
-		bump, raw, err := coordinator.BumpedCounter(k.counter(), spec, counters[0].Value, by)
+		var marker *coordinator.RestoreEvidence
+		if len(markers) == 1 {
+			if ev, err := coordinator.DecodeRestore(k.restored(), markers[0].Value); err == nil {
+				marker = &ev
+			}
+		}
+		bump, raw, err := coordinator.BumpedCounter(k.counter(), spec, counters[0].Value, by, marker)
 		if err != nil {
 			return coordinator.CounterBump{}, err
 		}
+		bump.Cleared = marker
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(k.counter()), "=", counters[0].ModRevision)}
 		if len(markers) == 1 {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k.restored()), "=", markers[0].ModRevision))
-			if ev, err := coordinator.DecodeRestore(k.restored(), markers[0].Value); err == nil {
-				bump.Cleared = &ev
-			}
 		} else {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k.restored()), "=", 0))
 		}

@@ -602,15 +602,15 @@ func record(hb coordinator.Heartbeat) coordinator.OwnerRecord {
 func validName(s string) bool { return s != "" && len(s) <= 128 && !strings.ContainsAny(s, "/\x00") }
 
 // MarkRestored implements coordinator.Coordinator: the marker is written
-// when none stands, and replaces a standing one only when ev's gap is
-// larger.
+// when none stands, and replaces a standing one only with evidence it
+// does not cover (Covers: a higher acknowledged value).
 func (c *Client) MarkRestored(ctx context.Context, ev coordinator.RestoreEvidence) error {
 	if err := ev.Validate(); err != nil {
 		return err
 	}
 	return c.call(ctx, OpMark, "mark restored", func(time.Time) error {
 		g := c.s.st.gen(ev.Generator, true)
-		if g.marker != nil && g.marker.Gap() >= ev.Gap() {
+		if g.marker != nil && g.marker.Covers(ev) {
 			return nil
 		}
 		c.s.st.rev++

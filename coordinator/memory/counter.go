@@ -104,7 +104,8 @@ func counterRecord(spec coordinator.CounterSpec, g *genState) (coordinator.Count
 }
 
 // BumpCounter implements coordinator.Counters: under the store's lock,
-// the counter raised and the marker deleted.
+// the counter raised and the marker deleted (refused, nothing written,
+// when the bump does not cover the marker: coordinator.BumpedCounter).
 func (c *Client) BumpCounter(ctx context.Context, spec coordinator.CounterSpec, by uint64) (coordinator.CounterBump, error) {
 	if err := spec.Validate(); err != nil {
 		return coordinator.CounterBump{}, err
@@ -118,7 +119,7 @@ func (c *Client) BumpCounter(ctx context.Context, spec coordinator.CounterSpec, 
 		if err := g.pin.Check(spec.PinSpec()); err != nil {
 			return err
 		}
-		bump, raw, err := coordinator.BumpedCounter(spec.Generator+"/counter", spec, g.counter, by)
+		bump, raw, err := coordinator.BumpedCounter(spec.Generator+"/counter", spec, g.counter, by, g.marker)
 		if err != nil {
 			return err
 		}

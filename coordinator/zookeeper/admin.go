@@ -286,8 +286,8 @@ func (c *Coordinator) clearMarker(ctx context.Context, p paths, b coordinator.Bu
 
 // MarkRestored implements coordinator.Coordinator: it creates the
 // generator's restore marker node, or replaces a standing one (at the
-// version read) only with evidence of a larger gap, or when it is not
-// readable.
+// version read) only with evidence it does not cover (Covers: a higher
+// acknowledged value), or when it is not readable.
 func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEvidence) error {
 	if err := ev.Validate(); err != nil {
 		return err
@@ -329,12 +329,12 @@ func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEv
 		if bytes.Equal(d, data) {
 			return nil // ours (an unanswered create), or the same evidence
 		}
-		if old, err := coordinator.DecodeRestore(p.restored(), d); err == nil && old.Gap() >= ev.Gap() {
+		if old, err := coordinator.DecodeRestore(p.restored(), d); err == nil && old.Covers(ev) {
 			return nil // the standing marker covers this evidence
 		}
 		err = v.set(ctx, p.restored(), data, st.Version)
 		if err == nil {
-			c.log.Error("restore marker replaced by evidence with a larger gap",
+			c.log.Error("restore marker replaced by evidence it did not cover (a higher acknowledged value)",
 				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap())
 			return nil
 		}

@@ -133,7 +133,8 @@ func (c *Coordinator) SwapCounter(ctx context.Context, spec coordinator.CounterS
 // BumpCounter implements coordinator.Counters: the marker, the pin and the
 // counter read, then one multi that sets the bumped counter at the version
 // read and deletes the marker at its version, again from a new read while
-// other writes come between.
+// other writes come between. A bump that does not cover the marker read
+// is refused before the multi (coordinator.BumpedCounter).
 func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterSpec, by uint64) (coordinator.CounterBump, error) {
 	if err := spec.Validate(); err != nil {
 		return coordinator.CounterBump{}, err
@@ -165,7 +166,7 @@ func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterS
 		if err != nil {
 			return coordinator.CounterBump{}, unavailable("read counter", err)
 		}
-		bump, raw, err := coordinator.BumpedCounter(p.counter(), spec, data, by)
+		bump, raw, err := coordinator.BumpedCounter(p.counter(), spec, data, by, ev)
 		if err != nil {
 			return coordinator.CounterBump{}, err
 		}

@@ -122,7 +122,7 @@ type Stats struct {
 	Claimed    uint64          // IDs claimed
 	Issued     uint64          // IDs handed out
 	HandedBack uint64          // IDs handed back at Stop
-	Dropped    uint64          // IDs a hand-back could not keep (free list full) or a failed Record discarded
+	Dropped    uint64          // IDs a hand-back could not keep (free list full), a failed Record discarded, or of claims never confirmed
 	Claims     uint64          // counter writes that claimed
 	Step       uint64          // the size of the next claim
 	Available  uint64          // IDs claimed, confirmed and not yet handed out
@@ -190,10 +190,14 @@ type Source struct {
 	told     bool          // Notify was told of fail
 	pollErr  error         // why the last read failed (nil: none)
 	nextPoll time.Duration // monotonic
-	fatal    error         // a restore, or the definition used up: no more claims
-	stopped  bool
-	changed  chan struct{} // closed and replaced when segs or fail change
-	wake     chan struct{}
+	fatal    error         // a restore, another pin, a broken counter: no more claims, nothing held served
+	// exhausted is the claim that found the definition used up: no more
+	// claims, but what the source holds is still handed out (a settling
+	// claim once confirmed); takes are refused with it once nothing is.
+	exhausted error
+	stopped   bool
+	changed   chan struct{} // closed and replaced when segs or fail change
+	wake      chan struct{}
 
 	// Demand: IDs taken since the window began at winStart (monotonic).
 	winStart time.Duration
@@ -280,6 +284,13 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 	s.mu.Lock()
 	for s.avail < n {
 		err := s.refusalLocked()
+		if err == nil && s.exhausted != nil && s.avail+s.pendLen < n {
+			// No claim brings more: what the source holds serves smaller
+			// takes, and this one is short.
+			err = &ShortError{Generator: s.cfg.Spec.Generator, Have: s.avail, Want: n, Wait: s.cfg.RetryEvery, Err: s.exhausted}
+			s.mu.Unlock()
+			return runs, err
+		}
 		if err != nil && s.avail > 0 && s.fatal == nil && !s.stopped {
 			// The source still serves smaller takes: this one is short,
 			// not a reason to stop serving. The claim loop is asked for a
@@ -336,6 +347,8 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 	var tell error
 	if t := s.troubleLocked(); t != nil && !s.told && s.avail < s.marginLocked() {
 		s.told, tell = true, t
+	} else if u := s.usedUpLocked(); u != nil && !s.told {
+		s.told, tell = true, u // the last ID held is handed out
 	}
 	s.mu.Unlock()
 	if tell != nil && s.cfg.Notify != nil {
@@ -352,6 +365,17 @@ func (s *Source) troubleLocked() error {
 	}
 	if s.pendLen > 0 && s.pollErr != nil {
 		return s.pollErr
+	}
+	return nil
+}
+
+// usedUpLocked is the definition used up when the source holds nothing
+// more to hand out, confirmed or settling (nil: it holds some, or claims
+// go on). Unlike a failed claim, which may land later, it is not told
+// ServeMargin ahead: the IDs held would then never be handed out.
+func (s *Source) usedUpLocked() error {
+	if s.exhausted != nil && s.avail == 0 && s.pendLen == 0 {
+		return s.exhausted
 	}
 	return nil
 }
@@ -403,6 +427,8 @@ func (s *Source) refusalLocked() error {
 		return fmt.Errorf("segment source: generator %q: no claimed IDs left and the last claim failed: %w", s.cfg.Spec.Generator, s.fail)
 	case s.pendLen > 0 && s.pollErr != nil:
 		return fmt.Errorf("segment source: generator %q: no confirmed IDs left, and the read that confirms a claim failed: %w", s.cfg.Spec.Generator, s.pollErr)
+	case s.usedUpLocked() != nil:
+		return s.exhausted
 	}
 	return nil
 }
@@ -470,7 +496,7 @@ func (s *Source) run(ctx context.Context) {
 			return
 		}
 		// After a restore the source only reads, until a bump clears it.
-		need := s.fatal == nil && (s.avail+s.pendLen < s.lowLocked() || s.need > 0)
+		need := s.fatal == nil && s.exhausted == nil && (s.avail+s.pendLen < s.lowLocked() || s.need > 0)
 		_, mono := s.cfg.Clock.Now()
 		due := time.Duration(-1) // when the next read is due (-1: never)
 		if s.cfg.PollEvery > 0 || s.restored {
@@ -600,15 +626,20 @@ func (s *Source) poll(ctx context.Context) {
 		s.avail += p.r.Len()
 		confirmed = true
 	}
+	var tell error
 	if confirmed {
 		s.signalLocked()
 		if s.fail == nil {
 			s.told = false
 		}
+	} else if u := s.usedUpLocked(); u != nil && !s.told {
+		// The definition used up, and the last settling claim dropped.
+		s.signalLocked()
+		s.told, tell = true, u
 	}
 	s.mu.Unlock()
-	if confirmed && s.cfg.Notify != nil {
-		s.cfg.Notify(nil)
+	if s.cfg.Notify != nil && (confirmed || tell != nil) {
+		s.cfg.Notify(tell)
 	}
 }
 
@@ -677,19 +708,28 @@ func (s *Source) claim(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	if err != nil {
-		if !s.fatalLocked(ctx, err) {
+		news := err
+		switch {
+		case errors.Is(err, segment.ErrExhausted):
+			// No more claims, but the IDs held are valid: they are handed
+			// out, and the generator stops serving once none is left.
+			s.exhausted, s.fail = err, nil
+			news = s.usedUpLocked()
+			s.cfg.Log.Warn("segment definition used up: no more claims; the IDs held are still handed out", "generator", s.cfg.Spec.Generator,
+				"available", s.avail, "settling", s.pendLen, "err", err)
+		case !s.fatalLocked(ctx, err):
 			s.fail = err
 			s.cfg.Log.Warn("segment claim failed; retrying", "generator", s.cfg.Spec.Generator, "err", err)
 		}
 		s.signalLocked()
-		tell := s.avail < s.marginLocked() || s.fatal != nil
+		tell := news != nil && (s.avail < s.marginLocked() || s.fatal != nil)
 		s.told = s.told || tell
 		if s.fatal != nil {
-			err = s.fatal // the refusal every node gives, for a restore
+			news = s.fatal // the refusal every node gives, for a restore
 		}
 		s.mu.Unlock()
 		if tell && s.cfg.Notify != nil {
-			s.cfg.Notify(err)
+			s.cfg.Notify(news)
 		}
 		return err
 	}
@@ -717,9 +757,10 @@ func (s *Source) claim(ctx context.Context) error {
 }
 
 // fatalLocked records err as the end of the claims when it is one: a
-// restore found (the marker written), a marker standing, the definition
-// used up, another pin, a counter that breaks its rules. It reports
-// whether it was.
+// restore found (the marker written), a marker standing, another pin, a
+// counter that breaks its rules. It reports whether it was. (The
+// definition used up ends the claims too, but what is held still serves:
+// claim.)
 func (s *Source) fatalLocked(ctx context.Context, err error) bool {
 	var rb *coordinator.CounterRolledBackError
 	switch {
@@ -761,15 +802,14 @@ func (s *Source) fatalLocked(ctx context.Context, err error) bool {
 	case errors.Is(err, coordinator.ErrRestored):
 		s.fatal, s.restored = err, true
 		s.cfg.Log.Error("segment counter restore marker: this generator stops until `firn coordinator bump`", "generator", s.cfg.Spec.Generator, "err", err)
-	case errors.Is(err, segment.ErrExhausted),
-		errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, segment.ErrCounter):
+	case errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, segment.ErrCounter):
 		s.fatal = err
 		s.cfg.Log.Error("segment source stops claiming", "generator", s.cfg.Spec.Generator, "err", err)
 	default:
 		return false
 	}
 	// Nothing claimed is handed out any more: a restored counter may give
-	// it out again, and a used-up or foreign one is not ours to trust.
+	// it out again, and a foreign or broken one is not ours to trust.
 	// Those IDs are skipped.
 	s.stats.Dropped += s.avail + s.pendLen
 	s.segs, s.avail, s.pending, s.pendLen = nil, 0, nil, 0
@@ -863,8 +903,10 @@ func (s *Source) fatalErr() error {
 
 // Stop ends the claims and, when handBack, returns every claimed ID not
 // handed out to the counter (highest first, so the counter comes down
-// where it can), within ctx. Takes after Stop are refused. It returns the
-// IDs handed back; those it could not hand back are lost (skipped).
+// where it can), within ctx: a claim not confirmed yet only while the
+// counter's history still holds its write (coordinator.HandBackUnconfirmed).
+// Takes after Stop are refused. It returns the IDs handed back; those it
+// could not hand back are lost (skipped).
 func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
 	s.mu.Lock()
 	if s.stopped {
@@ -877,10 +919,20 @@ func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
 	s.stop()
 	<-s.done
 	s.mu.Lock()
-	segs, known, doubt := s.segs, s.known, s.doubt
-	for _, p := range s.pending {
-		segs = append(segs, p.r)
+	// The confirmed segments, then the settling claims (above them) with
+	// the claim's own write, which their hand-back must still find.
+	type held struct {
+		r   segment.Range
+		own *segment.Mark // nil: confirmed
 	}
+	segs := make([]held, 0, len(s.segs)+len(s.pending))
+	for _, r := range s.segs {
+		segs = append(segs, held{r: r})
+	}
+	for _, p := range s.pending {
+		segs = append(segs, held{r: p.r, own: &p.mark})
+	}
+	known, doubt, lost := s.known, s.doubt, s.lost
 	s.segs, s.avail, s.pending, s.pendLen = nil, 0, nil, 0
 	s.mu.Unlock()
 	if !handBack {
@@ -892,25 +944,47 @@ func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
 	}
 	var errs []error
 	for i := len(segs) - 1; i >= 0; i-- {
-		dropped, rec, err := coordinator.HandBackSegment(ctx, s.cfg.Counters, s.cfg.Spec, segs[i], known)
+		r := segs[i].r
+		var dropped uint64
+		var rec coordinator.CounterRecord
+		var err error
+		if segs[i].own == nil {
+			dropped, rec, err = coordinator.HandBackSegment(ctx, s.cfg.Counters, s.cfg.Spec, r, known)
+		} else {
+			// A claim never confirmed (still settling, or adopted after a
+			// lost reply) goes back only while the counter's history still
+			// holds its write: after a bump it may be a claim on a restored
+			// counter, whose IDs the bumped counter must not give out again.
+			dropped, rec, err = coordinator.HandBackUnconfirmed(ctx, s.cfg.Counters, s.cfg.Spec, r, known, *segs[i].own)
+		}
+		if errors.Is(err, coordinator.ErrUnconfirmed) {
+			failed += r.Len()
+			s.mu.Lock()
+			s.stats.Dropped += r.Len()
+			s.mu.Unlock()
+			s.cfg.Log.Warn("segment claim not handed back: the counter's history no longer shows it (a bump, or many writes since); its IDs are skipped",
+				"generator", s.cfg.Spec.Generator, "range", r.String(), "seq", segs[i].own.Seq)
+			continue
+		}
 		if err != nil {
-			failed += segs[i].Len()
-			errs = append(errs, fmt.Errorf("hand-back of %v: %w", segs[i], err))
+			failed += r.Len()
+			errs = append(errs, fmt.Errorf("hand-back of %v: %w", r, err))
 			continue
 		}
 		known = rec.State.Mark()
-		back += segs[i].Len() - dropped
+		back += r.Len() - dropped
 		s.mu.Lock()
-		s.stats.HandedBack += segs[i].Len() - dropped
+		s.stats.HandedBack += r.Len() - dropped
 		s.stats.Dropped += dropped // HandBack counted them as skipped
 		s.known, s.last = known, rec.State
 		s.mu.Unlock()
 	}
 	if s.cfg.Record != nil {
-		// What could not be handed back is lost: the next start counts it
-		// (a restored counter refuses the hand-back, and a restore is
-		// cleared by a bump, not counted here).
-		lost := failed
+		// What could not be handed back is lost, and so are the claims a
+		// read dropped unconfirmed since the last claim: the next start
+		// counts them (a restored counter refuses the hand-back, and a
+		// restore is cleared by a bump, not counted here).
+		lost += failed
 		if s.fatalErr() != nil {
 			lost = 0
 		}

@@ -500,3 +500,149 @@ func TestClaimInDoubtResolved(t *testing.T) {
 		}
 	})
 }
+
+// TestStopKeepsUnconfirmedClaimAfterBump: node C claims and hands out IDs
+// 1..10; the coordinator is restored to a snapshot from before; fresh
+// node A claims the same IDs (settling). C's read finds the restore and
+// writes the marker; the operator bumps before A's next read; A stops
+// gracefully. A's claim was never confirmed and the bump started the
+// counter's history again: A must not hand it back (its IDs are skipped),
+// or fresh node D would claim that range and hand out C's IDs again.
+func TestStopKeepsUnconfirmedClaimAfterBump(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		snap := store.Snapshot()
+		shared := func(cfg *source.Config) { cfg.PollEvery, cfg.Settle = time.Second, 2*time.Second }
+		cc, ca, cd := store.Connect(clockguard.NewSystem()), store.Connect(clockguard.NewSystem()), store.Connect(clockguard.NewSystem())
+		defer cc.Close()
+		defer ca.Close()
+		defer cd.Close()
+		c := newSource(t, cc, func(cfg *source.Config) { shared(cfg); cfg.Node.Name = "c"; cfg.Mark = cc.MarkRestored })
+		issuedC := take(t, c, 10) // t = 2 s: the first claim settled
+		store.Restore(snap)
+		time.Sleep(500 * time.Millisecond) // t = 2.5 s
+		var lost uint64
+		a := newSource(t, ca, func(cfg *source.Config) {
+			shared(cfg)
+			cfg.Node.Name, cfg.Mark = "a", ca.MarkRestored
+			cfg.Record = func(_ segment.Mark, held uint64) error { lost = held; return nil }
+		})
+		synctest.Wait()
+		if st := a.Stats(); st.Settling == 0 {
+			t.Fatalf("A holds no settling claim: %+v", st)
+		}
+		time.Sleep(600 * time.Millisecond) // t = 3.1 s: C read at 3 s; A reads at 3.5 s
+		synctest.Wait()
+		if _, err := cd.ReadCounter(context.Background(), spec); !errors.Is(err, coordinator.ErrRestored) {
+			t.Fatalf("read after C's: %v, want the restore marker", err)
+		}
+		if res, err := cd.BumpCounter(context.Background(), spec, 1000); err != nil || res.Cleared == nil {
+			t.Fatalf("bump: %+v %v", res, err)
+		}
+		claimed := a.Stats().Claimed
+		back, err := a.Stop(context.Background(), true) // A never read since its claim
+		if st := a.Stats(); err != nil || back != 0 || st.HandedBack != 0 || st.Dropped != claimed || lost != claimed {
+			t.Errorf("A's stop: %d handed back (%v), %d recorded lost; stats %+v; want its unconfirmed claim of %d kept back and recorded lost",
+				back, err, lost, st, claimed)
+		}
+		d := newSource(t, cd, func(cfg *source.Config) { shared(cfg); cfg.Node.Name, cfg.Mark = "d", cd.MarkRestored })
+		for _, r := range take(t, d, 10) {
+			for _, q := range issuedC {
+				if r.First <= q.Last && q.First <= r.Last {
+					t.Errorf("D issued %v, overlapping %v that C issued before the restore", r, q)
+				}
+			}
+		}
+	})
+}
+
+// TestStopHandsBackSettlingClaim: a claim still settling at a graceful
+// stop, whose write the counter's history still holds, is handed back
+// like a confirmed one: the next source starts from it.
+func TestStopHandsBackSettlingClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		settle := func(cfg *source.Config) { cfg.PollEvery, cfg.Settle = time.Second, 2*time.Second }
+		a := newSource(t, c, settle)
+		synctest.Wait()
+		st := a.Stats()
+		if st.Settling == 0 || st.Available != 0 {
+			t.Fatalf("want a settling claim only: %+v", st)
+		}
+		if back, err := a.Stop(context.Background(), true); err != nil || back != st.Claimed {
+			t.Fatalf("stop: %d handed back, %v; want the %d claimed", back, err, st.Claimed)
+		}
+		b := newSource(t, c, settle)
+		if runs := take(t, b, 3); runs[0] != (segment.Range{First: 1, Last: 3}) {
+			t.Fatalf("next source's first take %v, want [1, 3]", runs)
+		}
+	})
+}
+
+// TestExhaustionServesWhatIsHeld: the claim that finds the definition used
+// up (max 1,000, the prefetch claiming ahead) ends the claims but drops
+// nothing: every ID up to max is handed out, the settling claims once
+// confirmed, and only then are takes refused with segment.ErrExhausted,
+// which Notify tells once, after the last ID.
+func TestExhaustionServesWhatIsHeld(t *testing.T) {
+	for _, settle := range []time.Duration{0, source.DefaultSettle} {
+		t.Run(fmt.Sprint("settle=", settle), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { exhaustionServesWhatIsHeld(t, settle) })
+		})
+	}
+}
+
+func exhaustionServesWhatIsHeld(t *testing.T, settle time.Duration) {
+	store := memory.New(memory.Config{})
+	c := store.Connect(clockguard.NewSystem())
+	defer c.Close()
+	small := coordinator.CounterSpec{Generator: "small", Definition: segment.Definition{Start: 1, Max: 1000}}
+	var mu sync.Mutex
+	var told []error
+	s := newSource(t, c, func(cfg *source.Config) {
+		cfg.Spec = small
+		cfg.Notify = func(err error) { mu.Lock(); told = append(told, err); mu.Unlock() }
+		if settle > 0 {
+			cfg.PollEvery, cfg.Settle, cfg.FirstStep = time.Second, settle, 100
+		}
+	})
+	var got uint64
+	next := uint64(1)
+	var err error
+	for err == nil {
+		var runs []segment.Range
+		runs, err = s.Take(context.Background(), 1, nil)
+		for _, r := range runs {
+			if r.First != next {
+				t.Fatalf("took %v, want %d next", r, next)
+			}
+			got += r.Len()
+			next = r.Last + 1
+		}
+		mu.Lock()
+		for _, e := range told {
+			if errors.Is(e, segment.ErrExhausted) && err == nil && got < 1000 {
+				t.Fatalf("told %v after %d of 1,000 IDs, while the source still holds some", e, got)
+			}
+		}
+		mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := s.Stats()
+	if !errors.Is(err, segment.ErrExhausted) || got != 1000 || st.Dropped != 0 {
+		t.Fatalf("after %d IDs of 1,000: %v; stats %+v; want every ID handed out, then ErrExhausted", got, err, st)
+	}
+	if !strings.Contains(err.Error(), "max=1000") {
+		t.Fatalf("refusal %q does not name max", err)
+	}
+	if e := s.Err(); !errors.Is(e, segment.ErrExhausted) {
+		t.Fatalf("Err after the last ID: %v, want ErrExhausted", e)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(told) == 0 || !errors.Is(told[len(told)-1], segment.ErrExhausted) {
+		t.Fatalf("told %v, want ErrExhausted last", told)
+	}
+}

@@ -3,6 +3,7 @@ package coordtest
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ func CounterCases() []Case {
 		{"CounterRolledBack", CounterRolledBack},
 		{"CounterForked", CounterForked},
 		{"CounterBump", CounterBump},
+		{"CounterBumpRefused", CounterBumpRefused},
 		{"CounterInvalid", CounterInvalid},
 	}
 }
@@ -371,6 +373,63 @@ func CounterBump(t *testing.T, b Backend) {
 	}
 	if got := mustClaim(t, c, spec, 10, 0, known).Range; got.First != 1201 {
 		t.Fatalf("claim after the bump: %v, want from 1201", got)
+	}
+}
+
+// CounterBumpRefused: a bump that does not lift next to what the restore
+// marker's node saw (it would clear the marker with IDs handed out before
+// the restore still to be claimed), or that would carry the counter's seq
+// past 2^64-1, is refused naming --ids and the bound, and nothing is
+// written: the marker stands. A bump by exactly what the marker asks
+// clears it.
+func CounterBumpRefused(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c := cl.Connect(t, sysClock)
+	spec := CounterSpec("bump-refused", 1, segment.MaxID)
+	claim := mustClaim(t, c, spec, 100, 0, segment.Mark{}) // next 101
+	known := claim.Record.State.Mark()
+	known.Next = 501 // the noticing node saw claims up to 500 that the restore lost
+	rb := &coordinator.CounterRolledBackError{Generator: spec.Generator, Seen: claim.Record.State, Known: known, Cause: segment.ErrForked}
+	ev := rb.Evidence(Node("witness"), time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC))
+	if err := c.MarkRestored(ctxT(t, 10*time.Second), ev); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		by   uint64
+		want []string
+	}{
+		{399, []string{"--ids at least 400", "next 101 to 500", `node "witness" saw the counter at next 501`}},
+		{math.MaxUint64, []string{"--ids 18446744073709551615", "at most 18446744073709551614"}},
+	} {
+		_, err := c.BumpCounter(ctxT(t, 10*time.Second), spec, tc.by)
+		if !errors.Is(err, coordinator.ErrInvalidSpec) {
+			t.Fatalf("bump by %d: %v, want ErrInvalidSpec", tc.by, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Fatalf("bump by %d: %q does not say %q", tc.by, err, w)
+			}
+		}
+		_, err = c.ReadCounter(ctxT(t, 10*time.Second), spec)
+		wantRestored(t, err, ev) // nothing written: the marker stands
+	}
+	res, err := c.BumpCounter(ctxT(t, 10*time.Second), spec, 400)
+	if err != nil || res.Before.Next != 101 || res.After.Next != 501 || res.Cleared == nil {
+		t.Fatalf("bump by what the marker asks: %+v %v", res, err)
+	}
+	// Without a marker, any bump that keeps the seq within 2^64-1 lands.
+	if res, err := c.BumpCounter(ctxT(t, 10*time.Second), spec, 1); err != nil || res.After.Next != 502 {
+		t.Fatalf("bump by 1 without a marker: %+v %v", res, err)
+	}
+	rec, err := c.ReadCounter(ctxT(t, 10*time.Second), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.BumpCounter(ctxT(t, 10*time.Second), spec, math.MaxUint64-rec.State.Seq+1); !errors.Is(err, coordinator.ErrInvalidSpec) {
+		t.Fatalf("bump past seq 2^64-1 without a marker: %v, want ErrInvalidSpec", err)
+	}
+	if again, err := c.ReadCounter(ctxT(t, 10*time.Second), spec); err != nil || string(again.Raw) != string(rec.Raw) {
+		t.Fatalf("after the refusal: %s %v, want %s", again.Raw, err, rec.Raw)
 	}
 }
 

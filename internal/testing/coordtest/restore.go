@@ -95,36 +95,46 @@ func RestoreMarkerBlocksAcquire(t *testing.T, b Backend) {
 	}
 }
 
-// RestoreMarkerKeepsLargerGap: a standing marker is replaced only by
-// evidence with a larger gap.
-func RestoreMarkerKeepsLargerGap(t *testing.T, b Backend) {
+// RestoreMarkerKeepsHighestAcked: a standing marker is replaced only by
+// evidence of a higher acknowledged value — what a bump must reach
+// (MinBump) — whatever the gaps: evidence of an absent record counts its
+// gap from the epoch, and kept for it, a marker would let a bump too
+// small for a later finding clear it.
+func RestoreMarkerKeepsHighestAcked(t *testing.T, b Backend) {
 	cl := b.NewCluster(t)
 	c, d := cl.Connect(t, sysClock), cl.Connect(t, sysClock)
 	slot := coordinator.Slot{Worker: 1}
-	first := evidence("gaps", slot, 500, 400, Node("a"))   // gap 100
-	smaller := evidence("gaps", slot, 550, 500, Node("b")) // gap 50
-	larger := evidence("gaps", coordinator.Slot{Worker: 2}, 900, -1, Node("c"))
+	first := evidence("gaps", slot, 500, 400, Node("a"))                         // gap 100
+	lower := evidence("gaps", slot, 450, 300, Node("b"))                         // gap 150, acked lower
+	higher := evidence("gaps", coordinator.Slot{Worker: 2}, 900, 850, Node("c")) // gap 50, acked higher
+	absent := evidence("gaps", coordinator.Slot{Worker: 3}, 800, -1, Node("d"))  // gap 801, acked lower
 	for _, step := range []struct {
 		c    coordinator.Backend
 		ev   coordinator.RestoreEvidence
 		want coordinator.RestoreEvidence
 	}{
 		{c, first, first},
-		{d, smaller, first},
-		{d, larger, larger}, // gap 901
-		{c, first, larger},
+		{d, lower, first},
+		{d, higher, higher},
+		{c, absent, higher},
+		{c, first, higher},
 	} {
 		if err := step.c.MarkRestored(ctxT(t, 10*time.Second), step.ev); err != nil {
-			t.Fatalf("MarkRestored(gap %d): %v", step.ev.Gap(), err)
+			t.Fatalf("MarkRestored(acked %d, gap %d): %v", step.ev.Acked, step.ev.Gap(), err)
 		}
 		// Read through the writer's own session: a ZooKeeper ensemble
 		// orders each session's reads after its writes, not another's.
 		if got, _ := marker(t, step.c, "gaps"); got == nil || *got != step.want {
-			t.Fatalf("after MarkRestored(gap %d): marker %+v, want gap %d (%+v)", step.ev.Gap(), got, step.want.Gap(), step.want)
+			t.Fatalf("after MarkRestored(acked %d, gap %d): marker %+v, want acked %d (%+v)", step.ev.Acked, step.ev.Gap(), got, step.want.Acked, step.want)
 		}
 	}
 	_, err := c.Acquire(ctxT(t, 10*time.Second), Spec("gaps", 4), Node("x"))
-	wantRestored(t, err, larger)
+	wantRestored(t, err, higher)
+	// A bump that leaves the floor below the highest acknowledged value is
+	// refused (the bump's clock and every reservation at 100 or below).
+	if r, err := bump(t, c, "gaps", 1, 100); !errors.Is(err, coordinator.ErrInvalidSpec) {
+		t.Fatalf("bump by 1 at 100 under a marker acknowledged at 900: %+v, %v; want ErrInvalidSpec", r, err)
+	}
 }
 
 // BumpClearsRestoreMarker: a bump whose By is below the marker's gap is

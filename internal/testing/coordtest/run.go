@@ -43,7 +43,7 @@ func Cases() []Case {
 		{"WorkersAndForceRelease", WorkersAndForceRelease},
 		{"Bump", Bump},
 		{"RestoreMarkerBlocksAcquire", RestoreMarkerBlocksAcquire},
-		{"RestoreMarkerKeepsLargerGap", RestoreMarkerKeepsLargerGap},
+		{"RestoreMarkerKeepsHighestAcked", RestoreMarkerKeepsHighestAcked},
 		{"BumpClearsRestoreMarker", BumpClearsRestoreMarker},
 		{"BumpPastMaxTimeWritesNothing", BumpPastMaxTimeWritesNothing},
 		{"BumpRefusesReservationsAhead", BumpRefusesReservationsAhead},
