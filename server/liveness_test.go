@@ -512,10 +512,11 @@ func TestMaxBatchOverflowRefused(t *testing.T) {
 }
 
 // A wait for the clock longer than the caller's deadline is refused at
-// once as UNAVAILABLE naming the lead (before: DEADLINE_EXCEEDED after the
-// whole deadline), and an HTTP request, which may come without any
-// deadline, gets the server's own (--http-request-timeout).
-func TestClockWaitBeyondDeadlineIsUnavailable(t *testing.T) {
+// once as overloaded naming the lead (RESOURCE_EXHAUSTED, OVERLOADED, bound
+// max-lead, RetryInfo the wait; before: DEADLINE_EXCEEDED after the whole
+// deadline), and an HTTP request, which may come without any deadline,
+// gets the server's own (--http-request-timeout).
+func TestClockWaitBeyondDeadlineIsRefusedAtOnce(t *testing.T) {
 	e := etcdtest.StartEmbedded(t)
 	// compact: 64 IDs per 1 s unit, max-lead 2 s: three batches of 128 put
 	// the generator at its lead limit, and the next 128 need at least one
@@ -528,24 +529,26 @@ func TestClockWaitBeyondDeadlineIsUnavailable(t *testing.T) {
 	// (Info's clock_lead): the next 128 need a whole unit more, a wait of
 	// half a second or more.
 	toLeadLimit(t, n)
-	// The code tells "refused at once" (UNAVAILABLE naming the lead) from
-	// "waited" (DEADLINE_EXCEEDED after the 200 ms): no clock is needed.
+	// The code tells "refused at once" (RESOURCE_EXHAUSTED naming the
+	// lead) from "waited" (DEADLINE_EXCEEDED after the 200 ms): no clock is
+	// needed.
 	c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	_, err := n.ids.NextIDs(c, &firnv1.NextIDsRequest{Generator: "user", Count: 128})
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "ahead of the clock") {
-		t.Fatalf("gRPC with a 200 ms deadline: %v; want UNAVAILABLE naming the lead, at once", err)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "ahead of the clock") {
+		t.Fatalf("gRPC with a 200 ms deadline: %v; want RESOURCE_EXHAUSTED naming the lead, at once", err)
 	}
+	wantInfo(t, "gRPC with a 200 ms deadline", err, "OVERLOADED", map[string]string{"bound": "max-lead"})
 	toLeadLimit(t, n)
-	// 503 (refused) against 504 (the server's own 300 ms deadline
+	// 429 (refused) against 504 (the server's own 300 ms deadline
 	// waited out).
 	resp, err := http.Get(n.base + "/v1/ids?generator=user&count=128") // no client deadline
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 503 {
-		t.Fatalf("HTTP without a deadline: %s; want 503 at once within --http-request-timeout", resp.Status)
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("HTTP without a deadline: %s (Retry-After %q); want 429 with Retry-After at once within --http-request-timeout", resp.Status, resp.Header.Get("Retry-After"))
 	}
 }
 
