@@ -41,9 +41,13 @@ type Definitions interface {
 	// name: ErrNoDefinition.
 	RetireDefinition(ctx context.Context, name, why string, at time.Time) (GeneratorDefinition, error)
 	// Definitions returns every definition of this cluster, retired ones
-	// included, sorted by name. A record written by a newer binary fails
-	// the call (ErrSchemaTooNew, naming the generator): a node must not
-	// serve from a definition it cannot read whole.
+	// included, sorted by name. A record that does not read (written by a
+	// newer binary: ErrSchemaTooNew; not JSON; naming another generator)
+	// is left out and named, with where it is stored and why, in a
+	// *UnreadableDefinitionsError returned beside the definitions read:
+	// it affects its own generator alone (a node must not serve from a
+	// definition it cannot read whole, and need not stop the others). A
+	// caller that does not look for that error fails as on any other.
 	Definitions(ctx context.Context) ([]GeneratorDefinition, error)
 }
 
@@ -180,4 +184,65 @@ func DecodeDefinition(name, where string, b []byte) (GeneratorDefinition, error)
 // SortDefinitions sorts ds by name.
 func SortDefinitions(ds []GeneratorDefinition) {
 	sort.Slice(ds, func(i, j int) bool { return ds[i].Name < ds[j].Name })
+}
+
+// UnreadableDefinition is a stored definition record that did not read:
+// its generator, where it is stored, and why (DecodeDefinition's error).
+type UnreadableDefinition struct {
+	Name  string
+	Where string
+	Err   error
+}
+
+// UnreadableDefinitionsError is Definitions' report of the records it
+// could not read; the definitions returned with it are all the others,
+// read whole. errors.Is matches each record's cause (ErrSchemaTooNew for
+// one a newer binary wrote).
+type UnreadableDefinitionsError struct {
+	Records []UnreadableDefinition // sorted by name
+}
+
+func (e *UnreadableDefinitionsError) Error() string {
+	msgs := make([]string, len(e.Records))
+	for i, r := range e.Records {
+		msgs[i] = r.Err.Error()
+	}
+	return fmt.Sprintf("coordinator: %d generator definition record(s) not readable (the others read): %s",
+		len(e.Records), strings.Join(msgs, "; "))
+}
+
+// Unwrap is the records' causes.
+func (e *UnreadableDefinitionsError) Unwrap() []error {
+	errs := make([]error, len(e.Records))
+	for i, r := range e.Records {
+		errs[i] = r.Err
+	}
+	return errs
+}
+
+// UnreadableDefinitions builds Definitions' answer from the records read
+// (ds) and those that did not read: ds sorted, and an
+// *UnreadableDefinitionsError naming the latter (nil when none).
+func UnreadableDefinitions(ds []GeneratorDefinition, bad []UnreadableDefinition) ([]GeneratorDefinition, error) {
+	SortDefinitions(ds)
+	if len(bad) == 0 {
+		return ds, nil
+	}
+	sort.Slice(bad, func(i, j int) bool { return bad[i].Name < bad[j].Name })
+	return ds, &UnreadableDefinitionsError{Records: bad}
+}
+
+// SplitDefinitions reads Definitions' answer for a caller that serves
+// the readable definitions and reports the others: ds and the unreadable
+// records when err is an *UnreadableDefinitionsError (err nil then), and
+// err itself otherwise (the read failed whole).
+func SplitDefinitions(ds []GeneratorDefinition, err error) ([]GeneratorDefinition, []UnreadableDefinition, error) {
+	var ue *UnreadableDefinitionsError
+	switch {
+	case err == nil:
+		return ds, nil, nil
+	case errors.As(err, &ue):
+		return ds, ue.Records, nil
+	}
+	return nil, nil, err
 }

@@ -103,6 +103,27 @@ func pinnedLayout(name, given string, st *coordinator.GeneratorState) (generator
 	return pinned, nil
 }
 
+// storedLayouts reads the layouts of the generators defined at runtime
+// (firn generator create), by name; definitions of other kinds, and the
+// records that do not read, are left out.
+func storedLayouts(ctx context.Context, coord coordinator.Admin) (map[string]string, error) {
+	out := map[string]string{}
+	defs, ok := coord.(coordinator.Definitions)
+	if !ok {
+		return out, nil
+	}
+	ds, _, err := coordinator.SplitDefinitions(defs.Definitions(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("reading the generators' definitions: %w", err)
+	}
+	for _, d := range ds {
+		if l, err := generator.ParseLayout(d.Definition); err == nil {
+			out[d.Name] = l.String()
+		}
+	}
+	return out, nil
+}
+
 // generators reads every generator of the cluster, by name.
 func generators(ctx context.Context, coord coordinator.Admin) (map[string]*coordinator.GeneratorState, []string, error) {
 	gs, err := coord.Generators(ctx)
@@ -363,6 +384,7 @@ clears the restore markers. The coordinator flags also come from FIRN_* and the 
 	}
 	// Every layout is resolved before anything is written.
 	var targets []bumpTarget
+	var stored map[string]string // layouts of the generators defined at runtime, read when needed
 	for _, n := range names {
 		d, err := pinnedDefinition(n, given, states[n])
 		if err != nil {
@@ -375,7 +397,19 @@ clears the restore markers. The coordinator flags also come from FIRN_* and the 
 			targets = append(targets, bumpTarget{name: n, segment: d, state: states[n]})
 			continue
 		}
-		l, err := pinnedLayout(n, given, states[n])
+		g := given
+		if g == "" && (states[n] == nil || states[n].Pin.Layout == "") {
+			// No node has pinned it yet (one created with --above has a
+			// floor and no pin): the layout its definition stores, which
+			// the first node to serve it must pin.
+			if stored == nil {
+				if stored, err = storedLayouts(ctx, coord); err != nil {
+					return fail(stderr, exitFailure, "coordinator bump: generator %s has no pin: %v; nothing was bumped", n, err)
+				}
+			}
+			g = stored[n]
+		}
+		l, err := pinnedLayout(n, g, states[n])
 		if err != nil {
 			return fail(stderr, exitUsage, "coordinator bump: %v; nothing was bumped", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -403,5 +404,31 @@ func TestBumpSegmentGenerator(t *testing.T) {
 	out, errOut, code = cli(t, nil, "coordinator", "bump", "--etcd", a.ep, "--ids", "10", "--by", "1s")
 	if code != 0 || !strings.Contains(out, "generator orders: raised the counter by 10 IDs") || !strings.Contains(out, "generator ids: raised every reservation") {
 		t.Fatalf("bump of both kinds: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// TestBumpEveryGeneratorWithAFloorAlone: a generator created with --above
+// that no node has served yet has a generator floor and no pin; a
+// cluster-wide bump (the restore procedure) bumps it by the layout its
+// definition stores, and every other generator with it (before, it refused
+// every generator, naming the one without a pin).
+func TestBumpEveryGeneratorWithAFloorAlone(t *testing.T) {
+	a := newAdminEtcd(t)
+	slot, r := a.holder("orders", "snowflake", 5000)
+	sf, _ := generator.Preset("snowflake")
+	old, _ := sf.Encode(sf.Units(time.Now().Add(-time.Hour)), 0, 0, 0)
+	out, errOut, code := cli(t, nil, "generator", "create", "legacy", "snowflake", "--above", strconv.FormatUint(old, 10), "--etcd", a.ep)
+	if code != 0 {
+		t.Fatalf("create --above: exit %d: %s %s", code, out, errOut)
+	}
+	out, errOut, code = cli(t, nil, "coordinator", "bump", "--by", "3s", "--etcd", a.ep)
+	if code != 0 {
+		t.Fatalf("cluster-wide bump: exit %d: %s %s", code, out, strings.TrimSpace(errOut))
+	}
+	if got := a.reserved("orders", slot); got != r+3000 {
+		t.Fatalf("orders reservation %d, want %d + 3000", got, r)
+	}
+	if !strings.Contains(out, "legacy") {
+		t.Fatalf("bump output does not name generator legacy:\n%s", out)
 	}
 }

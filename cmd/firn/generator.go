@@ -293,13 +293,19 @@ func startGiven(def string) bool {
 // definition other than the one pinned for it, and with --above a name
 // that serves already (a pin, or workers with reservations).
 func checkCreate(ctx context.Context, coord coordinator.Backend, gc core.GeneratorConfig, mig *migration, cluster string) error {
-	defs, err := coord.Definitions(ctx)
+	ds, err := coord.Definitions(ctx)
+	defs, unreadable, err := coordinator.SplitDefinitions(ds, err)
 	if err != nil {
 		return err
 	}
 	for _, d := range defs {
 		if d.Name == gc.Name {
 			return errors.New(existsLine(d))
+		}
+	}
+	for _, u := range unreadable {
+		if u.Name == gc.Name {
+			return fmt.Errorf("generator %q is already defined, in a record this binary cannot read (%v): a generator keeps one definition for life (choose another name)", gc.Name, u.Err)
 		}
 	}
 	states, _, err := generators(ctx, coord)
@@ -416,11 +422,12 @@ allowed, and whether each serves or was retired (and when).`, stdout, adminGroup
 	defer coord.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	defs, err := coord.Definitions(ctx)
+	ds, err := coord.Definitions(ctx)
+	defs, unreadable, err := coordinator.SplitDefinitions(ds, err)
 	if err != nil {
 		return fail(stderr, exitFailure, "generator list: %v", err)
 	}
-	if len(defs) == 0 {
+	if len(defs) == 0 && len(unreadable) == 0 {
 		fmt.Fprintf(stdout, "no generators defined in cluster %q (firn generator create NAME DEFINITION)\n", g.coord.Cluster)
 		return exitOK
 	}
@@ -437,7 +444,13 @@ allowed, and whether each serves or was retired (and when).`, stdout, adminGroup
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", d.Name, d.Definition, allow, state)
 	}
+	for _, u := range unreadable {
+		fmt.Fprintf(tw, "%s\t?\t?\tunreadable (below)\n", u.Name)
+	}
 	tw.Flush()
+	for _, u := range unreadable {
+		fmt.Fprintf(stdout, "%s: %v\n", u.Name, u.Err)
+	}
 	return exitOK
 }
 
@@ -465,7 +478,8 @@ and its worker IDs in use.`, stdout, adminGroups...)
 	defer coord.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	defs, err := coord.Definitions(ctx)
+	ds, err := coord.Definitions(ctx)
+	defs, unreadable, err := coordinator.SplitDefinitions(ds, err)
 	if err != nil {
 		return fail(stderr, exitFailure, "generator describe: %v", err)
 	}
@@ -475,21 +489,30 @@ and its worker IDs in use.`, stdout, adminGroups...)
 			def = &defs[i]
 		}
 	}
+	var bad *coordinator.UnreadableDefinition
+	for i := range unreadable {
+		if unreadable[i].Name == name {
+			bad = &unreadable[i]
+		}
+	}
 	states, _, err := generators(ctx, coord)
 	if err != nil {
 		return fail(stderr, exitFailure, "generator describe: %v", err)
 	}
 	st := states[name]
-	if def == nil && st == nil {
+	if def == nil && bad == nil && st == nil {
 		return fail(stderr, exitFailure, "generator describe: no generator %q in cluster %q: neither defined (firn generator list) nor used by a node", name, g.coord.Cluster)
 	}
 	tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s:\t%s\n", k, fmt.Sprintf(format, args...)) }
 	row("generator", "%s", name)
 	spec := ""
-	if def == nil {
+	switch {
+	case bad != nil:
+		row("definition", "unreadable: %v (a node does not serve it: neither its retirement nor its allow list can be checked)", bad.Err)
+	case def == nil:
 		row("definition", "none stored (its nodes serve it from --generator flags)")
-	} else {
+	default:
 		spec = def.Definition
 		row("definition", "%s", def.Definition)
 		if len(def.Allow) == 0 {

@@ -121,6 +121,26 @@ func TestGeneratorCommands(t *testing.T) {
 	}
 	_, errOut = must(exitFailure, "create", "orders", "snowflake")
 	contains("create of a retired name", errOut, "already defined", "retired at", "moved to orders2")
+
+	// A record this binary cannot read (a newer one's schema): list and
+	// describe show it as such, naming its key and why; the others are
+	// listed, described and created as before; its name is not reused.
+	if _, err := c.Put(ctx, "/firn/default/future/definition", `{"name":"future","definition":"snowflake","created":"2026-01-01T00:00:00Z","schema":2}`); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = must(exitOK, "list")
+	if !regexp.MustCompile(`(?m)^future +\? +\? +unreadable`).MatchString(out) || !strings.Contains(out, "/firn/default/future/definition has schema 2") ||
+		!regexp.MustCompile(`(?m)^users +segment`).MatchString(out) {
+		t.Fatalf("list with an unreadable record: want it shown unreadable, naming its key and schema, beside the others:\n%s", out)
+	}
+	out, _ = must(exitOK, "describe", "future")
+	contains("describe of an unreadable record", out, "definition:", "unreadable:", "/firn/default/future/definition has schema 2")
+	out, _ = must(exitOK, "describe", "users")
+	contains("describe beside an unreadable record", out, "segment,start=42000,max=1000000")
+	out, _ = must(exitOK, "create", "later", "snowflake")
+	contains("create beside an unreadable record", out, "generator later defined")
+	_, errOut = must(exitFailure, "create", "future", "snowflake")
+	contains("create of the name of an unreadable record", errOut, `generator "future" is already defined`, "schema 2")
 }
 
 // The walk-throughs of docs/migrate.md, one generator each on one node:

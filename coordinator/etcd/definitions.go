@@ -91,8 +91,11 @@ const defReadBatch = 100
 
 // Definitions implements coordinator.Definitions: the cluster's keys are
 // listed (keys only), then every <generator>/definition among them read
-// in read-only txns of at most defReadBatch gets (a definition is never
-// deleted, so one listed is there to read).
+// in read-only txns of at most defReadBatch gets. A record that does not
+// decode is named in the *coordinator.UnreadableDefinitionsError beside
+// the others; one listed and gone before its read (deleted by hand: a
+// definition is never deleted) is absent, as it would have been listed a
+// moment later.
 func (c *Coordinator) Definitions(ctx context.Context) ([]coordinator.GeneratorDefinition, error) {
 	cctx, cancel := c.call(ctx)
 	g, err := c.cli.Get(cctx, c.root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -108,6 +111,7 @@ func (c *Coordinator) Definitions(ctx context.Context) ([]coordinator.GeneratorD
 		}
 	}
 	out := make([]coordinator.GeneratorDefinition, 0, len(names))
+	var bad []coordinator.UnreadableDefinition
 	for len(names) > 0 {
 		batch := names[:min(len(names), defReadBatch)]
 		names = names[len(batch):]
@@ -124,15 +128,16 @@ func (c *Coordinator) Definitions(ctx context.Context) ([]coordinator.GeneratorD
 		for i, n := range batch {
 			kvs := r.Responses[i].GetResponseRange().Kvs
 			if len(kvs) != 1 {
-				return nil, fmt.Errorf("etcd: %s was listed and is gone: definitions are never deleted", c.keys(n).definition())
+				continue
 			}
-			d, err := coordinator.DecodeDefinition(n, c.keys(n).definition(), kvs[0].Value)
+			key := c.keys(n).definition()
+			d, err := coordinator.DecodeDefinition(n, key, kvs[0].Value)
 			if err != nil {
-				return nil, err
+				bad = append(bad, coordinator.UnreadableDefinition{Name: n, Where: key, Err: err})
+				continue
 			}
 			out = append(out, d)
 		}
 	}
-	coordinator.SortDefinitions(out)
-	return out, nil
+	return coordinator.UnreadableDefinitions(out, bad)
 }

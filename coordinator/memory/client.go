@@ -781,20 +781,28 @@ func (c *Client) RetireDefinition(ctx context.Context, name, why string, at time
 	return out, err
 }
 
-// Definitions implements coordinator.Definitions.
+// Definitions implements coordinator.Definitions: a record that does not
+// decode is named in the *coordinator.UnreadableDefinitionsError beside
+// the others.
 func (c *Client) Definitions(ctx context.Context) ([]coordinator.GeneratorDefinition, error) {
 	var out []coordinator.GeneratorDefinition
+	var bad []coordinator.UnreadableDefinition
 	err := c.call(ctx, OpAdmin, "definitions", func(time.Time) error {
+		out, bad = nil, nil
 		for _, name := range sortedKeys(c.s.st.defs) {
 			d, err := coordinator.DecodeDefinition(name, defWhere(name), c.s.st.defs[name])
 			if err != nil {
-				return err
+				bad = append(bad, coordinator.UnreadableDefinition{Name: name, Where: defWhere(name), Err: err})
+				continue
 			}
 			out = append(out, d)
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return coordinator.UnreadableDefinitions(out, bad)
 }
 
 // --- peers ---------------------------------------------------------------

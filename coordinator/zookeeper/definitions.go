@@ -83,7 +83,9 @@ func (c *Coordinator) RetireDefinition(ctx context.Context, name, why string, at
 }
 
 // Definitions implements coordinator.Definitions: the cluster's
-// generators are listed, and each one's definition node read.
+// generators are listed, and each one's definition node read. A record
+// that does not decode is named in the
+// *coordinator.UnreadableDefinitionsError beside the others.
 func (c *Coordinator) Definitions(ctx context.Context) ([]coordinator.GeneratorDefinition, error) {
 	names, err := c.children(ctx, c.root)
 	if err != nil {
@@ -91,6 +93,7 @@ func (c *Coordinator) Definitions(ctx context.Context) ([]coordinator.GeneratorD
 	}
 	sort.Strings(names)
 	var out []coordinator.GeneratorDefinition
+	var bad []coordinator.UnreadableDefinition
 	for _, name := range names {
 		path := c.paths(name).definition()
 		b, _, err := c.get(ctx, path)
@@ -102,9 +105,10 @@ func (c *Coordinator) Definitions(ctx context.Context) ([]coordinator.GeneratorD
 		}
 		d, err := coordinator.DecodeDefinition(name, path, b)
 		if err != nil {
-			return nil, err
+			bad = append(bad, coordinator.UnreadableDefinition{Name: name, Where: path, Err: err})
+			continue
 		}
 		out = append(out, d)
 	}
-	return out, nil
+	return coordinator.UnreadableDefinitions(out, bad)
 }

@@ -445,13 +445,17 @@ func (c *Core) start() error {
 	// The definitions first, before any holder can pin a generator: a
 	// flag that disagrees with its stored definition stops the start; a
 	// retired generator never answers, a listed one never answers others.
+	// Until a generator's definition is read it waits, not started (the
+	// read is tried again every defsEvery, and launchSettled starts it).
 	defs, _ := c.coord.(coordinator.Definitions)
+	var defsErr error
 	if defs != nil {
+		c.awaitDefinitions("not read yet")
 		var dis *DisagreeError
-		if err := c.readDefinitions(ctx, defs); errors.As(err, &dis) {
-			return err
-		} else if err != nil {
-			c.log.Warn("reading the generators' definitions failed: read again every "+defsEvery.String(), "err", err)
+		if defsErr = c.readDefinitions(ctx, defs); errors.As(defsErr, &dis) {
+			return dis
+		} else if defsErr != nil {
+			c.log.Warn("generators' definitions not all read or applied: the generators concerned wait, not started, the others start; read again every "+defsEvery.String(), "err", defsErr)
 		}
 	}
 	gens := c.Generators()
@@ -461,10 +465,13 @@ func (c *Core) start() error {
 		}
 	}
 	// The holders exist before anything that calls them (the clock
-	// policy's inputs) starts.
+	// policy's inputs) starts; those of a generator whose definition is
+	// not settled are made when it is.
 	holders := map[*Generator][]*holder{}
 	for _, rt := range gens {
-		holders[rt] = c.prepare(ctx, rt)
+		if rt.acc.Load().settled() {
+			holders[rt] = c.prepare(ctx, rt)
+		}
 	}
 	var err error
 	c.steps, err = clockguard.NewStepDetector(c.clock, clockguard.DefaultStepConfig(),
@@ -481,8 +488,10 @@ func (c *Core) start() error {
 	}
 	c.policy.WaitFirstPeers()
 	for _, rt := range gens {
-		if err := c.launch(rt, holders[rt]); err != nil {
-			return err
+		if hs, ok := holders[rt]; ok {
+			if err := c.launch(rt, hs); err != nil {
+				return err
+			}
 		}
 	}
 	// From here on a generator the definitions add starts at once.
@@ -492,7 +501,7 @@ func (c *Core) start() error {
 	c.goRun(func() { c.peerLoop(ctx) })
 	c.goRun(func() { c.policy.Run(ctx) })
 	if defs != nil {
-		c.goRun(func() { c.defsLoop(ctx, defs) })
+		c.goRun(func() { c.defsLoop(ctx, defs, defsErr) })
 	}
 	return nil
 }

@@ -22,18 +22,50 @@ import (
 // --allow-callers is (Authorize), and a retirement stops it: its calls
 // are refused NOT_FOUND naming the retirement, and its holders release
 // their workers (retire). A flag naming another definition than the
-// stored one stops the start (DisagreeError).
+// stored one stops the start (DisagreeError); found later, it holds that
+// generator alone.
+//
+// What a generator's definition says must be known before it serves: a
+// node starts none until it has read the definitions once (each waits,
+// STARTING, naming the read's error), and a generator whose own record
+// does not read (a newer binary's schema, a hand-edited key) is refused
+// naming the record, as neither its retirement nor its allow list can be
+// checked; the others go on (sourceDefinitions, retiredErr).
 
 // defsEvery is how often a node reads its generators' definitions: a
 // retirement or an allow list takes effect within that and one read.
 const defsEvery = 2 * time.Second
 
+// sourceDefinitions holds a generator out of service while its stored
+// definition is not known (not read yet, or its record does not read) or
+// names another definition than the one the node runs.
+const sourceDefinitions clockguard.Source = "definitions"
+
 // access is what a generator's definition says of who may use it, as
-// last read (nil until a definition is read).
+// last read (nil: no definition is stored for it, or the node has no
+// definitions to read).
 type access struct {
 	allow      []string  // the definition's allow list (empty: the flag's, if any)
 	retired    time.Time // zero: not retired
 	retiredWhy string
+	// unknown says why the definition is not known, "" once read: the
+	// definitions not read yet since the node started (unknownCode
+	// STARTING), or the generator's record does not read
+	// (COORDINATOR_UNAVAILABLE). Such a generator is refused (retiredErr)
+	// and not started.
+	unknown     string
+	unknownCode clockguard.Code
+	neverRead   bool // not read once since the node started
+	// disagree: the stored definition is not the one the node runs
+	// (DisagreeError's line); the generator is held, and not started.
+	disagree string
+}
+
+// settled reports whether what rt's definition says is known and lets it
+// start: no definition, a retired one (its start drains it), or one read
+// and agreeing with the node's.
+func (a *access) settled() bool {
+	return a == nil || !a.retired.IsZero() || (a.unknown == "" && a.disagree == "")
 }
 
 // RetiredError refuses a call to a generator its definition retired
@@ -54,17 +86,29 @@ func (e *RetiredError) Error() string {
 
 func (e *RetiredError) Is(target error) bool { return target == ErrUnknownGenerator }
 
-// retiredErr is rt's refusal when its definition retired it (nil
-// otherwise).
+// retiredErr is rt's refusal by its stored definition (nil when none):
+// retired, a *RetiredError (NOT_FOUND); not known (not read yet, or its
+// record does not read), a *NotServingError naming why — every call
+// naming it, Decode included, as its allow list cannot be checked (the
+// flag's is no stand-in for a stored one). Lookup refuses with it; a
+// generator is prepared and launched only once settled, so there it
+// means the retirement alone.
 func (rt *Generator) retiredErr() error {
-	if a := rt.acc.Load(); a != nil && !a.retired.IsZero() {
+	a := rt.acc.Load()
+	switch {
+	case a == nil:
+		return nil
+	case !a.retired.IsZero():
 		return &RetiredError{Generator: rt.cfg.Name, At: a.retired, Why: a.retiredWhy}
+	case a.unknown != "":
+		return &NotServingError{Generator: rt.cfg.Name, Reason: a.unknown, Code: a.unknownCode, RetryAfter: defsEvery}
 	}
 	return nil
 }
 
 // allowList is who may use rt: its definition's list when it names
-// callers, else --allow-callers' (empty: every caller).
+// callers, else --allow-callers' (empty: every caller). A generator whose
+// definition is not known has no list here: Lookup refuses it first.
 func (rt *Generator) allowList() []string {
 	if a := rt.acc.Load(); a != nil && len(a.allow) > 0 {
 		return a.allow
@@ -72,53 +116,127 @@ func (rt *Generator) allowList() []string {
 	return rt.cfg.Allow
 }
 
+// awaitDefinitions marks every generator as waiting for the first read of
+// the definitions: refused and held STARTING, and not started, until the
+// read settles it (readDefinitions, launchSettled).
+func (c *Core) awaitDefinitions(why string) {
+	for _, rt := range c.Generators() {
+		awaitOne(rt, why)
+	}
+}
+
 // readDefinitions reads the coordinator's definitions once and applies
-// those of this node's generators. A failed read keeps what was read
-// before.
+// those of this node's generators. A read that fails whole keeps what was
+// read before (a generator never read goes on waiting, naming the error).
+// A record that does not read holds its own generator alone; a stored
+// definition that disagrees with the node's holds that generator alone
+// and is returned (*DisagreeError), with the unreadable records
+// (*coordinator.UnreadableDefinitionsError), once every other definition
+// is applied.
 func (c *Core) readDefinitions(ctx context.Context, defs coordinator.Definitions) error {
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timing.Timeout)
-	defer cancel()
-	all, err := defs.Definitions(rctx)
+	ds, err := defs.Definitions(rctx)
+	cancel()
+	all, bad, err := coordinator.SplitDefinitions(ds, err)
 	if err != nil {
+		for _, rt := range c.Generators() {
+			if a := rt.acc.Load(); a != nil && a.neverRead {
+				awaitOne(rt, err.Error())
+			}
+		}
 		return err
 	}
 	byName := make(map[string]coordinator.GeneratorDefinition, len(all))
 	for _, d := range all {
 		byName[d.Name] = d
 	}
+	unreadable := make(map[string]coordinator.UnreadableDefinition, len(bad))
+	for _, u := range bad {
+		unreadable[u.Name] = u
+	}
 	var disagree []string
 	running := map[string]bool{}
 	for _, rt := range c.Generators() {
 		running[rt.cfg.Name] = true
-		d, ok := byName[rt.cfg.Name]
-		if !ok {
-			if a := rt.acc.Load(); a == nil || a.retired.IsZero() {
-				rt.acc.Store(nil) // a retirement is for good, even were its record lost
+		old := rt.acc.Load()
+		if old != nil && !old.retired.IsZero() {
+			continue // a retirement is for good, even were its record lost or unreadable
+		}
+		if u, ok := unreadable[rt.cfg.Name]; ok {
+			reason := "its stored definition does not read, so its retirement and allow list cannot be checked: " + u.Err.Error()
+			a := &access{unknown: reason, unknownCode: clockguard.CodeCoordinatorUnavailable}
+			if old != nil {
+				a.allow = old.allow
 			}
+			rt.acc.Store(a)
+			rt.state.SetCause(sourceDefinitions, reason, clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable, RetryEvery: defsEvery})
 			continue
 		}
-		if stored, err := ParseGeneratorDefinition(d.Name, d.Definition); err != nil || stored.Spec() != rt.cfg.Spec() {
-			disagree = append(disagree, fmt.Sprintf("%s: --generator %s=%s, the coordinator's %s", rt.cfg.Name, rt.cfg.Name, rt.cfg.Spec(), d.Definition))
+		d, ok := byName[rt.cfg.Name]
+		if !ok {
+			rt.acc.Store(nil)
+			rt.state.Clear(sourceDefinitions)
+			continue
 		}
 		a := accessOf(d)
+		if stored, err := ParseGeneratorDefinition(d.Name, d.Definition); err != nil || stored.Spec() != rt.cfg.Spec() {
+			a.disagree = fmt.Sprintf("%s: --generator %s=%s, the coordinator's %s", rt.cfg.Name, rt.cfg.Name, rt.cfg.Spec(), d.Definition)
+			disagree = append(disagree, a.disagree)
+			rt.state.SetCause(sourceDefinitions, "the flags and the coordinator's definition disagree (the flags must name the stored definition): "+a.disagree,
+				clockguard.Detail{Code: clockguard.CodeOperatorHold})
+		} else {
+			rt.state.Clear(sourceDefinitions)
+		}
 		if len(a.allow) > 0 {
 			c.allow.Store(true)
 		}
-		old := rt.acc.Load()
 		rt.acc.Store(a)
-		if (old == nil || old.retired.IsZero()) && !a.retired.IsZero() {
+		if !a.retired.IsZero() {
 			c.retire(rt)
 		}
-	}
-	if len(disagree) > 0 {
-		return &DisagreeError{Generators: disagree}
 	}
 	for _, d := range all {
 		if !running[d.Name] && d.Retired.IsZero() {
 			c.addDefined(d)
 		}
 	}
-	return nil
+	var errs []error
+	if len(bad) > 0 {
+		errs = append(errs, &coordinator.UnreadableDefinitionsError{Records: bad})
+	}
+	if len(disagree) > 0 {
+		errs = append(errs, &DisagreeError{Generators: disagree})
+	}
+	return errors.Join(errs...)
+}
+
+// awaitOne holds rt, its definition never read, naming why.
+func awaitOne(rt *Generator, why string) {
+	reason := "reading the generators' definitions: " + why
+	rt.acc.Store(&access{unknown: reason, unknownCode: clockguard.CodeStarting, neverRead: true})
+	rt.state.SetCause(sourceDefinitions, reason, clockguard.Detail{Code: clockguard.CodeStarting, RetryEvery: defsEvery})
+}
+
+// launchSettled starts, on the running core, each generator start left
+// waiting for its definition (never prepared) once the definition is read
+// and settles it: as addDefined starts one.
+func (c *Core) launchSettled() {
+	c.addMu.Lock()
+	defer c.addMu.Unlock()
+	if c.runCtx == nil || c.drained.Load() {
+		return
+	}
+	for _, rt := range c.Generators() {
+		if rt.stopRun != nil || !rt.acc.Load().settled() {
+			continue
+		}
+		if err := c.launch(rt, c.prepare(c.runCtx, rt)); err != nil {
+			rt.state.SetCause(clockguard.SourceLease, "starting once its definition was read: "+err.Error(), clockguard.Detail{Code: clockguard.CodeStarting})
+			c.log.Warn("generator did not start once its definition was read", "generator", rt.cfg.Name, "err", err)
+			continue
+		}
+		c.log.Info("generator started: its definition was read", "generator", rt.cfg.Name)
+	}
 }
 
 // accessOf is what d says of who may use its generator.
@@ -212,9 +330,12 @@ func (c *Core) addDefined(d coordinator.GeneratorDefinition) {
 }
 
 // DisagreeError: a generator this node runs by its flag is defined
-// otherwise in the coordinator (`firn generator create`). The node does
-// not start: the first to serve would pin its own definition, and the
-// generator would have two.
+// otherwise in the coordinator (`firn generator create`). Found at start,
+// the node does not start: the first to serve would pin its own
+// definition, and the generator would have two. Found later (the
+// definitions were not readable at start, or the definition was stored
+// while the node ran), that generator is held naming it, and not started
+// if it was not yet; the others go on.
 type DisagreeError struct {
 	Generators []string // "name: the flag's, the coordinator's"
 }
@@ -226,11 +347,20 @@ func (e *DisagreeError) Error() string {
 
 func (e *DisagreeError) Is(target error) bool { return target == ErrConfig }
 
-// defsLoop reads the definitions every defsEvery until ctx ends.
-func (c *Core) defsLoop(ctx context.Context, defs coordinator.Definitions) {
+// defsLoop reads the definitions every defsEvery until ctx ends, and
+// starts the generators a read settles (launchSettled). A read that fails
+// whole is logged once while it fails; what a read leaves unapplied (a
+// record that does not read, a disagreement) each time it changes, first
+// the start's read (first) included.
+func (c *Core) defsLoop(ctx context.Context, defs coordinator.Definitions, first error) {
 	t := time.NewTicker(defsEvery)
 	defer t.Stop()
-	var failing bool
+	// The start's read was logged by start.
+	failing := first != nil && !partialRead(first)
+	var last string // what the last read left unapplied, as logged
+	if first != nil && partialRead(first) {
+		last = first.Error()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -238,12 +368,44 @@ func (c *Core) defsLoop(ctx context.Context, defs coordinator.Definitions) {
 		case <-t.C:
 		}
 		err := c.readDefinitions(ctx, defs)
+		c.launchSettled()
+		if ctx.Err() != nil {
+			return
+		}
+		whole := err != nil && !partialRead(err)
 		switch {
-		case err != nil && !failing && ctx.Err() == nil && !errors.Is(err, context.Canceled):
+		case whole && !failing && !errors.Is(err, context.Canceled):
 			c.log.Warn("reading the generators' definitions failed: keeping the last read", "err", err)
-		case err == nil && failing:
+		case !whole && failing:
 			c.log.Info("reading the generators' definitions again")
 		}
-		failing = err != nil
+		failing = whole
+		if whole {
+			continue
+		}
+		switch msg := errString(err); {
+		case msg == last:
+		case err != nil:
+			c.log.Warn("generators' definitions not applied: those generators are held, the others served", "err", err)
+		default:
+			c.log.Info("every generator's definition applied")
+		}
+		last = errString(err)
 	}
+}
+
+// partialRead reports whether err, from readDefinitions, is a read that
+// went through with some definitions left unapplied.
+func partialRead(err error) bool {
+	var ue *coordinator.UnreadableDefinitionsError
+	var de *DisagreeError
+	return errors.As(err, &ue) || errors.As(err, &de)
+}
+
+// errString is err's text, "" for nil.
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

@@ -14,7 +14,9 @@ import (
 // (a second create returns the standing one, from any client), listed
 // sorted by name with the retired ones, retired idempotently (the first
 // retirement's time and reason stay), an unknown name is ErrNoDefinition,
-// and a record of a newer schema fails the list, naming its generator.
+// and a record that does not read (a newer schema, not JSON) is left out
+// of the list and named, with its key and why, beside the others: it
+// affects its own generator alone.
 func Definitions(t *testing.T, b Backend) {
 	cl := b.NewCluster(t)
 	c1, c2 := cl.Connect(t, sysClock), cl.Connect(t, sysClock)
@@ -110,11 +112,23 @@ func Definitions(t *testing.T, b Backend) {
 		t.Fatalf("acquisition after the floor: Floor %d, GeneratorFloor %d; want at least 42000", l.Floor(), l.GeneratorFloor())
 	}
 
-	// A record written by a newer binary: refused by name.
+	// A record written by a newer binary, and one that is not JSON: each
+	// is left out and named (generator, where, why), and the others read.
 	cl.SetDefinitionRecord(t, "users", []byte(`{"name":"users","definition":"segment","created":"2026-12-06T01:00:00Z","schema":99,"quota":7}`))
-	_, err = c2.Definitions(ctx)
+	cl.SetDefinitionRecord(t, "orders", []byte(`{"name":"orders",`))
+	ds, err = c2.Definitions(ctx)
 	if !errors.Is(err, coordinator.ErrSchemaTooNew) || !strings.Contains(err.Error(), `"users"`) || !strings.Contains(err.Error(), "99") {
 		t.Fatalf("Definitions with a schema-99 record: %v, want ErrSchemaTooNew naming users and 99", err)
+	}
+	readable, bad, err := coordinator.SplitDefinitions(ds, err)
+	if err != nil || len(readable) != 1 || readable[0].Name != "legacy" || len(bad) != 2 {
+		t.Fatalf("Definitions with two unreadable records: %+v, unreadable %+v, %v; want legacy read, orders and users named", readable, bad, err)
+	}
+	for i, want := range []string{"orders", "users"} {
+		if r := bad[i]; r.Name != want || !strings.Contains(r.Where, want) || !strings.Contains(r.Where, "definition") ||
+			r.Err == nil || !strings.Contains(r.Err.Error(), `"`+want+`"`) {
+			t.Fatalf("unreadable record %d: %+v, want generator %s, its key and why", i, r, want)
+		}
 	}
 	if _, err := c1.RetireDefinition(ctx, "users", "x", first); !errors.Is(err, coordinator.ErrSchemaTooNew) {
 		t.Fatalf("RetireDefinition of a schema-99 record: %v, want ErrSchemaTooNew", err)
