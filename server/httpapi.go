@@ -401,7 +401,7 @@ func (n *Node) handleReady(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	asked, err := n.core.Lookup(q["generator"])
+	asked, err := n.core.Find(q["generator"])
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -494,7 +494,7 @@ func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 			names = append(names, rt.Name())
 		}
 	} else {
-		if _, err := n.core.Lookup(gen); err != nil {
+		if _, err := n.core.Find(gen); err != nil {
 			writeErr(w, err)
 			return
 		}

@@ -709,12 +709,19 @@ func (s *Source) claim(ctx context.Context) error {
 	s.mu.Lock()
 	if err != nil {
 		news := err
+		var tell bool
 		switch {
 		case errors.Is(err, segment.ErrExhausted):
 			// No more claims, but the IDs held are valid: they are handed
-			// out, and the generator stops serving once none is left.
+			// out, and the generator stops serving once none is left. An
+			// earlier claim's failure told (a source that served on until
+			// its margin) is over: told again, the exhaustion when nothing
+			// is held, else that it serves (Take tells the exhaustion once
+			// the last ID held is handed out).
 			s.exhausted, s.fail = err, nil
 			news = s.usedUpLocked()
+			tell = news != nil || s.told
+			s.told = news != nil
 			s.cfg.Log.Warn("segment definition used up: no more claims; the IDs held are still handed out", "generator", s.cfg.Spec.Generator,
 				"available", s.avail, "settling", s.pendLen, "err", err)
 		case !s.fatalLocked(ctx, err):
@@ -722,8 +729,10 @@ func (s *Source) claim(ctx context.Context) error {
 			s.cfg.Log.Warn("segment claim failed; retrying", "generator", s.cfg.Spec.Generator, "err", err)
 		}
 		s.signalLocked()
-		tell := news != nil && (s.avail < s.marginLocked() || s.fatal != nil)
-		s.told = s.told || tell
+		if s.exhausted == nil {
+			tell = news != nil && (s.avail < s.marginLocked() || s.fatal != nil)
+			s.told = s.told || tell
+		}
 		if s.fatal != nil {
 			news = s.fatal // the refusal every node gives, for a restore
 		}

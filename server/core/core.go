@@ -341,7 +341,7 @@ func (c *Core) CheckBatch(generator string, count int64) (*Generator, error) {
 // Status is a snapshot of one generator ("" is the default), as Info and
 // the status page show it.
 func (c *Core) Status(generator string) (GeneratorStatus, error) {
-	rt, err := c.Lookup(generator)
+	rt, err := c.Find(generator)
 	if err != nil {
 		return GeneratorStatus{}, err
 	}
@@ -384,8 +384,24 @@ func uncheckedWhy(cfg Config) string {
 	return ""
 }
 
-// Lookup finds a generator; "" is the default.
+// Lookup finds a generator for a call that uses it ("" is the default):
+// refused when retired, or while its stored definition is not known
+// (definitionErr).
 func (c *Core) Lookup(name string) (*Generator, error) {
+	rt, err := c.Find(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.definitionErr(); err != nil {
+		return nil, err
+	}
+	return rt, nil
+}
+
+// Find finds a generator to look at ("" is the default): its status, its
+// state, its hold; refused only when unknown or retired. One whose stored
+// definition is not known yet is found, not serving, with its reason.
+func (c *Core) Find(name string) (*Generator, error) {
 	set := c.set.Load()
 	if name == "" {
 		rt := set.list[0]
@@ -716,7 +732,7 @@ func (c *Core) stop() {
 // Resume ends a manual-recovery hold (POST /admin/resume) and reports
 // whether the generator was held; a generator not held is left alone.
 func (c *Core) Resume(generatorName string) (bool, error) {
-	rt, err := c.Lookup(generatorName)
+	rt, err := c.Find(generatorName)
 	if err != nil {
 		return false, err
 	}

@@ -14,7 +14,7 @@ import (
 // follow. f may read the state (StateSnapshot) but must not block for
 // long; see clockguard.ServingState.Subscribe.
 func (c *Core) Watch(generator string, f func(clockguard.Transition)) (unsubscribe func(), err error) {
-	rt, err := c.Lookup(generator)
+	rt, err := c.Find(generator)
 	if err != nil {
 		return nil, err
 	}
@@ -26,7 +26,7 @@ func (c *Core) Watch(generator string, f func(clockguard.Transition)) (unsubscri
 // holds, each with its code — what a refusal made now would report
 // (clockguard.Snapshot.Refusal).
 func (c *Core) StateSnapshot(generator string) (clockguard.Snapshot, error) {
-	rt, err := c.Lookup(generator)
+	rt, err := c.Find(generator)
 	if err != nil {
 		return clockguard.Snapshot{}, err
 	}

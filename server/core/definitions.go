@@ -86,21 +86,33 @@ func (e *RetiredError) Error() string {
 
 func (e *RetiredError) Is(target error) bool { return target == ErrUnknownGenerator }
 
-// retiredErr is rt's refusal by its stored definition (nil when none):
-// retired, a *RetiredError (NOT_FOUND); not known (not read yet, or its
-// record does not read), a *NotServingError naming why — every call
-// naming it, Decode included, as its allow list cannot be checked (the
-// flag's is no stand-in for a stored one). Lookup refuses with it; a
-// generator is prepared and launched only once settled, so there it
-// means the retirement alone.
+// retiredErr is rt's retirement by its stored definition, a
+// *RetiredError (NOT_FOUND; nil when not retired): Find and Lookup
+// refuse with it.
 func (rt *Generator) retiredErr() error {
-	a := rt.acc.Load()
-	switch {
-	case a == nil:
-		return nil
-	case !a.retired.IsZero():
+	if a := rt.acc.Load(); a != nil && !a.retired.IsZero() {
 		return &RetiredError{Generator: rt.cfg.Name, At: a.retired, Why: a.retiredWhy}
-	case a.unknown != "":
+	}
+	return nil
+}
+
+// definitionErr is rt's refusal by its stored definition for a call that
+// uses it (nil when none): retired (retiredErr), or not known (not read
+// yet, or its record does not read), a *NotServingError naming why —
+// every such call, Decode included, as its allow list cannot be checked
+// (the flag's is no stand-in for a stored one). Lookup refuses with it;
+// what only looks at the generator (Find: its status, its state) does
+// not.
+func (rt *Generator) definitionErr() error {
+	if err := rt.retiredErr(); err != nil {
+		return err
+	}
+	if a := rt.acc.Load(); a != nil && a.unknown != "" {
+		// The refusal its state gives: the state holds the wait (or the
+		// unreadable record) as a cause, beside any other it holds.
+		if err := rt.refusal(); err != nil {
+			return err
+		}
 		return &NotServingError{Generator: rt.cfg.Name, Reason: a.unknown, Code: a.unknownCode, RetryAfter: defsEvery}
 	}
 	return nil

@@ -107,9 +107,11 @@ func (rt *Generator) seqState(err error) {
 }
 
 // seqLookup is the named sequence generator; any other kind is refused
-// naming it.
+// naming it. One whose stored definition is not known yet is found: its
+// state holds that cause, and each call (each item of NextSeqs) is
+// refused with it (refusal).
 func (c *Core) seqLookup(name string) (*Generator, error) {
-	rt, err := c.Lookup(name)
+	rt, err := c.Find(name)
 	if err != nil {
 		return nil, err
 	}
