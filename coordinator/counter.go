@@ -325,7 +325,7 @@ func handBack(ctx context.Context, c Counters, spec CounterSpec, r segment.Range
 			return 0, CounterRecord{}, err
 		}
 		if own != nil {
-			if id, ok := rec.State.WriteAt(own.Seq); !ok || id != own.ID {
+			if !rec.State.Holds(*own) {
 				return 0, CounterRecord{}, fmt.Errorf("%w: generator %q: hand-back of %v, claimed by the write at seq %d (the counter is at seq %d)",
 					ErrUnconfirmed, spec.Generator, r, own.Seq, rec.State.Seq)
 			}

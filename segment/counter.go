@@ -101,6 +101,13 @@ func (c Counter) WriteAt(seq uint64) (uint64, bool) {
 	return c.Hist[uint64(len(c.Hist))-1-(c.Seq-seq)], true
 }
 
+// Holds reports whether c still records m's write at m's seq: a claim's
+// or a take's own write, which settles it and lets it be handed back.
+func (c Counter) Holds(m Mark) bool {
+	id, ok := c.WriteAt(m.Seq)
+	return ok && id == m.ID
+}
+
 // ErrForked marks a counter whose history does not contain a write a node
 // remembers: its Seq is below the remembered one, or the write recorded at
 // the remembered Seq is another. Either way the coordinator lost writes

@@ -615,7 +615,7 @@ func (s *Source) poll(ctx context.Context) {
 		// history keeps, leave it unproven — a claim made on a restored
 		// counter before the bump that cleared the restore would repeat
 		// IDs. Dropped (skipped), and claimed again.
-		if id, ok := rec.State.WriteAt(p.mark.Seq); !ok || id != p.mark.ID {
+		if !rec.State.Holds(p.mark) {
 			s.lost += p.r.Len()
 			s.stats.Dropped += p.r.Len()
 			s.cfg.Log.Warn("segment claim not confirmed: the counter's history no longer shows it (a bump, or many writes since); its IDs are skipped",

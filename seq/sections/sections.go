@@ -976,7 +976,7 @@ func (m *Manager) confirm(c segment.Counter, readAt time.Duration) {
 		if st == nil || st.serving.Load() || readAt < st.settleAt {
 			continue
 		}
-		if id, ok := c.WriteAt(st.takeSeq); !ok || id != st.takeID {
+		if !c.Holds(segment.Mark{Seq: st.takeSeq, ID: st.takeID}) {
 			m.release(context.Background(), st, "its take did not settle: the counter no longer records the take's write (a bump, or more writes than the history keeps)")
 			continue
 		}
