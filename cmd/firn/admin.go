@@ -106,12 +106,8 @@ func pinnedLayout(name, given string, st *coordinator.GeneratorState) (generator
 // storedLayouts reads the layouts of the generators defined at runtime
 // (firn generator create), by name; definitions of other kinds, and the
 // records that do not read, are left out.
-func storedLayouts(ctx context.Context, coord coordinator.Admin) (map[string]string, error) {
+func storedLayouts(ctx context.Context, defs coordinator.Definitions) (map[string]string, error) {
 	out := map[string]string{}
-	defs, ok := coord.(coordinator.Definitions)
-	if !ok {
-		return out, nil
-	}
 	ds, _, err := coordinator.SplitDefinitions(defs.Definitions(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("reading the generators' definitions: %w", err)
