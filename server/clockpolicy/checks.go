@@ -104,12 +104,14 @@ func (p *Policy) PeerStatus() (checked bool, count int, skew time.Duration) {
 // The check takes the median clock offset over all live nodes, this one
 // included (offset 0), one entry per instance; the node stops serving only
 // when it is the outlier beyond --max-peer-skew among at least 3. The first
-// check at start acts on its one reading: it refuses a skew beyond
+// reading that holds a peer acts alone: it refuses a skew beyond
 // --max-peer-skew by more than peerBeatAge (what a heartbeat read rather
 // than received may add), so that a node started far off never serves, and
 // otherwise lets the node serve; later checks act on two readings in a row
-// beyond the limit.
-func (p *Policy) OnPeers(self string, beats []coordinator.PeerBeat, first bool) {
+// beyond the limit. A reading with no peer in it spends nothing (ZooKeeper
+// reports heartbeats from their next write on, so a node's first reading
+// there is empty).
+func (p *Policy) OnPeers(self string, beats []coordinator.PeerBeat) {
 	latest := map[string]coordinator.PeerBeat{}
 	for _, b := range beats {
 		id := b.Heartbeat.Node.InstanceID
@@ -130,6 +132,8 @@ func (p *Policy) OnPeers(self string, beats []coordinator.PeerBeat, first bool) 
 	p.peerMu.Lock()
 	p.peerSkew, p.peerCount, p.peerChecked = skew, len(offsets), true
 	p.peerMost = max(p.peerMost, len(offsets))
+	first := !p.peerHeard && len(latest) > 0
+	p.peerHeard = p.peerHeard || len(latest) > 0
 	switch {
 	case first && abs > p.cfg.MaxPeerSkew+peerBeatAge:
 		p.peerOver = 2
@@ -190,19 +194,21 @@ func (p *Policy) clearDoubt(gen Generator, src clockguard.Source) {
 // Unlike the outlier rule, which stops a node only among three, one peer
 // is enough here: the question is not whether to stop a serving node but
 // whether to believe a step, and one peer that agrees on two readings is
-// evidence, one that disagrees is reason enough to wait.
+// evidence, one that disagrees is reason enough to wait. The median is of
+// the peers alone: this node's own clock is what is in question, and
+// counted beside one peer it would halve that peer's disagreement.
 func (p *Policy) peerGateReading(latest map[string]coordinator.PeerBeat) {
 	pending, stepWall := p.gatePending()
 	if !pending {
 		return
 	}
-	offsets := []time.Duration{0}
+	var offsets []time.Duration
 	for _, b := range latest {
 		if !b.Received.Before(stepWall) {
 			offsets = append(offsets, b.Heartbeat.Wall.Sub(b.Received))
 		}
 	}
-	if len(offsets) < 2 {
+	if len(offsets) == 0 {
 		return
 	}
 	skew := -median(offsets)

@@ -44,7 +44,10 @@ func clockOffset(wall time.Time, mono time.Duration) time.Duration {
 // gateReading applies one clock reading (after a step either way, or the
 // offset a generator refused): a forward jump beyond the limit opens the
 // gate, a reading back within the limit of the accepted offset closes it.
-func (p *Policy) gateReading(wall time.Time, mono time.Duration) {
+// stepped says the reading follows a step the detector saw: while a step
+// is pending, the evidence that may confirm it then counts from this
+// reading on.
+func (p *Policy) gateReading(wall time.Time, mono time.Duration, stepped bool) {
 	off := clockOffset(wall, mono)
 	g := &p.gate
 	g.mu.Lock()
@@ -57,6 +60,16 @@ func (p *Policy) gateReading(wall time.Time, mono time.Duration) {
 		g.mu.Unlock()
 		p.log.Info("clock came back before the forward step was confirmed; serving again", "step", size)
 		p.gateClosed()
+		return
+	case g.pending && stepped:
+		// The clock stepped again while a step awaits confirmation:
+		// evidence taken before this reading (an NTP check begun, peer
+		// heartbeats received) measured another clock, so it counts from
+		// here (OnStep asks NTP again).
+		g.size, g.stepMono, g.stepWall, g.peerOK = jump, mono, wall, 0
+		g.mu.Unlock()
+		p.log.Warn("clock stepped again before the forward step was confirmed: confirming from this reading", "size", jump)
+		p.setGateReason(jump, wall)
 		return
 	case g.pending:
 		g.size = jump
@@ -185,7 +198,7 @@ func (p *Policy) ForwardRefused(*generator.ForwardStepError) {
 		p.PollSteps()
 	}
 	wall, mono := p.clock.Now()
-	p.gateReading(wall, mono)
+	p.gateReading(wall, mono, false)
 	if pending, _ := p.gatePending(); !pending {
 		p.confirmGenerators()
 	}
@@ -202,6 +215,6 @@ func (p *Policy) GateCheck() {
 	pending := p.gate.pending
 	p.gate.mu.Unlock()
 	if !pending && jump > p.cfg.MaxClockOffset {
-		p.gateReading(wall, mono)
+		p.gateReading(wall, mono, false)
 	}
 }

@@ -62,8 +62,9 @@ type Policy struct {
 	peerSkew    time.Duration
 	peerCount   int
 	peerChecked bool
-	peerOver    int // consecutive checks beyond --max-peer-skew
-	peerMost    int // the most live nodes any reading saw, this one included
+	peerOver    int  // consecutive checks beyond --max-peer-skew
+	peerHeard   bool // a reading held a peer: the start rule is spent
+	peerMost    int  // the most live nodes any reading saw, this one included
 
 	// unchecked: at the last judgement nothing checked the clock (no NTP
 	// answering, fewer than peerCheckNodes live nodes). judgeMu orders the
@@ -239,7 +240,7 @@ func (p *Policy) OnStep(st clockguard.Step) {
 	// Either way: the forward-step gate sees the reading, NTP is asked at
 	// once, every wait sized from the old clock is woken, and the holders
 	// size their reservation-expiry timers again and write at once.
-	p.gateReading(st.Wall, st.Mono)
+	p.gateReading(st.Wall, st.Mono, true)
 	if p.AskNTP != nil {
 		p.AskNTP()
 	}

@@ -2,6 +2,7 @@ package clockpolicy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -195,22 +196,22 @@ func (r *policyRig) beat(id string, offset time.Duration) coordinator.PeerBeat {
 func TestPolicyPeersConfirmOnlyWithBeatsAfterTheStep(t *testing.T) {
 	r := newPolicyRig(t, Config{})
 	old := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
-	r.p.OnPeers("self", old, true) // live peers: the gate has someone to ask
+	r.p.OnPeers("self", old) // live peers: the gate has someone to ask
 	r.clock.Advance(100 * time.Millisecond)
 	r.step(time.Hour)
 	r.wantServing(false, "after +1h among three")
 	// Heartbeats received before the step say nothing of it, however often
 	// they are read.
 	for range 3 {
-		r.p.OnPeers("self", old, false)
+		r.p.OnPeers("self", old)
 	}
 	r.wantServing(false, "on heartbeats from before the step")
 	// Beats received after the step, with the peers an hour behind: the
 	// median disagrees; the node is the outlier.
 	r.clock.Advance(time.Second)
 	stepped := []coordinator.PeerBeat{r.beat("a", -time.Hour), r.beat("b", -time.Hour)}
-	r.p.OnPeers("self", stepped, false)
-	r.p.OnPeers("self", stepped, false)
+	r.p.OnPeers("self", stepped)
+	r.p.OnPeers("self", stepped)
 	r.wantServing(false, "while the peers disagree")
 	if !strings.Contains(r.reason(), "peer median") {
 		t.Fatalf("reason %q does not name the peer median", r.reason())
@@ -219,34 +220,97 @@ func TestPolicyPeersConfirmOnlyWithBeatsAfterTheStep(t *testing.T) {
 
 func TestPolicyPeersConfirmOnTwoReadings(t *testing.T) {
 	r := newPolicyRig(t, Config{})
-	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}, true)
+	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)})
 	r.step(2 * time.Second)
 	r.wantServing(false, "after +2s")
 	r.clock.Advance(time.Second)
 	agree := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
-	r.p.OnPeers("self", agree, false)
+	r.p.OnPeers("self", agree)
 	r.wantServing(false, "after one agreeing reading")
-	r.p.OnPeers("self", agree, false)
+	r.p.OnPeers("self", agree)
 	r.wantServing(true, "after two agreeing readings")
 }
 
 func TestPolicyPeerOutlierTwoReadings(t *testing.T) {
 	r := newPolicyRig(t, Config{})
 	fine := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
-	r.p.OnPeers("self", fine, true)
+	r.p.OnPeers("self", fine)
 	r.wantServing(true, "among agreeing peers")
 	far := []coordinator.PeerBeat{r.beat("a", -3*time.Second), r.beat("b", -3*time.Second)}
-	r.p.OnPeers("self", far, false)
+	r.p.OnPeers("self", far)
 	r.wantServing(true, "after one reading beyond the limit")
-	r.p.OnPeers("self", far, false)
+	r.p.OnPeers("self", far)
 	r.wantServing(false, "after two readings beyond the limit")
-	r.p.OnPeers("self", fine, false)
+	r.p.OnPeers("self", fine)
 	r.wantServing(true, "back within the limit")
 	// At start one reading beyond the limit plus a heartbeat's age is
 	// enough.
 	r2 := newPolicyRig(t, Config{})
-	r2.p.OnPeers("self", []coordinator.PeerBeat{r2.beat("a", -3*time.Second), r2.beat("b", -3*time.Second)}, true)
+	r2.p.OnPeers("self", []coordinator.PeerBeat{r2.beat("a", -3*time.Second), r2.beat("b", -3*time.Second)})
 	r2.wantServing(false, "started 3s off")
+}
+
+// The start rule acts on the first reading that holds a peer, not on the
+// first reading: on ZooKeeper a node's first reading is empty (heartbeats
+// are reported from their next write on). Before, the rule was spent on
+// that empty reading, and a node started an hour off its two peers served
+// (three live nodes: a checked clock) until the third reading.
+func TestPolicyStartRuleWaitsForAPeer(t *testing.T) {
+	r := newPolicyRig(t, Config{RefuseUnchecked: true})
+	r.p.WaitFirstPeers()
+	r.p.OnPeers("self", nil)
+	r.wantServing(false, "one live node, refusing an unchecked clock")
+	r.clock.Advance(time.Second)
+	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", -time.Hour), r.beat("b", -time.Hour)})
+	r.wantServing(false, "an hour off both peers, on the first reading that holds them")
+	if !strings.Contains(r.reason(), "--max-peer-skew") {
+		t.Fatalf("reason %q does not name --max-peer-skew", r.reason())
+	}
+}
+
+// Backward steps of 800 ms, each within max-lead (1 s), with a call after
+// each: they add up, and the node fails closed once their sum since the
+// generator last adopted a reading passes max-lead, never waiting longer
+// than max-lead for the clock. The first is absorbed (the call is served
+// ahead of the clock, and the generator adopts the stepped reading); after
+// the second the generator stands 1.6 s ahead and a call waits 600 ms
+// (as after one absorbed step while borrowing at the limit: "calls wait at
+// most the step"); the third is a rollback of 1.6 s from the adopted
+// reading, and the call that meets it holds the generator out
+// (CLOCK_ROLLBACK) until the clock catches up.
+func TestPolicyBackwardStepsAddUp(t *testing.T) {
+	r := newPolicyRig(t, Config{})
+	gen := r.rt.gen
+	if _, err := gen.TryBatch(make([]uint64, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		r.step(-800 * time.Millisecond)
+		r.wantServing(true, fmt.Sprintf("after step %d of -800ms (absorbed)", i+1))
+		r.clock.Advance(10 * time.Millisecond)
+		n, err := gen.TryBatch(make([]uint64, 1))
+		if i == 0 && (err != nil || n != 1) {
+			t.Fatalf("a call after the absorbed step: %d, %v", n, err)
+		}
+		if i == 1 && (err != nil || n != 0) {
+			// TryBatch says "wait for the clock" with 0 IDs and no error.
+			t.Fatalf("a call 1.6s ahead: %d, %v, want a wait", n, err)
+		}
+	}
+	r.step(-800 * time.Millisecond)
+	var rb *generator.RollbackError
+	_, err := gen.TryBatch(make([]uint64, 1))
+	if !errors.As(err, &rb) || rb.Step <= time.Second {
+		t.Fatalf("after a third -800ms: err %v, want a RollbackError beyond max-lead", err)
+	}
+	r.p.NoteError(r.rt, err)
+	r.wantServing(false, "after the rollback met by a call")
+	if rb.RetryAfter <= time.Second || rb.RetryAfter > 1500*time.Millisecond {
+		t.Fatalf("RetryAfter %v, want the time until the lead is back within max-lead (~1.4s)", rb.RetryAfter)
+	}
+	r.clock.Advance(1500 * time.Millisecond)
+	r.p.probe(r.rt)
+	r.wantServing(true, "once the clock caught up")
 }
 
 func TestPolicyRollbackAndRecovery(t *testing.T) {
@@ -316,8 +380,8 @@ func TestPolicyNTPVerdicts(t *testing.T) {
 // and no heartbeat flows); one that never saw another accepts it.
 func TestPolicyOncePeeredWaits(t *testing.T) {
 	r := newPolicyRig(t, Config{})
-	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
-	r.p.OnPeers("self", nil, false) // the peer is gone, for now
+	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0)})
+	r.p.OnPeers("self", nil) // the peer is gone, for now
 	r.clock.Advance(time.Second)
 	r.step(time.Hour)
 	r.wantServing(false, "after +1h with no live peer, having seen one")
@@ -332,7 +396,7 @@ func TestPolicyOncePeeredWaits(t *testing.T) {
 func TestPolicyUncheckedClock(t *testing.T) {
 	r := newPolicyRig(t, Config{RefuseUnchecked: true})
 	r.p.WaitFirstPeers()
-	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
+	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0)})
 	r.wantServing(false, "no NTP, two live nodes")
 	sn := r.rt.state.Snapshot()
 	if ref := sn.Refusal(); ref.Code != clockguard.CodeClockUnchecked || ref.Limit != "3 live nodes" || ref.Measured != "2 live nodes" {
@@ -347,14 +411,14 @@ func TestPolicyUncheckedClock(t *testing.T) {
 		t.Fatalf("clock check %v %q", u, text)
 	}
 	three := []coordinator.PeerBeat{r.beat("a", 0), r.beat("b", 0)}
-	r.p.OnPeers("self", three, false)
+	r.p.OnPeers("self", three)
 	r.wantServing(true, "three live nodes")
 	if u, text := r.p.ClockCheck(); u || text != "peers (3 live nodes)" {
 		t.Fatalf("clock check %v %q", u, text)
 	}
-	r.p.OnPeers("self", three[:1], false)
+	r.p.OnPeers("self", three[:1])
 	r.wantServing(false, "down to two")
-	r.p.OnPeers("self", three, false)
+	r.p.OnPeers("self", three)
 	r.wantServing(true, "three again")
 
 	// Serving never flickers on the way in: the unchecked hold is set
@@ -367,7 +431,7 @@ func TestPolicyUncheckedClock(t *testing.T) {
 			served = true
 		}
 	})
-	r2.p.OnPeers("self", nil, true)
+	r2.p.OnPeers("self", nil)
 	r2.wantServing(false, "alone")
 	if served {
 		t.Fatal("the generator served for a moment between the start's peers reason and the unchecked one")
@@ -378,7 +442,7 @@ func TestPolicyUncheckedClock(t *testing.T) {
 // unreachable is no check.
 func TestPolicyUncheckedClockNTP(t *testing.T) {
 	r := newPolicyRig(t, Config{NTP: true, RefuseUnchecked: true})
-	r.p.OnPeers("self", nil, true)
+	r.p.OnPeers("self", nil)
 	r.wantServing(true, "NTP configured, no verdict yet")
 	r.p.OnNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
 	r.wantServing(false, "NTP not required and unreachable, alone")
@@ -392,7 +456,7 @@ func TestPolicyUncheckedClockNTP(t *testing.T) {
 	}
 	// Required NTP that is unreachable says so itself.
 	req := newPolicyRig(t, Config{NTP: true, NTPRequired: true, RefuseUnchecked: true})
-	req.p.OnPeers("self", nil, true)
+	req.p.OnPeers("self", nil)
 	req.p.OnNTP(clockguard.NTPResult{}, clockguard.ErrNTPUnreachable)
 	if ref := req.rt.state.Snapshot().Refusal(); ref.Code != clockguard.CodeNTPUnreachable || len(req.rt.state.Snapshot().Causes) != 1 {
 		t.Fatalf("required NTP unreachable: %+v, causes %+v", ref, req.rt.state.Snapshot().Causes)
@@ -402,7 +466,7 @@ func TestPolicyUncheckedClockNTP(t *testing.T) {
 // Told to accept it, the node serves on the unchecked clock and says so.
 func TestPolicyUncheckedClockAccepted(t *testing.T) {
 	r := newPolicyRig(t, Config{UncheckedWhy: "accepted by --unchecked-clock-ok"})
-	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0)}, true)
+	r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0)})
 	r.wantServing(true, "with --unchecked-clock-ok")
 	if u, text := r.p.ClockCheck(); !u || !strings.HasPrefix(text, "unchecked, accepted by --unchecked-clock-ok") {
 		t.Fatalf("clock check %v %q", u, text)

@@ -677,7 +677,7 @@ func (c *Core) peerLoop(ctx context.Context) {
 			continue
 		}
 		countInUse(c.Generators(), beats)
-		c.policy.OnPeers(c.nodeInfo.InstanceID, beats, first)
+		c.policy.OnPeers(c.nodeInfo.InstanceID, beats)
 		first = false
 		t.Reset(time.Second)
 	}
