@@ -117,20 +117,27 @@ func (l Layout) PerUnit() uint64 { return 1 << l.SequenceBits }
 // Rate is one worker's sustained limit in IDs per second.
 func (l Layout) Rate() float64 { return float64(l.PerUnit()) * float64(time.Second) / float64(l.Unit) }
 
-// End is the first instant the time field cannot represent. It saturates at
-// the largest time.Time arithmetic allows for very long-lived layouts.
+// End is the first instant the layout serves no more: where its time
+// field runs out, or, for a layout that outlives them, where firn's
+// arithmetic does — a time.Duration after the epoch (about 292 years:
+// units are counted from the epoch in nanoseconds), and the last instant
+// of Unix nanoseconds (April 2262). An epoch so old that the clock today
+// lies past its Duration is refused by Validate as a layout that ran out.
 func (l Layout) End() time.Time {
-	n := uint64(l.MaxTime()) + 1
+	end := l.Epoch.Add(math.MaxInt64) // saturates at a Duration from the epoch
+	if unixEnd := time.Unix(0, math.MaxInt64); unixEnd.Before(end) {
+		end = unixEnd
+	}
 	if l.Unit <= 0 {
 		return l.Epoch
 	}
-	hi, lo := bits.Mul64(n, uint64(l.Unit))
-	if hi != 0 || lo > math.MaxInt64 {
-		// Longer than ~292 years: add in whole units of a day.
-		days := n / uint64(24*time.Hour/l.Unit+1)
-		return l.Epoch.AddDate(0, 0, int(min(days, 1<<20)))
+	n := uint64(l.MaxTime()) + 1
+	if hi, lo := bits.Mul64(n, uint64(l.Unit)); hi == 0 && lo <= math.MaxInt64 {
+		if f := l.Epoch.Add(time.Duration(lo)); f.Before(end) {
+			end = f
+		}
 	}
-	return l.Epoch.Add(time.Duration(lo))
+	return end
 }
 
 // Units returns the time-field value of the wall time t: whole units since
@@ -151,8 +158,9 @@ func (l Layout) UnitStart(u int64) time.Time { return l.Epoch.Add(time.Duration(
 // Validate checks the layout against the clock reading now (time is an
 // argument: this package does not read the wall clock). It refuses, naming
 // the field and the bound: widths over 63 bits, a zero-width field that must
-// not be zero, a unit outside [1µs, 1h], an epoch in the future, and a time
-// field that runs out within MinLifetime of now.
+// not be zero, a unit outside [1µs, 1h], an epoch in the future or so far
+// back that units counted from it in nanoseconds run out within
+// MinLifetime, and a time field that runs out within MinLifetime of now.
 func (l Layout) Validate(now time.Time) error {
 	switch {
 	case l.TimeBits == 0:
@@ -181,6 +189,10 @@ func (l Layout) Validate(now time.Time) error {
 		return layoutErr("epoch", "must be set")
 	case l.Epoch.After(now):
 		return layoutErr("epoch", "%s is in the future (now %s)", formatTime(l.Epoch), formatTime(now))
+	}
+	if span := l.Epoch.Add(math.MaxInt64); span.Before(now.Add(MinLifetime)) {
+		return layoutErr("epoch", "%s is too far back: units are counted from the epoch in nanoseconds, which run out at %s, within %d years of now",
+			formatTime(l.Epoch), formatTime(span), int(MinLifetime/(365*24*time.Hour)))
 	}
 	if end := l.End(); end.Before(now.Add(MinLifetime)) {
 		return layoutErr("time", "%d bits of %v from epoch %s run out at %s, within %d years of now",

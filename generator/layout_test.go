@@ -64,6 +64,16 @@ func TestValidateRefuses(t *testing.T) {
 		{"unit too small", mod(func(l *Layout) { l.Unit = time.Nanosecond }), "unit", "below the minimum"},
 		{"unit zero", mod(func(l *Layout) { l.Unit = 0 }), "unit", "below the minimum"},
 		{"no epoch", mod(func(l *Layout) { l.Epoch = time.Time{} }), "epoch", "must be set"},
+		// A time field lasting to the year 36,000 from an epoch 326 years
+		// back: the units since the epoch, counted in nanoseconds, no
+		// longer fit in 64 bits (a Windows FILETIME or .NET epoch).
+		{"epoch too far back", func() Layout {
+			l, err := ParseLayout("time=40,dc=0,worker=10,seq=13,unit=1s,epoch=1700-01-01T00:00:00Z")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}(), "epoch", "too far back"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -305,5 +315,45 @@ func TestRenamedPreset(t *testing.T) {
 	_, err := ParseLayout("uidgen")
 	if !errors.Is(err, ErrLayout) || !strings.Contains(err.Error(), `"wideworker"`) || !strings.Contains(err.Error(), "UidGenerator") {
 		t.Fatalf("ParseLayout(uidgen) = %v, want the rename named", err)
+	}
+}
+
+// A layout whose epoch lies far back, but within the 292 years its units
+// are counted over, serves at a clock inside it: Validate accepts what
+// the generator can issue. Before, an epoch of 1700 passed Validate and
+// every call then failed (the units since the epoch overflowed), with
+// a CLOCK_RANGE refusal naming a range the clock lay inside.
+func TestOldEpochServes(t *testing.T) {
+	for _, c := range []struct {
+		epoch string
+		ok    bool
+	}{{"1760-01-01T00:00:00Z", true}, {"1700-01-01T00:00:00Z", false}} {
+		l, err := ParseLayout("time=40,dc=0,worker=10,seq=13,unit=1s,epoch=" + c.epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = l.Validate(testNow)
+		if (err == nil) != c.ok {
+			t.Fatalf("epoch %s: Validate = %v, want ok %v", c.epoch, err, c.ok)
+		}
+		if !c.ok {
+			continue
+		}
+		if got, want := l.Units(testNow), int64(testNow.Sub(l.Epoch)/time.Second); got != want {
+			t.Fatalf("epoch %s: Units(now) = %d, want %d", c.epoch, got, want)
+		}
+		clock := &manualClock{wall: testNow}
+		g, err := New(Config{Layout: l, Worker: 1, Clock: clock, Floor: -1, Reserved: NoReservation})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.SetReserved(l.Units(testNow) + 10)
+		dst := make([]uint64, 1)
+		if n, err := g.TryBatch(dst); err != nil || n != 1 {
+			t.Fatalf("epoch %s: TryBatch = %d, %v", c.epoch, n, err)
+		}
+		if p, _ := l.Decode(dst[0]); !p.Time.Equal(testNow.Truncate(time.Second)) {
+			t.Fatalf("epoch %s: the ID decodes to %v, want %v", c.epoch, p.Time, testNow.Truncate(time.Second))
+		}
 	}
 }
