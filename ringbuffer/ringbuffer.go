@@ -337,7 +337,7 @@ func (b *Buffer) Take() (uint64, error) {
 // returns how many it wrote, or ErrEmpty at once when it has none. The IDs
 // written are increasing.
 func (b *Buffer) TakeN(dst []uint64) (int, error) {
-	n, err := b.takeN(dst)
+	n, _, err := b.takeN(dst)
 	if err != nil {
 		b.emptyHits.Add(1)
 		b.poke()
@@ -345,19 +345,21 @@ func (b *Buffer) TakeN(dst []uint64) (int, error) {
 	return n, err
 }
 
-func (b *Buffer) takeN(dst []uint64) (int, error) {
+// takeN is TakeN, which also says when the oldest ID it wrote was made
+// (its chunk's tick; the IDs a take writes are in the order they were
+// made).
+func (b *Buffer) takeN(dst []uint64) (got int, made uint32, err error) {
 	if len(dst) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	tick := b.tickAt(b.mono())
-	got := 0
 	for got == 0 {
 		var h, n, t uint64
 		for {
 			h = b.head.Load()
 			t = b.tail.Load()
 			if h >= t {
-				return 0, ErrEmpty
+				return 0, 0, ErrEmpty
 			}
 			n = min(uint64(len(dst)), t-h)
 			if b.head.CompareAndSwap(h, h+n) {
@@ -367,22 +369,21 @@ func (b *Buffer) takeN(dst []uint64) (int, error) {
 		if hook := b.testHookClaimed; hook != nil {
 			hook()
 		}
-		got = b.copyOut(h, n, dst, tick)
+		got, made = b.copyOut(h, n, dst, tick)
 		if left := int64(t - h - n); left*2 < b.target.Load() {
 			b.poke()
 		}
 	}
-	return got, nil
+	return got, made, nil
 }
 
 // copyOut copies the claimed positions [h, h+n) into dst, skipping IDs
 // stale at the take's tick (tickAt) and retired ones, then releases the
-// slots to the filler.
-func (b *Buffer) copyOut(h, n uint64, dst []uint64, takeTick int64) int {
+// slots to the filler. made is the tick the first ID copied was made in.
+func (b *Buffer) copyOut(h, n uint64, dst []uint64, takeTick int64) (got int, made uint32) {
 	epoch := b.epoch.Load()
 	tick := uint32(takeTick)
 	staleTicks := int32(b.staleTicks)
-	got := 0
 	var stale, retired uint64
 	// Segment by segment: the ring wraps, and the lap changes, at most
 	// once within a take.
@@ -399,6 +400,9 @@ func (b *Buffer) copyOut(h, n uint64, dst []uint64, takeTick int64) int {
 			}
 		}
 		if clean {
+			if got == 0 {
+				made = ms[0].stamp
+			}
 			got += copy(dst[got:], b.ids[i:i+seg])
 		} else {
 			for j, m := range ms {
@@ -413,6 +417,9 @@ func (b *Buffer) copyOut(h, n uint64, dst []uint64, takeTick int64) int {
 				case int32(tick-m.stamp) > staleTicks:
 					stale++
 				default:
+					if got == 0 {
+						made = m.stamp
+					}
 					dst[got] = b.ids[i+uint64(j)]
 					got++
 				}
@@ -427,7 +434,7 @@ func (b *Buffer) copyOut(h, n uint64, dst []uint64, takeTick int64) int {
 	if retired > 0 {
 		b.droppedReset.Add(retired)
 	}
-	return got
+	return got, made
 }
 
 // release returns positions [h, h+n) to the filler, one atomic add per
@@ -493,7 +500,7 @@ func (b *Buffer) DrainThen(ctx context.Context, dst []uint64, produce func(took 
 	}
 	got := 0
 	for got < len(dst) {
-		n, err := b.takeN(dst[got:])
+		n, _, err := b.takeN(dst[got:])
 		if err != nil {
 			break
 		}
@@ -513,27 +520,44 @@ func (b *Buffer) generate(ctx context.Context, dst []uint64, bulk bool) (got int
 	if src == nil {
 		err = ErrNoSource
 	}
+	var made uint32
 	for err == nil && got < len(dst) {
-		n, terr := b.takeN(dst[got:])
+		n, m, terr := b.takeN(dst[got:])
 		if terr != nil {
 			break
+		}
+		if got == 0 {
+			made = m
 		}
 		got += n
 	}
 	fromRing := got
 	bs, isBulk := src.(BulkSource)
 	bulk = bulk && isBulk
-	for err == nil && got < len(dst) {
-		var n int
-		if bulk {
-			if n, err = bs.TryBulk(dst[got:]); n == 0 && err == nil {
-				await = bs.AwaitBulk
-				break
+	produce := func() {
+		for err == nil && got < len(dst) {
+			var n int
+			if bulk {
+				if n, err = bs.TryBulk(dst[got:]); n == 0 && err == nil {
+					await = bs.AwaitBulk
+					break
+				}
+			} else {
+				n, err = src.NextBatch(ctx, dst[got:])
 			}
-		} else {
-			n, err = src.NextBatch(ctx, dst[got:])
+			got += n
 		}
-		got += n
+	}
+	produce()
+	if fromRing > 0 && err == nil && !fresh(made, b.tickAt(b.mono()), b.staleTicks) {
+		// The source waited (for the clock, a reservation) while the IDs
+		// taken from the ring aged past the bound: they are dropped, as a
+		// take would drop them, and the source gives the rest. Every ID
+		// it gives is above them.
+		got = copy(dst, dst[fromRing:got])
+		b.droppedStale.Add(uint64(fromRing))
+		fromRing, await = 0, nil
+		produce()
 	}
 	<-b.fillLock
 	b.direct.Add(uint64(got - fromRing))

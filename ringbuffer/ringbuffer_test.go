@@ -666,3 +666,64 @@ func TestInvalidate(t *testing.T) {
 		t.Fatalf("stats %+v: want the 512 dropped counted", s)
 	}
 }
+
+// slowStamp is a source whose IDs are their creation time on clk's
+// monotonic reading (kept increasing). The filler's TryBatch answers at
+// once; a direct NextBatch first waits (the generator at its lead limit,
+// or waiting for its reservation) — modelled by moving the fake clock.
+type slowStamp struct {
+	clk  *fakeClock
+	wait time.Duration
+	last uint64
+}
+
+func (s *slowStamp) stamp(dst []uint64) int {
+	_, m := s.clk.Now()
+	now := uint64(m)
+	for i := range dst {
+		now = max(now, s.last+1)
+		dst[i], s.last = now, now
+	}
+	return len(dst)
+}
+
+func (s *slowStamp) TryBatch(dst []uint64) (int, error) { return s.stamp(dst), nil }
+func (s *slowStamp) NextBatch(_ context.Context, dst []uint64) (int, error) {
+	s.clk.Advance(s.wait)
+	return s.stamp(dst), nil
+}
+
+// Generate drains the ring first, then waits in the source for the rest;
+// the IDs it drained are handed out when it returns, and none may then be
+// older than MaxStaleness plus one tick (docs/design.md, Ring buffer).
+// Before, the drained IDs were handed out whatever the wait had made of
+// them: here 300 ms old against a bound of 110 ms. Now they are dropped
+// (counted stale) and the source gives the rest.
+func TestGenerateKeepsRingIDsFresh(t *testing.T) {
+	const stale, tick = 100 * time.Millisecond, 10 * time.Millisecond
+	clk := &fakeClock{}
+	clk.Advance(time.Second)
+	b := newBuf(t, Config{Size: 1024, MaxStaleness: stale, Tick: tick, Clock: clk, Chunk: 64})
+	src := &slowStamp{clk: clk, wait: 300 * time.Millisecond}
+	b.Reset(src)
+	b.fill(64) // 64 IDs in the ring, made now
+	dst := make([]uint64, 100)
+	_, began := clk.Now() // IDs made before it came from the ring
+	n, err := b.Generate(context.Background(), dst)
+	if err != nil || n != 100 {
+		t.Fatalf("Generate = %d, %v", n, err)
+	}
+	_, now := clk.Now()
+	if got := b.Stats().DroppedStale; got != 64 {
+		t.Fatalf("DroppedStale %d, want the 64 IDs taken from the ring", got)
+	}
+	for i, id := range dst[:n] {
+		if i > 0 && id <= dst[i-1] {
+			t.Fatalf("ID %d (%d) not above the one before (%d)", i, id, dst[i-1])
+		}
+		if age := now - time.Duration(id); time.Duration(id) < began && age > stale+tick {
+			t.Fatalf("ID %d of %d handed out %v after it was made (bound %v); %d of the IDs came from the ring",
+				i, n, age, stale+tick, 64)
+		}
+	}
+}

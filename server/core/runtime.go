@@ -286,9 +286,13 @@ func (rt *Generator) fill(ctx context.Context, f *admission.Flow, dst []uint64) 
 		defer rt.fair.Leave(f, len(dst))
 	}
 	// A batch larger than one turn is generated in turns, leaving the ring
-	// to the small calls it keeps fast (docs/design.md, Overload).
+	// to the small calls it keeps fast (docs/design.md, Overload). One the
+	// ring could not fill when it entered waits for its turn first, and
+	// takes from the ring then, under the filler's lock (ring.Generate):
+	// IDs taken before the wait would age through it, past the ring's
+	// freshness bound.
 	n := 0
-	if len(dst) <= rt.fair.Turn() {
+	if len(dst) <= rt.fair.Turn() && f == nil {
 		n, _ = rt.ring.TakeN(dst)
 	}
 	if n < len(dst) {
