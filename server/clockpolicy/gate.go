@@ -123,10 +123,8 @@ func (p *Policy) confirmGate(fromMono time.Duration, why string) {
 		g.mu.Unlock()
 		return
 	}
-	// The offset the evidence confirmed, not the clock as it reads now:
-	// a step since the last reading the gate saw is judged on its own
-	// (the detector's next poll, GateCheck), not adopted with this one.
-	g.top = max(g.top, clockOffset(g.stepWall, g.stepMono))
+	wall, mono := p.clock.Now()
+	g.top = clockOffset(wall, mono)
 	g.pending, g.peerOK = false, 0
 	g.held.Store(false)
 	size := g.size

@@ -101,26 +101,3 @@ func TestGateAsksThePeersAlone(t *testing.T) {
 	}
 	r.wantServing(true, "after two readings of the one peer agreeing")
 }
-
-// A step the detector has not polled yet when the evidence for an earlier
-// one arrives is not adopted with it: the gate accepts the offset it
-// confirmed, and the next look at the clock (GateCheck, before any
-// reservation is sized) judges the new step on its own. Before, the gate
-// took the clock as it read at the confirmation as its accepted offset,
-// and a further hour slipped in unconfirmed.
-func TestGateConfirmsTheOffsetItSaw(t *testing.T) {
-	r := newPolicyRig(t, Config{NTP: true, NTPRequired: true})
-	r.clock.Advance(time.Second)
-	r.step(10 * time.Second)
-	r.wantServing(false, "after +10s")
-	r.clock.Advance(50 * time.Millisecond)
-	_, checkBegan := r.clock.Now()
-	r.clock.Advance(50 * time.Millisecond)
-	r.clock.Step(time.Hour) // not yet seen by the detector
-	r.p.OnNTP(clockguard.NTPResult{OK: true, StartMono: checkBegan}, nil)
-	r.p.GateCheck()
-	if !r.p.GateHeld() || r.rt.state.Serving() {
-		t.Fatalf("a +1h step taken in with the confirmation of an earlier +10s: gate held %v, serving %v",
-			r.p.GateHeld(), r.rt.state.Serving())
-	}
-}
