@@ -256,7 +256,7 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 			clientv3.Compare(clientv3.ModRevision(k.floor()), "=", s.floor.modRev),
 			clientv3.Compare(clientv3.CreateRevision(k.restored()), "=", 0)).
 		Then(then...).
-		Else(clientv3.OpGet(k.pin()), clientv3.OpGet(k.floor()), clientv3.OpGet(k.restored())).
+		Else(clientv3.OpGet(k.pin()), clientv3.OpGet(k.floor()), clientv3.OpGet(k.restored()), clientv3.OpGet(ownerKey)).
 		Commit()
 	cancel()
 	if err != nil {
@@ -264,9 +264,21 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 			c.dropSession(sess)
 			return nil, coordinator.ErrRescan
 		}
+		// The txn may still be applied, after a retry's scan has
+		// looked: the session sweeps for strays from now on.
+		sess.unsure.Store(true)
 		return nil, unavailable("acquire", err)
 	}
 	if !resp.Succeeded {
+		if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) == 1 && clientv3.LeaseID(kvs[0].Lease) == sess.id {
+			// The owner key is bound to this session already: an
+			// earlier attempt of this very txn (the client library
+			// repeats one whose call timed out while ctx lives) or an
+			// earlier take given up on. Unless a lease holds it, it
+			// is a stray: sweep now, and after each renewal.
+			sess.unsure.Store(true)
+			sess.askSweep()
+		}
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) != 1 || kvs[0].CreateRevision != s.pinRev {
 			return nil, coordinator.ErrRescan // the pin changed: check it again
 		}
@@ -405,6 +417,70 @@ func (c *Coordinator) dropStrays(ctx context.Context, k keys, s *scanned, node c
 	}
 	s.ownerKeys = kept
 	return nil
+}
+
+// sweepStrays deletes the owner keys bound to session s that no lease of
+// this coordinator holds and no acquisition has in flight (isStray): a
+// take txn given up on that the server applied after the retry's scan
+// (dropStrays, in the next Acquire, comes too late for a node that holds
+// what it needs and acquires no more). It runs after each renewal of a
+// session in which a take's outcome was unknown (session.unsure); each
+// delete is guarded by the key's create revision and lease, as in
+// dropStrays. Best effort: a failed read or delete waits for the next
+// renewal.
+func (c *Coordinator) sweepStrays(ctx context.Context, s *session) {
+	cctx, cancel := c.call(ctx)
+	ttl, err := c.cli.TimeToLive(cctx, s.id, clientv3.WithAttachedKeys())
+	cancel()
+	if err != nil {
+		return
+	}
+	for _, b := range ttl.Keys {
+		key := string(b)
+		if !strings.HasPrefix(key, c.root) || !strings.Contains(strings.TrimPrefix(key, c.root), "/owner/") {
+			continue
+		}
+		c.mu.Lock()
+		_, held := c.held[key]
+		busy := held || c.pending[key] > 0
+		c.mu.Unlock()
+		if busy {
+			continue
+		}
+		cctx, cancel := c.call(ctx)
+		g, err := c.cli.Get(cctx, key)
+		cancel()
+		if err != nil || len(g.Kvs) != 1 || clientv3.LeaseID(g.Kvs[0].Lease) != s.id || !c.isStray(key, g.Kvs[0].CreateRevision) {
+			continue
+		}
+		rev := g.Kvs[0].CreateRevision
+		cctx, cancel = c.call(ctx)
+		resp, err := c.cli.Txn(cctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev),
+				clientv3.Compare(clientv3.LeaseValue(key), "=", s.id)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+		cancel()
+		if err == nil && resp.Succeeded {
+			c.log.Warn("deleted an owner key of this node that no lease holds (an acquisition whose reply was lost)",
+				"key", key, "revision", rev)
+		}
+	}
+}
+
+// sweeper runs sweepStrays each time keepAlive asks (s.sweep), until the
+// session ends or ctx does.
+func (c *Coordinator) sweeper(ctx context.Context, s *session) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.done:
+			return
+		case <-s.sweep:
+			c.sweepStrays(ctx, s)
+		}
+	}
 }
 
 // deleteOwner deletes ownerKey guarded like a holder write (best effort).

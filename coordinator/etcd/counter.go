@@ -126,7 +126,8 @@ func counterFrom(k keys, spec coordinator.CounterSpec, pins, counters, markers [
 // counter and the marker, then one txn If(the counter and the marker as
 // read) Then(put the bumped counter, delete the marker), again from a new
 // read while other writes come between. A bump that does not cover the
-// marker read is refused before the txn (coordinator.BumpedCounter).
+// marker read is refused before the txn (coordinator.BumpedCounter), and
+// so is a marker that does not decode (coordinator.DecodeRestore's error).
 func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterSpec, by uint64) (coordinator.CounterBump, error) {
 	if err := spec.Validate(); err != nil {
 		return coordinator.CounterBump{}, err
@@ -150,9 +151,14 @@ func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterS
 		}
 		var marker *coordinator.RestoreEvidence
 		if len(markers) == 1 {
-			if ev, err := coordinator.DecodeRestore(k.restored(), markers[0].Value); err == nil {
-				marker = &ev
+			// A marker that does not decode still stands: only an
+			// operator can judge it, so the bump refuses it before
+			// writing anything, as Bump does.
+			ev, err := coordinator.DecodeRestore(k.restored(), markers[0].Value)
+			if err != nil {
+				return coordinator.CounterBump{}, err
 			}
+			marker = &ev
 		}
 		bump, raw, err := coordinator.BumpedCounter(k.counter(), spec, counters[0].Value, by, marker)
 		if err != nil {

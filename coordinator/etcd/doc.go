@@ -50,7 +50,16 @@
 // instance ID, would hold the worker until the lease ends. The next
 // Acquire deletes such keys (guarded by their create revision and lease)
 // unless a lease of this Coordinator holds them or an acquisition of them
-// is in flight.
+// is in flight. A take applied later still, after the retry's scan, is
+// found by the session: once one of its takes went unanswered (or failed
+// on an owner key already bound to it), every acknowledged renewal is
+// followed by a sweep of the keys attached to the etcd lease, which
+// deletes such strays the same way. A release whose reply is lost is
+// retried, and the retry's guard fails on the key the release deleted: it
+// reads back what the release left and reports it released when the owner
+// key is no longer this holder's and the reservation holds what it sent
+// (or a later holder's write). Session grants are serialised within each
+// caller's context: no caller waits past its deadline on another's grant.
 //
 // Hazards: the keepalive channel can close after etcd already expired the
 // lease; Done only triggers re-acquisition, safety rests on the fences. A

@@ -32,10 +32,13 @@ type Coordinator struct {
 	log   *slog.Logger
 	root  string // "/<prefix>/<cluster>/"
 
-	grantMu sync.Mutex // serialises session grants
-	mu      sync.Mutex
-	sess    *session
-	closed  bool
+	// grant serialises session grants: a one-slot semaphore, taken within
+	// the caller's context, so that a caller never waits past its deadline
+	// on another caller's grant (one a frozen member does not answer).
+	grant  chan struct{}
+	mu     sync.Mutex
+	sess   *session
+	closed bool
 	// held maps the owner key of every live lease of this coordinator to
 	// the create revision it holds; pending counts acquisitions whose take
 	// txn is in flight per owner key. An owner key bound to the current
@@ -71,6 +74,12 @@ type session struct {
 	// lapsedAt: when (after base) a TTL was last found passed with no
 	// renewal acknowledged; 0: never.
 	lapsedAt atomic.Int64
+	// unsure: a take txn bound to this lease got no answer (it may be
+	// applied after the retry's scan, a stray owner key), or failed on an
+	// owner key already bound to it; from then on each acknowledged
+	// renewal asks the sweeper (sweep) for sweepStrays.
+	unsure atomic.Bool
+	sweep  chan struct{}
 }
 
 // assured is how long etcd keeps the lease at least, from now, for a
@@ -93,6 +102,16 @@ func (s *session) assured(since time.Time) time.Duration {
 		return 0
 	}
 	return a
+}
+
+// askSweep asks the session's sweeper for a sweepStrays; it never waits
+// (the sweeper runs beside the renewals, and one request pending is
+// enough).
+func (s *session) askSweep() {
+	select {
+	case s.sweep <- struct{}{}:
+	default:
+	}
 }
 
 // lapse records that the lease's assurance ran out now.
@@ -162,6 +181,7 @@ func NewContext(ctx context.Context, cfg Config) (*Coordinator, error) {
 		root:       "/" + strings.Trim(cfg.Prefix, "/") + "/" + cfg.Cluster + "/",
 		peersReady: make(chan struct{}),
 		peers:      map[string]coordinator.PeerBeat{},
+		grant:      make(chan struct{}, 1),
 		held:       map[string]int64{},
 		pending:    map[string]int{},
 		bg:         bg,
@@ -236,10 +256,16 @@ func unavailable(op string, err error) error {
 }
 
 // getSession returns the live session, granting a new lease if there is
-// none.
+// none. It waits for another caller's grant only within ctx.
 func (c *Coordinator) getSession(ctx context.Context) (*session, error) {
-	c.grantMu.Lock()
-	defer c.grantMu.Unlock()
+	select {
+	case c.grant <- struct{}{}:
+	case <-ctx.Done():
+		return nil, unavailable("grant", ctx.Err())
+	case <-c.bg.Done():
+		return nil, fmt.Errorf("%w: etcd coordinator closed", coordinator.ErrUnavailable)
+	}
+	defer func() { <-c.grant }()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -264,13 +290,18 @@ func (c *Coordinator) getSession(ctx context.Context) (*session, error) {
 		return nil, unavailable("grant", err)
 	}
 	kctx, stop := context.WithCancel(c.bg)
-	s := &session{id: g.ID, done: make(chan struct{}), stop: stop, base: base, ttl: time.Duration(g.TTL) * time.Second}
-	c.wg.Add(1)
+	s := &session{id: g.ID, done: make(chan struct{}), stop: stop, base: base, ttl: time.Duration(g.TTL) * time.Second,
+		sweep: make(chan struct{}, 1)}
+	c.wg.Add(2)
 	go func() {
 		defer c.wg.Done()
 		why := c.keepAlive(kctx, s)
 		close(s.done)
 		c.log.Info("etcd lease ended", "lease", fmt.Sprintf("%x", int64(s.id)), "reason", why)
+	}()
+	go func() {
+		defer c.wg.Done()
+		c.sweeper(kctx, s)
 	}()
 	c.mu.Lock()
 	c.sess = s
@@ -317,6 +348,9 @@ func (c *Coordinator) keepAlive(kctx context.Context, s *session) string {
 			}
 			lastSent, wait = sent, interval
 			s.sent.Store(int64(sent.Sub(s.base)))
+			if s.unsure.Load() {
+				s.askSweep()
+			}
 			continue
 		case err == nil:
 			return "lease expired"

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
@@ -314,4 +317,59 @@ func TestConfigValidate(t *testing.T) {
 	if err := short.Validate(); err != nil {
 		t.Errorf("short window with the test-only lift: %v", err)
 	}
+}
+
+// hangGrants makes every LeaseGrant wait until its context ends while
+// hang is set: a member that does not answer (frozen, partitioned).
+func hangGrants(hang *atomic.Bool) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if hang.Load() && strings.HasSuffix(method, "/LeaseGrant") {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// TestAcquireHonoursDeadlineWhileGrantHangs: an Acquire returns by its
+// caller's deadline, even while another Acquire of the same coordinator
+// waits on an unanswered lease grant. Session grants are serialised, and
+// the lock was a mutex held across the Grant RPC: a caller with a 300 ms
+// deadline waited out the other's grant timeout (2 s here) behind it.
+func TestAcquireHonoursDeadlineWhileGrantHangs(t *testing.T) {
+	srv := etcdtest.StartEmbedded(t)
+	var hang atomic.Bool
+	cfg := etcd.WithDialOptions(quietConfig(srv.Endpoints, "grant-hang"), grpc.WithChainUnaryInterceptor(hangGrants(&hang)))
+	cfg.Timing.Timeout = 2 * time.Second
+	cfg.Timing.ReservationWindow = 6 * time.Second
+	c := newCoord(t, cfg)
+	spec := coordtest.Spec("gen", 4)
+	hang.Store(true)
+
+	// A patient caller (a holder with the usual 4 × timeout) starts first.
+	actx, acancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer acancel()
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(actx, spec, coordtest.Node("a"))
+		aDone <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // a is inside its Grant now
+
+	const deadline = 300 * time.Millisecond
+	bctx, bcancel := context.WithTimeout(context.Background(), deadline)
+	defer bcancel()
+	start := time.Now()
+	_, err := c.Acquire(bctx, spec, coordtest.Node("b"))
+	took := time.Since(start)
+	if !errors.Is(err, coordinator.ErrUnavailable) {
+		t.Errorf("b: got %v, want an error matching ErrUnavailable", err)
+	}
+	if took > deadline+300*time.Millisecond {
+		t.Errorf("b: Acquire with a %v deadline returned after %v (waited on another caller's lease grant): %v",
+			deadline, took.Round(time.Millisecond), err)
+	}
+	hang.Store(false)
+	acancel()
+	<-aDone
 }

@@ -60,10 +60,11 @@ const maxWriteRounds = 5
 // after an error: a frozen member is dropped by the gRPC keepalive
 // meanwhile, and the retry goes to another one. Repeating is safe: if the
 // first one was applied, the retry's inner compare on the reservation's
-// mod revision fails and the caller reads what is stored.
-func (l *lease) commit(ctx context.Context, op string, inner clientv3.Op) (*clientv3.TxnResponse, error) {
-	var resp *clientv3.TxnResponse
-	var err error
+// mod revision fails and the caller reads what is stored (a release's
+// retry fails the owner guard instead: the first one deleted the key, and
+// Release reads back what it left, releasedBefore). retried reports that
+// the answer is a retry's, after an attempt whose outcome is unknown.
+func (l *lease) commit(ctx context.Context, op string, inner clientv3.Op) (resp *clientv3.TxnResponse, retried bool, err error) {
 	for attempt := 0; attempt < 2; attempt++ {
 		cctx, cancel := l.c.call(ctx)
 		resp, err = l.c.cli.Txn(cctx).If(ownerGuard(l.ownerKey, l.rev, l.guardLease)...).Then(inner).Commit()
@@ -71,11 +72,12 @@ func (l *lease) commit(ctx context.Context, op string, inner clientv3.Op) (*clie
 		if err == nil || ctx.Err() != nil || l.IsDone() || isPermanent(err) {
 			break
 		}
+		retried = true
 	}
 	if err != nil {
-		return nil, unavailable(op, err)
+		return nil, retried, unavailable(op, err)
 	}
-	return resp, nil
+	return resp, retried, nil
 }
 
 // resWrite is the inner txn of a holder write: If(the reservation's mod
@@ -130,7 +132,7 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 			ops = append(ops, clientv3.OpPut(l.resKey, pad(v)))
 		}
 		ops = append(ops, clientv3.OpPut(l.ownerKey, rec, clientv3.WithIgnoreLease()))
-		resp, err := l.commit(ctx, "reserve", l.resWrite(ops...))
+		resp, _, err := l.commit(ctx, "reserve", l.resWrite(ops...))
 		if err != nil {
 			if l.IsDone() {
 				return l.Lost("lease ended during reserve")
@@ -183,11 +185,20 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 		if set {
 			ops = append(ops, clientv3.OpPut(l.resKey, pad(v)))
 		}
-		resp, err := l.commit(ctx, "release", l.resWrite(ops...))
+		resp, retried, err := l.commit(ctx, "release", l.resWrite(ops...))
 		if err != nil {
 			return err
 		}
 		if !resp.Succeeded {
+			if retried {
+				if released, sent := l.releasedBefore(ctx, v, set); released {
+					if sent && v >= 0 {
+						l.SetReserved(v)
+					}
+					l.Finish("released")
+					return nil // applied: the answer was lost
+				}
+			}
 			return l.Lost("owner key is gone, was re-created or is bound to another etcd lease (fence failed)")
 		}
 		applied, cur, err := l.resAfter(resp)
@@ -208,6 +219,38 @@ func (l *lease) Release(ctx context.Context, highest int64) error {
 		return nil
 	}
 	return fmt.Errorf("%w: etcd release: reservation %s kept changing (%d rounds)", coordinator.ErrUnavailable, l.resKey, maxWriteRounds)
+}
+
+// releasedBefore reads back, in one txn, what a release whose answer was
+// lost left (the retry found the owner guard failing): it was applied if
+// the owner key is no longer this holder's (gone, or a later holder's)
+// and the reservation holds what the release sent (set: v; else
+// untouched since this holder last read it), or was written after a later
+// holder took the key. sent reports that the reservation holds what the
+// release meant it to.
+func (l *lease) releasedBefore(ctx context.Context, v int64, set bool) (released, sent bool) {
+	cctx, cancel := l.c.call(ctx)
+	resp, err := l.c.cli.Txn(cctx).Then(clientv3.OpGet(l.ownerKey), clientv3.OpGet(l.resKey)).Commit()
+	cancel()
+	if err != nil {
+		return false, false
+	}
+	owners := resp.Responses[0].GetResponseRange().Kvs
+	if len(owners) == 1 && owners[0].CreateRevision == l.rev && clientv3.LeaseID(owners[0].Lease) == l.guardLease {
+		return false, false // still this holder's: the guard failed on nothing the release did
+	}
+	kvs := resp.Responses[1].GetResponseRange().Kvs
+	cur, err := readStored(l.resKey, kvs)
+	if err != nil || len(kvs) != 1 {
+		return false, false
+	}
+	switch {
+	case set && cur.value == v, !set && cur.modRev == l.res.modRev:
+		return true, true
+	case len(owners) == 1 && cur.modRev > owners[0].CreateRevision:
+		return true, false // a later holder's since
+	}
+	return false, false
 }
 
 // LeaseID returns the etcd lease behind a lease from this backend (for

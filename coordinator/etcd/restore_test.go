@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -392,4 +393,250 @@ func TestFenceLeaseCounterRestore(t *testing.T) {
 	coordtest.FenceLeaseCounterRestore(t, pre, a, b,
 		func() { m.SaveSnapshot(t, snap) },
 		func() { p.RestoreSnapshot(t, m, snap) })
+}
+
+// TestBumpClearsOnlyTheMarkerItRead: a bump deletes the restore marker it
+// read and no other. Bump A reads marker M1 and is held before its
+// delete; bump B covers and clears M1, and a node then writes M2. A's
+// delete, guarded by M1's mod revision, must leave M2 standing (the
+// ZooKeeper test of the same name shows why a version is not enough).
+func TestBumpClearsOnlyTheMarkerItRead(t *testing.T) {
+	srv := etcdtest.StartEmbedded(t)
+	var armed atomic.Bool
+	blocked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	gate := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if txn, ok := req.(*pb.TxnRequest); ok && armed.Load() {
+			for _, op := range txn.Success {
+				if d := op.GetRequestDeleteRange(); d != nil && strings.HasSuffix(string(d.Key), "/restored") {
+					once.Do(func() { close(blocked) })
+					<-release
+				}
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	holder := newCoord(t, quietConfig(srv.Endpoints, "aba"))
+	a := newCoord(t, etcd.WithDialOptions(quietConfig(srv.Endpoints, "aba"), grpc.WithChainUnaryInterceptor(gate)))
+	other := newCoord(t, quietConfig(srv.Endpoints, "aba"))
+	n := coordtest.Node("holder")
+	spec := coordtest.Spec("aba", 2)
+	l, err := holder.Acquire(ctxFor(t, 10*time.Second), spec, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reserve(ctxFor(t, 10*time.Second), 100, coordtest.Beat(n)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctxFor(t, 10*time.Second), 100); err != nil {
+		t.Fatal(err)
+	}
+	m1 := coordinator.RestoreEvidence{Generator: spec.Generator, Slot: l.Slot(), Acked: 150, Shown: 100, At: time.Now(), Node: n}
+	if err := holder.MarkRestored(ctxFor(t, 10*time.Second), m1); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := a.Bump(ctxFor(t, 20*time.Second), coordinator.BumpSpec{Generator: spec.Generator, By: 100, MaxTime: 1 << 50})
+		aDone <- err
+	}()
+	select {
+	case <-blocked:
+	case err := <-aDone:
+		t.Fatalf("bump A ended before its marker delete: %v", err)
+	}
+	if _, err := other.Bump(ctxFor(t, 10*time.Second), coordinator.BumpSpec{Generator: spec.Generator, By: 100, MaxTime: 1 << 50}); err != nil {
+		armed.Store(false)
+		close(release)
+		t.Fatal(err)
+	}
+	m2 := coordinator.RestoreEvidence{Generator: spec.Generator, Slot: l.Slot(), Acked: 100000, Shown: 300, At: time.Now(), Node: coordtest.Node("late")}
+	if err := other.MarkRestored(ctxFor(t, 10*time.Second), m2); err != nil {
+		armed.Store(false)
+		close(release)
+		t.Fatal(err)
+	}
+	armed.Store(false)
+	close(release)
+	t.Logf("bump A: %v", <-aDone)
+	gens, err := other.Generators(ctxFor(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gs := range gens {
+		if gs.Name == spec.Generator && (gs.Restore == nil || gs.Restore.Acked != m2.Acked) {
+			t.Fatalf("marker after bump A: %+v, want M2 standing", gs.Restore)
+		}
+	}
+}
+
+// TestCounterBumpKeepsUnreadableMarker: a restore marker that does not
+// decode still stands, and only an operator can judge it
+// (coordinator.DecodeRestore). BumpCounter must refuse it, naming it,
+// before writing anything, as Bump does: it deleted it with a bump by one
+// ID, which covers nothing the marker's node may have acknowledged, and
+// the counter's claims resumed.
+func TestCounterBumpKeepsUnreadableMarker(t *testing.T) {
+	srv := etcdtest.StartEmbedded(t)
+	c := newCoord(t, quietConfig(srv.Endpoints, "unread"))
+	spec := coordtest.CounterSpec("seg", 1, 1<<40)
+	before, err := c.ReadCounter(ctxFor(t, 10*time.Second), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Evidence whose shown value is out of range: it does not validate.
+	bad := `{"generator":"seg","datacenter":0,"worker":0,"acked":500000,"shown":-7,"counter":true,"node":"n1"}`
+	key := etcd.RestoredKey(c.Root(), spec.Generator)
+	if _, err := c.Client().Put(ctxFor(t, 10*time.Second), key, bad); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReadCounter(ctxFor(t, 10*time.Second), spec); !errors.Is(err, coordinator.ErrRestored) {
+		t.Fatalf("ReadCounter with the unreadable marker: %v, want ErrRestored", err)
+	}
+	if _, err := c.Bump(ctxFor(t, 10*time.Second), coordinator.BumpSpec{Generator: spec.Generator, By: 1, MaxTime: 1 << 50}); err == nil || !strings.Contains(err.Error(), key) {
+		t.Fatalf("Bump (snowflake) with the unreadable marker: %v, want a refusal naming %s", err, key)
+	}
+	res, err := c.BumpCounter(ctxFor(t, 10*time.Second), spec, 1)
+	if g, _ := c.Client().Get(ctxFor(t, 10*time.Second), key); len(g.Kvs) == 0 {
+		t.Fatalf("BumpCounter by 1 ID deleted the unreadable marker %s without judging it (cleared %+v, next %d -> %d, err %v)",
+			key, res.Cleared, res.Before.Next, res.After.Next, err)
+	}
+	if err == nil || !strings.Contains(err.Error(), key) {
+		t.Fatalf("BumpCounter with the unreadable marker: %v, want a refusal naming %s", err, key)
+	}
+	g, err := c.Client().Get(ctxFor(t, 10*time.Second), c.Root()+spec.Generator+"/counter")
+	if err != nil || len(g.Kvs) != 1 || string(g.Kvs[0].Value) != string(before.Raw) {
+		t.Fatalf("the counter after the refused bump: %v %v, want %s", g, err, before.Raw)
+	}
+}
+
+// TestLateTakeLeavesNoStray: a take txn the client gave up on, applied by
+// the server after the retry's scan, leaves an owner key bound to the
+// node's live etcd lease that no lease object holds; the retry takes
+// another slot. Only a later Acquire of this coordinator deleted it, so a
+// node that holds the one worker it needs kept a second one for as long
+// as its etcd lease lived, and other nodes found the worker space
+// exhausted. The session sweeps such strays after its renewals.
+func TestLateTakeLeavesNoStray(t *testing.T) {
+	srv := etcdtest.StartEmbedded(t)
+	var pending atomic.Pointer[func()]
+	var first atomic.Bool
+	first.Store(true)
+	late := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if !isTake(req) {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		if first.Swap(false) {
+			// Not answered in time; the server applies it later.
+			f := func() { _ = invoker(context.Background(), method, req, new(pb.TxnResponse), cc, opts...) }
+			pending.Store(&f)
+			return status.Error(codes.DeadlineExceeded, "test: no answer in time")
+		}
+		if f := pending.Swap(nil); f != nil {
+			(*f)() // the late txn lands between the retry's scan and its take
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	cfg := etcd.WithDialOptions(quietConfig(srv.Endpoints, "late"), grpc.WithChainUnaryInterceptor(late))
+	cfg.Timing.LeaseTTL = 2 * time.Second
+	c := newCoord(t, cfg)
+	spec := coordtest.Spec("gen", 2)
+	l, err := c.Acquire(ctxFor(t, 20*time.Second), spec, coordtest.Node("n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("acquired %s", l.Slot())
+	time.Sleep(3 * cfg.Timing.LeaseTTL) // several TTLs: the etcd lease is renewed meanwhile
+	hs, err := c.Workers(ctxFor(t, 10*time.Second), spec.Generator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if h.Live && h.Slot != l.Slot() {
+			other := newCoord(t, quietConfig(srv.Endpoints, "late"))
+			_, aerr := other.Acquire(ctxFor(t, 10*time.Second), spec, coordtest.Node("m"))
+			t.Fatalf("after %v, %s is still owned by node n (%+v), which holds only %s; another node's Acquire: %v",
+				3*cfg.Timing.LeaseTTL, h.Slot, h.Heartbeat.Node.Name, l.Slot(), aerr)
+		}
+	}
+	if err := l.Reserve(ctxFor(t, 10*time.Second), 100, coordtest.Beat(coordtest.Node("n"))); err != nil {
+		t.Fatalf("the lease the retry took, after the sweeps: Reserve: %v", err)
+	}
+}
+
+// isRelease reports whether req is a holder's release txn: If(ownerGuard)
+// Then(Txn(... Delete(owner) ...)).
+func isRelease(req any) bool {
+	txn, ok := req.(*pb.TxnRequest)
+	if !ok || len(txn.Success) != 1 {
+		return false
+	}
+	in := txn.Success[0].GetRequestTxn()
+	if in == nil {
+		return false
+	}
+	for _, op := range in.Success {
+		if op.GetRequestDeleteRange() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// TestReleaseLostReply: a release whose txn is applied and whose reply is
+// lost is retried once by commit; the retry's owner guard fails (the
+// release deleted the key), and Release reported a lost lease ("fence
+// failed") although it released the worker and wrote the reservation. It
+// must read back what the release left and report it released, as
+// ZooKeeper's Release does; a release whose guard fails with no lost reply
+// before it still reports the lost lease.
+func TestReleaseLostReply(t *testing.T) {
+	srv := etcdtest.StartEmbedded(t)
+	var drop atomic.Int32
+	lose := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil && isRelease(req) && drop.Add(-1) >= 0 {
+			return status.Error(codes.Unavailable, "test: the reply of the release txn was lost")
+		}
+		return err
+	}
+	c := newCoord(t, etcd.WithDialOptions(quietConfig(srv.Endpoints, "rel"), grpc.WithChainUnaryInterceptor(lose)))
+	n := coordtest.Node("n")
+	spec := coordtest.Spec("gen", 2)
+	l, err := c.Acquire(ctxFor(t, 10*time.Second), spec, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reserve(ctxFor(t, 10*time.Second), 900, coordtest.Beat(n)); err != nil {
+		t.Fatal(err)
+	}
+	drop.Store(1)
+	if err := l.Release(ctxFor(t, 10*time.Second), 400); err != nil {
+		hs, _ := c.Workers(ctxFor(t, 10*time.Second), spec.Generator)
+		t.Fatalf("Release(400), applied (owner gone, reservation 400) with its reply lost: %v (workers: %+v)", err, hs)
+	}
+	if got := l.Reserved(); got != 400 {
+		t.Errorf("Reserved after the release: %d, want 400", got)
+	}
+	g, err := c.Client().Get(ctxFor(t, 10*time.Second), etcd.ReservedKey(c.Root(), spec.Generator, l.Slot()))
+	if err != nil || len(g.Kvs) != 1 {
+		t.Fatal(g, err)
+	}
+	if v, err := etcd.DecodeReserved(g.Kvs[0].Value); err != nil || v != 400 {
+		t.Fatalf("reservation after the release: %q (%v), want 400", g.Kvs[0].Value, err)
+	}
+
+	// Control: a holder whose key was taken away (ForceRelease) before its
+	// release, with no reply lost, has lost its lease.
+	l2, err := c.Acquire(ctxFor(t, 10*time.Second), spec, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ForceRelease(ctxFor(t, 10*time.Second), spec.Generator, l2.Slot()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Release(ctxFor(t, 10*time.Second), 400); !errors.Is(err, coordinator.ErrLeaseLost) {
+		t.Fatalf("Release after ForceRelease: %v, want ErrLeaseLost", err)
+	}
 }

@@ -266,7 +266,9 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	if err != nil {
 		var ex *coordinator.ExhaustedError
 		if errors.As(err, &ex) {
-			c.readLive(ctx, p, ex)
+			if rerr := c.readLive(ctx, p, ex); rerr != nil {
+				return nil, rerr
+			}
 		}
 		return nil, err
 	}
@@ -302,7 +304,9 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 		}
 	}
 	ex := coordinator.Exhausted(spec, scan, tooFar)
-	c.readLive(ctx, p, ex)
+	if err := c.readLive(ctx, p, ex); err != nil {
+		return nil, err
+	}
 	return nil, ex
 }
 
@@ -333,7 +337,8 @@ func (c *Coordinator) retakeSlots(spec coordinator.Spec, s *scanned, node coordi
 }
 
 // take acquires one candidate in one multi: the pin's version unchanged,
-// (for a take-back) the old owner node deleted at its version, the
+// (for a take-back) the old owner node deleted at its version, once it was
+// found to be still the record the scan read (its creation zxid), the
 // ephemeral owner node created, the reservation rewritten with the exact
 // bytes and version just read, and the cursor raised past the slot.
 func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordinator.Spec,
@@ -364,6 +369,22 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 		}
 		if cand.takeBack != nil && takeBackReusesOwner {
 			return c.adoptOwner(ctx, p, spec, s, cand, sid, r, data)
+		}
+		if cand.takeBack != nil {
+			// The record the scan read, and no other: read after the
+			// reservation, an owner node with its creation zxid is
+			// still that record, and one created after this read (by
+			// a take, which rewrites the reservation) fails the multi
+			// on the reservation's version. The owner node's version
+			// alone would not tell: a node created anew starts again
+			// at 0 and may have reached the version the scan read.
+			ost, err := c.exists(ctx, ownerPath)
+			if err != nil {
+				return nil, unavailable("read owner", err)
+			}
+			if ost == nil || ost.Czxid != cand.takeBack.stat.Czxid {
+				return nil, errLostRace
+			}
 		}
 
 		ops := []any{&zk.CheckVersionRequest{Path: p.pin(), Version: s.pinVersion},
@@ -568,17 +589,24 @@ func (c *Coordinator) dropOrphan(ctx context.Context, path string, data []byte, 
 }
 
 // readLive fills in the reservations of the live holders an exhaustion
-// names (the scan did not read them).
-func (c *Coordinator) readLive(ctx context.Context, p paths, e *coordinator.ExhaustedError) {
+// names (the scan did not read them): -1 for one it cannot read. A
+// reservation not in the canonical encoding is refused, naming its node
+// (parsePath), as the take would refuse it.
+func (c *Coordinator) readLive(ctx context.Context, p paths, e *coordinator.ExhaustedError) error {
 	for i := range e.Live {
-		name := e.Live[i].Slot.Key()
+		path := p.reservations() + "/" + e.Live[i].Slot.Key()
 		e.Live[i].Reserved = -1
-		if d, _, err := c.get(ctx, p.reservations()+"/"+name); err == nil {
-			if v, err := parsePath(p.reservations()+"/"+name, d); err == nil {
-				e.Live[i].Reserved = v
-			}
+		d, _, err := c.get(ctx, path)
+		if err != nil {
+			continue
 		}
+		v, err := parsePath(path, d)
+		if err != nil {
+			return err
+		}
+		e.Live[i].Reserved = v
 	}
+	return nil
 }
 
 // markerAbsentOps are the ops of an acquiring multi that fail it while the
@@ -601,6 +629,41 @@ func (c *Coordinator) readMarker(ctx context.Context, p paths) (*coordinator.Res
 
 func (c *Coordinator) readMarkerStat(ctx context.Context, p paths) (*coordinator.RestoreEvidence, *zk.Stat, error) {
 	return c.own().readMarkerStat(ctx, p)
+}
+
+// readMarkerGen is what a write of the restore marker relies on: the
+// version of the marker's generation node (markerGen; -1 while it does
+// not exist), read first, then the marker as readMarkerStat reads it (an
+// error with a stat: a marker that does not decode). A write that
+// creates, replaces or deletes the marker carries markerGenOp at that
+// version in its multi: the marker's version alone does not tell it from
+// a marker created anew after it was deleted (a new node starts again at
+// version 0), while every write of a marker moves the generation past the
+// one read.
+func (v via) readMarkerGen(ctx context.Context, p paths) (*coordinator.RestoreEvidence, *zk.Stat, int32, error) {
+	gen := int32(-1)
+	st, err := v.exists(ctx, p.markerGen())
+	if err != nil {
+		return nil, nil, 0, unavailable("read restore marker generation", err)
+	}
+	if st != nil {
+		gen = st.Version
+	}
+	ev, mst, err := v.readMarkerStat(ctx, p)
+	return ev, mst, gen, err
+}
+
+// markerGenOp is the op of every multi that creates, replaces or deletes
+// the restore marker: it sets the marker's generation node at the version
+// read before the marker (readMarkerGen), or creates it when it was read
+// absent (gen -1), so that the multi fails if any other write of the
+// marker came between, and moves the generation for every later one. The
+// node is persistent and never deleted.
+func (c *Coordinator) markerGenOp(p paths, gen int32) any {
+	if gen < 0 {
+		return &zk.CreateRequest{Path: p.markerGen(), Data: nil, Acl: c.acl, Flags: zk.FlagPersistent}
+	}
+	return &zk.SetDataRequest{Path: p.markerGen(), Data: nil, Version: gen}
 }
 
 // readMarkerStat is Coordinator.readMarkerStat through v.

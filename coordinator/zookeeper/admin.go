@@ -22,7 +22,8 @@ func (c *Coordinator) checkGenerator(generator string) error {
 }
 
 // Workers implements coordinator.Admin: every slot with an owner node
-// or a reservation node, in (datacenter, worker) order.
+// or a reservation node, in (datacenter, worker) order. A reservation not
+// in the canonical encoding is refused, naming its node.
 func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordinator.SlotState, error) {
 	if err := c.checkGenerator(generator); err != nil {
 		return nil, err
@@ -54,12 +55,13 @@ func (c *Coordinator) Workers(ctx context.Context, generator string) ([]coordina
 		if h == nil {
 			continue
 		}
-		d, _, err := c.get(ctx, p.reservations()+"/"+name)
+		path := p.reservations() + "/" + name
+		d, _, err := c.get(ctx, path)
 		if err != nil {
 			return nil, unavailable("read reservation", err)
 		}
-		if v, err := parseValue(d); err == nil {
-			h.Reserved = v
+		if h.Reserved, err = parsePath(path, d); err != nil {
+			return nil, err // never shown as a number it is not
 		}
 	}
 	for _, name := range owners {
@@ -150,7 +152,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, generator string, slot c
 // then raises the generator floor node (acquiring multis check its
 // version), then every reservation node by b.By, each with a
 // version-checked write (a holder's next Reserve then re-reads and adopts
-// the raised value), and last deletes the marker at the version it read.
+// the raised value), and last deletes the marker it read (clearMarker).
 func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordinator.BumpResult, error) {
 	if err := b.Validate(); err != nil {
 		return coordinator.BumpResult{}, err
@@ -159,7 +161,7 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 		return coordinator.BumpResult{}, err
 	}
 	p := c.paths(b.Generator)
-	marker, mst, err := c.readMarkerStat(ctx, p)
+	marker, mst, gen, err := c.own().readMarkerGen(ctx, p)
 	if err != nil {
 		return coordinator.BumpResult{}, err
 	}
@@ -205,7 +207,7 @@ func (c *Coordinator) Bump(ctx context.Context, b coordinator.BumpSpec) (coordin
 	if marker == nil {
 		return out, nil
 	}
-	if err := c.clearMarker(ctx, p, b, mst.Version); err != nil {
+	if err := c.clearMarker(ctx, p, b, mst.Version, gen); err != nil {
 		return out, err
 	}
 	c.log.Warn("restore marker cleared", "generator", b.Generator, "gap", marker.Gap(), "by", b.By)
@@ -261,13 +263,18 @@ func (c *Coordinator) readAheadOwners(ctx context.Context, p paths, slots []coor
 	return nil
 }
 
-// clearMarker deletes the restore marker the bump read (at version); one
-// written again meanwhile stands, and the bump says so.
-func (c *Coordinator) clearMarker(ctx context.Context, p paths, b coordinator.BumpSpec, version int32) error {
-	_, err := call(c, ctx, func() (struct{}, error) { return struct{}{}, c.client().Delete(p.restored(), version) })
+// clearMarker deletes the restore marker the bump read, in one multi
+// with markerGenOp at gen, the generation read before it: a marker
+// written again meanwhile, or deleted and created anew (at the same
+// version), stands, and the bump says so.
+func (c *Coordinator) clearMarker(ctx context.Context, p paths, b coordinator.BumpSpec, version, gen int32) error {
+	res, err := c.multi(ctx, []any{&zk.DeleteRequest{Path: p.restored(), Version: version}, c.markerGenOp(p, gen)})
 	switch {
-	case err == nil, errors.Is(err, zk.ErrNoNode):
-	case errors.Is(err, zk.ErrBadVersion):
+	case err == nil:
+	case failedOp(res) == 0 && errors.Is(err, zk.ErrNoNode):
+		// Gone, and (its delete being the first op) with nothing standing
+		// in its place: another bump cleared it.
+	case failedOp(res) >= 0 && answered(err):
 		now, _ := c.readMarker(ctx, p)
 		gap, node := int64(0), ""
 		if now != nil {
@@ -285,9 +292,12 @@ func (c *Coordinator) clearMarker(ctx context.Context, p paths, b coordinator.Bu
 }
 
 // MarkRestored implements coordinator.Coordinator: it creates the
-// generator's restore marker node, or replaces a standing one (at the
-// version read) only with evidence it does not cover (Covers: a higher
-// acknowledged value), or when it is not readable.
+// generator's restore marker node, or replaces a standing one only with
+// evidence it does not cover (Covers: a higher acknowledged value), or
+// when it is not readable. Each write is one multi with markerGenOp at the
+// version read before the marker: a replacement lands only on the exact
+// marker read, never on one a bump's deletion made way for meanwhile
+// (created anew, at the same version).
 func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEvidence) error {
 	if err := ev.Validate(); err != nil {
 		return err
@@ -307,32 +317,41 @@ func (c *Coordinator) MarkRestored(ctx context.Context, ev coordinator.RestoreEv
 	data := coordinator.EncodeRestore(ev)
 	var last error
 	for round := 0; round < 8; round++ {
-		err := v.create(ctx, p.restored(), data, zk.FlagPersistent)
-		if err == nil {
+		gst, err := v.exists(ctx, p.markerGen())
+		if err != nil {
+			if isPermanent(err) {
+				return unavailable("read restore marker generation", err)
+			}
+			last = err
+			continue
+		}
+		gen := int32(-1)
+		if gst != nil {
+			gen = gst.Version
+		}
+		d, st, err := v.get(ctx, p.restored())
+		var ops []any
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			ops = []any{&zk.CreateRequest{Path: p.restored(), Data: data, Acl: c.acl, Flags: zk.FlagPersistent}}
+		case err != nil:
+			last = err
+			continue
+		case bytes.Equal(d, data):
+			return nil // ours (an unanswered write), or the same evidence
+		default:
+			if old, err := coordinator.DecodeRestore(p.restored(), d); err == nil && old.Covers(ev) {
+				return nil // the standing marker covers this evidence
+			}
+			ops = []any{&zk.SetDataRequest{Path: p.restored(), Data: data, Version: st.Version}}
+		}
+		_, err = v.multi(ctx, append(ops, c.markerGenOp(p, gen)))
+		if err == nil && st == nil {
 			c.log.Error("restore marker written: no node acquires for this generator until a bump clears it",
 				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap(),
 				"fresh_session", v.conn != nil)
 			return nil
 		}
-		if isPermanent(err) {
-			return unavailable("write restore marker", err)
-		}
-		last = err
-		d, st, err := v.get(ctx, p.restored())
-		if errors.Is(err, zk.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			last = err
-			continue
-		}
-		if bytes.Equal(d, data) {
-			return nil // ours (an unanswered create), or the same evidence
-		}
-		if old, err := coordinator.DecodeRestore(p.restored(), d); err == nil && old.Covers(ev) {
-			return nil // the standing marker covers this evidence
-		}
-		err = v.set(ctx, p.restored(), data, st.Version)
 		if err == nil {
 			c.log.Error("restore marker replaced by evidence it did not cover (a higher acknowledged value)",
 				"generator", ev.Generator, "slot", ev.Slot.String(), "acked", ev.Acked, "shown", ev.Shown, "gap", ev.Gap())

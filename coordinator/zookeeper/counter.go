@@ -132,17 +132,22 @@ func (c *Coordinator) SwapCounter(ctx context.Context, spec coordinator.CounterS
 
 // BumpCounter implements coordinator.Counters: the marker, the pin and the
 // counter read, then one multi that sets the bumped counter at the version
-// read and deletes the marker at its version, again from a new read while
-// other writes come between. A bump that does not cover the marker read
-// is refused before the multi (coordinator.BumpedCounter).
+// read and deletes the marker read (its version and the marker's
+// generation, markerGenOp), again from a new read while other writes come
+// between. A bump that does not cover the marker read is refused before
+// the multi (coordinator.BumpedCounter), and so is a marker that does not
+// decode (coordinator.DecodeRestore's error).
 func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterSpec, by uint64) (coordinator.CounterBump, error) {
 	if err := spec.Validate(); err != nil {
 		return coordinator.CounterBump{}, err
 	}
 	p := c.paths(spec.Generator)
 	for attempt := 0; attempt < 10; attempt++ {
-		ev, mst, err := c.readMarkerStat(ctx, p)
-		if err != nil && mst == nil {
+		// A marker that does not decode still stands: only an operator
+		// can judge it, so the bump refuses it before writing anything,
+		// as Bump does.
+		ev, mst, gen, err := c.own().readMarkerGen(ctx, p)
+		if err != nil {
 			return coordinator.CounterBump{}, err
 		}
 		data, _, err := c.get(ctx, p.pin())
@@ -173,7 +178,7 @@ func (c *Coordinator) BumpCounter(ctx context.Context, spec coordinator.CounterS
 		bump.Cleared = ev
 		ops := []any{&zk.SetDataRequest{Path: p.counter(), Data: raw, Version: st.Version}}
 		if mst != nil {
-			ops = append(ops, &zk.DeleteRequest{Path: p.restored(), Version: mst.Version})
+			ops = append(ops, &zk.DeleteRequest{Path: p.restored(), Version: mst.Version}, c.markerGenOp(p, gen))
 		} else {
 			ops = append(c.markerAbsentOps(p), ops...)
 		}

@@ -12,6 +12,7 @@
 //	<prefix>/<cluster>/<generator>/reserved/<dc>-<w>  persistent: R (decimal), never deleted
 //	<prefix>/<cluster>/<generator>/floor           persistent: generator floor set by Bump (decimal, -1: none), never lowered
 //	<prefix>/<cluster>/<generator>/restored        persistent: restore marker (JSON evidence) written by MarkRestored, deleted by Bump
+//	<prefix>/<cluster>/<generator>/restored-gen    persistent, empty: the marker's generation, created or set by every write of the marker, never deleted
 //	<prefix>/<cluster>/<generator>/definition      persistent: the generator's definition (JSON, firn generator create), never deleted
 //
 // Every node firn creates carries the ACL of Config.Auth's digest identity
@@ -62,7 +63,21 @@
 // marker refuses every acquisition of its generator while it stands, a
 // node with an empty data dir included; Bump refuses a By below its gap and
 // a floor past BumpSpec.MaxTime before writing anything, and deletes the
-// marker last, at the version it read.
+// marker last, the one it read and no other. A marker's version does not
+// identify it: one deleted and created anew starts again at version 0. So
+// every multi that creates, replaces or deletes the marker also sets the
+// restored-gen node at the version read before the marker (creates it,
+// when it was read absent): a bump's
+// delete, BumpCounter's and a MarkRestored's replacement land only on the
+// exact marker read. (A marker written by hand, or by an older firn,
+// leaves restored-gen alone; a delete by this one still moves it.)
+//
+// A take-back deletes the stale owner node at the version its scan read
+// only after finding, read after the reservation, that the node still has
+// the scan's creation zxid: a node created anew by another holder may have
+// reached that version, and its take rewrote the reservation, which the
+// multi checks. Workers and an exhaustion's list of holders refuse a
+// reservation not in the canonical encoding, naming the node.
 //
 // A session expiry is a lease loss: the owner nodes are gone, the client
 // library opens a new session by itself, and firn never re-creates the old

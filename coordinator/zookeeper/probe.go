@@ -145,9 +145,8 @@ func (v via) create(ctx context.Context, path string, data []byte, flags int32) 
 	return err
 }
 
-func (v via) set(ctx context.Context, path string, data []byte, version int32) error {
-	_, err := run(v, ctx, func(conn *zk.Conn) (*zk.Stat, error) { return conn.Set(path, data, version) })
-	return err
+func (v via) multi(ctx context.Context, ops []any) ([]zk.MultiResponse, error) {
+	return run(v, ctx, func(conn *zk.Conn) ([]zk.MultiResponse, error) { return conn.Multi(ops...) })
 }
 
 // ensurePath creates every missing element of path (persistent, firn's

@@ -719,6 +719,7 @@ func (p paths) pin() string                        { return p.base + "/pin" }
 func (p paths) cursor() string                     { return p.base + "/cursor" }
 func (p paths) floor() string                      { return p.base + "/floor" }
 func (p paths) restored() string                   { return p.base + "/restored" }
+func (p paths) markerGen() string                  { return p.base + "/restored-gen" }
 func (p paths) counter() string                    { return p.base + "/counter" }
 func (p paths) definition() string                 { return p.base + "/definition" }
 func (p paths) owners() string                     { return p.base + "/owner" }

@@ -752,3 +752,55 @@ func TestFrozenLeader(t *testing.T) {
 	leader.Thaw()
 	reserve(t, l, until, n)
 }
+
+// TestTakeBackHitsOnlyTheStaleRecord: a take-back replaces this
+// instance's own stale owner record and no other. Between the taker's scan
+// and its multi, the stale record's process lets the worker go and
+// another node takes it and writes as often as the old record had been
+// written: its owner node, created anew, has the version the scan read.
+// The take-back deleted it at that version (re-reading only the
+// reservation), ending the live holder's lease and taking its worker; it
+// must find the record changed (its creation zxid) and move on.
+func TestTakeBackHitsOnlyTheStaleRecord(t *testing.T) {
+	cl := newCluster(t, standalone(t))
+	spec := coordtest.Spec("tb", 1)
+	me := coordtest.Node("me")
+	other := coordtest.Node("other")
+	const writes = 3
+
+	x := cl.Connect(t, sysClock) // an old process of this instance
+	lx := acquire(t, x, spec, me)
+	for i := 1; i <= writes; i++ {
+		reserve(t, lx, int64(100*i), me)
+	}
+	// The taker's clock reads a minute later: x's record looks stale.
+	y := cl.ConnectWith(t, clockguard.NewFake(time.Now().Add(time.Minute)), nil)
+	z := cl.Connect(t, sysClock)
+	var lz coordinator.Lease
+	var once sync.Once
+	zookeeper.SetAfterRead(y, func(coordinator.Slot) {
+		once.Do(func() {
+			if err := lx.Release(ctxT(t, 10*time.Second), 300); err != nil {
+				t.Errorf("release x: %v", err)
+				return
+			}
+			lz = acquire(t, z, spec, other)
+			for i := 1; i <= writes; i++ {
+				reserve(t, lz, int64(300+100*i), other)
+			}
+		})
+	})
+	ly, err := y.Acquire(ctxT(t, 20*time.Second), spec, me)
+	if lz == nil {
+		t.Fatalf("the other node never took the worker (y: %v)", err)
+	}
+	if err == nil {
+		t.Errorf("y took %s (floor %d) back from a record that was not its own", ly.Slot(), ly.Floor())
+	} else if !errors.Is(err, coordinator.ErrExhausted) {
+		t.Errorf("y's Acquire with the one worker held by another node: %v, want ErrExhausted", err)
+	}
+	if rerr := lz.Reserve(ctxT(t, 10*time.Second), 1000, beat(other)); rerr != nil {
+		t.Fatalf("the live holder of another node lost its worker to a take-back aimed at a stale record of instance %q: Reserve: %v",
+			me.InstanceID, rerr)
+	}
+}
