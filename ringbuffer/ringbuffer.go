@@ -549,11 +549,15 @@ func (b *Buffer) generate(ctx context.Context, dst []uint64, bulk bool) (got int
 		}
 	}
 	produce()
-	if fromRing > 0 && err == nil && !fresh(made, b.tickAt(b.mono()), b.staleTicks) {
+	if fromRing > 0 && fromRing < len(dst) && err == nil && !fresh(made, b.tickAt(b.mono()), b.staleTicks) {
 		// The source waited (for the clock, a reservation) while the IDs
 		// taken from the ring aged past the bound: they are dropped, as a
 		// take would drop them, and the source gives the rest. Every ID
-		// it gives is above them.
+		// it gives is above them, and above everything the ring held: the
+		// drain emptied it (it fell short of dst), and nothing is
+		// published while the lock is held. (Had the ring filled dst, it
+		// may hold more, below what the source would give now: the source
+		// was not asked, and nothing waited.)
 		got = copy(dst, dst[fromRing:got])
 		b.droppedStale.Add(uint64(fromRing))
 		fromRing, await = 0, nil

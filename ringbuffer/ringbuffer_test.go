@@ -727,3 +727,46 @@ func TestGenerateKeepsRingIDsFresh(t *testing.T) {
 		}
 	}
 }
+
+// Generate drops the IDs it took from the ring only when the drain emptied
+// the ring: had the ring filled dst, it may hold more, and IDs the source
+// gave in place of the dropped ones would lie above those, which the next
+// take hands out. Here the clock moves past the first chunk's bound while
+// the drain copies it (as a loaded machine can): the first draft of the
+// freshness check dropped the 64 IDs, had the source give 64 above the 64
+// still in the ring, and a later take went back below them (seen first
+// as a wide generator's NextIDs out of order in TestWideMembersRejoinServing).
+func TestGenerateDropsOnlyWhatItEmptied(t *testing.T) {
+	const stale, tick = 100 * time.Millisecond, 10 * time.Millisecond
+	clk := &fakeClock{}
+	clk.Advance(time.Second)
+	b := newBuf(t, Config{Size: 1024, MaxStaleness: stale, Tick: tick, Clock: clk, Chunk: 64})
+	src := &slowStamp{clk: clk}
+	b.Reset(src)
+	b.fill(64)
+	clk.Advance(stale - tick) // the first chunk at the edge of its bound
+	b.fill(64)
+	moved := false
+	b.testHookClaimed = func() {
+		if !moved {
+			moved = true
+			clk.Advance(2 * tick)
+		}
+	}
+	dst := make([]uint64, 64)
+	if n, err := b.Generate(context.Background(), dst); err != nil || n != 64 {
+		t.Fatalf("Generate = %d, %v", n, err)
+	}
+	b.testHookClaimed = nil
+	rest := make([]uint64, 64)
+	n, err := b.TakeN(rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(dst, rest[:n]...)
+	for i := 1; i < len(all); i++ {
+		if all[i] <= all[i-1] {
+			t.Fatalf("ID %d (%d) not above ID %d (%d): Generate's IDs lie above what the ring still held", i, all[i], i-1, all[i-1])
+		}
+	}
+}
