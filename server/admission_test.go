@@ -259,3 +259,59 @@ func TestAutoWorkersSizeAdmissionForTheServing(t *testing.T) {
 		t.Fatalf("queue bound %v with one worker serving, want %v (one worker's 250 ms)", got, want)
 	}
 }
+
+// A refusal held back by the pace of refusals (admission.Refusals) reaches
+// its caller before the caller's deadline (less 20 ms), with its cause
+// (RESOURCE_EXHAUSTED), on a node whose wall clock reads right and on one
+// whose wall clock reads 30 s behind (the fault-injection clock, as after
+// a backward correction): the time left is measured on the monotonic
+// clock the deadline runs on, never against the node's wall clock, which
+// would size the holds as if the callers had 30 s left and deliver about
+// half of these refusals as DEADLINE_EXCEEDED, without their cause. The
+// callers' deadlines are staggered (200–318 ms) so that the holds cut to
+// them end apart, and a few may miss their deadline by the 20 ms margin
+// on a loaded machine; the wall clock's error misses it by up to 400 ms.
+func TestHeldRefusalsBeatTheDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		offset time.Duration
+	}{{"clock-right", 0}, {"clock-30s-behind", -30 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := etcdtest.StartEmbedded(t)
+			n := startNode(t, e.Endpoints, t.TempDir(), faultInjection, func(c *core.Config) {
+				c.FaultClockOffset = tc.offset
+				c.ClientRate, c.ClientBurst = 1, 1
+			})
+			waitServing(t, n.ids, "", 10*time.Second)
+			// Use up the flow's refusals answered at once (100).
+			for refused := 0; refused < 110; {
+				_, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{})
+				if status.Code(err) == codes.ResourceExhausted {
+					refused++
+				}
+			}
+			// Now each refusal is held until its turn, 10 ms apart: 60
+			// callers, the last turns well past every deadline.
+			const callers = 60
+			var mu sync.Mutex
+			got := map[codes.Code]int{}
+			var wg sync.WaitGroup
+			for i := range callers {
+				wg.Go(func() {
+					c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond+time.Duration(i)*2*time.Millisecond)
+					defer cancel()
+					_, err := n.ids.NextID(c, &firnv1.NextIDRequest{})
+					mu.Lock()
+					got[status.Code(err)]++
+					mu.Unlock()
+				})
+			}
+			wg.Wait()
+			t.Logf("codes of %d held refusals: %v", callers, got)
+			if got[codes.ResourceExhausted]+got[codes.DeadlineExceeded] != callers || got[codes.DeadlineExceeded] > callers/10 {
+				t.Errorf("codes of %d held refusals: %v; want RESOURCE_EXHAUSTED within each deadline less 20 ms (at most %d missing it by the margin)",
+					callers, got, callers/10)
+			}
+		})
+	}
+}

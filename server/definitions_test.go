@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
@@ -174,4 +175,46 @@ func listed(t *testing.T, cli firnv1.IDServiceClient, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestStoredAllowListWithoutMTLSHolds: a generator stored with an allow
+// list (`firn generator create msg snowflake --allow billing`) on a node
+// without mTLS can serve no caller — none can be named — so it is held,
+// OPERATOR_HOLD naming the missing --tls-client-ca: /readyz 503, health
+// NOT_SERVING, and every call refused UNAVAILABLE with that cause, over
+// gRPC and HTTP alike. It was ready and SERVING while every call was
+// refused PERMISSION_DENIED, blaming the caller for the node's
+// configuration. (The flag's equivalent is refused at start.)
+func TestStoredAllowListWithoutMTLSHolds(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir())
+	waitServing(t, n.ids, "", 15*time.Second)
+	defs := n.coord.(coordinator.Definitions)
+	if err := defs.CreateDefinition(ctx(t), coordinator.GeneratorDefinition{Name: "msg", Definition: "snowflake",
+		Allow: []string{"billing"}, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); !listed(t, n.ids, "msg"); time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("msg not started")
+		}
+	}
+	// Past the start checks and a read of the definitions: still held.
+	time.Sleep(3 * time.Second)
+	code, body := httpGet(t, n.httpc, n.base+"/readyz?generator=msg")
+	if code != 503 || !strings.Contains(body, "OPERATOR_HOLD") || !strings.Contains(body, "--tls-client-ca") {
+		t.Errorf("/readyz?generator=msg: %d %s; want 503 OPERATOR_HOLD naming --tls-client-ca", code, body)
+	}
+	hr, err := n.health.Check(ctx(t), &healthpb.HealthCheckRequest{Service: "msg"})
+	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health msg: %v, %v; want NOT_SERVING", hr, err)
+	}
+	_, err = n.ids.NextID(ctx(t), &firnv1.NextIDRequest{Generator: "msg"})
+	wantCode(t, "NextID msg", err, codes.Unavailable, "--tls-client-ca")
+	wantInfo(t, "NextID msg", err, "OPERATOR_HOLD", nil)
+	wantHTTP(t, n, "/v1/ids?generator=msg", 503, "OPERATOR_HOLD", "--tls-client-ca")
+	// The node's other generators serve on.
+	if _, err := n.ids.NextID(ctx(t), &firnv1.NextIDRequest{}); err != nil {
+		t.Fatalf("NextID default: %v", err)
+	}
 }

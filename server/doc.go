@@ -25,6 +25,9 @@
 //     down", health watches end), then stops the core, whose holders
 //     release.
 //   - The fault listener refuses any request with an Origin header
-//     (Interfaces), so a web page cannot move a node's clock; it is off
-//     unless fault injection is on.
+//     (Interfaces), so a web page cannot move a node's clock; on
+//     loopback it also refuses a Host that is not loopback (LocalOnly, as
+//     the profiler does), so a page that rebinds its own name to
+//     127.0.0.1 cannot read it either. It is off unless fault injection
+//     is on.
 package server

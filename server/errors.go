@@ -51,6 +51,8 @@ func code(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.As(err, new(*sections.MovingError)), errors.As(err, new(*sections.RaiseError)):
 		return codes.Unavailable
+	case refusedWithCause(err):
+		return codes.Unavailable
 	case errors.Is(err, core.ErrUnknownGenerator):
 		return codes.NotFound
 	case errors.Is(err, core.ErrNotServing),
@@ -70,6 +72,15 @@ func code(err error) codes.Code {
 		return codes.Canceled
 	}
 	return codes.Internal
+}
+
+// refusedWithCause reports whether err is an admission refusal of one
+// call with a cause of its own rather than an overload
+// (admission.OverloadedError.Cause): answered UNAVAILABLE, as that cause
+// is when it holds a generator.
+func refusedWithCause(err error) bool {
+	var oe *admission.OverloadedError
+	return errors.As(err, &oe) && oe.Cause != ""
 }
 
 // detail is the machine-readable part of a refusal: the ErrorInfo reason
@@ -117,6 +128,18 @@ func describe(err error) (d detail, ok bool) {
 	case errors.As(err, &ns):
 		return detail{ns.Code, meta("generator", ns.Generator, "limit", ns.Limit, "measured", ns.Measured), ns.RetryAfter}, true
 	case errors.As(err, &oe):
+		if oe.Cause != "" {
+			// A refusal of this call alone with a cause of its own (a
+			// segment generator short of IDs while claims fail): no
+			// queue bound, what the node holds and what was asked.
+			return detail{clockguard.Code(oe.Cause), meta("generator", oe.Generator, "limit_ids", strconv.FormatInt(oe.Have, 10),
+				"measured_ids", strconv.Itoa(oe.Asked)), oe.RetryAfter}, true
+		}
+		if oe.Detail != "" {
+			// A refusal its Detail explains (a claim settling past the
+			// deadline): no queue figures, which would read 0.
+			return detail{reasonOverloaded, meta("generator", oe.Generator, "bound", oe.Bound()), oe.RetryAfter}, true
+		}
 		if oe.ClientRate > 0 {
 			return detail{reasonOverloaded, meta("generator", oe.Generator, "bound", oe.Bound(),
 				"limit_ids_per_second", strconv.FormatFloat(oe.ClientRate, 'g', -1, 64), "burst_ids", strconv.FormatInt(oe.ClientBurst, 10)), oe.RetryAfter}, true

@@ -7,9 +7,11 @@ package server
 
 import (
 	"fmt"
-	"github.com/firnid/firn/server/core"
+	"net"
 	"net/http"
 	"time"
+
+	"github.com/firnid/firn/server/core"
 )
 
 func (n *Node) faultHandler() http.Handler {
@@ -29,6 +31,13 @@ func (n *Node) faultHandler() http.Handler {
 	mux.HandleFunc("GET /debug/fault/clock-offset", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]string{"offset": n.offset.CurrentOffset().String()})
 	})
+	// On loopback (the default) the listener answers local callers alone:
+	// a page that rebound its own name to 127.0.0.1 sends no Origin with a
+	// GET, but its own name as Host. A listener moved off loopback
+	// (--fault-addr-allow-remote) is reached by other names.
+	if host, _, err := net.SplitHostPort(n.faultLis.Addr().String()); err == nil && core.LoopbackHost(host) {
+		return LocalOnly("fault injection", mux)
+	}
 	return refuseBrowsers(mux)
 }
 

@@ -3,7 +3,9 @@ package server_test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"regexp"
 	"strings"
 	"sync"
@@ -222,6 +224,51 @@ func TestFaultClockOffsetFromStart(t *testing.T) {
 	fams := scrape(t, n.httpc, n.base)
 	if v := value(t, fams, "firn_clock_steps_total", map[string]string{"direction": "backward"}); v != 0 {
 		t.Fatalf("a start offset counted as %v backward steps", v)
+	}
+}
+
+// The fault listener on loopback answers local callers alone, its GET
+// included: a page that rebinds its own name to 127.0.0.1 sends no
+// Origin with a GET, but its own name as Host (server.LocalOnly, the
+// rule /admin/resume and the profiler keep).
+func TestFaultListenerLocalCallersOnly(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection)
+	waitServing(t, n.ids, "", 10*time.Second)
+	for _, c := range []struct {
+		method, host, origin string
+		code                 int
+	}{
+		{"GET", "", "", 200},
+		{"GET", "[::1]", "", 200},
+		{"GET", "localhost:7302", "", 200},
+		{"GET", "rebound.evil.example", "", 403},
+		{"GET", "rebound.evil.example:" + portOf(t, n.node.FaultAddr()), "", 403},
+		{"GET", "", "http://evil.example", 403},
+		{"POST", "rebound.evil.example", "", 403},
+	} {
+		req, err := http.NewRequest(c.method, "http://"+n.node.FaultAddr()+"/debug/fault/clock-offset?offset=-5s", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.host != "" {
+			req.Host = c.host
+		}
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code {
+			t.Errorf("%s Host %q Origin %q: %d %s, want %d", c.method, c.host, c.origin, resp.StatusCode, b, c.code)
+		}
+	}
+	if info := n.genInfo(t, ""); !info.GetServing() {
+		t.Fatalf("a refused POST moved the clock: %v", info)
 	}
 }
 

@@ -6,10 +6,12 @@ package server
 // (fault.go).
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -195,6 +197,8 @@ func strictQuery(raw string, params queryParams) (map[string]string, error) {
 		v := vals[k]
 		emptyOK, ok := params[k]
 		switch {
+		case !ok && len(known) == 0:
+			return nil, core.BadField(k, strings.Join(v, ","), "no query parameters", "unknown parameter %q: this endpoint takes no query parameters", k)
 		case !ok:
 			return nil, core.BadField(k, strings.Join(v, ","), strings.Join(known, ","), "unknown parameter %q: this endpoint takes %s", k, strings.Join(known, ", "))
 		case len(v) > 1:
@@ -236,7 +240,13 @@ func writeDenied(w http.ResponseWriter, msg string) {
 // headers) and issues nothing.
 func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 	gen, count, fctx, ok := n.issueRequest(w, r, func(rt *core.Generator) int64 { return int64(rt.MaxBatch()) },
-		func(gen string, count int64) error { _, err := n.core.CheckBatch(gen, count); return err })
+		func(gen string, count int64) error {
+			rt, err := n.core.CheckBatch(gen, count)
+			if err != nil {
+				return err
+			}
+			return rt.CheckServing()
+		})
 	if !ok {
 		return
 	}
@@ -271,7 +281,9 @@ func (n *Node) handleIDs(w http.ResponseWriter, r *http.Request) {
 // (before anything else: a caller it does not serve learns nothing of it,
 // not even its bounds), a count that parses (else a bad request naming
 // bound's value, after an unknown generator), and HEAD, answered here with
-// check's verdict and the headers GET would send, issuing nothing. ok is
+// check's verdict (the request's bounds and the generator's serving
+// state: a refusal with its cause and Retry-After, as GET's) and the
+// headers GET would send, issuing nothing. ok is
 // false when it has answered; ctx carries the caller's identity.
 func (n *Node) issueRequest(w http.ResponseWriter, r *http.Request, bound func(*core.Generator) int64,
 	check func(gen string, count int64) error) (gen string, count int64, ctx context.Context, ok bool) {
@@ -313,7 +325,13 @@ func (n *Node) issueRequest(w http.ResponseWriter, r *http.Request, bound func(*
 // increasing order, first as a decimal string (IDs pass 2^53).
 func (n *Node) handleRanges(w http.ResponseWriter, r *http.Request) {
 	gen, count, fctx, ok := n.issueRequest(w, r, func(rt *core.Generator) int64 { return int64(min(rt.MaxRange(), math.MaxInt64)) },
-		func(gen string, count int64) error { _, err := n.core.CheckRange(gen, uint64(count)); return err })
+		func(gen string, count int64) error {
+			rt, err := n.core.CheckRange(gen, uint64(count))
+			if err != nil {
+				return err
+			}
+			return rt.CheckServing()
+		})
 	if !ok {
 		return
 	}
@@ -455,7 +473,10 @@ func (n *Node) adminAllowed(r *http.Request) (bool, string) {
 // handleResume ends a manual-recovery stop: every generator held, or the
 // one named by generator= in the query or the form body (not both).
 // Requests from web pages are refused (browserRefusal); a generator that
-// cannot resume does not stop the others, and the answer lists both.
+// cannot resume does not stop the others, and the answer lists both. Of
+// every generator, a retired one (still listed, draining for good) is
+// skipped and listed under "retired": it has no hold to end, and would
+// otherwise turn every resume of all into a 400.
 func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 	if ok, why := n.adminAllowed(r); !ok {
 		writeDenied(w, "POST /admin/resume: "+why)
@@ -500,11 +521,17 @@ func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 		}
 		names = []string{gen}
 	}
-	resumed, notHeld := []string{}, []string{}
+	resumed, notHeld, retired := []string{}, []string{}, []string{}
 	failed := map[string]string{}
+	var re *core.RetiredError
 	for _, name := range names {
 		held, err := n.core.Resume(name)
 		switch {
+		case err != nil && gen == "" && errors.As(err, &re):
+			// Every generator: a retired one stays in the node's list
+			// (draining, for good) and has no hold to end. Named, it is
+			// NOT_FOUND above.
+			retired = append(retired, name)
 		case err != nil:
 			failed[name] = err.Error()
 		case held:
@@ -521,7 +548,11 @@ func (n *Node) handleResume(w http.ResponseWriter, r *http.Request) {
 		n.log.Warn("manual recovery: resumed by operator", "generators", resumed, "client", client)
 	}
 	if len(failed) == 0 {
-		writeJSON(w, 200, map[string]any{"resumed": resumed, "not_held": notHeld})
+		answer := map[string]any{"resumed": resumed, "not_held": notHeld}
+		if len(retired) > 0 {
+			answer["retired"] = retired
+		}
+		writeJSON(w, 200, answer)
 		return
 	}
 	// Some could not resume (their clock is still behind their last ID):
@@ -556,14 +587,37 @@ func (n *Node) browserRefusal(r *http.Request) string {
 	if n.cfg.MutualTLS() {
 		return ""
 	}
-	host := r.Host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	if host == "localhost" || core.LoopbackHost(host) {
+	return hostRefusal(r)
+}
+
+// hostRefusal says why r's Host is not one a local caller sends (a
+// loopback address or localhost, with or without a port), or "".
+func hostRefusal(r *http.Request) string {
+	if core.LoopbackHostHeader(r.Host) {
 		return ""
 	}
 	return fmt.Sprintf("refused for Host %q: on a listener without mTLS, address the node by a loopback address or localhost", core.Echo(r.Host))
+}
+
+// LocalOnly serves h to local callers alone, for a listener held to
+// loopback without TLS (the profiler, the fault listener): a request
+// carrying an Origin header (a web page's) or a Host that is not a
+// loopback address or localhost (a page that rebound its own name to
+// 127.0.0.1: it could read what a GET answers, such as the profiler's
+// /debug/pprof/cmdline, credentials included) is refused 403, naming
+// what refused it. what names the listener in the refusal.
+func LocalOnly(what string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o := r.Header.Get("Origin"); o != "" {
+			writeDenied(w, fmt.Sprintf("%s refuses requests from web pages (Origin %q): use curl or the CLI", what, core.Echo(o)))
+			return
+		}
+		if !core.LoopbackHostHeader(r.Host) {
+			writeDenied(w, fmt.Sprintf("%s refuses Host %q: address it by a loopback address or localhost", what, core.Echo(r.Host)))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // seqJSON is POST /v1/seq's body: a key as a string, or as base64 for
@@ -575,22 +629,79 @@ type seqJSON struct {
 	Count     uint64 `json:"count"`
 }
 
+// seqJSONFields are seqJSON's JSON names.
+var seqJSONFields = []string{"generator", "key", "key_base64", "count"}
+
+// seqJSONShape is what a bad POST /v1/seq body is told to be.
+const seqJSONShape = `one object {"generator","key" or "key_base64","count"}, each field once, at most 4096 bytes`
+
+// decodeSeqJSON reads POST /v1/seq's body: one JSON object of seqJSON's
+// fields, each at most once (encoding/json keeps the last of a repeated
+// key, matching names without regard to case, so the check matches as
+// it does), and nothing after it but white space.
+func decodeSeqJSON(body io.Reader) (seqJSON, error) {
+	var req seqJSON
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return req, core.BadField("body", "", seqJSONShape, "the body is not a sequence request: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, core.BadField("body", "", seqJSONShape, "the body is not a sequence request: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return req, core.BadField("body", "", seqJSONShape, "the body holds more after its object, at byte %d: send one request per call", dec.InputOffset())
+	}
+	// The object decoded: walk its keys for a repeated one.
+	dec = json.NewDecoder(bytes.NewReader(b))
+	dec.Token() // {
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			break
+		}
+		k, _ := t.(string)
+		field := k
+		for _, f := range seqJSONFields {
+			if strings.EqualFold(k, f) { // encoding/json's match
+				field = f
+			}
+		}
+		if seen[field] {
+			return req, core.BadField(core.Echo(k), "", "once", "field %q given twice in the body: give it once", core.Echo(k))
+		}
+		seen[field] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			break
+		}
+	}
+	return req, nil
+}
+
 // handleSeq serves POST /v1/seq: {"generator", "key" | "key_base64",
 // "count"} → {"first": "N", "last": "M", "count": C} (values as decimal
 // strings, exact in any JSON reader). The body must be JSON
 // (Content-Type application/json): a web page on another site cannot send
 // that without the browser asking first, and the node answers no such
-// request.
+// request. It is parsed as strictly as a query (strictQuery): a query
+// parameter (the request is in the body), a field given twice, or
+// anything after the body's object is refused naming it — never dropped,
+// which would serve another generator or another count.
 func (n *Node) handleSeq(w http.ResponseWriter, r *http.Request) {
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 		writeErr(w, core.BadField("Content-Type", core.Echo(ct), "application/json", "POST /v1/seq takes a JSON body (Content-Type: application/json), not %q", core.Echo(ct)))
 		return
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-	dec.DisallowUnknownFields()
-	var req seqJSON
-	if err := dec.Decode(&req); err != nil {
-		writeErr(w, core.BadField("body", "", `{"generator","key" or "key_base64","count"}, at most 4096 bytes`, "the body is not a sequence request: %v", err))
+	if _, err := strictQuery(r.URL.RawQuery, queryParams{}); err != nil {
+		writeErr(w, err)
+		return
+	}
+	req, err := decodeSeqJSON(http.MaxBytesReader(w, r.Body, 4096))
+	if err != nil {
+		writeErr(w, err)
 		return
 	}
 	fctx := admission.WithHTTPFlowKey(r.Context(), r)

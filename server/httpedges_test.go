@@ -7,13 +7,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	firnv1 "github.com/firnid/firn/client/firnv1"
+	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/internal/testing/etcdtest"
+	"github.com/firnid/firn/server"
 	"github.com/firnid/firn/server/core"
 )
 
@@ -394,6 +397,56 @@ func TestAdminResumeEdges(t *testing.T) {
 	if got := strings.Count(n.logs.String(), "resumed by operator"); got != 2 {
 		t.Fatalf("%d resume log lines, want 2 (msg, then default):\n%s", got, n.logs)
 	}
+	// An IPv6 loopback literal without a port is a loopback Host too.
+	if code, body := resume("", "", nil, "[::1]"); code != 200 || !strings.Contains(body, `"not_held":["default","msg"]`) {
+		t.Fatalf("resume with Host [::1]: %d %s, want 200", code, body)
+	}
+}
+
+// TestLocalOnlyHostRule: the rule that keeps a loopback listener's
+// answers from web pages (server.LocalOnly: the profiler, the fault
+// listener; /admin/resume without mTLS) accepts exactly a loopback
+// address or localhost as Host, with or without a port, an IPv6 literal
+// in brackets included, and refuses an Origin: a page that rebinds its
+// own name to 127.0.0.1 sends its own name, and reads what a GET answers.
+func TestLocalOnlyHostRule(t *testing.T) {
+	h := server.LocalOnly("the test listener", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	for _, c := range []struct {
+		host, origin string
+		code         int
+	}{
+		{"127.0.0.1", "", 200},
+		{"127.0.0.1:6060", "", 200},
+		{"127.1.2.3:6060", "", 200},
+		{"localhost", "", 200},
+		{"localhost:6060", "", 200},
+		{"[::1]", "", 200},
+		{"[::1]:6060", "", 200},
+		{"rebound.evil.example", "", 403},
+		{"rebound.evil.example:6060", "", 403},
+		{"127.0.0.1.evil.example", "", 403},
+		{"localhost.evil.example:6060", "", 403},
+		{"[::1].evil.example", "", 403},
+		{"[fe80::1]", "", 403},
+		{"10.0.0.1:6060", "", 403},
+		{"", "", 403},
+		{"127.0.0.1:6060", "http://evil.example", 403},
+		{"localhost", "null", 403},
+	} {
+		req := httptest.NewRequest("GET", "/debug/pprof/cmdline", nil)
+		req.Host = c.host
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != c.code {
+			t.Errorf("Host %q Origin %q: %d %s, want %d", c.host, c.origin, w.Code, w.Body, c.code)
+		}
+		if w.Code == 403 && !strings.Contains(w.Body.String(), "the test listener") {
+			t.Errorf("Host %q Origin %q: refusal %s does not name the listener", c.host, c.origin, w.Body)
+		}
+	}
 }
 
 func portOf(t *testing.T, addr string) string {
@@ -403,4 +456,124 @@ func portOf(t *testing.T, addr string) string {
 		t.Fatal(err)
 	}
 	return port
+}
+
+// TestHTTPHeadOnAGeneratorNotServing: HEAD /v1/ids and /v1/ranges answer
+// as GET would, the generator's serving state included: on a generator
+// held out (a clock stepped back 5 s, CLOCK_ROLLBACK) both are 503 with a
+// Retry-After, and HEAD takes no ID. HEAD answering 200 there would tell
+// a caller probing before it asks that a generator serves which refuses.
+func TestHTTPHeadOnAGeneratorNotServing(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), faultInjection)
+	waitServing(t, n.ids, "", 15*time.Second)
+	if _, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Count: 10}); err != nil {
+		t.Fatal(err)
+	}
+	n.setOffset(t, -5*time.Second)
+	waitNotServing(t, n.ids, "", 10*time.Second)
+	for _, path := range []string{"/v1/ids", "/v1/ranges?count=10"} {
+		do := func(method string) *http.Response {
+			req, _ := http.NewRequest(method, n.base+path, nil)
+			resp, err := n.httpc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			return resp
+		}
+		get, head := do("GET"), do("HEAD")
+		if get.StatusCode != 503 || head.StatusCode != get.StatusCode || head.Header.Get("Retry-After") == "" || get.Header.Get("Retry-After") == "" {
+			t.Errorf("%s on a generator not serving: GET %d (Retry-After %q), HEAD %d (Retry-After %q); want both 503 with Retry-After",
+				path, get.StatusCode, get.Header.Get("Retry-After"), head.StatusCode, head.Header.Get("Retry-After"))
+		}
+	}
+}
+
+// TestAdminResumeAllSkipsRetired: POST /admin/resume of every generator
+// skips a retired one — it stays in the node's list, draining for good,
+// and has no hold to end — and lists it under "retired": resuming it
+// fails (NOT_FOUND, retired), which made every resume of all a 400
+// "resume refused" though nothing was held and nothing failed. Named, a
+// retired generator is still 404.
+func TestAdminResumeAllSkipsRetired(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir())
+	waitServing(t, n.ids, "", 15*time.Second)
+	defs := n.coord.(coordinator.Definitions)
+	if err := defs.CreateDefinition(ctx(t), coordinator.GeneratorDefinition{Name: "msg", Definition: "snowflake", Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); !listed(t, n.ids, "msg"); time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("msg not started")
+		}
+	}
+	waitServing(t, n.ids, "msg", 10*time.Second)
+	resume := func(query string) (int, string) {
+		resp, err := n.httpc.Post(n.base+"/admin/resume"+query, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, strings.TrimSpace(string(b))
+	}
+	if _, err := defs.RetireDefinition(ctx(t), "msg", "moved to msg2", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	waitNotServing(t, n.ids, "msg", 10*time.Second)
+	if code, body := resume(""); code != 200 || body != `{"not_held":["default"],"resumed":[],"retired":["msg"]}` {
+		t.Errorf("resume of every generator, msg retired: %d %s; want 200 with default not held and msg retired", code, body)
+	}
+	if code, body := resume("?generator=msg"); code != 404 {
+		t.Errorf("resume of msg, retired: %d %s; want 404", code, body)
+	}
+}
+
+// TestHTTPSeqStrict: POST /v1/seq is parsed as strictly as a query: a
+// query parameter (the request is in the body; a generator or count there
+// was dropped, and the call served the default generator, or one value),
+// a field given twice in the body (encoding/json keeps the last, matching
+// names without regard to case), or a second object after the first is
+// refused 400 naming it — never dropped, which would hand out values of
+// another sequence or another count.
+func TestHTTPSeqStrict(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	// chats (a sequence generator) is the node's default.
+	n := startNode(t, e.Endpoints, t.TempDir(), seqGen("chats", "seq,sections=4"), seqGen("inbox", "seq,sections=4"),
+		func(c *core.Config) { c.Generators = c.Generators[1:] })
+	waitServing(t, n.ids, "chats", 20*time.Second)
+	waitServing(t, n.ids, "inbox", 20*time.Second)
+	post := func(target, body string) (int, httpErrorBody) {
+		req, _ := http.NewRequest("POST", n.base+target, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := n.httpc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var eb httpErrorBody
+		json.NewDecoder(resp.Body).Decode(&eb)
+		return resp.StatusCode, eb
+	}
+	for _, c := range []struct{ target, body, field string }{
+		{"/v1/seq?generator=inbox", `{"key":"k"}`, "generator"},
+		{"/v1/seq?count=5", `{"generator":"inbox","key":"k"}`, "count"},
+		{"/v1/seq?bogus=1", `{"generator":"inbox","key":"k"}`, "bogus"},
+		{"/v1/seq", `{"generator":"inbox","generator":"chats","key":"k"}`, "generator"},
+		{"/v1/seq", `{"generator":"inbox","key":"k","Generator":"chats"}`, "Generator"},
+		{"/v1/seq", `{"generator":"inbox","key_base64":"aw==","key_baſe64":"bA=="}`, "key_baſe64"},
+		{"/v1/seq", `{"generator":"inbox","key":"k"}{"generator":"chats","key":"k"}`, "body"},
+		{"/v1/seq", `{"generator":"inbox","key":"k"} x`, "body"},
+	} {
+		code, eb := post(c.target, c.body)
+		if code != 400 || eb.Error.Reason != "BAD_REQUEST" || eb.Error.Metadata["field"] != c.field {
+			t.Errorf("POST %s %s: %d %+v; want 400 BAD_REQUEST naming field %q", c.target, c.body, code, eb.Error, c.field)
+		}
+	}
+	// One object, white space after it: served.
+	if code, eb := post("/v1/seq", "{\"generator\":\"inbox\",\"key\":\"k\",\"count\":2}\n\n"); code != 200 {
+		t.Errorf("POST /v1/seq, one object and a newline: %d %+v", code, eb.Error)
+	}
 }

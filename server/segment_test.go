@@ -228,3 +228,45 @@ func TestSegmentPinMismatch(t *testing.T) {
 		t.Fatalf("NextID of a generator pinned to another definition: %v, want UNAVAILABLE naming both definitions", err)
 	}
 }
+
+// A segment generator whose coordinator is gone serves what it holds; a
+// call for more than that is refused with its cause: UNAVAILABLE,
+// COORDINATOR_UNAVAILABLE, limit_ids what the node holds (the most a call
+// gets now), measured_ids what was asked, and RetryInfo — not OVERLOADED
+// with bound max-queue and a limit of 0, a queue bound that does not
+// exist. A call within what it holds is still served.
+func TestSegmentShortRefusalNamesItsCause(t *testing.T) {
+	p := etcdtest.StartCluster(t, 1)
+	n := startNode(t, p.Endpoints(), t.TempDir(), segmentGen("orders", "segment"))
+	waitServing(t, n.ids, "orders", 30*time.Second)
+	if _, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Generator: "orders", Count: 10}); err != nil {
+		t.Fatal(err)
+	}
+	p.Members[0].Stop()
+	maxBatch := n.genInfo(t, "orders").GetMaxBatch()
+	var err error
+	for start := time.Now(); time.Since(start) < 20*time.Second; time.Sleep(100 * time.Millisecond) {
+		if _, err = n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Generator: "orders", Count: maxBatch}); err != nil {
+			break
+		}
+	}
+	wantCode(t, "NextIDs beyond what the node holds, its coordinator gone", err, codes.Unavailable, "claims of the counter fail")
+	retry := wantInfo(t, "NextIDs beyond what the node holds", err, "COORDINATOR_UNAVAILABLE",
+		map[string]string{"generator": "orders", "measured_ids": strconv.FormatUint(uint64(maxBatch), 10)})
+	if retry == nil {
+		t.Errorf("no RetryInfo on %v", err)
+	}
+	var info map[string]string
+	for _, d := range status.Convert(err).Details() {
+		if ei, ok := d.(interface{ GetMetadata() map[string]string }); ok {
+			info = ei.GetMetadata()
+		}
+	}
+	held, perr := strconv.ParseUint(info["limit_ids"], 10, 64)
+	if perr != nil || held == 0 || held >= uint64(maxBatch) || info["bound"] != "" {
+		t.Fatalf("metadata %v: want limit_ids what the node holds (0 < held < %d) and no bound", info, maxBatch)
+	}
+	if _, err := n.ids.NextIDs(ctx(t), &firnv1.NextIDsRequest{Generator: "orders", Count: 1}); err != nil {
+		t.Errorf("a call within the %d IDs held: %v", held, err)
+	}
+}

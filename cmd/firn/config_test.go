@@ -391,3 +391,94 @@ func TestLoopbackRule(t *testing.T) {
 		}
 	}
 }
+
+// A --config value reaches its flag as written, as the command line and
+// the environment give it, never retyped by YAML: --cluster names an ID
+// space, so a node configured by file and one by flag with the same
+// written value must land in the same cluster (a leading zero read as
+// octal, a long number rounded or `on` read as true would split the
+// fleet in two on one coordinator: duplicates).
+func TestConfigFileValuesAsWritten(t *testing.T) {
+	for _, v := range []string{"0123", "9007199254740993", "12345678901234567890", "1e3", "0x10", "on"} {
+		conf := filepath.Join(t.TempDir(), "firn.yaml")
+		if err := os.WriteFile(conf, []byte("cluster: "+v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fromFile, err := parseServe(t, []string{"--config", conf}, nil)
+		if err != nil {
+			t.Errorf("cluster: %s in --config: %v", v, err)
+			continue
+		}
+		fromFlag, err := parseServe(t, []string{"--cluster", v}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromEnv, err := parseServe(t, nil, map[string]string{"FIRN_CLUSTER": v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fromFile.coord.Cluster != fromFlag.coord.Cluster || fromEnv.coord.Cluster != fromFlag.coord.Cluster {
+			t.Errorf("cluster written %s: --cluster gives %q, FIRN_CLUSTER %q, the --config file %q", v, fromFlag.coord.Cluster, fromEnv.coord.Cluster, fromFile.coord.Cluster)
+		}
+	}
+}
+
+// A --config file that gives a key twice, or a flag a value it cannot
+// take (a mapping; a list for a one-value flag), is refused naming the
+// key: keeping the last value would drop the first without a word, as a
+// repeated query parameter would turn a request into another.
+func TestConfigFileRefusesAmbiguousKeys(t *testing.T) {
+	for _, c := range []struct{ name, body, want string }{
+		{"key twice", "cluster: orders-eu\netcd: [10.0.0.1:2379]\ncluster: orders-us\n", `"cluster" given twice`},
+		{"a mapping", "cluster: {name: orders}\n", `"cluster"`},
+		{"a list for one value", "cluster: [a, b]\n", `"cluster" takes one value`},
+		{"a list of mappings", "etcd: [{host: a}]\n", `"etcd"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conf := filepath.Join(t.TempDir(), "firn.yaml")
+			if err := os.WriteFile(conf, []byte(c.body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			sc, err := parseServe(t, []string{"--config", conf}, nil)
+			if err == nil {
+				t.Fatalf("accepted: cluster %q, etcd %q", sc.coord.Cluster, sc.coord.Etcd)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not name %s", err, c.want)
+			}
+		})
+	}
+}
+
+// --client-rate's bounds hold for every float it can be given: NaN fails
+// both comparisons of a check written x < lo || x > hi and would pass as
+// "no limit" (the limiter is built only for a rate above 0); a rate so
+// small that a refusal's wait (a burst's refill) overflows time.Duration
+// is refused naming the least rate for that burst.
+func TestClientRateBounds(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--client-rate", "NaN"}, "[0, 1e9]"},
+		{[]string{"--client-rate", "NaN", "--client-burst", "100"}, "[0, 1e9]"},
+		{[]string{"--client-rate", "Inf"}, "[0, 1e9]"},
+		{[]string{"--client-rate", "-1"}, "[0, 1e9]"},
+		{[]string{"--client-rate", "1e-10"}, "at least 1e-09 IDs/s"},
+		{[]string{"--client-rate", "0.01", "--client-burst", "1000000000"}, "at least 1 IDs/s"},
+	} {
+		err := finishServe(t, c.args...)
+		if err == nil {
+			t.Errorf("%v accepted", c.args)
+			continue
+		}
+		if !strings.Contains(err.Error(), "--client-rate") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: %v; want --client-rate refused naming %s", c.args, err, c.want)
+		}
+	}
+	for _, args := range [][]string{{"--client-rate", "0"}, {"--client-rate", "1e-9"}, {"--client-rate", "1e9"}, {"--client-rate", "1", "--client-burst", "1000000000"}} {
+		if err := finishServe(t, args...); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}

@@ -1,14 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"sort"
 	"strings"
 
 	"github.com/spf13/pflag"
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 )
 
 // layering says which flags of a flag set parseLayered fills from the
@@ -73,16 +74,12 @@ func parseLayered(fs *pflag.FlagSet, args []string, configPath *string, ly layer
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
-	var m map[string]any
-	if err := yaml.Unmarshal(b, &m); err != nil {
+	entries, err := configEntries(b)
+	if err != nil {
 		return fmt.Errorf("--config %s: %w", *configPath, err)
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, e := range entries {
+		k := e.key
 		f := fs.Lookup(k)
 		if f == nil || !layered(k) || k == "config" {
 			if ly.known[k] && k != "config" {
@@ -93,29 +90,111 @@ func parseLayered(fs *pflag.FlagSet, args []string, configPath *string, ly layer
 		if set[k] || fromEnv[k] {
 			continue
 		}
-		var vals []string
-		switch v := m[k].(type) {
-		case []any:
-			if !isList(f) {
-				return fmt.Errorf("--config %s: key %q takes one value, not a list", *configPath, k)
-			}
-			for _, x := range v {
-				vals = append(vals, fmt.Sprint(x))
-			}
-		case nil:
-			continue
-		case float64:
-			if v == float64(int64(v)) {
-				vals = []string{fmt.Sprint(int64(v))}
-			} else {
-				vals = []string{fmt.Sprint(v)}
-			}
-		default:
-			vals = []string{fmt.Sprint(v)}
+		if e.list && !isList(f) {
+			return fmt.Errorf("--config %s: key %q takes one value, not a list", *configPath, k)
 		}
-		if err := apply(k, vals, "--config "+*configPath); err != nil {
+		if e.null {
+			continue
+		}
+		if err := apply(k, e.values, "--config "+*configPath); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// configEntry is one key of a --config file with the values it gives its
+// flag, each as the file writes it.
+type configEntry struct {
+	key    string
+	values []string
+	list   bool // written as a YAML list
+	null   bool // written as null (or left empty): the key gives no value
+}
+
+// configEntries reads a --config file's keys in the order written. A
+// value is handed to its flag as the file's text (yaml.Node.Value), as the
+// command line or the environment would give it, never as a YAML type
+// printed back: `cluster: 0123` is the cluster "0123" (not the octal 83),
+// `cluster: on` is "on" (not true), a long digit string keeps every digit.
+// --cluster names an ID space, so a node configured by file and one by
+// flag with the same written value must land in the same one. A key
+// written twice is refused naming it (the first value would be dropped
+// without a word), and so is a value the flags cannot take: a mapping, a
+// list of other than plain values.
+func configEntries(b []byte) ([]configEntry, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil // an empty file
+		}
+		return nil, err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("line %d: a second YAML document (the file is one mapping of flag names to values)", extra.Line)
+	}
+	root := deref(&doc)
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return nil, nil
+		}
+		root = deref(root.Content[0])
+	}
+	if isNull(root) {
+		return nil, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("line %d: not a mapping of flag names to values", root.Line)
+	}
+	seen := map[string]int{}
+	var out []configEntry
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		kn, vn := deref(root.Content[i]), deref(root.Content[i+1])
+		if kn.Kind != yaml.ScalarNode {
+			return nil, fmt.Errorf("line %d: a key that is not a flag name", kn.Line)
+		}
+		k := kn.Value
+		if first, ok := seen[k]; ok {
+			return nil, fmt.Errorf("key %q given twice (lines %d and %d): one value each", k, first, kn.Line)
+		}
+		seen[k] = kn.Line
+		e := configEntry{key: k}
+		switch {
+		case isNull(vn):
+			e.null = true
+		case vn.Kind == yaml.ScalarNode:
+			e.values = []string{vn.Value}
+		case vn.Kind == yaml.SequenceNode:
+			e.list = true
+			for _, item := range vn.Content {
+				item = deref(item)
+				if item.Kind != yaml.ScalarNode || isNull(item) {
+					return nil, fmt.Errorf("key %q, line %d: a list item that is not a plain value", k, item.Line)
+				}
+				e.values = append(e.values, item.Value)
+			}
+		default:
+			return nil, fmt.Errorf("key %q, line %d: takes a value or a list of values, not a mapping", k, vn.Line)
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// deref follows a YAML alias to the node it names.
+func deref(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+// isNull says whether n is YAML's null: `~`, `null`, or nothing written.
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 }

@@ -167,7 +167,10 @@ func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Held to loopback, and answering local callers alone: a page that
+	// rebinds its own name to 127.0.0.1 would otherwise read
+	// /debug/pprof/cmdline, credentials given as flags included.
+	srv := &http.Server{Handler: server.LocalOnly("the profiler", mux), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	log.Info("profiler serving", "addr", ln.Addr().String())
 	return func() { srv.Close() }, nil

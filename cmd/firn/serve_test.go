@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -492,5 +493,48 @@ func TestServeUncheckedClockRefused(t *testing.T) {
 	}
 	if code := q.signal(syscall.SIGTERM, 20*time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+}
+
+// The profiler (--pprof-addr, held to loopback) answers local callers
+// alone: a page that rebinds its own name to 127.0.0.1 sends no Origin
+// with a GET but its own name as Host, and would read
+// /debug/pprof/cmdline — the node's command line, --etcd-password and
+// --zookeeper-auth included. The Host rule is /admin/resume's
+// (server.LocalOnly).
+func TestPprofLocalCallersOnly(t *testing.T) {
+	addr := fmt.Sprintf("127.0.0.1:%d", etcdtest.FreePort(t))
+	stop, err := servePprof(addr, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	for _, c := range []struct {
+		host, origin string
+		code         int
+	}{
+		{"", "", 200},
+		{"localhost", "", 200},
+		{"[::1]", "", 200},
+		{"rebound.evil.example", "", 403},
+		{"rebound.evil.example:" + addr[strings.LastIndex(addr, ":")+1:], "", 403},
+		{"", "http://evil.example", 403},
+	} {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/debug/pprof/cmdline", nil)
+		if c.host != "" {
+			req.Host = c.host
+		}
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code {
+			t.Errorf("GET /debug/pprof/cmdline, Host %q Origin %q: %d %q, want %d", c.host, c.origin, resp.StatusCode, strings.ReplaceAll(string(b), "\x00", " "), c.code)
+		}
 	}
 }

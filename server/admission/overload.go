@@ -30,14 +30,26 @@ type OverloadedError struct {
 	// Detail, when set, says why in place of the queue's figures (a
 	// segment generator's claim settling past the deadline).
 	Detail string
+	// Cause, when set, is a refusal of this call alone that no queue, rate
+	// or deadline explains, in place of OVERLOADED: an ErrorReason name
+	// (answered as that cause is, UNAVAILABLE for COORDINATOR_UNAVAILABLE).
+	// A segment generator asked for more than it holds while its
+	// counter's claims fail: it serves smaller calls, so its state serves,
+	// and this call is refused with the cause, Have (the IDs the node
+	// holds: the most a call gets now) and Detail (why claims fail).
+	Cause string
+	Have  int64
 	// Held is how long the refusal was held back: the caller's flow was
 	// refused faster than Refusals' pace.
 	Held time.Duration
 }
 
-// Bound names what shed the request (ErrorInfo metadata "bound").
+// Bound names what shed the request (ErrorInfo metadata "bound"); ""
+// for a refusal with a Cause of its own.
 func (e *OverloadedError) Bound() string {
 	switch {
+	case e.Cause != "":
+		return ""
 	case e.ClientRate > 0:
 		return "client-rate"
 	case e.Deadline:
@@ -55,6 +67,10 @@ func (e *OverloadedError) Error() string {
 }
 
 func (e *OverloadedError) message() string {
+	if e.Cause != "" {
+		return fmt.Sprintf("generator %q cannot serve these %d IDs now: %s; calls for at most %d are served; retry in %v",
+			e.Generator, e.Asked, e.Detail, e.Have, e.RetryAfter.Round(time.Millisecond))
+	}
 	if e.Detail != "" {
 		return fmt.Sprintf("generator %q overloaded: %s; retry in %v", e.Generator, e.Detail, e.RetryAfter.Round(time.Millisecond))
 	}

@@ -232,6 +232,20 @@ func LoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// LoopbackHostHeader reports whether an HTTP Host header (r.Host) names
+// a loopback address or localhost, with or without a port:
+// "127.0.0.1:7301", "localhost", "[::1]:7301", and an IPv6 literal in
+// brackets without a port, "[::1]", alike.
+func LoopbackHostHeader(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+	}
+	return LoopbackHost(host)
+}
+
 // MutualTLS reports whether the node requires verified client
 // certificates (TLS with ClientAuth tls.RequireAndVerifyClientCert).
 func (c *Config) MutualTLS() bool {
@@ -359,12 +373,19 @@ func (c *Config) checkLimits() error {
 		return configErr("max-batch", "%d outside [1, 1000000]", c.MaxBatch)
 	case c.MaxQueue < time.Millisecond || c.MaxQueue > time.Minute:
 		return configErr("max-queue", "%v outside [1ms, 1m]", c.MaxQueue)
-	case c.ClientRate < 0 || c.ClientRate > 1e9:
+	// A float bound is written !(lo <= x && x <= hi): NaN fails every
+	// comparison, so it is refused rather than passing both.
+	case !(c.ClientRate >= 0 && c.ClientRate <= 1e9):
 		return configErr("client-rate", "%g outside [0, 1e9] IDs/s (0: no limit)", c.ClientRate)
 	case c.ClientBurst < 0 || c.ClientBurst > 1e9:
 		return configErr("client-burst", "%d outside [0, 1e9] IDs (0: one second of --client-rate)", c.ClientBurst)
 	case c.ClientBurst > 0 && c.ClientRate == 0:
 		return configErr("client-burst", "%d needs --client-rate", c.ClientBurst)
+	case c.ClientRate > 0 && !(float64(c.ClientBurstOrDefault())/c.ClientRate <= maxClientRefill):
+		// A refusal's wait is up to a burst's refill: beyond this bound
+		// it would overflow time.Duration (about 292 years).
+		return configErr("client-rate", "%g IDs/s refills a burst of %d IDs in %.3g s, over %g s: at least %g IDs/s for that burst",
+			c.ClientRate, c.ClientBurstOrDefault(), float64(c.ClientBurstOrDefault())/c.ClientRate, maxClientRefill, float64(c.ClientBurstOrDefault())/maxClientRefill)
 	case c.MaxClockOffset <= 0:
 		return configErr("max-clock-offset", "%v must be positive", c.MaxClockOffset)
 	case c.NTPInterval < time.Second:
@@ -411,6 +432,10 @@ func (c *Config) ntpConfig() (clockguard.NTPConfig, error) {
 	}
 	return nc, nil
 }
+
+// maxClientRefill bounds, in seconds, the time a --client-rate bucket
+// takes to refill a whole burst: the longest wait a refusal can name.
+const maxClientRefill = 1e9
 
 // ClientBurstOrDefault is the burst of --client-rate: --client-burst, or
 // one second of the rate (at least one ID).

@@ -430,7 +430,9 @@ func (c *Core) Find(name string) (*Generator, error) {
 // name (*PermissionError): the names of its verified client certificate
 // (admission.CallerNames). An unknown name passes, to be refused as
 // unknown by the call; so does every caller of a generator without a
-// list.
+// list. On a node without mTLS, a generator with a (stored) list is
+// refused with its state's refusal: it is held for the list it cannot
+// apply.
 func (c *Core) Authorize(ctx context.Context, name string) error {
 	if !c.allow.Load() {
 		return nil
@@ -442,6 +444,14 @@ func (c *Core) Authorize(ctx context.Context, name string) error {
 	}
 	if len(allow) == 0 {
 		return nil
+	}
+	if !c.cfg.MutualTLS() {
+		// A stored list on a node without mTLS: no caller can be named.
+		// The generator is held for it (allowNeedsMTLS): the refusal is
+		// its state's, as /readyz and health say, not the caller's.
+		if err := rt.refusal(); err != nil {
+			return err
+		}
 	}
 	for _, n := range admission.CallerNames(ctx) {
 		if slices.Contains(allow, n) {

@@ -41,6 +41,15 @@ const defsEvery = 2 * time.Second
 // names another definition than the one the node runs.
 const sourceDefinitions clockguard.Source = "definitions"
 
+// allowNeedsMTLS is the hold of a generator whose stored definition has
+// an allow list on a node without mTLS: no caller can be named, so none
+// can be served. Held (OPERATOR_HOLD, until the node runs with
+// --tls-client-ca), /readyz, health and every call's refusal name the
+// node's configuration — not PERMISSION_DENIED, which would blame the
+// caller while /readyz said ready. The flag's equivalent
+// (--allow-callers without --tls-client-ca) is refused at start.
+const allowNeedsMTLS = "its stored definition serves named callers only (an allow list), and this node has no mTLS (--tls-client-ca): no caller can be named, so none is served"
+
 // access is what a generator's definition says of who may use it, as
 // last read (nil: no definition is stored for it, or the node has no
 // definitions to read).
@@ -196,6 +205,8 @@ func (c *Core) readDefinitions(ctx context.Context, defs coordinator.Definitions
 			disagree = append(disagree, a.disagree)
 			rt.state.SetCause(sourceDefinitions, "the flags and the coordinator's definition disagree (the flags must name the stored definition): "+a.disagree,
 				clockguard.Detail{Code: clockguard.CodeOperatorHold})
+		} else if len(a.allow) > 0 && !c.cfg.MutualTLS() {
+			rt.state.SetCause(sourceDefinitions, allowNeedsMTLS, clockguard.Detail{Code: clockguard.CodeOperatorHold})
 		} else {
 			rt.state.Clear(sourceDefinitions)
 		}
@@ -313,7 +324,8 @@ func (c *Core) addDefined(d coordinator.GeneratorDefinition) {
 	if len(d.Allow) > 0 {
 		c.allow.Store(true)
 		if !c.cfg.MutualTLS() {
-			c.log.Warn("generator has an allow list and this node has no mTLS (--tls-client-ca): every caller is refused",
+			rt.state.SetCause(sourceDefinitions, allowNeedsMTLS, clockguard.Detail{Code: clockguard.CodeOperatorHold})
+			c.log.Warn("generator has an allow list and this node has no mTLS (--tls-client-ca): held, serving no caller",
 				"generator", d.Name)
 		}
 	}

@@ -187,21 +187,30 @@ func (rt *Generator) admit(ctx context.Context, n int) (*admission.Flow, error) 
 // holdPaced returns the refusal oe of flow key, held back first when the
 // flow is refused faster than admission.Refusals' pace (a client ignoring
 // RetryInfo): it then retries no faster than the pace. The hold ends with
-// the caller's deadline.
+// the caller's deadline. The time left is measured as the deadline is, on
+// the process's monotonic clock (time.Until), never against the node's
+// wall clock reading: one that reads behind (a backward correction, the
+// fault-injection offset) would size the hold past the deadline, and the
+// refusal would reach its caller as DEADLINE_EXCEEDED, without its cause.
+// The refusal's RetryAfter counts from when it is answered: the hold is
+// taken off it.
 func (rt *Generator) holdPaced(ctx context.Context, key string, oe *admission.OverloadedError) error {
 	if rt.refusals == nil {
 		return oe // a segment generator's
 	}
-	wall, now := rt.clock.Now()
+	_, now := rt.clock.Now()
 	var left time.Duration
 	if dl, ok := ctx.Deadline(); ok {
-		left = max(dl.Sub(wall), time.Nanosecond)
+		left = max(time.Until(dl), time.Nanosecond)
 	}
 	hold := rt.refusals.Refused(key, now, left)
 	if hold <= 0 {
 		return oe
 	}
 	oe.Held = hold
+	if oe.RetryAfter > 0 {
+		oe.RetryAfter = max(oe.RetryAfter-hold, time.Millisecond)
+	}
 	t := time.NewTimer(hold)
 	defer t.Stop()
 	select {
@@ -470,6 +479,21 @@ func (rt *Generator) refusal() error {
 	}
 	e.RetryAfter = max(e.RetryAfter, r.RetryEvery)
 	return e
+}
+
+// CheckServing is what a call for IDs of rt (past Core.CheckBatch or
+// CheckRange) is refused with before it takes any: a sequence generator
+// asked for IDs, or a generator not serving (its cause and RetryAfter, as
+// the call would get them); nil when the call would go on to take IDs.
+// HTTP HEAD answers with it, so it answers as GET would without taking
+// IDs; a refusal that depends on the IDs taken (--client-rate, the queue)
+// is GET's alone.
+func (rt *Generator) CheckServing() error {
+	if rt.isSeq() {
+		return BadField("generator", Echo(rt.cfg.Name), "a snowflake or segment generator",
+			"generator %q is a sequence generator: its values are per key (NextSeq, NextSeqs, CurrentSeq)", rt.cfg.Name)
+	}
+	return rt.refusal()
 }
 
 // GeneratorStatus is a snapshot of one generator for Info, /readyz and the status

@@ -164,8 +164,13 @@ func (rt *Generator) segmentRuns(ctx context.Context, n uint64) ([]segment.Range
 			return nil, &admission.OverloadedError{Generator: rt.cfg.Name, Asked: int(min(n, 1<<31)), Deadline: true, RetryAfter: se.Wait,
 				Detail: fmt.Sprintf("the claim of the counter that covers these %d IDs is usable in %v (a claim settles %v on a shared coordinator), after the call's deadline", n, se.Wait.Round(time.Millisecond), source.DefaultSettle)}
 		case errors.As(err, &short):
-			// The generator serves smaller calls from what it holds.
+			// The generator serves smaller calls from what it holds, so
+			// its state serves; this call is refused with the cause
+			// (COORDINATOR_UNAVAILABLE: claims fail), never as an
+			// overload — no queue is full — and not served in part, which
+			// would break "exactly count IDs".
 			return nil, &admission.OverloadedError{Generator: rt.cfg.Name, Asked: int(min(n, 1<<31)), RetryAfter: short.Wait,
+				Cause: string(clockguard.CodeCoordinatorUnavailable), Have: int64(min(short.Have, 1<<62)),
 				Detail: fmt.Sprintf("this node holds %d IDs, fewer than these %d, and claims of the counter fail (%v)", short.Have, n, short.Err)}
 		}
 		if r := rt.refusal(); r != nil {
