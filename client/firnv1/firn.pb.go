@@ -80,7 +80,10 @@ const (
 	// The data dir was copied or moved, or the node name is held by
 	// another instance.
 	ErrorReason_INSTANCE_CONFLICT ErrorReason = 11
-	// Held until an operator resumes it.
+	// Held until an operator acts: resumes it after a rollback
+	// (--rollback-recovery manual), makes the flags name the stored
+	// definition, or gives the node mTLS for a stored allow list; the
+	// message says which.
 	ErrorReason_OPERATOR_HOLD ErrorReason = 12
 	// The node is shutting down.
 	ErrorReason_DRAINING ErrorReason = 13

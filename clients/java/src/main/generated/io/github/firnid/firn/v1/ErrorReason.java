@@ -131,7 +131,10 @@ public enum ErrorReason
   INSTANCE_CONFLICT(11),
   /**
    * <pre>
-   * Held until an operator resumes it.
+   * Held until an operator acts: resumes it after a rollback
+   * (--rollback-recovery manual), makes the flags name the stored
+   * definition, or gives the node mTLS for a stored allow list; the
+   * message says which.
    * </pre>
    *
    * <code>OPERATOR_HOLD = 12;</code>
@@ -340,7 +343,10 @@ public enum ErrorReason
   public static final int INSTANCE_CONFLICT_VALUE = 11;
   /**
    * <pre>
-   * Held until an operator resumes it.
+   * Held until an operator acts: resumes it after a rollback
+   * (--rollback-recovery manual), makes the flags name the stored
+   * definition, or gives the node mTLS for a stored allow list; the
+   * message says which.
    * </pre>
    *
    * <code>OPERATOR_HOLD = 12;</code>
