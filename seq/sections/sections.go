@@ -1069,11 +1069,17 @@ func (m *Manager) restored(err error) {
 	var rb *coordinator.CounterRolledBackError
 	if errors.As(err, &rb) && m.cfg.Mark != nil {
 		wall, _ := m.cfg.Clock.Now()
+		ev := rb.Evidence(m.cfg.Node, wall)
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Timeout)
-		if merr := m.cfg.Mark(ctx, rb.Evidence(m.cfg.Node, wall)); merr != nil {
+		if merr := m.cfg.Mark(ctx, ev); merr != nil {
 			m.log.Error("restore marker not written", "err", merr)
 		}
 		cancel()
+		// The refusal is the marker's, as a segment generator's and every
+		// other node's (what was found, and the bump that clears it),
+		// with this node's finding: whichever path noticed the restore
+		// last (a raise, a read), the reason names the bump.
+		err = fmt.Errorf("%w; found here: %w", &coordinator.RestoredError{Evidence: ev}, err)
 	}
 	m.dropAll("restore: " + err.Error())
 	m.notify(err)

@@ -470,6 +470,13 @@ func testRecordOrder(t *testing.T, where string) {
 		case err := <-notes:
 			if errors.Is(err, coordinator.ErrRolledBack) || errors.Is(err, coordinator.ErrRestored) {
 				t.Logf("restarted node found the restore: %v", err)
+				// Whichever path found it, the node's reason is the
+				// marker's: the restore, and the bump that clears it
+				// (before, a rolled-back counter gave its own wording,
+				// naming no bump, and /readyz flipped between the two).
+				if !errors.Is(err, coordinator.ErrRestored) || !strings.Contains(err.Error(), "firn coordinator bump") {
+					t.Fatalf("the restore notified as %q: want the restore marker's reason, naming the bump", err)
+				}
 				return
 			}
 		default:

@@ -104,3 +104,38 @@ func TestIssueKeepsRingIDsFresh(t *testing.T) {
 		}
 	})
 }
+
+// A refusal held back for a flow's pace is answered before the caller's
+// deadline less the margin (docs/design.md, Overload: "never past the
+// caller's deadline less 20 ms"), whatever the node's wall clock reads —
+// in virtual time (testing/synctest), so that a loaded machine cannot
+// move it. With the node's clock an hour behind (a step back, or the
+// fault-injection clock), the time left was measured against the wall
+// reading, an hour too long, and the refusal held until the deadline
+// itself: DEADLINE_EXCEEDED, without its cause.
+func TestPacedRefusalWithinDeadline(t *testing.T) {
+	for _, off := range []time.Duration{0, -time.Hour} {
+		t.Run(off.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				clock := clockguard.NewOffset(clockguard.NewSystem(), off)
+				rt := &Generator{cfg: GeneratorConfig{Name: "g"}, clock: clock, refusals: admission.NewRefusals()}
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				key := admission.FlowKey(ctx)
+				_, mono := clock.Now()
+				for range 300 { // a client refused far faster than the pace
+					rt.refusals.Refused(key, mono, 0)
+				}
+				start := time.Now()
+				err := rt.holdPaced(ctx, key, &admission.OverloadedError{Generator: "g", Asked: 1})
+				took := time.Since(start)
+				if err == nil {
+					t.Fatal("no refusal")
+				}
+				if limit := 200*time.Millisecond - 20*time.Millisecond; took > limit {
+					t.Fatalf("clock offset %v: the paced refusal came %v after the call (its deadline 200 ms; the rule: by 180 ms)", off, took)
+				}
+			})
+		})
+	}
+}
