@@ -259,4 +259,3 @@ func TestAutoWorkersSizeAdmissionForTheServing(t *testing.T) {
 		t.Fatalf("queue bound %v with one worker serving, want %v (one worker's 250 ms)", got, want)
 	}
 }
-
