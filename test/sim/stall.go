@@ -71,9 +71,7 @@ func (s *Stall) Watch(done <-chan struct{}, what string) {
 			continue
 		}
 		if still := time.Since(since); still >= stallPanic {
-			buf := make([]byte, 1<<22)
-			buf = buf[:runtime.Stack(buf, true)]
-			fmt.Fprintf(os.Stderr, "%s\n", buf)
+			fmt.Fprintf(os.Stderr, "%s\n", stallStacks(1<<22))
 			panic(fmt.Sprintf("%s: virtual time stood still for %v of real time, and moving the clocks on did not end it: a goroutine spins or is blocked for good (the stacks above)", what, still.Round(time.Second)))
 		}
 	}
@@ -182,4 +180,36 @@ func (c *simClock) Now() (time.Time, time.Duration) {
 func (c *simClock) FastMono() (time.Duration, bool) {
 	t := time.Now()
 	return t.Sub(c.origin) + c.stall.offset(t), true
+}
+
+// stallStacks is every goroutine's stack for a stall's report, at most
+// limit bytes of them, the suspects first: a stall is a goroutine in a
+// bubble that is not durably blocked — running, runnable, or waiting on a
+// mutex or on a channel from outside its bubble — while the others wait
+// for virtual time to move. With thousands of seeds' goroutines in the
+// process, a dump in the runtime's order would spend its room on those.
+func stallStacks(limit int) string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) || len(buf) >= 1<<28 {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var suspects, rest strings.Builder
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(head, "synctest bubble") && !strings.Contains(head, "durable") {
+			suspects.WriteString(g + "\n\n")
+		} else {
+			rest.WriteString(g + "\n\n")
+		}
+	}
+	out := "goroutines in a bubble not durably blocked (the suspects):\n\n" + suspects.String() + "the others:\n\n" + rest.String()
+	if len(out) > limit {
+		out = out[:limit] + "\n… (cut at " + fmt.Sprint(limit) + " bytes)"
+	}
+	return out
 }
