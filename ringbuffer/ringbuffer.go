@@ -337,7 +337,7 @@ func (b *Buffer) Take() (uint64, error) {
 // returns how many it wrote, or ErrEmpty at once when it has none. The IDs
 // written are increasing.
 func (b *Buffer) TakeN(dst []uint64) (int, error) {
-	n, _, err := b.takeN(dst)
+	n, err := b.takeN(dst)
 	if err != nil {
 		b.emptyHits.Add(1)
 		b.poke()
@@ -345,21 +345,19 @@ func (b *Buffer) TakeN(dst []uint64) (int, error) {
 	return n, err
 }
 
-// takeN is TakeN, which also says when the oldest ID it wrote was made
-// (its chunk's tick; the IDs a take writes are in the order they were
-// made).
-func (b *Buffer) takeN(dst []uint64) (got int, made uint32, err error) {
+func (b *Buffer) takeN(dst []uint64) (int, error) {
 	if len(dst) == 0 {
-		return 0, 0, nil
+		return 0, nil
 	}
 	tick := b.tickAt(b.mono())
+	got := 0
 	for got == 0 {
 		var h, n, t uint64
 		for {
 			h = b.head.Load()
 			t = b.tail.Load()
 			if h >= t {
-				return 0, 0, ErrEmpty
+				return 0, ErrEmpty
 			}
 			n = min(uint64(len(dst)), t-h)
 			if b.head.CompareAndSwap(h, h+n) {
@@ -369,21 +367,22 @@ func (b *Buffer) takeN(dst []uint64) (got int, made uint32, err error) {
 		if hook := b.testHookClaimed; hook != nil {
 			hook()
 		}
-		got, made = b.copyOut(h, n, dst, tick)
+		got = b.copyOut(h, n, dst, tick)
 		if left := int64(t - h - n); left*2 < b.target.Load() {
 			b.poke()
 		}
 	}
-	return got, made, nil
+	return got, nil
 }
 
 // copyOut copies the claimed positions [h, h+n) into dst, skipping IDs
 // stale at the take's tick (tickAt) and retired ones, then releases the
-// slots to the filler. made is the tick the first ID copied was made in.
-func (b *Buffer) copyOut(h, n uint64, dst []uint64, takeTick int64) (got int, made uint32) {
+// slots to the filler.
+func (b *Buffer) copyOut(h, n uint64, dst []uint64, takeTick int64) int {
 	epoch := b.epoch.Load()
 	tick := uint32(takeTick)
 	staleTicks := int32(b.staleTicks)
+	got := 0
 	var stale, retired uint64
 	// Segment by segment: the ring wraps, and the lap changes, at most
 	// once within a take.
@@ -400,9 +399,6 @@ func (b *Buffer) copyOut(h, n uint64, dst []uint64, takeTick int64) (got int, ma
 			}
 		}
 		if clean {
-			if got == 0 {
-				made = ms[0].stamp
-			}
 			got += copy(dst[got:], b.ids[i:i+seg])
 		} else {
 			for j, m := range ms {
@@ -417,9 +413,6 @@ func (b *Buffer) copyOut(h, n uint64, dst []uint64, takeTick int64) (got int, ma
 				case int32(tick-m.stamp) > staleTicks:
 					stale++
 				default:
-					if got == 0 {
-						made = m.stamp
-					}
 					dst[got] = b.ids[i+uint64(j)]
 					got++
 				}
@@ -434,7 +427,7 @@ func (b *Buffer) copyOut(h, n uint64, dst []uint64, takeTick int64) (got int, ma
 	if retired > 0 {
 		b.droppedReset.Add(retired)
 	}
-	return got, made
+	return got
 }
 
 // release returns positions [h, h+n) to the filler, one atomic add per
@@ -500,7 +493,7 @@ func (b *Buffer) DrainThen(ctx context.Context, dst []uint64, produce func(took 
 	}
 	got := 0
 	for got < len(dst) {
-		n, _, err := b.takeN(dst[got:])
+		n, err := b.takeN(dst[got:])
 		if err != nil {
 			break
 		}
@@ -520,14 +513,17 @@ func (b *Buffer) generate(ctx context.Context, dst []uint64, bulk bool) (got int
 	if src == nil {
 		err = ErrNoSource
 	}
+	// When the IDs the drain takes were made: no later than the chunk at
+	// the head now (the filler publishes in order, and not while the lock
+	// is held; other takers only move the head on).
 	var made uint32
+	if h := b.head.Load(); h < b.tail.Load() {
+		made = b.meta[h&b.mask].stamp
+	}
 	for err == nil && got < len(dst) {
-		n, m, terr := b.takeN(dst[got:])
+		n, terr := b.takeN(dst[got:])
 		if terr != nil {
 			break
-		}
-		if got == 0 {
-			made = m
 		}
 		got += n
 	}
