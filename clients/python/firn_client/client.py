@@ -582,7 +582,9 @@ class FirnClient:
         client closes. A refill cut at the call timeout failed every
         waiting caller when the first resolution was slow, though their
         deadlines had room; the Go client's refill waits as this one does."""
-        if self._resolved.is_set():
+        if self._resolved.is_set() or self._eps:
+            # Endpoints to ask already (host:port ones beside the names):
+            # no call waits for a name's first lookup (as the Go client).
             return
         if deadline is None:
             self._resolved.wait()  # set by the first resolution, and by close

@@ -550,6 +550,30 @@ class NodeTest(unittest.TestCase):
         with FirnClient(["dns:///firn.test:%d" % a.port], lookup=lookup, call_timeout=0.3) as c:
             self.assertGreaterEqual(c.next(3), 1)
 
+    def test_fixed_endpoint_serves_while_a_name_is_first_resolved(self):
+        # Endpoints given as host:port serve at once; a DNS name beside them
+        # whose first lookup hangs holds up no call (as the Go client: a
+        # call waits for the first resolution only while there is no
+        # endpoint at all).
+        a = self.node(start=1 << 40)
+        release = threading.Event()
+
+        def lookup(host):
+            release.wait(30)
+            return ["127.0.0.1"]
+        try:
+            with FirnClient([a.addr, "dns:///slow.test:1"], lookup=lookup, health=False) as c:
+                try:
+                    self.assertGreaterEqual(c.next(5), 1 << 40)
+                    self.assertEqual(len(c.next_n(5000, 5)), 5000)
+                except FirnError as e:
+                    self.fail("%s: %s, though endpoint %s serves (the name's first lookup has not answered)"
+                              % (e.reason, e, a.addr))
+                finally:
+                    release.set()
+        finally:
+            release.set()
+
     def test_slow_first_answer_within_callers_deadline(self):
         # An endpoint whose first answer takes longer than call_timeout (as
         # a cold connection and TLS handshake on a loaded machine do)

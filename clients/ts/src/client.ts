@@ -123,10 +123,6 @@ function wall(mono: number): number {
   return Date.now() + (mono - now());
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
 function readPem(v: Buffer | string | undefined): Buffer | null {
   if (v === undefined || v === null) return null;
   if (Buffer.isBuffer(v)) return v;
@@ -289,11 +285,29 @@ interface Bound {
 
 function boundOf(o: CallOptions | undefined): Bound {
   const d = o?.deadlineMs;
-  return { deadline: d !== undefined && d > 0 ? now() + d : undefined, signal: o?.signal };
+  // A deadline of 0 ms or less has already passed (as a Go context's, or
+  // the Java and Python clients' zero timeout): never "no deadline".
+  return { deadline: d !== undefined && d !== null ? now() + Math.max(d, 0) : undefined, signal: o?.signal };
 }
 
 function boundDone(b: Bound): boolean {
   return (b.deadline !== undefined && now() >= b.deadline) || !!b.signal?.aborted;
+}
+
+/** Resolves when p settles, the caller's deadline passes or its signal aborts, whichever is first. */
+function waitWithin(p: Promise<unknown>, b: Bound): Promise<void> {
+  if (boundDone(b)) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    let t: NodeJS.Timeout | undefined;
+    const done = () => {
+      if (t) clearTimeout(t);
+      b.signal?.removeEventListener("abort", done);
+      resolve();
+    };
+    if (b.deadline !== undefined) t = setTimeout(done, Math.max(0, b.deadline - now()));
+    b.signal?.addEventListener("abort", done, { once: true });
+    p.then(done, done);
+  });
 }
 
 /**
@@ -930,11 +944,9 @@ export class FirnClient {
 
   private async awaitResolved(b: Bound): Promise<void> {
     if (this.eps.length > 0) return;
-    if (b.deadline === undefined) {
-      await this.resolvedP;
-      return;
-    }
-    await Promise.race([this.resolvedP, sleep(Math.max(0, b.deadline - now()))]);
+    await waitWithin(this.resolvedP, b);
+    // The caller gave up (its deadline, or its signal) before any address came.
+    if (this.eps.length === 0 && !this.closed && boundDone(b)) throw deadlineError();
   }
 
   /**
@@ -1516,7 +1528,7 @@ export class FirnClient {
   private async seqEnsureMap(b: Bound): Promise<void> {
     if (this.seqMap) return;
     if (this.seqLoading) {
-      await Promise.race([this.seqLoading, b.deadline !== undefined ? sleep(Math.max(0, b.deadline - now())) : new Promise(() => {})]);
+      await waitWithin(this.seqLoading, b);
       return;
     }
     if (this.seqLastLoad !== 0 && now() - this.seqLastLoad < 1000) return;

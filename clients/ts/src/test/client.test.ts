@@ -435,3 +435,74 @@ test("a caller refused because the endpoint asked to wait gets the standing refu
     }
   });
 });
+
+/** What p settles to within ms: its value, its error, or "still waiting". */
+function within<T>(p: Promise<T>, ms: number): Promise<T | unknown> {
+  let t: NodeJS.Timeout | undefined;
+  const timer = new Promise((r) => { t = setTimeout(() => r("still waiting"), ms); });
+  return Promise.race([p.then((v) => v, (e) => e), timer]).finally(() => clearTimeout(t));
+}
+
+test("an aborted signal ends a sequence call that waits for another call's section map load", async () => {
+  await withNodes(1, async ([a]) => {
+    let release!: () => void;
+    const held = new Promise<void>((r) => (release = r));
+    a.handlers.Info = async () => { await held; return { node_name: "fake", generators: a.generators }; };
+    // callTimeoutMs 300 s: the first call's load (its Info attempt) lasts until the test releases it.
+    const c = new FirnClient({ endpoints: [a.addr], generator: "chats", health: false, callTimeoutMs: 300_000 });
+    try {
+      const first = c.nextSeq("chat:1").catch((e) => e);
+      while ((a.calls.Info ?? 0) === 0) await new Promise((r) => setTimeout(r, 5));
+      const ac = new AbortController();
+      const second = c.nextSeq("chat:2", 1, { signal: ac.signal });
+      ac.abort();
+      const got = await within(second, 10_000);
+      assert.ok(got instanceof FirnError, `the aborted call: ${String(got)} (the other call's map load is still under way)`);
+      assert.equal(got.reason, "DEADLINE");
+      release();
+      await first;
+    } finally {
+      release();
+      await c.close();
+    }
+  });
+});
+
+test("an aborted signal ends a direct fetch that waits for the first DNS resolution", async () => {
+  await withNodes(1, async ([a]) => {
+    const port = a.addr.split(":")[1];
+    let release!: (v: string[]) => void;
+    const held = new Promise<string[]>((r) => (release = r));
+    const c = new FirnClient({ endpoints: [`dns:///firn.test:${port}`], lookup: () => held, health: false });
+    try {
+      const ac = new AbortController();
+      const p = c.nextRange(1_000_000, { signal: ac.signal });
+      ac.abort();
+      const got = await within(p, 10_000);
+      assert.ok(got instanceof FirnError, `the aborted call: ${String(got)} (the first resolution is still under way)`);
+      assert.equal(got.reason, "DEADLINE");
+    } finally {
+      release(["127.0.0.1"]);
+      await c.close();
+    }
+  });
+});
+
+test("a deadline of 0 ms (or less) has already passed: a call that would wait fails DEADLINE at once", async () => {
+  await withNodes(1, async ([a]) => {
+    a.handlers.NextRange = () => new Promise(() => {}); // no refill ever answers
+    // callTimeoutMs 300 s: the refill's attempt does not end by itself during the test.
+    const c = new FirnClient({ endpoints: [a.addr], health: false, callTimeoutMs: 300_000 });
+    try {
+      for (const deadlineMs of [0, -5]) {
+        let t: NodeJS.Timeout | undefined;
+        const timer = new Promise((r) => { t = setTimeout(() => r("still waiting"), 10_000); });
+        const got = await Promise.race([c.next({ deadlineMs }).then((v) => v, (e) => e), timer]).finally(() => clearTimeout(t));
+        assert.ok(got instanceof FirnError, `next({ deadlineMs: ${deadlineMs} }) with an empty buffer: ${String(got)}`);
+        assert.equal(got.reason, "DEADLINE");
+      }
+    } finally {
+      await c.close();
+    }
+  });
+});

@@ -212,6 +212,13 @@ public final class FirnClient implements AutoCloseable {
   // ---- threads ----
   private final ExecutorService exec;
   private final ScheduledExecutorService sched;
+  /**
+   * Runs the DNS lookups, one at a time: a lookup can take seconds (a
+   * resolver that does not answer), and on the timer thread it would hold
+   * up the cuts of refill attempts that waiting callers ask for.
+   */
+  private final ExecutorService resolveExec;
+  private final AtomicBoolean resolveQueued = new AtomicBoolean();
   private final Thread refillThread;
 
   // ---- sequences ----
@@ -219,6 +226,7 @@ public final class FirnClient implements AutoCloseable {
   private volatile long seqMapAt;
   private final AtomicBoolean seqRefreshing = new AtomicBoolean();
   private final Object seqLoadMu = new Object();
+  private CountDownLatch seqLoading; // under seqLoadMu: the map load under way
   private final ConcurrentHashMap<String, ManagedChannel> seqConns = new ConcurrentHashMap<>();
   private final ConcurrentHashMap<String, AtomicBoolean> seqConnAnswered = new ConcurrentHashMap<>();
 
@@ -261,6 +269,11 @@ public final class FirnClient implements AutoCloseable {
       t.setDaemon(true);
       return t;
     });
+    this.resolveExec = Executors.newSingleThreadExecutor(r -> {
+      Thread t = new Thread(r, "firn-client-resolve");
+      t.setDaemon(true);
+      return t;
+    });
     List<Endpoint> fixed = new ArrayList<>();
     for (Target t : targets) {
       if (!t.name) {
@@ -272,8 +285,8 @@ public final class FirnClient implements AutoCloseable {
       startWatch(ep);
     }
     if (hasNames) {
-      sched.execute(this::resolveNow);
-      sched.scheduleWithFixedDelay(this::resolveNow, resolveEvery, resolveEvery, TimeUnit.NANOSECONDS);
+      resolveSoon();
+      sched.scheduleWithFixedDelay(this::resolveSoon, resolveEvery, resolveEvery, TimeUnit.NANOSECONDS);
     } else {
       resolved.countDown();
     }
@@ -1525,7 +1538,9 @@ public final class FirnClient implements AutoCloseable {
    * though their deadlines had room; the Go client's refill waits as this one now does.
    */
   private void awaitResolved(long deadline) {
-    if (resolved.getCount() == 0) {
+    if (resolved.getCount() == 0 || !eps.isEmpty()) {
+      // Endpoints to ask already (host:port ones beside the names): no
+      // call waits for a name's first lookup (as the Go client).
       return;
     }
     try {
@@ -1551,10 +1566,21 @@ public final class FirnClient implements AutoCloseable {
       return;
     }
     lastResolveAsk = m;
+    resolveSoon();
+  }
+
+  /** Queues a resolution on the resolver thread (at most one queued). */
+  private void resolveSoon() {
+    if (!resolveQueued.compareAndSet(false, true)) {
+      return;
+    }
     try {
-      sched.execute(this::resolveNow);
+      resolveExec.execute(() -> {
+        resolveQueued.set(false);
+        resolveNow();
+      });
     } catch (java.util.concurrent.RejectedExecutionException e) {
-      // closing
+      resolveQueued.set(false); // closing
     }
   }
 
@@ -1968,18 +1994,47 @@ public final class FirnClient implements AutoCloseable {
   /** Loads the section map on the first sequence call; refreshes it in the background every 3 s of use. */
   private void seqEnsureMap(long deadline) {
     if (seqMap == null) {
+      // One load at a time; a call that finds one under way waits for it
+      // within its own deadline (as the Go client does), never for the
+      // loader's whole attempt.
+      CountDownLatch mine = null;
+      CountDownLatch theirs;
       synchronized (seqLoadMu) {
-        if (seqMap == null) {
-          try {
-            seqMap = seqMapOf(info0(deadline), generator);
-          } catch (FirnException e) {
-            seqMap = new SeqMap(0, new String[0]);
-            if (e.reason() == Reason.CLOSED) {
-              throw e;
-            }
-          }
-          seqMapAt = mono();
+        if (seqMap != null) {
+          return;
         }
+        theirs = seqLoading;
+        if (theirs == null) {
+          mine = seqLoading = new CountDownLatch(1);
+        }
+      }
+      if (mine == null) {
+        try {
+          if (deadline == NO_DEADLINE) {
+            theirs.await();
+          } else if (deadline > mono()) {
+            theirs.await(deadline - mono(), TimeUnit.NANOSECONDS);
+          }
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+        }
+        return;
+      }
+      try {
+        try {
+          seqMap = seqMapOf(info0(deadline), generator);
+        } catch (FirnException e) {
+          seqMap = new SeqMap(0, new String[0]);
+          if (e.reason() == Reason.CLOSED) {
+            throw e;
+          }
+        }
+        seqMapAt = mono();
+      } finally {
+        synchronized (seqLoadMu) {
+          seqLoading = null;
+        }
+        mine.countDown();
       }
       return;
     }
@@ -2057,6 +2112,7 @@ public final class FirnClient implements AutoCloseable {
     }
     events.offer(STOP);
     sched.shutdownNow();
+    resolveExec.shutdownNow();
     exec.shutdown();
     List<Endpoint> list;
     synchronized (epMu) {

@@ -40,6 +40,9 @@ public final class FakeNode implements AutoCloseable {
   volatile Duration shedRetry = Duration.ofMillis(200);
   volatile String refuseReason; // UNAVAILABLE with this reason when set
   volatile boolean hang;
+  /** Info gets no answer while set; infoCalls counts the Info calls. */
+  volatile boolean hangInfo;
+  final AtomicLong infoCalls = new AtomicLong();
   /** NextRange and NextIDs answer after this many milliseconds. */
   volatile long delayMs;
   volatile boolean noRange;
@@ -182,6 +185,10 @@ public final class FakeNode implements AutoCloseable {
 
     @Override
     public void info(InfoRequest req, StreamObserver<InfoResponse> obs) {
+      infoCalls.incrementAndGet();
+      if (hangInfo) {
+        return; // never answers
+      }
       String owner = seqOwner == null ? addr() : seqOwner;
       GeneratorInfo.Builder chats = GeneratorInfo.newBuilder().setName("chats").setKind("seq").setSections(1);
       if (mapNamesOwner) {

@@ -521,6 +521,37 @@ public class FirnClientTest {
   }
 
   @Test
+  public void aFixedEndpointServesWhileANameIsFirstResolved() throws Exception {
+    // Endpoints given as host:port serve at once; a DNS name beside them
+    // whose first lookup hangs holds up no call (as the Go client: a call
+    // waits for the first resolution only while there is no endpoint).
+    CountDownLatch release = new CountDownLatch(1);
+    try (FakeNode node = new FakeNode(1L << 40);
+        FirnClient c = FirnClient.builder().endpoints(node.addr(), "dns:///slow.test:1").healthCheck(false)
+            .resolver(host -> {
+              try {
+                release.await(30, TimeUnit.SECONDS);
+              } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+              }
+              return List.of("127.0.0.1");
+            })
+            .build()) {
+      try {
+        assertTrue(c.next(Duration.ofSeconds(5)) >= 1L << 40);
+        assertEquals(5000, c.nextN(5000, Duration.ofSeconds(5)).length);
+      } catch (FirnException e) {
+        fail(e.reason() + ": " + e.getMessage() + ", though endpoint " + node.addr()
+            + " serves (the name's first lookup has not answered)");
+      } finally {
+        release.countDown();
+      }
+    } finally {
+      release.countDown();
+    }
+  }
+
+  @Test
   public void aSlowFirstAnswerServesWithinTheCallersDeadline() throws Exception {
     // The endpoint's answers take longer than the call timeout (as a cold
     // connection and TLS handshake on a loaded machine do): until it has
@@ -709,6 +740,115 @@ public class FirnClientTest {
         assertTrue("retry after " + d + ", want the time left of the 3s asked",
             d != null && d.compareTo(Duration.ofSeconds(1)) > 0 && d.compareTo(Duration.ofSeconds(3)) <= 0);
       }
+    }
+  }
+
+  // A sequence call that finds another call loading the section map waits
+  // for that load within its own deadline, as the Go client does: it does
+  // not sit behind a load that may take the other call's whole attempt.
+  @Test
+  public void aSequenceCallWaitsForAnothersMapLoadWithinItsDeadline() throws Exception {
+    try (FakeNode n = new FakeNode(1)) {
+      n.hangInfo = true; // the map load (Info) gets no answer
+      // callTimeout 5 min: the first call's Info attempt ends only with close.
+      FirnClient c = FirnClient.builder().endpoints(n.addr()).generator("chats").healthCheck(false)
+          .callTimeout(Duration.ofMinutes(5)).build();
+      try {
+        Thread first = new Thread(() -> {
+          try {
+            c.nextSeq("chat:1", 1);
+          } catch (FirnException e) {
+            // CLOSED at the end of the test
+          }
+        });
+        first.setDaemon(true);
+        first.start();
+        while (n.infoCalls.get() == 0) {
+          Thread.sleep(5); // the first call loads the map, holding the load
+        }
+        CountDownLatch secondDone = new CountDownLatch(1);
+        FirnException[] got = new FirnException[1];
+        Thread second = new Thread(() -> {
+          try {
+            c.nextSeq("chat:2", 1, Duration.ofMillis(200));
+          } catch (FirnException e) {
+            got[0] = e;
+          } finally {
+            secondDone.countDown();
+          }
+        });
+        second.setDaemon(true);
+        second.start();
+        assertTrue("a nextSeq with a 200ms deadline still waits for another call's map load after 20s",
+            secondDone.await(20, TimeUnit.SECONDS));
+        assertNotNull("the second call had no answer in its time", got[0]);
+        assertEquals(got[0].getMessage(), Reason.DEADLINE, got[0].reason());
+        assertEquals("the first call's load ended", 1, n.infoCalls.get());
+      } finally {
+        c.close();
+      }
+    }
+  }
+
+  @Test
+  public void aWaitingCallersCutIsNotHeldUpByASlowDnsLookup() throws Exception {
+    // A refill in flight at a hung endpoint is cut at the share of a caller
+    // that starts waiting with a deadline, so that it fails over in time
+    // to an endpoint that serves, even while a re-resolution of a DNS name
+    // (a system lookup can take seconds) is under way.
+    CountDownLatch release = new CountDownLatch(1);
+    java.util.concurrent.atomic.AtomicInteger lookups = new java.util.concurrent.atomic.AtomicInteger();
+    try (FakeNode hung = new FakeNode(1); FakeNode good = new FakeNode(1L << 40)) {
+      hung.hang = true;
+      String port = good.addr().substring(good.addr().lastIndexOf(':') + 1);
+      try (FirnClient c = FirnClient.builder().endpoints(hung.addr(), good.addr(), "dns:///firn.test:" + port)
+          .healthCheck(false).callTimeout(Duration.ofSeconds(30)).resolveInterval(Duration.ofMillis(100))
+          .resolver(host -> {
+            if (lookups.incrementAndGet() > 1) { // the re-resolutions hang
+              try {
+                release.await(60, TimeUnit.SECONDS);
+              } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+              }
+            }
+            return List.of("127.0.0.1"); // the good node's address: no new endpoint
+          })
+          .build()) {
+        try {
+          while (lookups.get() < 2) {
+            Thread.sleep(5); // a re-resolution is under way
+          }
+          // A caller without a deadline starts a refill: its attempt at the
+          // hung endpoint (tried first) has the call timeout, 30 s; then the
+          // caller leaves.
+          Thread patient = new Thread(() -> {
+            try {
+              c.next();
+            } catch (FirnException e) {
+              // interrupted
+            }
+          });
+          patient.start();
+          while (hung.rangeCalls.get() == 0) {
+            Thread.sleep(5);
+          }
+          patient.interrupt();
+          patient.join();
+          // A caller with 3 s: the refill is cut at its share (1.5 s) and
+          // fails over to the good endpoint.
+          long id;
+          try {
+            id = c.next(Duration.ofSeconds(3));
+          } catch (FirnException e) {
+            throw new AssertionError(e.reason() + ": " + e.getMessage() + ", though " + good.addr() + " serves", e);
+          }
+          assertTrue(id >= 1L << 40);
+        } finally {
+          release.countDown();
+        }
+      }
+    } finally {
+      release.countDown();
     }
   }
 
