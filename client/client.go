@@ -31,6 +31,9 @@ type Client struct {
 	_   [cacheLine - 8]byte
 
 	kickC chan struct{} // wakes the refiller; buffered 1
+	// results carries the refill fetches' outcomes to the refiller
+	// (buffered maxInFlight); Close drains what the refiller left.
+	results chan fetchResult
 
 	// overloads counts the requests nodes shed (OVERLOADED); the refiller
 	// halves its batch size after each.
@@ -178,6 +181,7 @@ func New(endpoints []string, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		kickC:    make(chan struct{}, 1),
+		results:  make(chan fetchResult, maxInFlight),
 		opts:     o,
 		clock:    o.clock,
 		tickLen:  o.maxAge / 8,
@@ -715,6 +719,13 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		c.cancel()
 		c.wg.Wait()
+		// A refill answered as Close began, which the refiller did not
+		// take: its IDs are never handed out.
+		for len(c.results) > 0 {
+			if res := <-c.results; res.err == nil {
+				c.stats.dropped.Add(countOf(res.runs))
+			}
+		}
 		// Direct calls in flight: their attempts end with the client's
 		// context, and each returns ErrClosed.
 		c.calls.Lock()

@@ -59,7 +59,7 @@ type refiller struct {
 func (c *Client) refill() {
 	defer c.wg.Done()
 	r := &refiller{
-		results: make(chan fetchResult, maxInFlight),
+		results: c.results,
 		batch:   int64(c.opts.minBatch),
 		ticker:  time.NewTicker(c.tickLen),
 		ticking: true,
@@ -190,6 +190,9 @@ func (c *Client) deliver(r *refiller, res fetchResult) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
+		if res.err == nil { // arrived after Close dropped the buffer
+			c.stats.dropped.Add(countOf(res.runs))
+		}
 		return
 	}
 	if res.err != nil {

@@ -87,8 +87,12 @@ type Gen struct {
 	name   string
 	legacy string // gen-<name>.json: written by earlier versions, read once
 	slots  slots
-	mu     sync.Mutex
-	f      genFile
+	// io orders the writes (and guards slots); mu guards the state and
+	// is never held across a write, so that Acked and the readers never
+	// wait on the disk. A write takes io, then mu.
+	io sync.Mutex
+	mu sync.Mutex
+	f  genFile
 	// sent is, per slot still held, the largest reservation BeforeReserve
 	// wrote (durably, in LastReservation) for a Reserve sent since: an
 	// answer may still come, and the holder issues up to it once it does.
@@ -171,10 +175,12 @@ func (g *Gen) AckedFor(slot coordinator.Slot) int64 {
 // that slot (a *coordinator.RolledBackError). On success it remembers the
 // incarnation.
 func (g *Gen) Check(l coordinator.Lease) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	return g.commit(func() (func(), error) { return g.check(l) })
+}
+
+func (g *Gen) check(l coordinator.Lease) (undo func(), err error) {
 	if g.f.Incarnation != "" && g.f.Incarnation != l.Incarnation() {
-		return fmt.Errorf("%w: generator %q: pin incarnation is %s, this data dir knows %s",
+		return nil, fmt.Errorf("%w: generator %q: pin incarnation is %s, this data dir knows %s",
 			coordinator.ErrRecreated, g.name, l.Incarnation(), g.f.Incarnation)
 	}
 	// What the coordinator vouches for the slot is its reservation or,
@@ -182,28 +188,36 @@ func (g *Gen) Check(l coordinator.Lease) error {
 	// covers what this node acknowledged, a worker the restored state does
 	// not show is no new evidence of a restore.
 	if acked, ok := g.f.Acked[slotKey(l.Slot())]; ok && behind(max(l.ReadReserved(), l.GeneratorFloor()), acked) {
-		return &coordinator.RolledBackError{Generator: g.name, Slot: l.Slot(), Seen: l.ReadReserved(), Acked: acked}
+		return nil, &coordinator.RolledBackError{Generator: g.name, Slot: l.Slot(), Seen: l.ReadReserved(), Acked: acked}
 	}
 	if g.f.Incarnation == l.Incarnation() {
-		return nil
+		return nil, nil
 	}
+	// Remembered only once on disk: a failed save must not let the next
+	// Check pass without writing it.
+	prev := g.f.Incarnation
 	g.f.Incarnation = l.Incarnation()
-	return g.save()
+	return func() { g.f.Incarnation = prev }, nil
 }
 
 // BeforeReserve durably raises the node's last reservation to until; call
 // it before the Reserve is sent.
 func (g *Gen) BeforeReserve(slot coordinator.Slot, until int64) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if k := slotKey(slot); until > g.sent[k] {
-		g.sent[k] = until
-	}
-	if until <= g.f.LastReservation {
-		return nil
-	}
-	g.f.LastReservation = until
-	return g.save()
+	return g.commit(func() (func(), error) {
+		if k := slotKey(slot); until > g.sent[k] {
+			g.sent[k] = until
+		}
+		if until <= g.f.LastReservation {
+			return nil, nil
+		}
+		// Kept only once on disk: after a failed save the next
+		// BeforeReserve at or below until must write, not find it
+		// recorded. (Readers may see it raised meanwhile: a floor too
+		// high, never too low.)
+		prev := g.f.LastReservation
+		g.f.LastReservation = until
+		return func() { g.f.LastReservation = prev }, nil
+	})
 }
 
 // Acked remembers R as acknowledged for slot; it is persisted with the
@@ -228,19 +242,19 @@ func (g *Gen) Acked(slot coordinator.Slot, r int64) {
 // they issue up to once answered — so that its next lease, even after a
 // restart, starts above every ID it issued.
 func (g *Gen) BeforeRelease(slot coordinator.Slot, value int64) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	k := slotKey(slot)
-	g.f.Acked[k] = value
-	delete(g.sent, k)
-	g.f.LastReservation = value
-	for _, v := range g.f.Acked {
-		g.f.LastReservation = max(g.f.LastReservation, v)
-	}
-	for _, v := range g.sent {
-		g.f.LastReservation = max(g.f.LastReservation, v)
-	}
-	return g.save()
+	return g.commit(func() (func(), error) {
+		k := slotKey(slot)
+		g.f.Acked[k] = value
+		delete(g.sent, k)
+		g.f.LastReservation = value
+		for _, v := range g.f.Acked {
+			g.f.LastReservation = max(g.f.LastReservation, v)
+		}
+		for _, v := range g.sent {
+			g.f.LastReservation = max(g.f.LastReservation, v)
+		}
+		return keep, nil
+	})
 }
 
 // CounterMark is the last write of a segment generator's counter this
@@ -264,24 +278,49 @@ func (g *Gen) CounterMark() (segment.Mark, uint64) {
 // one the counter must hold. held is what the node then holds unused (0
 // once a graceful stop handed it back).
 func (g *Gen) RecordCounter(m segment.Mark, held uint64) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.f.Counter, g.f.Held = &m, held
-	return g.save()
+	return g.commit(func() (func(), error) {
+		g.f.Counter, g.f.Held = &m, held
+		return keep, nil
+	})
 }
 
 // Flush persists what Acked recorded.
 func (g *Gen) Flush() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.save()
+	return g.commit(func() (func(), error) { return keep, nil })
 }
 
-func (g *Gen) save() error {
-	b, err := json.Marshal(g.f)
-	if err != nil {
+// keep is the undo of a change that stays in memory when its save fails
+// (the next save writes it whatever it finds).
+func keep() {}
+
+// commit runs change on the state under mu. When change returns an undo,
+// the state as change left it is written, holding io but not mu while the
+// disk works: Acked and the readers never wait on a write, and the writes
+// land in the order their states were taken. A failed write runs undo.
+func (g *Gen) commit(change func() (undo func(), err error)) error {
+	g.io.Lock()
+	defer g.io.Unlock()
+	g.mu.Lock()
+	undo, err := change()
+	if err != nil || undo == nil {
+		g.mu.Unlock()
 		return err
 	}
+	b, err := json.Marshal(g.f)
+	g.mu.Unlock()
+	if err == nil {
+		err = g.save(b)
+	}
+	if err != nil {
+		g.mu.Lock()
+		undo()
+		g.mu.Unlock()
+	}
+	return err
+}
+
+// save writes b, the state; call with io held.
+func (g *Gen) save(b []byte) error {
 	created, err := g.slots.save(b)
 	if err != nil {
 		return err

@@ -37,13 +37,21 @@ func encodeSlot(seq uint64, payload []byte) []byte {
 func decodeSlot(b []byte) (uint64, []byte, error) {
 	nl := bytes.IndexByte(b, '\n')
 	if nl < 0 {
-		return 0, nil, errors.New("no record header")
+		return 0, nil, fmt.Errorf("%w: no record header", errCutShort)
 	}
 	var seq uint64
 	var n int
 	var sum uint32
 	fields, ok := strings.CutPrefix(string(b[:nl]), slotMagic+" ")
 	if !ok {
+		// "firn-state N" with N > 1: a later version's record, never a
+		// torn one of this format (whose header says 1).
+		if rest, ours := strings.CutPrefix(string(b[:nl]), "firn-state "); ours {
+			v, _, _ := strings.Cut(rest, " ")
+			if n, err := strconv.ParseUint(v, 10, 32); err == nil && n > 1 {
+				return 0, nil, fmt.Errorf("%w: format %d (this version reads format 1)", errNewerFormat, n)
+			}
+		}
 		return 0, nil, fmt.Errorf("bad record header %q", b[:nl])
 	}
 	if _, err := fmt.Sscanf(fields, "%d %d %x", &seq, &n, &sum); err != nil || fmt.Sprintf("%d %d %08x", seq, n, sum) != fields {
@@ -51,6 +59,9 @@ func decodeSlot(b []byte) (uint64, []byte, error) {
 		return 0, nil, fmt.Errorf("bad record header %q", b[:nl])
 	}
 	payload := b[nl+1:]
+	if len(payload) < n {
+		return 0, nil, fmt.Errorf("%w: record of %d bytes holds %d (torn write)", errCutShort, n, len(payload))
+	}
 	if len(payload) != n {
 		return 0, nil, fmt.Errorf("record of %d bytes holds %d (torn write)", n, len(payload))
 	}
@@ -59,6 +70,19 @@ func decodeSlot(b []byte) (uint64, []byte, error) {
 	}
 	return seq, payload, nil
 }
+
+// syncSlot fsyncs a slot file (a variable: tests stall it, as a disk
+// does).
+var syncSlot = (*os.File).Sync
+
+// errCutShort: a slot's record ends before its header does, or before
+// the length its header gives: what a crash leaves of a file whose first
+// write it cut short (empty, or zeros, or part of the record).
+var errCutShort = errors.New("cut short")
+
+// errNewerFormat: a slot holds a record of a later version's format. It
+// is refused, not skipped as torn: the other slot's record is older.
+var errNewerFormat = errors.New("record written by a newer version of firn")
 
 // slots is the pair of slot files of one generator.
 type slots struct {
@@ -76,16 +100,22 @@ func (s *slots) path(i int) string { return s.base + "." + strconv.Itoa(i) }
 func (s *slots) load() ([]byte, error) {
 	var best []byte
 	var bad []string
+	var exists, short [2]bool
 	for i := 0; i < 2; i++ {
 		b, err := os.ReadFile(s.path(i))
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
+		exists[i] = true
 		if err != nil {
 			return nil, fmt.Errorf("local: %w", err)
 		}
 		seq, payload, err := decodeSlot(b)
+		if errors.Is(err, errNewerFormat) {
+			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, s.path(i), err)
+		}
 		if err != nil {
+			short[i] = errors.Is(err, errCutShort)
 			bad = append(bad, fmt.Sprintf("%s: %v", s.path(i), err))
 			continue
 		}
@@ -94,6 +124,16 @@ func (s *slots) load() ([]byte, error) {
 		}
 	}
 	if best == nil && len(bad) > 0 {
+		if exists[1] && !exists[0] && short[1] {
+			// Slot 1 alone, cut short: the first save (sequence 1; slot
+			// 0 is created by the second) was torn by a crash, and no
+			// Reserve waited on it was sent. The state is the one before
+			// it, as when the crash lost the new file's name: none, or
+			// the earlier versions' file. The next save rewrites slot 1.
+			// A whole record that fails its checksum is no crash's work
+			// on a new file, and stays refused.
+			return nil, nil
+		}
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, bad)
 	}
 	return best, nil
@@ -121,7 +161,7 @@ func (s *slots) save(payload []byte) (created bool, err error) {
 	if err := f.Truncate(int64(len(rec))); err != nil {
 		return created, fmt.Errorf("local: truncating %s: %w", s.path(i), err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncSlot(f); err != nil {
 		return created, fmt.Errorf("local: fsync %s: %w", s.path(i), err)
 	}
 	s.seq = seq
