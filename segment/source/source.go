@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -158,11 +159,16 @@ const deadlineMargin = 20 * time.Millisecond
 type SettleError struct {
 	Generator string
 	Wait      time.Duration // until the claim is confirmed, at the earliest
+	Private   bool          // no settle: the claim's write alone is waited for
 }
 
 func (e *SettleError) Error() string {
-	return fmt.Sprintf("segment source: generator %q: the claim that covers this call is usable in %v (a claim settles before use on a shared coordinator), after the call's deadline",
-		e.Generator, e.Wait.Round(time.Millisecond))
+	why := "a claim settles before use on a shared coordinator"
+	if e.Private {
+		why = "the coordinator's recent latency"
+	}
+	return fmt.Sprintf("segment source: generator %q: the claim that covers this call is usable in %v (%s), after the call's deadline",
+		e.Generator, e.Wait.Round(time.Millisecond), why)
 }
 
 // ErrStopped: the source was stopped.
@@ -321,7 +327,7 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 		s.mu.Unlock()
 		// The wait ends before the caller's deadline: a claim that takes
 		// longer than its estimate is refused as such, not as a deadline.
-		if dl, ok := ctx.Deadline(); ok && s.cfg.Settle > 0 && cutT == nil {
+		if dl, ok := ctx.Deadline(); ok && cutT == nil {
 			cutT = time.NewTimer(max(time.Until(dl)-deadlineMargin, 0)) // one per take, however often it waits
 			defer cutT.Stop()
 			cut = cutT.C
@@ -333,8 +339,9 @@ func (s *Source) Take(ctx context.Context, n uint64, runs []segment.Range) ([]se
 			if s.avail >= n {
 				continue
 			}
+			wait := max(s.cfg.Settle, s.lat, time.Millisecond) // no Settle: the coordinator's latency
 			s.mu.Unlock()
-			return runs, &SettleError{Generator: s.cfg.Spec.Generator, Wait: s.cfg.Settle}
+			return runs, &SettleError{Generator: s.cfg.Spec.Generator, Wait: wait, Private: s.cfg.Settle <= 0}
 		case <-ctx.Done():
 			return runs, fmt.Errorf("segment source: generator %q: waiting for a claim of the counter: %w", s.cfg.Spec.Generator, ctx.Err())
 		}
@@ -392,7 +399,7 @@ func (s *Source) marginLocked() uint64 {
 // a whole Settle for a claim not made yet.
 func (s *Source) settleRefusalLocked(ctx context.Context, n uint64) error {
 	dl, ok := ctx.Deadline()
-	if !ok || s.cfg.Settle <= 0 {
+	if !ok {
 		return nil
 	}
 	// The deadline against the process's own time (time.Until: the
@@ -400,17 +407,23 @@ func (s *Source) settleRefusalLocked(ctx context.Context, n uint64) error {
 	// faults may have moved.
 	left := time.Until(dl)
 	_, mono := s.cfg.Clock.Now()
-	ready := mono + s.lat + s.cfg.Settle + s.lat // a claim made now, then its confirming read
+	ready := mono + s.lat // a claim made now; on a private coordinator usable at once
+	if s.cfg.Settle > 0 {
+		ready += s.cfg.Settle + s.lat // it settles, then its confirming read
+	}
 	have := s.avail
 	for _, p := range s.pending {
 		have += p.r.Len()
 		if have >= n {
-			ready = max(p.at, s.nextPoll) + s.lat
+			// The claim loop reads at p.at itself (run: a settling
+			// claim's time comes before the period's next read), and a
+			// failed read refuses before this (refusalLocked).
+			ready = max(p.at, mono) + s.lat
 			break
 		}
 	}
 	if wait := ready - mono; wait > 0 && wait > left {
-		return &SettleError{Generator: s.cfg.Spec.Generator, Wait: wait}
+		return &SettleError{Generator: s.cfg.Spec.Generator, Wait: wait, Private: s.cfg.Settle <= 0}
 	}
 	return nil
 }
@@ -778,6 +791,7 @@ func (s *Source) fatalLocked(ctx context.Context, err error) bool {
 		// history that still lacks the node's write with no marker writes
 		// the marker again.
 		if rb == nil {
+			s.raiseMarkerLocked(ctx, err)
 			return true
 		}
 		if s.cfg.Mark != nil {
@@ -810,6 +824,7 @@ func (s *Source) fatalLocked(ctx context.Context, err error) bool {
 		s.restored = true
 	case errors.Is(err, coordinator.ErrRestored):
 		s.fatal, s.restored = err, true
+		s.raiseMarkerLocked(ctx, err)
 		s.cfg.Log.Error("segment counter restore marker: this generator stops until `firn coordinator bump`", "generator", s.cfg.Spec.Generator, "err", err)
 	case errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, segment.ErrCounter):
 		s.fatal = err
@@ -824,6 +839,34 @@ func (s *Source) fatalLocked(ctx context.Context, err error) bool {
 	s.segs, s.avail, s.pending, s.pendLen = nil, 0, nil, 0
 	s.signalLocked()
 	return true
+}
+
+// raiseMarkerLocked answers a standing restore marker (err, a
+// *coordinator.RestoredError) that records a lower next than this node
+// saw: the marker is written again with this node's evidence, which
+// replaces it (RestoreEvidence.Covers), so that the bump it asks for
+// (coordinator.CounterMinBump) lifts the counter above every ID this node
+// may have handed out. A node that finds the marker standing never
+// compares the counter's history, so its evidence would otherwise be lost
+// and a bump accepted below IDs it handed out.
+func (s *Source) raiseMarkerLocked(ctx context.Context, err error) {
+	var re *coordinator.RestoredError
+	if s.cfg.Mark == nil || !errors.As(err, &re) || !re.Evidence.Counter {
+		return
+	}
+	seen := int64(min(max(s.known.Next, s.above), math.MaxInt64))
+	if seen <= re.Evidence.Acked {
+		return
+	}
+	wall, _ := s.cfg.Clock.Now()
+	ev := coordinator.RestoreEvidence{Generator: s.cfg.Spec.Generator, Acked: seen, Shown: re.Evidence.Shown, At: wall, Node: s.cfg.Node, Counter: true}
+	go func() {
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
+		defer cancel()
+		if merr := s.cfg.Mark(mctx, ev); merr != nil {
+			s.cfg.Log.Error("restore marker not raised to what this node saw", "generator", s.cfg.Spec.Generator, "next", seen, "err", merr)
+		}
+	}()
 }
 
 // sizeLocked is the next claim's size: the IDs the measured rate takes in

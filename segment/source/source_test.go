@@ -646,3 +646,118 @@ func exhaustionServesWhatIsHeld(t *testing.T, settle time.Duration) {
 		t.Fatalf("told %v, want ErrExhausted last", told)
 	}
 }
+
+// TestSettleRefusalCountsTheConfirmingRead: a take that lacks IDs while a
+// claim settles waits for that claim when it is confirmed before the
+// take's deadline. The claim is confirmed by the read the source makes at
+// its settle time (t = 4.5 s), whatever the period's next read (5 s): a
+// take at 4.1 s with 600 ms left must be served at 4.5 s, not refused at
+// once as "usable in 900ms, after the call's deadline".
+func TestSettleRefusalCountsTheConfirmingRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		s := newSource(t, c, func(cfg *source.Config) { cfg.PollEvery, cfg.Settle = time.Second, 2*time.Second })
+		synctest.Wait()                     // t = 0: the first claim (1,000 IDs) lands; confirmed at 2 s
+		time.Sleep(2500 * time.Millisecond) // t = 2.5 s
+		take(t, s, 1000)                    // all of it: the next claim lands now, confirmed at 4.5 s
+		synctest.Wait()
+		if st := s.Stats(); st.Available != 0 || st.Settling < 500 {
+			t.Fatalf("want no IDs available and a claim of at least 500 settling: %+v", st)
+		}
+		time.Sleep(1600 * time.Millisecond) // t = 4.1 s; reads at 3 s and 4 s, the next period's at 5 s
+		ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+		defer cancel()
+		if _, err := s.Take(ctx, 500, nil); err != nil {
+			t.Fatalf("take of 500 at t = 4.1 s with 600 ms left, the claim covering it confirmed at 4.5 s: %v", err)
+		}
+	})
+}
+
+// TestMarkerRaisedByANodeThatSawMore: node A writes after a snapshot, then
+// cannot read the counter for a few seconds; meanwhile node B claims above
+// A's last write and hands out IDs. The coordinator is restored to the
+// snapshot. A reads first, finds the restore and writes the marker with
+// what it saw (next below B's IDs); B's next read finds the marker. B saw
+// the counter at a higher next: the marker must come to say so
+// (RestoreEvidence.Covers: a marker is replaced by evidence of a higher
+// value, the one a bump must reach), so that the bump the marker asks for
+// (coordinator.CounterMinBump) lifts the counter above B's IDs. Before,
+// only the first finder's evidence stood, the bump it asked for was
+// accepted, and the counter gave B's IDs out again.
+func TestMarkerRaisedByANodeThatSawMore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		ca, cb, cop := store.Connect(clockguard.NewSystem()), store.Connect(clockguard.NewSystem()), store.Connect(clockguard.NewSystem())
+		defer ca.Close()
+		defer cb.Close()
+		defer cop.Close()
+		shared := func(cfg *source.Config) { cfg.PollEvery, cfg.Settle = time.Second, 2*time.Second }
+		a := newSource(t, ca, func(cfg *source.Config) { shared(cfg); cfg.Node.Name, cfg.Mark = "a", ca.MarkRestored })
+		take(t, a, 1) // t = 2 s: A's first claim settled
+		snap := store.Snapshot()
+		take(t, a, 600) // A claims again: writes the snapshot lacks
+		synctest.Wait()
+		ca.Faults().SetAvailability(memory.OpAll, memory.Refusing) // A cannot read for a while
+		b := newSource(t, cb, func(cfg *source.Config) { shared(cfg); cfg.Node.Name, cfg.Mark = "b", cb.MarkRestored })
+		issuedB := take(t, b, 10) // t = 4 s: B's claim, above A's, settled
+		store.Restore(snap)
+		ca.Faults().SetAvailability(memory.OpAll, memory.Available)
+		time.Sleep(1100 * time.Millisecond) // A has read (and written the marker), then B
+		synctest.Wait()
+		_, err := cop.ReadCounter(context.Background(), spec)
+		var re *coordinator.RestoredError
+		if !errors.As(err, &re) {
+			t.Fatalf("read after the restore: %v, want the restore marker", err)
+		}
+		// The operator bumps by what the marker asks for.
+		by := coordinator.CounterMinBump(spec, segment.Counter{Next: uint64(re.Evidence.Shown)}, &re.Evidence)
+		if res, err := cop.BumpCounter(context.Background(), spec, by); err != nil || res.Cleared == nil {
+			t.Fatalf("bump by %d: %+v %v", by, res, err)
+		}
+		time.Sleep(3 * time.Second) // both read the bumped counter, claim again, and their claims settle
+		for _, s := range []*source.Source{a, b} {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			runs, err := s.Take(ctx, 10, nil)
+			cancel()
+			if err != nil {
+				t.Errorf("take after the bump by %d: %v", by, err)
+			}
+			for _, r := range runs {
+				for _, q := range issuedB {
+					if r.First <= q.Last && q.First <= r.Last {
+						t.Errorf("%v handed out after the bump by %d (marker: node %q saw next %d), overlapping %v that B handed out before the restore",
+							r, by, re.Evidence.Node.Name, re.Evidence.Acked, q)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestSlowClaimRefusedBeforeTheDeadlineWithoutSettle: on a coordinator
+// nothing else writes (no Settle: the node's embedded coordinator) that
+// answers slowly (here 1 s a call, a claim 2 s), a take for more than the
+// source holds, whose deadline falls before the claim that would cover
+// it can land, is refused at once naming the wait (SettleError: the
+// coordinator's recent latency), not left to run into its deadline and
+// answered DEADLINE_EXCEEDED, with no cause.
+func TestSlowClaimRefusedBeforeTheDeadlineWithoutSettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		store.Faults().SetLatency(memory.OpCounter, time.Second)
+		s := newSource(t, c, nil)
+		take(t, s, 1) // t = 2 s: the first claim (a read and a swap) landed
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := s.Take(ctx, s.Stats().Available+1, nil)
+		var se *source.SettleError
+		if !errors.As(err, &se) || ctx.Err() != nil {
+			t.Fatalf("take for more than is held, 500 ms left, a claim taking 2 s: %v (the caller's deadline %v); want a refusal naming the wait, before the deadline",
+				err, ctx.Err())
+		}
+	})
+}

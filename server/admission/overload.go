@@ -67,6 +67,10 @@ func (e *OverloadedError) Error() string {
 }
 
 func (e *OverloadedError) message() string {
+	if e.Cause != "" && e.RetryAfter <= 0 { // no retry serves it (a definition used up)
+		return fmt.Sprintf("generator %q cannot serve these %d IDs: %s; calls for at most %d are served",
+			e.Generator, e.Asked, e.Detail, e.Have)
+	}
 	if e.Cause != "" {
 		return fmt.Sprintf("generator %q cannot serve these %d IDs now: %s; calls for at most %d are served; retry in %v",
 			e.Generator, e.Asked, e.Detail, e.Have, e.RetryAfter.Round(time.Millisecond))

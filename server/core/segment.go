@@ -163,6 +163,14 @@ func (rt *Generator) segmentRuns(ctx context.Context, n uint64) ([]segment.Range
 			// the claim that would cover it.
 			return nil, &admission.OverloadedError{Generator: rt.cfg.Name, Asked: int(min(n, 1<<31)), Deadline: true, RetryAfter: se.Wait,
 				Detail: fmt.Sprintf("the claim of the counter that covers these %d IDs is usable in %v (a claim settles %v on a shared coordinator), after the call's deadline", n, se.Wait.Round(time.Millisecond), source.DefaultSettle)}
+		case errors.As(err, &short) && errors.Is(short.Err, segment.ErrExhausted):
+			// The definition is used up: no claim brings more, here or at
+			// any other node. The call is refused with that cause (the
+			// IDs held still serve smaller calls), and no retry is
+			// offered: none would serve it.
+			return nil, &admission.OverloadedError{Generator: rt.cfg.Name, Asked: int(min(n, 1<<31)),
+				Cause: string(clockguard.CodeReservationExhausted), Have: int64(min(short.Have, 1<<62)),
+				Detail: fmt.Sprintf("this node holds %d IDs, fewer than these %d, and the definition is used up (%v)", short.Have, n, short.Err)}
 		case errors.As(err, &short):
 			// The generator serves smaller calls from what it holds, so
 			// its state serves; this call is refused with the cause

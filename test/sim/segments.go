@@ -455,8 +455,14 @@ func (n *node) checkSegRefusal(r refusal) {
 		// delay, when its deadline falls before the claim is usable or
 		// while claims fail; one that waited longer than estimated gives
 		// up just before its deadline, the same way.
-		if ov.Detail == "" || ov.RetryAfter <= 0 || ov.RetryAfter > source.DefaultSettle+10*time.Second || r.took >= callDeadline {
+		// A definition used up names its cause and offers no retry: none
+		// would serve the call.
+		usedUp := ov.Cause == string(clockguard.CodeReservationExhausted)
+		if ov.Detail == "" || (ov.RetryAfter <= 0 && !usedUp) || ov.RetryAfter > source.DefaultSettle+10*time.Second || r.took >= callDeadline {
 			w.violate("%s: %s refused as overloaded (a segment generator queues nothing) after %v: %v", id, r.what, r.took, err)
+		}
+		if strings.Contains(ov.Detail, segment.ErrExhausted.Error()) != usedUp {
+			w.violate("%s: %s refused with cause %q for a definition used up (RESERVATION_EXHAUSTED only and always): %v", id, r.what, ov.Cause, err)
 		}
 	case errors.As(err, &bad):
 		w.violate("%s: %s refused as a bad request, a size Info advertises: %v", id, r.what, err)
