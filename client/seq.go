@@ -883,6 +883,15 @@ func (c *Client) NextSeqs(ctx context.Context, items []SeqItem) ([]SeqResult, er
 					err, next := errs[k], seqFinal
 					if err != nil {
 						next = seqClassify(ctx, err)
+						if next != seqRetry && ctx.Err() != nil {
+							// The caller's deadline ended this chunk: its
+							// items carry it (below), the other chunks'
+							// served items stay the caller's.
+							tries[i].last = &EndpointError{Endpoint: ch.addr, Err: err}
+							out[i] = SeqResult{}
+							later = append(later, i)
+							continue
+						}
 						if next != seqRetry {
 							// The whole request refused: the call's error.
 							return nil, &EndpointError{Endpoint: ch.addr, Err: err}

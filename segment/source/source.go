@@ -509,7 +509,11 @@ func (s *Source) run(ctx context.Context) {
 			return
 		}
 		// After a restore the source only reads, until a bump clears it.
-		need := s.fatal == nil && s.exhausted == nil && (s.avail+s.pendLen < s.lowLocked() || s.need > 0)
+		// A failed claim is retried until one lands, whatever is held:
+		// the failure stands until then, and a generator it put out of
+		// service takes nothing that would ask for a claim (its measured
+		// rate falls with each attempt, and the low-water mark with it).
+		need := s.fatal == nil && s.exhausted == nil && (s.avail+s.pendLen < s.lowLocked() || s.need > 0 || s.fail != nil)
 		_, mono := s.cfg.Clock.Now()
 		due := time.Duration(-1) // when the next read is due (-1: never)
 		if s.cfg.PollEvery > 0 || s.restored {

@@ -761,3 +761,54 @@ func TestSlowClaimRefusedBeforeTheDeadlineWithoutSettle(t *testing.T) {
 		}
 	})
 }
+
+// A source that stopped serving while its claims failed serves again once
+// a claim lands, even when nothing is taken meanwhile: the node refuses
+// while the source says it cannot serve, so no take asks for a claim, and
+// the rate the failed claims measure falls until the IDs held are above
+// the low-water mark. The claims are retried until one lands all the
+// same: otherwise the failure stands and the generator never serves
+// again (the simulator's seed 9039, -seqevery 1).
+func TestServesAgainAfterFailedClaimsWithNoTakes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		var mu sync.Mutex
+		var told []error
+		s := newSource(t, c, func(cfg *source.Config) {
+			cfg.Settle, cfg.PollEvery = 500*time.Millisecond, 500*time.Millisecond
+			cfg.Notify = func(err error) { mu.Lock(); told = append(told, err); mu.Unlock() }
+		})
+		for range 3000 { // 3 s at 10,000 IDs/s
+			take(t, s, 10)
+			time.Sleep(time.Millisecond)
+		}
+		store.Faults().SetAvailability(memory.OpAll, memory.Refusing)
+		mu.Lock()
+		told = nil
+		mu.Unlock()
+		for i := 0; ; i++ {
+			mu.Lock()
+			n := len(told)
+			mu.Unlock()
+			if n > 0 {
+				break
+			}
+			if i > 100_000 {
+				t.Fatal("the source never said it cannot serve")
+			}
+			take(t, s, 10)
+			time.Sleep(time.Millisecond)
+		}
+		// Not serving: the node takes nothing. The claims go on failing.
+		time.Sleep(10 * time.Second)
+		store.Faults().SetAvailability(memory.OpAll, memory.Available)
+		time.Sleep(5 * time.Second)
+		mu.Lock()
+		defer mu.Unlock()
+		if last := told[len(told)-1]; last != nil {
+			t.Fatalf("5 s after the coordinator came back, with nothing taken: last news %v, want nil (serving); %+v", last, s.Stats())
+		}
+	})
+}

@@ -799,6 +799,14 @@ func (m *Manager) readyCheck(assigned []string, owners []coordinator.NodeInfo, t
 	m.mu.Lock()
 	ready := m.ready
 	m.mu.Unlock()
+	if ready && terr != nil && m.servesNone(assigned) {
+		// Ready through moves, not while it answers for none of its
+		// sections and its takes fail (all its leases lost at once, say):
+		// it serves again as at its start, once they serve here.
+		m.mu.Lock()
+		m.ready, ready = false, false
+		m.mu.Unlock()
+	}
 	if !ready {
 		me := m.cfg.Node.InstanceID
 		e := &StartingError{Generator: m.cfg.Generator, Err: terr}
@@ -826,6 +834,19 @@ func (m *Manager) readyCheck(assigned []string, owners []coordinator.NodeInfo, t
 		m.mu.Unlock()
 	}
 	m.notify(nil)
+}
+
+// servesNone reports whether some section is this node's to own
+// (assigned) and none is answered for here.
+func (m *Manager) servesNone(assigned []string) bool {
+	mine := false
+	for s := range m.sec {
+		if st := m.sec[s].Load(); st != nil && st.serving.Load() {
+			return false
+		}
+		mine = mine || assigned[s] == m.cfg.Node.InstanceID
+	}
+	return mine
 }
 
 // ownProcess reports whether n, a live owner record's node, is this
@@ -1055,7 +1076,13 @@ func (m *Manager) releaseOrphans(ctx context.Context) {
 	}
 }
 
+// dropAll gives every section up (a restore, a pin changed): the node
+// serves again, as at its start, once every section it should own serves
+// here (readyCheck), not as soon as the cause clears.
 func (m *Manager) dropAll(why string) {
+	m.mu.Lock()
+	m.ready = false
+	m.mu.Unlock()
 	for i := range m.sec {
 		if st := m.sec[i].Load(); st != nil {
 			m.release(context.Background(), st, why)

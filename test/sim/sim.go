@@ -533,7 +533,16 @@ func (n *node) startNode(wipe bool) error {
 	w.segLives = append(w.segLives, life)
 	w.byName[n.name] = n
 	w.mu.Unlock()
-	if err := nc.Start(); err != nil {
+	// Started without n.mu: Start waits on the coordinator (virtual
+	// time), and a goroutine blocked on n.mu meanwhile (another node's
+	// sequence caller asking for this node, seqTargetOf; a caller of its
+	// last life counting itself out) is not durably blocked, so virtual
+	// time would stand still with the start waiting on it. n.up is false
+	// until the start ends: the callers see the node down meanwhile.
+	n.mu.Unlock()
+	err = nc.Start()
+	n.mu.Lock()
+	if err != nil {
 		return err
 	}
 	n.core, n.up, n.frozen, n.seg, n.qhist, n.info = nc, true, false, life, qhist, info
