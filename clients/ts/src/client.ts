@@ -58,7 +58,7 @@ export interface FirnClientOptions {
 
 /** A call's own bounds. */
 export interface CallOptions {
-  /** The call's deadline, in milliseconds from its start. */
+  /** The call's deadline, in milliseconds from its start (0 or less: already passed; left out: none). */
   deadlineMs?: number;
   /** Aborting ends the call (reason DEADLINE). */
   signal?: AbortSignal;
