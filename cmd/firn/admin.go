@@ -222,6 +222,9 @@ The coordinator flags also come from FIRN_* and the --config file of serve (its 
 		if err != nil || w >= layout.WorkerLimit() {
 			return fail(stderr, exitUsage, "workers release: %q is not a worker ID in [0, %d)", release, layout.WorkerLimit())
 		}
+		if *dc >= layout.DatacenterLimit() {
+			return fail(stderr, exitUsage, "workers release: --datacenter %d is not a datacenter value of %s in [0, %d)", *dc, layout, layout.DatacenterLimit())
+		}
 		if err := coord.ForceRelease(ctx, name, coordinator.Slot{Datacenter: *dc, Worker: w}); err != nil {
 			return fail(stderr, exitFailure, "workers release: %v", err)
 		}

@@ -46,8 +46,9 @@ type Core struct {
 	runCtx context.Context
 	onAdd  []func(*Generator)
 	// skipped are the definitions this node cannot run, by name, with
-	// why (logged once each).
-	skipped map[string]string
+	// why (logged once each, and named to each call for them): a
+	// map[string]string.
+	skipped sync.Map
 	// allow: some generator has an allow list (Authorize has work to do):
 	// a flag's, or a definition's once read.
 	allow atomic.Bool
@@ -109,7 +110,7 @@ func New(cfg Config, coord coordinator.Coordinator, st *datadir.State, clock clo
 	if len(cfg.Generators) == 0 {
 		return nil, fmt.Errorf("%w: no generators (call Config.Finish)", ErrConfig)
 	}
-	c := &Core{cfg: cfg, coord: coord, local: st, clock: clock, log: slog.Default(), nodeInfo: info, skipped: map[string]string{}}
+	c := &Core{cfg: cfg, coord: coord, local: st, clock: clock, log: slog.Default(), nodeInfo: info}
 	for _, o := range opts {
 		o(c)
 	}
@@ -421,7 +422,9 @@ func (c *Core) Find(name string) (*Generator, error) {
 		for _, g := range set.list {
 			names = append(names, g.cfg.Name)
 		}
-		return nil, &UnknownGeneratorError{Name: Echo(name), Known: strings.Join(names, ",")}
+		why, _ := c.skipped.Load(name)
+		s, _ := why.(string)
+		return nil, &UnknownGeneratorError{Name: Echo(name), Known: strings.Join(names, ","), Skipped: s}
 	}
 	return rt, nil
 }
@@ -704,12 +707,16 @@ func (c *Core) Drain(reason string) {
 	}
 	// A sequence generator's sections are freed as the drain begins (a
 	// crash leaves them to their TTL), so that other nodes take them while
-	// this one finishes its calls.
+	// this one finishes its calls. All together: each is bounded by the
+	// coordinator's timeout, and one after the other a coordinator that
+	// does not answer would hold the drain that bound once per generator.
+	var wg sync.WaitGroup
 	for _, rt := range c.Generators() {
 		if rt.seqm != nil {
-			c.stopSeq(rt)
+			wg.Go(func() { c.stopSeq(rt) })
 		}
 	}
+	wg.Wait()
 }
 
 // stop ends the core: the holders release their leases (lowering each

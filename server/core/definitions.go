@@ -194,6 +194,18 @@ func (c *Core) readDefinitions(ctx context.Context, defs coordinator.Definitions
 			continue
 		}
 		d, ok := byName[rt.cfg.Name]
+		if !ok && old != nil && len(old.allow) > 0 {
+			// A stored allow list, as a retirement, is kept were its record
+			// lost later (a coordinator restored from an older snapshot):
+			// the flag's list is no stand-in for a stored one.
+			rt.acc.Store(&access{allow: old.allow})
+			if c.cfg.MutualTLS() {
+				rt.state.Clear(sourceDefinitions)
+			} else {
+				rt.state.SetCause(sourceDefinitions, allowNeedsMTLS, clockguard.Detail{Code: clockguard.CodeOperatorHold})
+			}
+			continue
+		}
 		if !ok {
 			rt.acc.Store(nil)
 			rt.state.Clear(sourceDefinitions)
@@ -207,13 +219,17 @@ func (c *Core) readDefinitions(ctx context.Context, defs coordinator.Definitions
 				clockguard.Detail{Code: clockguard.CodeOperatorHold})
 		} else if len(a.allow) > 0 && !c.cfg.MutualTLS() {
 			rt.state.SetCause(sourceDefinitions, allowNeedsMTLS, clockguard.Detail{Code: clockguard.CodeOperatorHold})
-		} else {
-			rt.state.Clear(sourceDefinitions)
 		}
 		if len(a.allow) > 0 {
 			c.allow.Store(true)
 		}
+		// Stored before the hold is cleared: the moment the state serves
+		// (/readyz, health), Lookup finds the definition known and the
+		// allow list in force.
 		rt.acc.Store(a)
+		if a.disagree == "" && (len(a.allow) == 0 || c.cfg.MutualTLS()) {
+			rt.state.Clear(sourceDefinitions)
+		}
 		if !a.retired.IsZero() {
 			c.retire(rt)
 		}
@@ -302,7 +318,7 @@ func (c *Core) addDefined(d coordinator.GeneratorDefinition) {
 	if _, ok := set.byName[d.Name]; ok || c.drained.Load() {
 		return
 	}
-	if _, ok := c.skipped[d.Name]; ok {
+	if _, ok := c.skipped.Load(d.Name); ok {
 		return
 	}
 	wall, _ := c.clock.Now()
@@ -315,7 +331,7 @@ func (c *Core) addDefined(d coordinator.GeneratorDefinition) {
 		rt, err = c.build(gc, false)
 	}
 	if err != nil {
-		c.skipped[d.Name] = err.Error()
+		c.skipped.Store(d.Name, err.Error())
 		c.log.Warn("the coordinator defines a generator this node cannot run: not started", "generator", d.Name,
 			"definition", d.Definition, "err", err)
 		return

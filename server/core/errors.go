@@ -101,9 +101,16 @@ func (e *PermissionError) Is(target error) bool { return target == ErrPermission
 type UnknownGeneratorError struct {
 	Name  string
 	Known string // the node's generators, as a list for a person
+	// Skipped says why this node does not run a generator the
+	// coordinator defines ("" when none is defined by that name).
+	Skipped string
 }
 
 func (e *UnknownGeneratorError) Error() string {
+	if e.Skipped != "" {
+		return fmt.Sprintf("%v %q on this node: the coordinator defines it, and this node cannot run it: %s (this node runs %s)",
+			ErrUnknownGenerator, e.Name, e.Skipped, e.Known)
+	}
 	return fmt.Sprintf("%v %q (this node runs %s)", ErrUnknownGenerator, e.Name, e.Known)
 }
 

@@ -439,7 +439,10 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 			return
 		}
 		if err != nil {
-			hd.ls.SetCause(clockguard.SourceReservation, "first reservation not confirmed by the coordinator: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
+			// Written again every reserveRetry: a caller retrying sooner
+			// is refused again (RetryInfo, as for a reservation run out).
+			hd.ls.SetCause(clockguard.SourceReservation, "first reservation not confirmed by the coordinator: "+err.Error(),
+				clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable, RetryEvery: reserveRetry})
 		}
 		hd.ls.Clear(clockguard.SourceLease)
 		rt.state.Clear(clockguard.SourceInstance)

@@ -84,9 +84,10 @@ func (c *Core) startSegment(rt *Generator) error {
 		// The data dir remembers the node's last write of the counter, so
 		// that a restart checks the counter's history for it, and what the
 		// node held unused, which a restart after a crash counts as skipped.
-		Known:  known,
-		Lost:   held,
-		Record: rt.local.RecordCounter,
+		RetryEvery: segmentRetry,
+		Known:      known,
+		Lost:       held,
+		Record:     rt.local.RecordCounter,
 	}
 	if !c.cfg.PrivateCoordinator {
 		// A shared coordinator may be restored under the cluster: read the
@@ -102,6 +103,10 @@ func (c *Core) startSegment(rt *Generator) error {
 	return nil
 }
 
+// segmentRetry is how soon a segment generator's source claims again
+// after a failed claim (source.Config.RetryEvery, left at its default).
+const segmentRetry = 200 * time.Millisecond
+
 // segmentState feeds the source's news to the serving state: nil once a
 // claim landed (the first one ends the start checks), else why the
 // source holds no IDs and cannot claim.
@@ -113,8 +118,10 @@ func (rt *Generator) segmentState(err error) {
 		rt.state.SetCause(clockguard.SourceLease, err.Error(), clockguard.Detail{Code: clockguard.CodeReservationExhausted,
 			Limit: fmt.Sprintf("max=%d", rt.cfg.Segment.Max)})
 	} else {
+		// The source claims again every segmentRetry: a caller retrying
+		// sooner is refused again (RetryInfo, as a reservation's).
 		rt.state.SetCause(clockguard.SourceLease, "segment claim failed: "+err.Error(),
-			clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
+			clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable, RetryEvery: segmentRetry})
 	}
 	_ = rt.state.Ready()
 }
