@@ -732,13 +732,21 @@ func (c *Core) stop() {
 	if c.steps != nil {
 		c.steps.Stop()
 	}
+	// The hand-backs and section releases all together: each is bounded
+	// by the coordinator's timeout, and one after the other a coordinator
+	// that does not answer would hold the stop that bound once per
+	// generator (this runs after the gRPC server's graceful stop).
+	var wg sync.WaitGroup
 	for _, rt := range c.Generators() {
 		if rt.seg != nil {
-			c.stopSegment(rt)
+			wg.Go(func() { c.stopSegment(rt) })
 		}
 		if rt.seqm != nil {
-			c.stopSeq(rt)
+			wg.Go(func() { c.stopSeq(rt) })
 		}
+	}
+	wg.Wait()
+	for _, rt := range c.Generators() {
 		if rt.ring != nil {
 			rt.ring.Close()
 		}
