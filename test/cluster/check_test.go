@@ -105,6 +105,12 @@ func TestCauseless(t *testing.T) {
 		{Failure{Code: codes.DeadlineExceeded, Msg: "context deadline exceeded"}, false},
 		{Failure{Code: codes.Unavailable, Msg: "connection error: desc = \"transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused\""}, false},
 		{Failure{Code: codes.Unavailable, Msg: "error reading from server: EOF"}, false},
+		// A node's own refusal without its ErrorInfo, whose cause quotes a
+		// transport's words (the coordinator's dial, a read cut short): no
+		// transport failure of the call, a refusal that does not say why.
+		{Failure{Code: codes.Unavailable, Msg: `generator "default" not serving: coordinator unavailable: dial tcp 127.0.0.1:2379: connect: connection refused`}, true},
+		{Failure{Code: codes.Unavailable, Msg: `generator "orders" not serving: claim failed: unexpected EOF`}, true},
+		{Failure{Code: codes.Unavailable, Msg: `generator "default" not serving: lease renewal failed: read tcp 127.0.0.1:40112->127.0.0.1:2379: read: connection reset by peer`}, true},
 	} {
 		if got := tc.f.causeless(); got != tc.want {
 			t.Errorf("%s %q (reason %q): causeless %v, want %v", tc.f.Code, tc.f.Msg, tc.f.Reason, got, tc.want)

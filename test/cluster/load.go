@@ -61,6 +61,15 @@ func (f Failure) causeless() bool {
 	case codes.DeadlineExceeded, codes.Canceled:
 		return false // the caller's deadline: the node may say nothing
 	case codes.Unavailable:
+		// A node's own refusal (core.NotServingError's "generator %q not
+		// serving: …", the generator's and the ring's errors) is no failure
+		// of the transport, whatever its cause quotes: a coordinator's
+		// "connection refused", a read's "EOF".
+		for _, node := range []string{"generator ", "generator:", "ringbuffer:"} {
+			if strings.HasPrefix(f.Msg, node) {
+				return true
+			}
+		}
 		for _, transport := range []string{"connection error", "error reading from server", "transport is closing",
 			"connection refused", "client connection is closing", "EOF", "connection reset", "broken pipe", "no children to pick from"} {
 			if strings.Contains(f.Msg, transport) {

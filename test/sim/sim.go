@@ -87,6 +87,7 @@ import (
 	"github.com/firnid/firn/coordinator/memory"
 	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/ringbuffer"
 	"github.com/firnid/firn/segment"
 	"github.com/firnid/firn/server/admission"
 	"github.com/firnid/firn/server/core"
@@ -140,7 +141,12 @@ var violationKinds = []struct{ kind, phrase string }{
 	{"busy-loop", "busy loop"},
 	{"holder-overlap", "holder intervals of"},
 	{"holder-bounds", "holder's floor"},
-	{"holder-bounds", "acknowledged"},
+	// The holder checks' own words (holders.go), not "acknowledged"
+	// alone: the reasons a refusal quotes say it too ("no renewal
+	// acknowledged", "… saw 9 acknowledged"), and a refusal's violation
+	// would then pass for the catch of a weakened fence (test/run.sh).
+	{"holder-bounds", "it had acknowledged"},
+	{"holder-bounds", "closed holder's acknowledged"},
 	{"holder-bounds", "never held"},
 	{"above-reservation", "above its worker's reservation"},
 	{"order", "not increasing per caller"},
@@ -865,6 +871,12 @@ func (n *node) checkRefusal(r refusal) {
 		}
 	case errors.As(err, &bad):
 		w.violate("%s: %s refused as a bad request, a size Info advertises: %v", id, r.what, err)
+	case errors.Is(err, ringbuffer.ErrNoSource), errors.Is(err, ringbuffer.ErrClosed):
+		// The API names these (LEASE_LOST, DRAINING: server/errors.go).
+	default:
+		// Any other error reaches the caller without an ErrorInfo reason
+		// (server/errors.go, describe): a refusal that does not say why.
+		w.violate("%s: %s refused with an error naming no cause: %v", id, r.what, err)
 	}
 	if r.took > r.bound {
 		w.violate("%s: %s refused only after %v: %v", id, r.what, r.took, err)
