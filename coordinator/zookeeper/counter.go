@@ -12,8 +12,8 @@ import (
 	"github.com/firnid/firn/segment"
 )
 
-// ReadCounter implements coordinator.Counters: the marker, the pin and the
-// counter, read in that order; the pin and a counter at the definition's
+// ReadCounter implements coordinator.Counters: after a sync, the marker,
+// the pin and the counter, read in that order; the pin and a counter at the definition's
 // start are created together (one multi) when neither exists.
 func (c *Coordinator) ReadCounter(ctx context.Context, spec coordinator.CounterSpec) (coordinator.CounterRecord, error) {
 	if err := spec.Validate(); err != nil {
@@ -36,6 +36,15 @@ func (c *Coordinator) ReadCounter(ctx context.Context, spec coordinator.CounterS
 	}
 	if err := c.ensurePath(ctx, p.base); err != nil {
 		return coordinator.CounterRecord{}, err
+	}
+	// A follower answers a read from its own copy, which can lag the
+	// leader (one cut off from it answers for syncLimit ticks): synced
+	// first, the read shows every write acknowledged before it began — a
+	// restore marker another node wrote, which a claim's or a take's
+	// confirming read must find (docs/design.md, "A claim settles before
+	// use").
+	if _, err := call(c, ctx, func() (string, error) { return c.client().Sync(p.base) }); err != nil {
+		return coordinator.CounterRecord{}, unavailable("sync before reading the counter", err)
 	}
 	for {
 		rec, err := c.readCounter(ctx, p, spec)

@@ -257,7 +257,8 @@ func SessionOf(l coordinator.Lease) (int64, bool) {
 }
 
 // Assured is how long ZooKeeper keeps the lease's session at least: its
-// timeout from when the session's latest answered request was sent.
+// timeout from when the session's latest request the leader answered (a
+// write or a sync, not a read: see read) was sent.
 func (l *lease) Assured() time.Duration {
 	if l.IsDone() {
 		return 0

@@ -103,7 +103,7 @@ type armed struct {
 
 func (w *peerWatch) childrenW(ctx context.Context, path string) (*armed, error) {
 	c := w.c
-	return call(c, ctx, func() (*armed, error) {
+	return callOn(c, ctx, false, func() (*armed, error) { // a read: see read
 		n, _, ch, err := c.client().ChildrenW(path)
 		if err != nil {
 			return nil, err
@@ -114,7 +114,7 @@ func (w *peerWatch) childrenW(ctx context.Context, path string) (*armed, error) 
 
 func (w *peerWatch) getW(ctx context.Context, path string) (*armed, error) {
 	c := w.c
-	return call(c, ctx, func() (*armed, error) {
+	return callOn(c, ctx, false, func() (*armed, error) { // a read: see read
 		d, _, ch, err := c.client().GetW(path)
 		if err != nil {
 			return nil, err
@@ -198,7 +198,7 @@ func (w *peerWatch) watchChildren(path string, init *armed, found func(names []s
 				// appeared since the listing (a generator's node is
 				// created before its owner directory), when the watch
 				// set is on its data, which never changes.
-				e, err := call(c, c.bg, func() (*armed, error) {
+				e, err := callOn(c, c.bg, false, func() (*armed, error) { // a read: see read
 					there, _, ch, err := c.client().ExistsW(path)
 					return &armed{ch: ch, exists: there}, err
 				})

@@ -122,8 +122,19 @@ func run[T any](v via, ctx context.Context, f func(*zk.Conn) (T, error)) (T, err
 	return callOn(v.c, ctx, v.conn == nil, func() (T, error) { return f(conn) })
 }
 
+// read is run for a read: a follower answers it from its own copy, also
+// while a partition has cut it off from the leader (for up to syncLimit
+// ticks), which meanwhile hears nothing of the session and expires it on
+// time. Its answer says nothing of the session's life at the leader, so
+// it never counts for Lease.Assured; writes and syncs, which the leader
+// answers, do.
+func read[T any](v via, ctx context.Context, f func(*zk.Conn) (T, error)) (T, error) {
+	conn := v.client()
+	return callOn(v.c, ctx, false, func() (T, error) { return f(conn) })
+}
+
 func (v via) get(ctx context.Context, path string) ([]byte, *zk.Stat, error) {
-	r, err := run(v, ctx, func(conn *zk.Conn) (getResult, error) {
+	r, err := read(v, ctx, func(conn *zk.Conn) (getResult, error) {
 		d, st, err := conn.Get(path)
 		return getResult{d, st}, err
 	})
@@ -131,7 +142,7 @@ func (v via) get(ctx context.Context, path string) ([]byte, *zk.Stat, error) {
 }
 
 func (v via) exists(ctx context.Context, path string) (*zk.Stat, error) {
-	return run(v, ctx, func(conn *zk.Conn) (*zk.Stat, error) {
+	return read(v, ctx, func(conn *zk.Conn) (*zk.Stat, error) {
 		ok, st, err := conn.Exists(path)
 		if err != nil || !ok {
 			return nil, err

@@ -142,7 +142,7 @@ func NewContext(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return fail(err)
 	}
 	if cfg.Auth != "" {
-		if _, err := call(c, ctx, func() (struct{}, error) {
+		if _, err := callOn(c, ctx, false, func() (struct{}, error) {
 			return struct{}{}, conn.AddAuth("digest", []byte(cfg.Auth))
 		}); err != nil {
 			return fail(fmt.Errorf("%w: zookeeper digest auth: %w", coordinator.ErrUnavailable, err))
@@ -159,10 +159,11 @@ func NewContext(ctx context.Context, cfg Config) (*Coordinator, error) {
 	return c, nil
 }
 
-// touch sends a small read six times per session timeout while the
+// touch sends a sync six times per session timeout while the
 // coordinator holds a lease: the client's own pings keep the session
 // alive but tell firn nothing, and Lease.Assured counts from the last
-// request the server answered.
+// request the leader answered (a follower answers a read from its own
+// copy, also while cut off from the leader: see read).
 func (c *Coordinator) touch() {
 	defer c.wg.Done()
 	for {
@@ -176,7 +177,7 @@ func (c *Coordinator) touch() {
 		held := len(c.leases) > 0
 		c.mu.Unlock()
 		if held {
-			_, _ = c.exists(c.bg, c.root)
+			_, _ = call(c, c.bg, func() (string, error) { return c.client().Sync(c.root) })
 		}
 	}
 }
@@ -405,7 +406,7 @@ func (c *Coordinator) redial(old *gate, rounds int, refusedFor time.Duration) {
 	}
 	if c.cfg.Auth != "" {
 		for {
-			_, err := call(c, c.bg, func() (struct{}, error) {
+			_, err := callOn(c, c.bg, false, func() (struct{}, error) {
 				return struct{}{}, conn.AddAuth("digest", []byte(c.cfg.Auth))
 			})
 			if err == nil {
@@ -557,9 +558,10 @@ func call[T any](c *Coordinator, ctx context.Context, f func() (T, error)) (T, e
 	return callOn(c, ctx, true, f)
 }
 
-// callOn is call; own says whether f's request goes through the
-// coordinator's own client, whose answers count for its session (a
-// probe's do not: see via).
+// callOn is call; own says whether f's answer counts for the session of
+// the coordinator's own client (Lease.Assured): a write or a sync through
+// it, which the leader answers; not a probe's request (see via), nor a
+// read, which a follower answers from its own copy (see read).
 func callOn[T any](c *Coordinator, ctx context.Context, own bool, f func() (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timing.Timeout)
 	defer cancel()
@@ -641,7 +643,7 @@ func (c *Coordinator) exists(ctx context.Context, path string) (*zk.Stat, error)
 }
 
 func (c *Coordinator) children(ctx context.Context, path string) ([]string, error) {
-	return call(c, ctx, func() ([]string, error) {
+	return callOn(c, ctx, false, func() ([]string, error) { // a read: see read
 		ch, _, err := c.client().Children(path)
 		return ch, err
 	})

@@ -535,3 +535,48 @@ func (s *Server) isFrozen() bool {
 	defer s.mu.Unlock()
 	return s.frozen
 }
+
+// PeerQuorumAddr is the quorum address (host:port) s's config gives
+// server id: where s connects to follow it when id leads.
+func (s *Server) PeerQuorumAddr(id int) (string, error) {
+	b, err := os.ReadFile(s.cfgPath)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, fmt.Sprintf("server.%d=", id)); ok {
+			parts := strings.Split(v, ":")
+			if len(parts) != 3 {
+				return "", fmt.Errorf("zktest: %s: %q", s.cfgPath, line)
+			}
+			return parts[0] + ":" + parts[1], nil
+		}
+	}
+	return "", fmt.Errorf("zktest: %s names no server.%d", s.cfgPath, id)
+}
+
+// RoutePeer rewrites s's config so that s reaches server id's quorum port
+// at addr (a proxy a test controls: a partition between s and id when id
+// leads). It takes effect when s starts again (Kill, then Start).
+func (s *Server) RoutePeer(id int, addr string) error {
+	b, err := os.ReadFile(s.cfgPath)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(string(b), "\n")
+	found := false
+	for i, line := range lines {
+		if v, ok := strings.CutPrefix(line, fmt.Sprintf("server.%d=", id)); ok {
+			parts := strings.Split(v, ":")
+			if len(parts) != 3 {
+				return fmt.Errorf("zktest: %s: %q", s.cfgPath, line)
+			}
+			lines[i] = fmt.Sprintf("server.%d=%s:%s", id, addr, parts[2])
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("zktest: %s names no server.%d", s.cfgPath, id)
+	}
+	return os.WriteFile(s.cfgPath, []byte(strings.Join(lines, "\n")), 0o644)
+}
