@@ -56,6 +56,7 @@ var (
 	descQueueSeconds = prometheus.NewDesc("firn_queue_seconds", "The queue as time at the layout's rate.", []string{"generator"}, nil)
 	descQueueLimit   = prometheus.NewDesc("firn_queue_limit_ids", "The queue bound (--max-queue at the layout's rate).", []string{"generator"}, nil)
 	descShed         = prometheus.NewDesc("firn_requests_shed_total", "Requests refused at once by admission (RESOURCE_EXHAUSTED), by reason: queue_full, deadline.", []string{"generator", "reason"}, nil)
+	descRetired      = prometheus.NewDesc("firn_generator_retired", "1 for a generator its stored definition retired (`firn generator retire`): it no longer serves, for good, and is no outage; 0 for the others.", []string{"generator"}, nil)
 	descNotServing   = prometheus.NewDesc("firn_not_serving", "1 for each cause holding the generator out, 0 for the others; every cause of the fixed list (the API's ErrorReason names) is exported at all times.", []string{"generator", "cause"}, nil)
 	descState        = prometheus.NewDesc("firn_state", "1 for the generator's current state.", []string{"generator", "state"}, nil)
 	descWorker       = prometheus.NewDesc("firn_worker_id", "Worker ID held (-1: none).", []string{"generator"}, nil)
@@ -101,7 +102,7 @@ type nodeCollector struct{ n *Node }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIssued, descRingCap, descRingAvail, descRingTarget, descRingEmpty,
-		descRingStale, descRingRefills, descServing, descNotServing, descState, descWorker, descDatacenter,
+		descRingStale, descRingRefills, descServing, descRetired, descNotServing, descState, descWorker, descDatacenter,
 		descQueueIDs, descQueueSeconds, descQueueLimit, descShed, descWorkers, descWorkersWant,
 		descSegNext, descSegStep, descSegAvail, descSegClaimed, descSegClaims, descSegBack, descSegDropped, descSegSkipped, descSegSettling,
 		descSeqSections, descSeqOwned, descSeqServing, descSeqMembers, descSeqKeys, descSeqEvicted, descSeqWrites, descSeqTakes, descSeqReleases,
@@ -127,6 +128,7 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 		st := rt.Status(wall)
 		ch <- g(descIssued, prometheus.CounterValue, float64(st.Issued), name)
 		ch <- g(descServing, prometheus.GaugeValue, b2f(st.Serving), name)
+		ch <- g(descRetired, prometheus.GaugeValue, b2f(rt.Retired()), name)
 		snap := rt.State().Snapshot()
 		held := snap.Held()
 		for _, code := range clockguard.Codes {

@@ -105,6 +105,13 @@ func (rt *Generator) retiredErr() error {
 	return nil
 }
 
+// Retired reports whether rt's stored definition retired it: it stays in
+// the node's list, drained, until the node stops (firn_generator_retired).
+func (rt *Generator) Retired() bool {
+	a := rt.acc.Load()
+	return a != nil && !a.retired.IsZero()
+}
+
 // definitionErr is rt's refusal by its stored definition for a call that
 // uses it (nil when none): retired (retiredErr), or not known (not read
 // yet, or its record does not read), a *NotServingError naming why —
