@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/memory"
-	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/seq"
 	"github.com/firnid/firn/server/core"
 )
@@ -36,25 +34,7 @@ func TestDrainFreesSequenceGeneratorsTogether(t *testing.T) {
 			d := cd
 			cfg.Generators = append(cfg.Generators, core.GeneratorConfig{Name: fmt.Sprintf("s%d", i), Segment: &d})
 		}
-		cfg.PrivateCoordinator = true
-		wall, _ := clock.Now()
-		if err := cfg.Finish(wall); err != nil {
-			t.Fatal(err)
-		}
-		st, err := datadir.Open(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		client := store.Connect(clock)
-		defer client.Close()
-		info := coordinator.NodeInfo{Name: "n1", InstanceID: st.InstanceID(), Address: "n1:7300", StartTime: wall}
-		nc, err := core.New(cfg, client, st, clock, info, core.WithLogger(quiet))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := nc.Start(); err != nil {
-			t.Fatal(err)
-		}
+		nc := startMemNode(t, cfg, store, clock, core.WithLogger(quiet))
 		defer nc.Stop()
 		for i, rt := range nc.Generators() {
 			for start := time.Now(); !rt.State().Serving(); time.Sleep(10 * time.Millisecond) {

@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/memory"
-	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/server/core"
 )
@@ -34,25 +32,7 @@ func TestFirstReservationUnconfirmedRefusalCarriesRetry(t *testing.T) {
 		cfg := core.DefaultConfig()
 		cfg.Cluster = "first"
 		cfg.Generators = []core.GeneratorConfig{{Name: "g", Layout: layout}}
-		cfg.PrivateCoordinator = true
-		wall, _ := clock.Now()
-		if err := cfg.Finish(wall); err != nil {
-			t.Fatal(err)
-		}
-		st, err := datadir.Open(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		client := store.Connect(clock)
-		defer client.Close()
-		info := coordinator.NodeInfo{Name: "n1", InstanceID: st.InstanceID(), Address: "n1:7300", StartTime: wall}
-		nc, err := core.New(cfg, client, st, clock, info, core.WithLogger(quiet))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := nc.Start(); err != nil {
-			t.Fatal(err)
-		}
+		nc := startMemNode(t, cfg, store, clock, core.WithLogger(quiet))
 		defer nc.Stop()
 		rt := nc.Generators()[0]
 		for start := time.Now(); !strings.Contains(rt.State().Reason(), "first reservation not confirmed"); time.Sleep(10 * time.Millisecond) {
@@ -60,7 +40,7 @@ func TestFirstReservationUnconfirmedRefusalCarriesRetry(t *testing.T) {
 				t.Fatalf("30 s after the start: %s, want the first reservation unconfirmed", rt.State().Reason())
 			}
 		}
-		_, err = nc.NextID(context.Background(), "g")
+		_, err := nc.NextID(context.Background(), "g")
 		var ns *core.NotServingError
 		if !errors.As(err, &ns) || ns.Code != clockguard.CodeCoordinatorUnavailable {
 			t.Fatalf("NextID with the first reservation unconfirmed: %v, want COORDINATOR_UNAVAILABLE", err)

@@ -8,9 +8,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/memory"
-	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/segment"
 	"github.com/firnid/firn/server/core"
 )
@@ -33,25 +31,7 @@ func TestStopHandsSegmentsBackTogether(t *testing.T) {
 			d := segment.Default()
 			cfg.Generators = append(cfg.Generators, core.GeneratorConfig{Name: fmt.Sprintf("s%d", i), Segment: &d})
 		}
-		cfg.PrivateCoordinator = true
-		wall, _ := clock.Now()
-		if err := cfg.Finish(wall); err != nil {
-			t.Fatal(err)
-		}
-		st, err := datadir.Open(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		client := store.Connect(clock)
-		defer client.Close()
-		info := coordinator.NodeInfo{Name: "n1", InstanceID: st.InstanceID(), Address: "n1:7300", StartTime: wall}
-		nc, err := core.New(cfg, client, st, clock, info, core.WithLogger(quiet))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := nc.Start(); err != nil {
-			t.Fatal(err)
-		}
+		nc := startMemNode(t, cfg, store, clock, core.WithLogger(quiet))
 		for i, rt := range nc.Generators() {
 			for start := time.Now(); !rt.State().Serving(); time.Sleep(10 * time.Millisecond) {
 				if time.Since(start) > 30*time.Second {

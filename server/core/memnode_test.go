@@ -1,0 +1,38 @@
+package core_test
+
+import (
+	"testing"
+
+	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
+	"github.com/firnid/firn/coordinator/memory"
+	"github.com/firnid/firn/datadir"
+	"github.com/firnid/firn/server/core"
+)
+
+// startMemNode finishes cfg (private coordinator) and starts a core named
+// n1 on a client of store, with a fresh data dir; the client is closed
+// when the test ends. The caller stops the core.
+func startMemNode(t *testing.T, cfg core.Config, store *memory.Store, clock clockguard.Clock, opts ...core.Option) *core.Core {
+	t.Helper()
+	cfg.PrivateCoordinator = true
+	wall, _ := clock.Now()
+	if err := cfg.Finish(wall); err != nil {
+		t.Fatal(err)
+	}
+	st, err := datadir.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := store.Connect(clock)
+	t.Cleanup(func() { client.Close() })
+	info := coordinator.NodeInfo{Name: "n1", InstanceID: st.InstanceID(), Address: "n1:7300", StartTime: wall}
+	nc, err := core.New(cfg, client, st, clock, info, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
