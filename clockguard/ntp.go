@@ -300,9 +300,27 @@ func (c *NTPChecker) queryOne(ctx context.Context, server string) ServerResult {
 	}
 	var stops []func() bool
 	var mu sync.Mutex
+	// The library reads the local clock twice, for the transmit (t1) and
+	// the receive (t4) timestamps; the monotonic readings beside them tell
+	// whether the measured clock stepped in between, which the offset
+	// would average in (half the step) and the round trip hide (the
+	// library clamps a negative one to 0).
+	var reads int
+	var firstWall, lastWall time.Time
+	var firstMono, lastMono time.Duration
 	opt := ntp.QueryOptions{
-		Timeout:       timeout,
-		GetSystemTime: c.wall,
+		Timeout: timeout,
+		GetSystemTime: func() time.Time {
+			w, m := c.clock.Now()
+			mu.Lock()
+			if reads == 0 {
+				firstWall, firstMono = w, m
+			}
+			lastWall, lastMono = w, m
+			reads++
+			mu.Unlock()
+			return w
+		},
 		// Dial with ctx, and close the socket if ctx ends mid-query so a
 		// cancelled Check returns at once instead of after Timeout.
 		Dialer: func(local, remote string) (net.Conn, error) {
@@ -337,6 +355,12 @@ func (c *NTPChecker) queryOne(ctx context.Context, server string) ServerResult {
 	sr.Leap = uint8(resp.Leap)
 	sr.KissCode = resp.KissCode
 	sr.Err = c.classify(resp)
+	mu.Lock()
+	step := StepSize(firstWall, firstMono, lastWall, lastMono)
+	mu.Unlock()
+	if sr.Err == nil && (step >= queryStepLimit || step <= -queryStepLimit) {
+		sr.Err = fmt.Errorf("%w: the measured clock stepped %s during the query", ErrInvalidResponse, signed(-step))
+	}
 	return sr
 }
 
@@ -362,6 +386,11 @@ func (c *NTPChecker) classify(resp *ntp.Response) error {
 	}
 	return nil
 }
+
+// queryStepLimit is the largest step of the measured clock between a
+// query's two local timestamps that its answer survives: the step
+// detector's default threshold, below which a step is jitter.
+const queryStepLimit = time.Millisecond
 
 func isNetErr(err error) bool {
 	var ne net.Error

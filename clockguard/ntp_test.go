@@ -486,3 +486,41 @@ func TestPeriodicRetriesSoonAndTriggers(t *testing.T) {
 	c.Trigger()
 	waitFor("a triggered check", 2*time.Second, func(r []error) bool { return len(r) > n })
 }
+
+// flipClock is the machine's clock plus an offset that steps from before
+// to after the moment srv receives its first request: the measured clock
+// steps while a query is in flight (its transmit timestamp read before the
+// step, its receive timestamp after).
+type flipClock struct {
+	base          clockguard.Clock
+	srv           *ntptest.Server
+	before, after time.Duration
+}
+
+func (f *flipClock) Now() (time.Time, time.Duration) {
+	wall, mono := f.base.Now()
+	if f.srv.Requests() == 0 {
+		return wall.Add(f.before), mono
+	}
+	return wall.Add(f.after), mono
+}
+
+// TestCheckClockSteppedDuringQuery: a step of the measured clock between a
+// query's transmit and receive timestamps averages into the offset (half
+// of it on each side), and the round trip it shortens is clamped to 0 by
+// the library, so a clock 300 ms ahead stepped to 300 ms behind reads back
+// as about 0: the check passed while the clock was beyond the 250 ms limit
+// either side. Such an answer measured no one clock and is not usable.
+func TestCheckClockSteppedDuringQuery(t *testing.T) {
+	srvs, addrs := servers(t, 1)
+	clock := &flipClock{base: clockguard.NewSystem(), srv: srvs[0], before: 300 * time.Millisecond, after: -300 * time.Millisecond}
+	c := newChecker(t, clock, testConfig(addrs))
+	res, err := c.Check(context.Background())
+	if err == nil || res.OK {
+		t.Fatalf("clock stepped from +300ms to -300ms during the query (limit 250ms): Check passed, offset %s (server: %+v)", res.Offset, res.Servers[0])
+	}
+	if se := res.Servers[0].Err; !errors.Is(err, clockguard.ErrNTPUnreachable) || !errors.Is(se, clockguard.ErrInvalidResponse) ||
+		!strings.Contains(se.Error(), "stepped") {
+		t.Fatalf("Check: %v (server: %v), want the answer refused: the clock stepped during the query", err, se)
+	}
+}

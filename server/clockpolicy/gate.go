@@ -102,20 +102,29 @@ func (p *Policy) gateReading(wall time.Time, mono time.Duration, stepped bool) {
 // reading that saw it: NTP is asked at once, and the peer median confirms
 // on two readings after the step, which the peer check takes a second
 // apart. The refusals' RetryInfo says so; a step nothing confirms is held
-// on, and refused again with the same hint.
-const confirmWithin = 2 * time.Second
+// on, and judged again at each failing NTP check and peer reading, about
+// once a second (judgedEvery): its refusals say that once confirmWithin
+// has passed.
+const (
+	confirmWithin = 2 * time.Second
+	judgedEvery   = clockguard.NTPRetryInterval
+)
 
 func (p *Policy) setGateReason(size time.Duration, wall time.Time) {
 	reason := fmt.Sprintf("clock stepped forward %v, beyond --max-clock-offset %v: not serving until NTP or the peer median confirms the clock, or it comes back",
 		size.Round(time.Millisecond), p.cfg.MaxClockOffset)
 	for _, gen := range p.generators() {
 		gen.State().SetCause(clockguard.SourceClockStep, reason,
-			clockguard.Detail{Limit: p.cfg.MaxClockOffset.String(), Measured: size.Round(time.Millisecond).String(), RetryAt: wall.Add(confirmWithin)})
+			clockguard.Detail{Limit: p.cfg.MaxClockOffset.String(), Measured: size.Round(time.Millisecond).String(), RetryAt: wall.Add(confirmWithin),
+				RetryEvery: judgedEvery})
 	}
 }
 
 // confirmGate accepts the pending step, if the evidence was taken after it
-// (fromMono: the monotonic reading when the evidence began).
+// (fromMono: the monotonic reading when the evidence began). The evidence
+// speaks for the clock as the step left it: a further forward step since,
+// which the detector has not polled yet, is not confirmed with it but
+// starts the count again from this reading, as one polled would.
 func (p *Policy) confirmGate(fromMono time.Duration, why string) {
 	g := &p.gate
 	g.mu.Lock()
@@ -124,6 +133,17 @@ func (p *Policy) confirmGate(fromMono time.Duration, why string) {
 		return
 	}
 	wall, mono := p.clock.Now()
+	if again := clockOffset(wall, mono) - clockOffset(g.stepWall, g.stepMono); again > p.cfg.MaxClockOffset {
+		jump := clockOffset(wall, mono) - g.top
+		g.size, g.stepMono, g.stepWall, g.peerOK = jump, mono, wall, 0
+		g.mu.Unlock()
+		p.log.Warn("clock stepped again since the step the evidence followed: confirming from this reading", "size", jump, "again", again)
+		p.setGateReason(jump, wall)
+		if p.AskNTP != nil {
+			p.AskNTP()
+		}
+		return
+	}
 	g.top = clockOffset(wall, mono)
 	g.pending, g.peerOK = false, 0
 	g.held.Store(false)

@@ -1,6 +1,7 @@
 package clockpolicy
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -100,4 +101,58 @@ func TestGateAsksThePeersAlone(t *testing.T) {
 		r.p.OnPeers("self", []coordinator.PeerBeat{r.beat("a", 0), old})
 	}
 	r.wantServing(true, "after two readings of the one peer agreeing")
+}
+
+// A second forward step that the step detector has not polled yet when
+// an NTP verdict arrives: the check began after the first step and
+// measured the clock as it read then, so it confirms that reading, not
+// one an hour further on. Before, confirming adopted the clock as it read
+// at the verdict — the second hour included — and made the generators
+// follow it: IDs an hour ahead of anything a check had seen, and the
+// detector's poll then found no step to hold (the gate's baseline had
+// moved with it).
+func TestGateConfirmsOnlyWhatTheEvidenceSaw(t *testing.T) {
+	r := newPolicyRig(t, Config{NTP: true, NTPRequired: true})
+	if _, err := r.rt.gen.TryBatch(make([]uint64, 1)); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(time.Second)
+	r.step(time.Hour)
+	r.wantServing(false, "after +1h")
+	r.clock.Advance(100 * time.Millisecond)
+	_, checkBegan := r.clock.Now() // an NTP check begun after the step
+	r.clock.Advance(50 * time.Millisecond)
+	r.clock.Step(time.Hour) // a further hour, not polled yet
+	r.p.OnNTP(clockguard.NTPResult{OK: true, StartMono: checkBegan}, nil)
+	if _, err := r.rt.gen.TryBatch(make([]uint64, 1)); err == nil || !r.p.GateHeld() || r.rt.state.Serving() {
+		t.Fatalf("a second +1h step no check saw, adopted with the first one's NTP verdict: gate held %v, serving %v, generator err %v",
+			r.p.GateHeld(), r.rt.state.Serving(), err)
+	}
+	// A check begun after the second step confirms it.
+	r.clock.Advance(100 * time.Millisecond)
+	r.ntpOK()
+	r.wantServing(true, "after an NTP check begun after the last step")
+}
+
+// A forward step nothing confirms yet (NTP unreachable, not required) is
+// held on: its refusals keep telling the caller when to come back, as the
+// first ones did (confirmWithin from the step). Before, the hint was the
+// step's reading plus confirmWithin, set once: two seconds on, every
+// refusal of the held step came without RetryInfo.
+func TestGateRefusalKeepsItsRetryHint(t *testing.T) {
+	r := newPolicyRig(t, Config{NTP: true})
+	r.clock.Advance(time.Second)
+	r.step(time.Hour)
+	for range 3 {
+		r.clock.Advance(time.Second)
+		r.p.OnNTP(clockguard.NTPResult{}, errors.New("unreachable")) // retried every second
+	}
+	ref := r.rt.state.Snapshot().Refusal()
+	if ref.Code != clockguard.CodeClockStep {
+		t.Fatalf("3 s after an unconfirmed +1h step: refused %s (%q), want CLOCK_STEP", ref.Code, ref.Reason)
+	}
+	if !ref.RetryAt.After(r.now()) && ref.RetryEvery <= 0 {
+		t.Fatalf("3 s after an unconfirmed +1h step: refused CLOCK_STEP with no retry hint (RetryAt %v, %v before now; RetryEvery %v)",
+			ref.RetryAt, r.now().Sub(ref.RetryAt), ref.RetryEvery)
+	}
 }

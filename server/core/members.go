@@ -498,7 +498,7 @@ func (rt *Generator) issueRuns(ctx context.Context, n uint64) ([]generator.Run, 
 			err = rt.wide.AwaitBulk(ctx)
 		}
 		if err != nil {
-			if retry, err := rt.sourceErr(err, took > 0 || made > 0, &tries); !retry {
+			if retry, err := rt.sourceErr(err, &tries); !retry {
 				return nil, err
 			}
 		}

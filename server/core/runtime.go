@@ -394,7 +394,7 @@ func (rt *Generator) generateFair(ctx context.Context, f *admission.Flow, dst []
 			err = await(ctx)
 		}
 		if err != nil {
-			if retry, err := rt.sourceErr(err, m > 0, &tries); !retry {
+			if retry, err := rt.sourceErr(err, &tries); !retry {
 				return err
 			}
 		}
@@ -415,7 +415,7 @@ func (rt *Generator) generate(ctx context.Context, dst []uint64, tries *sourceTr
 		if err == nil {
 			return n, nil
 		}
-		if retry, err := rt.sourceErr(err, n > 0, tries); !retry {
+		if retry, err := rt.sourceErr(err, tries); !retry {
 			return n, err
 		}
 	}
@@ -434,10 +434,12 @@ const maxHeldRetries = 3
 // retry. Held: the serving state's refusal, with the cause it holds; if
 // the state serves again by now, the call is tried again (a serving
 // generator never refuses "not serving"). A forward step the generator
-// refused goes to the clock policy first and, when nothing was produced
-// and no step was retried before, is tried again if the generator still
-// serves.
-func (rt *Generator) sourceErr(err error, produced bool, t *sourceTries) (retry bool, _ error) {
+// refused goes to the clock policy first and, when no step was retried
+// before, is tried again if the generator still serves — also when part
+// of the call's IDs came first (from the ring: generate starts over and
+// drops them, none handed out; a bulk call or a range keeps them and goes
+// on after them).
+func (rt *Generator) sourceErr(err error, t *sourceTries) (retry bool, _ error) {
 	if errors.Is(err, generator.ErrHeld) {
 		if err := rt.refusal(); err != nil {
 			return false, err
@@ -448,7 +450,7 @@ func (rt *Generator) sourceErr(err error, produced bool, t *sourceTries) (retry 
 		return false, fmt.Errorf("generator %q: its source stays held while its state serves: %w", rt.cfg.Name, err)
 	}
 	var fs *generator.ForwardStepError
-	if errors.As(err, &fs) && !produced && t.step == 0 {
+	if errors.As(err, &fs) && t.step == 0 {
 		t.step++
 		rt.policy.ForwardRefused(fs)
 		if err := rt.refusal(); err != nil {
