@@ -171,6 +171,152 @@ class ClaimTest(unittest.TestCase):
         c.close()
         self.assertEqual(c.stats()["dropped"], 9)
 
+    def test_close_during_a_claim_loses_no_id(self):
+        # A next() whose claim of a buffered index lands as close() cuts the
+        # batch: the ID is handed out, or counted dropped, never lost
+        # between the two. The claim pauses between taking the index and
+        # checking it against the batch's end; close runs until it has cut
+        # the batch (it returns) or waits for the claim to end.
+        c = FirnClient(["127.0.0.1:1"], call_timeout=0.05)
+        b = _Batch(1 << 62, 10, -1, time.monotonic() + 60)
+        claimed, release, reached = threading.Event(), threading.Event(), threading.Event()
+
+        class PausingCount:
+            def __init__(self, inner):
+                self.inner = inner
+
+            def __iter__(self):
+                return self
+
+            def __next__(self):
+                i = next(self.inner)
+                if not claimed.is_set():
+                    claimed.set()
+                    release.wait()
+                return i
+
+            def __repr__(self):
+                return repr(self.inner)  # claimed() reads it
+
+        class ContendedLock:
+            # Tells the test when a thread finds the lock held.
+            def __init__(self, inner):
+                self.inner = inner
+
+            def __enter__(self):
+                if not self.inner.acquire(blocking=False):
+                    reached.set()
+                    self.inner.acquire()
+                return self
+
+            def __exit__(self, *exc):
+                self.inner.release()
+
+        b.it = PausingCount(b.it)
+        c._take_lock = ContendedLock(c._take_lock or threading.Lock())
+        with c._mu:
+            c._enqueue_locked(b)
+            c._install_locked()
+        out = []
+
+        def taker():
+            try:
+                out.append(c.next(5))
+            except FirnError as e:
+                out.append(e)
+
+        def closer():
+            c.close()
+            reached.set()
+
+        t = threading.Thread(target=taker)
+        t.start()
+        claimed.wait()
+        ct = threading.Thread(target=closer)
+        ct.start()
+        reached.wait()
+        release.set()
+        t.join()
+        ct.join()
+        handed = sum(1 for v in out if not isinstance(v, BaseException))
+        self.assertEqual(handed + c.stats()["dropped"], 10,
+                         "handed out %r, dropped %d" % (out, c.stats()["dropped"]))
+
+    def test_stale_retire_during_a_claim_counts_each_id_once(self):
+        # A next() that found the batch fresh and claims an index as the
+        # batch goes stale and is retired: the ID handed out is not also
+        # counted dropped. The claim pauses after the freshness check,
+        # before it takes the index; the retire runs until it is done or
+        # waits for the claim to end.
+        c = FirnClient(["127.0.0.1:1"], call_timeout=0.05)
+        try:
+            b = _Batch(1 << 62, 10, -1, time.monotonic() + 60)
+            claiming, release, reached = threading.Event(), threading.Event(), threading.Event()
+
+            class PausingCount:
+                def __init__(self, inner):
+                    self.inner = inner
+
+                def __iter__(self):
+                    return self
+
+                def __next__(self):
+                    if not claiming.is_set():
+                        claiming.set()
+                        release.wait()
+                    return next(self.inner)
+
+                def __repr__(self):
+                    return repr(self.inner)  # claimed() reads it
+
+            class ContendedLock:
+                # Tells the test when a thread finds the lock held.
+                def __init__(self, inner):
+                    self.inner = inner
+
+                def __enter__(self):
+                    if not self.inner.acquire(blocking=False):
+                        reached.set()
+                        self.inner.acquire()
+                    return self
+
+                def __exit__(self, *exc):
+                    self.inner.release()
+
+            b.it = PausingCount(b.it)
+            c._take_lock = ContendedLock(c._take_lock or threading.Lock())
+            with c._mu:
+                c._enqueue_locked(b)
+                c._install_locked()
+            out = []
+
+            def taker():
+                try:
+                    out.append(c.next(5))
+                except FirnError as e:
+                    out.append(e)
+
+            def retirer():
+                with c._mu:
+                    c._install_locked()
+                reached.set()
+
+            t = threading.Thread(target=taker)
+            t.start()
+            claiming.wait()
+            b.expire = time.monotonic() - 1  # stale now: the next install retires it
+            rt = threading.Thread(target=retirer)
+            rt.start()
+            reached.wait()
+            release.set()
+            t.join()
+            rt.join()
+            handed = sum(1 for v in out if not isinstance(v, BaseException))
+            self.assertEqual(handed + c.stats()["dropped"], 10,
+                             "handed out %r, dropped %d" % (out, c.stats()["dropped"]))
+        finally:
+            c.close()
+
     def test_stale_take_counts_dropped(self):
         # A take from a batch that went stale claims nothing: its IDs not
         # handed out are all counted dropped.
@@ -191,7 +337,7 @@ class ClaimTest(unittest.TestCase):
 
     def test_take_claims_no_more_than_the_batch(self):
         # A large next_range takes what the batch holds without claiming an
-        # index per ID asked for (a list of them, built holding the GIL).
+        # index per ID asked for (a list of them, built holding the take lock).
         c = FirnClient(["127.0.0.1:1"], call_timeout=0.05)
         try:
             b = _Batch(1 << 62, 16, -1, time.monotonic() + 60)

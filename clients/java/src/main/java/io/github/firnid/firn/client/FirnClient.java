@@ -153,9 +153,15 @@ public final class FirnClient implements AutoCloseable {
   private static final long SEQ_BACKOFF_MAX = 1000 * MS;
   private static final int MAX_INBOUND = 16 << 20;
 
+  /**
+   * Moves the client's clock ahead by this many ns: for tests only (a node's answer that arrives
+   * after the caller's deadline, deterministically). Zero otherwise.
+   */
+  static volatile long clockAheadForTest;
+
   /** The monotonic clock the client uses: ns since the class loaded. */
   static long mono() {
-    return System.nanoTime() - BASE;
+    return System.nanoTime() - BASE + clockAheadForTest;
   }
 
   // ---- options ----
@@ -1215,7 +1221,7 @@ public final class FirnClient implements AutoCloseable {
           if (countsAgainst(d, mc[0])) {
             markDown(ep, d, "no answer by the deadline sent");
           }
-          throw deadlineError();
+          throw afterDeadline(d, ep);
         }
         if ((mc[0] || mc[1]) && d.reason == Reason.ERROR_REASON_UNSPECIFIED) {
           // No answer in time. A node that answered with its reason (a
@@ -1382,7 +1388,7 @@ public final class FirnClient implements AutoCloseable {
           }
           FirnException.Details d = FirnException.details(e);
           if (deadline != NO_DEADLINE && mono() >= deadline) {
-            throw deadlineError();
+            throw afterDeadline(d, ep);
           }
           last = d;
           if (!failover(d) && d.code != Status.Code.NOT_FOUND) {
@@ -2180,6 +2186,20 @@ public final class FirnClient implements AutoCloseable {
 
   private static FirnException closedError() {
     return FirnException.local(Reason.CLOSED, "client: closed");
+  }
+
+  /**
+   * The error of a call whose deadline had passed when an attempt at ep failed with d: the node's
+   * refusal when it answered with its reason, if only as the deadline passed (the answer is there,
+   * and it says why); DEADLINE when no answer came (the attempt ran out or was cancelled) or the
+   * failure names no reason.
+   */
+  private static FirnException afterDeadline(FirnException.Details d, Endpoint ep) {
+    if (d.reason != Reason.ERROR_REASON_UNSPECIFIED
+        && d.code != Status.Code.DEADLINE_EXCEEDED && d.code != Status.Code.CANCELLED) {
+      return d.toException("client: endpoint " + ep.addr + ": ");
+    }
+    return deadlineError();
   }
 
   private static FirnException deadlineError() {

@@ -40,6 +40,11 @@ public final class FakeNode implements AutoCloseable {
   volatile Duration shedRetry = Duration.ofMillis(200);
   volatile String refuseReason; // UNAVAILABLE with this reason when set
   volatile boolean hang;
+  /** Runs as a call is refused (refuseReason), just before the refusal is sent, with the count
+   * asked for (NextRange, NextIDs; 0 for Info). */
+  volatile java.util.function.LongConsumer beforeRefusal;
+  /** Info is refused as NextRange is (refuseReason) while set. */
+  volatile boolean refuseInfo;
   /** Info gets no answer while set; infoCalls counts the Info calls. */
   volatile boolean hangInfo;
   final AtomicLong infoCalls = new AtomicLong();
@@ -106,6 +111,10 @@ public final class FakeNode implements AutoCloseable {
 
   /** Whether the call was refused (the observer then has its error). */
   private boolean refused(StreamObserver<?> obs) {
+    return refused(obs, 0);
+  }
+
+  private boolean refused(StreamObserver<?> obs, long count) {
     calls.incrementAndGet();
     if (hang) {
       return true; // never answers
@@ -130,6 +139,10 @@ public final class FakeNode implements AutoCloseable {
     }
     String r = refuseReason;
     if (r != null) {
+      java.util.function.LongConsumer before = beforeRefusal;
+      if (before != null) {
+        before.accept(count);
+      }
       obs.onError(StatusProto.toStatusRuntimeException(com.google.rpc.Status.newBuilder()
           .setCode(Status.Code.UNAVAILABLE.value()).setMessage("not serving: " + r)
           .addDetails(errorInfo(r)).build()));
@@ -151,7 +164,7 @@ public final class FakeNode implements AutoCloseable {
         obs.onError(Status.UNIMPLEMENTED.withDescription("unknown method NextRange").asRuntimeException());
         return;
       }
-      if (refused(obs)) {
+      if (refused(obs, req.getCount())) {
         return;
       }
       if (req.getCount() >= slowCount) {
@@ -188,6 +201,9 @@ public final class FakeNode implements AutoCloseable {
       infoCalls.incrementAndGet();
       if (hangInfo) {
         return; // never answers
+      }
+      if (refuseInfo && refused(obs)) {
+        return;
       }
       String owner = seqOwner == null ? addr() : seqOwner;
       GeneratorInfo.Builder chats = GeneratorInfo.newBuilder().setName("chats").setKind("seq").setSections(1);

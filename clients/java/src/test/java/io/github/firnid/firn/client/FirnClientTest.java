@@ -462,6 +462,35 @@ public class FirnClientTest {
   }
 
 
+  // A node's refusal that reaches the client after the caller's deadline
+  // passed, but before the client decides, is reported with the node's
+  // reason, not as DEADLINE: the answer is there, and it says why. The
+  // client's clock is moved past the caller's deadline as the node refuses
+  // the caller's own request (the call's gRPC deadline, on the real clock,
+  // is minutes away); the refills' requests (other counts) leave it be.
+  @Test
+  public void aRefusalArrivingAfterTheCallersDeadlineKeepsTheNodesReason() throws Exception {
+    try (FakeNode node = new FakeNode(1)) {
+      node.refuseReason = "NTP_OFFSET";
+      node.beforeRefusal = count -> {
+        if (count == 123_457 || count == 0) { // the nextN's fetch, or Info
+          FirnClient.clockAheadForTest += TimeUnit.HOURS.toNanos(1);
+        }
+      };
+      try (FirnClient c = FirnClient.builder().endpoints(node.addr()).callTimeout(Duration.ofMinutes(1)).build()) {
+        // More than a batch: fetched directly, under the caller's deadline.
+        FirnException e = expect(Reason.NTP_OFFSET, () -> c.nextN(123_457, Duration.ofMinutes(10)));
+        assertEquals(io.grpc.Status.Code.UNAVAILABLE, e.code().get());
+        node.refuseInfo = true;
+        e = expect(Reason.NTP_OFFSET, () -> c.info(Duration.ofMinutes(10)));
+        assertEquals(io.grpc.Status.Code.UNAVAILABLE, e.code().get());
+      } finally {
+        node.beforeRefusal = null;
+        FirnClient.clockAheadForTest = 0;
+      }
+    }
+  }
+
   @Test
   public void nodeWithoutNextRangeIsAskedNextIds() throws Exception {
     try (FakeNode node = new FakeNode(500)) {
