@@ -52,6 +52,11 @@ type Core struct {
 	// allow: some generator has an allow list (Authorize has work to do):
 	// a flag's, or a definition's once read.
 	allow atomic.Bool
+	// defsUnread, while the definitions were never read since the node
+	// started, is why (the read's error): a name the node does not run
+	// may be one the coordinator defines, so it is refused naming that,
+	// not as unknown (Find). Nil once read, or with no definitions to read.
+	defsUnread atomic.Pointer[string]
 
 	policy *clockpolicy.Policy
 	hm     holderMetrics
@@ -422,6 +427,10 @@ func (c *Core) Find(name string) (*Generator, error) {
 		for _, g := range set.list {
 			names = append(names, g.cfg.Name)
 		}
+		if unread := c.defsUnread.Load(); unread != nil {
+			return nil, &NotServingError{Generator: Echo(name), Code: clockguard.CodeStarting, RetryAfter: defsEvery,
+				Reason: "reading the generators' definitions: " + *unread + " (until they are read, this node cannot tell whether the coordinator defines it; this node runs " + strings.Join(names, ",") + ")"}
+		}
 		why, _ := c.skipped.Load(name)
 		s, _ := why.(string)
 		return nil, &UnknownGeneratorError{Name: Echo(name), Known: strings.Join(names, ","), Skipped: s}
@@ -440,9 +449,16 @@ func (c *Core) Authorize(ctx context.Context, name string) error {
 	if !c.allow.Load() {
 		return nil
 	}
-	rt, err := c.Lookup(name)
+	// The list as known, also of a generator retired or whose record
+	// does not read (its list kept): checked before the call learns
+	// either, as before anything else.
+	set := c.set.Load()
+	rt := set.byName[name]
+	if name == "" {
+		rt = set.list[0]
+	}
 	allow := []string(nil)
-	if err == nil {
+	if rt != nil {
 		allow = rt.allowList()
 	}
 	if len(allow) == 0 {
@@ -452,6 +468,9 @@ func (c *Core) Authorize(ctx context.Context, name string) error {
 		// A stored list on a node without mTLS: no caller can be named.
 		// The generator is held for it (allowNeedsMTLS): the refusal is
 		// its state's, as /readyz and health say, not the caller's.
+		if err := rt.definitionErr(); err != nil {
+			return err
+		}
 		if err := rt.refusal(); err != nil {
 			return err
 		}

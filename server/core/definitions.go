@@ -148,6 +148,7 @@ func (rt *Generator) allowList() []string {
 // the definitions: refused and held STARTING, and not started, until the
 // read settles it (readDefinitions, launchSettled).
 func (c *Core) awaitDefinitions(why string) {
+	c.defsUnread.Store(&why)
 	for _, rt := range c.Generators() {
 		awaitOne(rt, why)
 	}
@@ -167,6 +168,10 @@ func (c *Core) readDefinitions(ctx context.Context, defs coordinator.Definitions
 	cancel()
 	all, bad, err := coordinator.SplitDefinitions(ds, err)
 	if err != nil {
+		if c.defsUnread.Load() != nil {
+			why := err.Error()
+			c.defsUnread.Store(&why)
+		}
 		for _, rt := range c.Generators() {
 			if a := rt.acc.Load(); a != nil && a.neverRead {
 				awaitOne(rt, err.Error())
@@ -182,6 +187,7 @@ func (c *Core) readDefinitions(ctx context.Context, defs coordinator.Definitions
 	for _, u := range bad {
 		unreadable[u.Name] = u
 	}
+	defer c.defsUnread.Store(nil) // read: a name not added below is not defined
 	var disagree []string
 	running := map[string]bool{}
 	for _, rt := range c.Generators() {
@@ -234,11 +240,13 @@ func (c *Core) readDefinitions(ctx context.Context, defs coordinator.Definitions
 		// (/readyz, health), Lookup finds the definition known and the
 		// allow list in force.
 		rt.acc.Store(a)
-		if a.disagree == "" && (len(a.allow) == 0 || c.cfg.MutualTLS()) {
-			rt.state.Clear(sourceDefinitions)
-		}
 		if !a.retired.IsZero() {
+			// Retired: the state goes from whatever holds it to draining,
+			// never through serving (a hold cleared first would say ready
+			// while Lookup refuses).
 			c.retire(rt)
+		} else if a.disagree == "" && (len(a.allow) == 0 || c.cfg.MutualTLS()) {
+			rt.state.Clear(sourceDefinitions)
 		}
 	}
 	for _, d := range all {
