@@ -676,6 +676,10 @@ func (hd *holder) expiryMargin(h *holding) time.Duration {
 // acknowledged write, a window ahead.
 const minExpiryMargin = 300 * time.Millisecond
 
+// expiryPoll is how often the expiry timer reads the lead again once a
+// lead of max-lead would have used the reservation up.
+const expiryPoll = 50 * time.Millisecond
+
 // noteWriteLatency records how long an acknowledged write took; the
 // record decays so that one slow write is forgotten in a minute.
 func (h *holding) noteWriteLatency(d time.Duration) {
@@ -702,7 +706,11 @@ func (hd *holder) armExpiry(h *holding) {
 		atLeast = hd.expiryMargin(h)
 	}
 	wall, mono := hd.clock.Now()
-	left := rt.cfg.Layout.UnitStart(r+1).Sub(wall) - max(h.gen.Lead(wall), 0) - hd.expiryMargin(h)
+	// The lead may grow to max-lead at any moment (a flood), and the
+	// reservation runs out that much sooner for it: the timer first fires
+	// where it would at that lead, then follows the lead it finds
+	// (expired).
+	left := rt.cfg.Layout.UnitStart(r+1).Sub(wall) - max(h.gen.Lead(wall), rt.cfg.MaxLead, 0) - hd.expiryMargin(h)
 	left = max(left, atLeast)
 	h.expMu.Lock()
 	defer h.expMu.Unlock()
@@ -738,6 +746,18 @@ func (hd *holder) expired(h *holding, r int64) {
 		return
 	}
 	until := rt.cfg.Layout.UnitStart(r + 1)
+	wall, _ := hd.clock.Now()
+	lead := max(h.gen.Lead(wall), rt.wide.Lead(wall), 0)
+	if rem := until.Sub(wall) - lead - hd.expiryMargin(h); rem > 0 {
+		// At the lead it has now it still produces: look again soon, as
+		// the lead may grow meanwhile.
+		h.expMu.Lock()
+		if !h.closed && h.reserved.Load() == r {
+			h.expiry = time.AfterFunc(min(rem, expiryPoll), func() { hd.expired(h, r) })
+		}
+		h.expMu.Unlock()
+		return
+	}
 	reason := fmt.Sprintf("reservation runs out at %s and the coordinator has not confirmed a new one", until.UTC().Format(time.RFC3339Nano))
 	if e := h.lastErr.Load(); e != nil {
 		reason += " (" + *e + ")"

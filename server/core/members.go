@@ -196,8 +196,34 @@ func (rt *Generator) syncMembers() {
 	if len(rt.members) > 1 {
 		prefix = fmt.Sprintf("none of %d workers serving; the first: ", len(rt.members))
 	}
+	// The generator serves again when the first of its workers does: a
+	// refusal's retry time is the soonest any of them knows, not the
+	// first one's alone.
+	var soonest time.Time
+	for _, m := range rt.members {
+		var end time.Time // when all of m's reasons end; zero: unknown
+		for _, src := range leaseSources {
+			r, held := m.reasons[src]
+			if !held {
+				continue
+			}
+			if r.d.RetryAt.IsZero() {
+				end = time.Time{}
+				break
+			}
+			if r.d.RetryAt.After(end) {
+				end = r.d.RetryAt
+			}
+		}
+		if !end.IsZero() && (soonest.IsZero() || end.Before(soonest)) {
+			soonest = end
+		}
+	}
 	for _, src := range leaseSources {
 		r, ok := first.reasons[src]
+		if !soonest.IsZero() && r.d.RetryAt.After(soonest) {
+			r.d.RetryAt = soonest
+		}
 		switch {
 		case !ok:
 			rt.state.Clear(src)
@@ -453,7 +479,7 @@ func (rt *Generator) issueRuns(ctx context.Context, n uint64) ([]generator.Run, 
 	got := uint64(0)
 	var tries sourceTries
 	for got < n {
-		grant, err := rt.fair.Acquire(ctx, f, int(min(n-got, 1<<40)))
+		grant, err := rt.acquireTurn(ctx, f, int(min(n-got, 1<<40)))
 		if err != nil {
 			if err == admission.ErrInterrupted {
 				if err := rt.refusal(); err != nil {

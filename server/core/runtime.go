@@ -368,7 +368,7 @@ func (rt *Generator) generateFair(ctx context.Context, f *admission.Flow, dst []
 	bulk := len(dst) > rt.fair.Turn()
 	var tries sourceTries
 	for n := 0; n < len(dst); {
-		g, err := rt.fair.Acquire(ctx, f, len(dst)-n)
+		g, err := rt.acquireTurn(ctx, f, len(dst)-n)
 		if errors.Is(err, admission.ErrInterrupted) {
 			if err := rt.refusal(); err != nil {
 				return err
@@ -401,6 +401,33 @@ func (rt *Generator) generateFair(ctx context.Context, f *admission.Flow, dst []
 	}
 	return nil
 }
+
+// acquireTurn is the fair share's Acquire, ended turnMargin before the
+// caller's deadline: a turn that does not come by then (the turn in
+// progress waits for the clock, a coarse layout at its lead limit) is
+// refused OVERLOADED, bound deadline, while the caller still listens, as
+// a clock wait past the deadline is refused at once and a paced refusal
+// comes no later than the deadline less the same margin — not the bare
+// deadline, without a cause.
+func (rt *Generator) acquireTurn(ctx context.Context, f *admission.Flow, want int) (int, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return rt.fair.Acquire(ctx, f, want)
+	}
+	wctx, cancel := context.WithDeadline(ctx, dl.Add(-turnMargin))
+	defer cancel()
+	g, err := rt.fair.Acquire(wctx, f, want)
+	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+		rt.fair.NoteShed(admission.ShedDeadline)
+		return 0, &admission.OverloadedError{Generator: rt.cfg.Name, Asked: want, Deadline: true,
+			RetryAfter: max(time.Duration(float64(rt.fair.Queued())/rt.Capacity()*float64(time.Second)), rt.cfg.Layout.Unit, time.Millisecond),
+			Detail:     fmt.Sprintf("the turn of these %d IDs did not come within the call's deadline (the turns ahead wait for the clock or produce)", want)}
+	}
+	return g, err
+}
+
+// turnMargin is the caller's time a refused wait for a turn leaves it.
+const turnMargin = 20 * time.Millisecond
 
 // generate is the ring's Generate for what the ring could not give
 // (docs/design.md, Liveness rules). A call waiting in it (for the filler's
