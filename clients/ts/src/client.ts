@@ -326,6 +326,9 @@ export class FirnClient {
   private lastErr: FirnError | undefined;
   private closed = false;
   private closeP: Promise<void> | undefined;
+  /** Resolves when close() begins: ends what waits on no attempt of its own (the first DNS resolution). */
+  private readonly closing: Promise<void>;
+  private markClosing!: () => void;
 
   // The refiller.
   private kicked = false;
@@ -415,6 +418,7 @@ export class FirnClient {
     if (this.batchWindow <= 0 || this.batchWindow > this.maxAge / 2) throw invalidArgument(`batchWindowMs ${this.batchWindow} outside (0, maxAgeMs/2]`);
     if (this.resolveEvery < 100) throw invalidArgument(`resolveEveryMs ${this.resolveEvery} below 100`);
     this.tickLen = this.maxAge / 8;
+    this.closing = new Promise<void>((r) => (this.markClosing = r));
     this.batch = this.minBatch;
     this.directAbove = this.minBatch;
     this.lastMono = now();
@@ -619,6 +623,13 @@ export class FirnClient {
       const t = now();
       const first = this.heldFirst(t);
       if (first && first.retryUntil > b.deadline) return Promise.reject(this.heldError(first, this.eps.length, t));
+      // The refiller backs off after a failed round (no round starts before
+      // retryAt): a caller whose deadline ends first gets no refill in its
+      // time either, and is refused at once with that round's refusal (the
+      // node's reason), not left to fail DEADLINE with no cause.
+      if (this.lastErr && this.inFlight === 0 && this.retryAt > b.deadline) {
+        return Promise.reject(unavailable(`no refill before the caller's deadline (the next round in ${Math.round(this.retryAt - t)}ms, after a failed one)`, this.lastErr));
+      }
     }
     return new Promise<void>((resolve, reject) => {
       const w: Waiter = {
@@ -793,7 +804,12 @@ export class FirnClient {
   private deliver(count: number, born: number, f: Fetched | undefined, err: FirnError | undefined): void {
     this.inFlight--;
     this.inFlightIds -= count;
-    if (this.closed) return;
+    if (this.closed) {
+      // A refill answered as close ran is never handed out: counted
+      // dropped, as the buffered IDs are at close.
+      if (f) this.st.dropped += Number(countOf(f.runs));
+      return;
+    }
     const t = now();
     if (err || !f) {
       this.backoff = Math.min(Math.max(2 * this.backoff, MIN_BACKOFF), MAX_BACKOFF);
@@ -944,7 +960,10 @@ export class FirnClient {
 
   private async awaitResolved(b: Bound): Promise<void> {
     if (this.eps.length > 0) return;
-    await waitWithin(this.resolvedP, b);
+    // Close ends the wait too (as the Go client's c.ctx): a lookup that
+    // hangs must not hold a caller past close().
+    await waitWithin(Promise.race([this.resolvedP, this.closing]), b);
+    if (this.closed) throw closedError();
     // The caller gave up (its deadline, or its signal) before any address came.
     if (this.eps.length === 0 && !this.closed && boundDone(b)) throw deadlineError();
   }
@@ -1414,7 +1433,10 @@ export class FirnClient {
         }
       }
       if (this.closed) throw closedError();
-      if (boundDone(b)) throw deadlineError(err);
+      // The deadline ran out: DEADLINE when no answer came; the owner's own
+      // refusal when it answered with its reason, if only as the deadline
+      // passed (as the ID calls: stopError); a WRONG_NODE answers nothing.
+      if (boundDone(b)) throw err.reason === "WRONG_NODE" ? deadlineError(err) : stopError(b, err);
       const next = seqClassify(err, b);
       if (next === "redirect") {
         this.st.seqRedirects++;
@@ -1634,6 +1656,7 @@ export class FirnClient {
   close(): Promise<void> {
     if (this.closeP) return this.closeP;
     this.closed = true;
+    this.markClosing();
     this.retire(this.cur);
     this.cur = this.empty;
     for (const b of this.queue) this.st.dropped += b.n;

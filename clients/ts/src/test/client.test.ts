@@ -506,3 +506,113 @@ test("a deadline of 0 ms (or less) has already passed: a call that would wait fa
     }
   });
 });
+
+test("close ends a direct fetch and a sequence call that wait for the first DNS resolution (CLOSED)", async () => {
+  await withNodes(1, async ([a]) => {
+    const port = a.addr.split(":")[1];
+    let release!: (v: string[]) => void;
+    const held = new Promise<string[]>((r) => (release = r));
+    const c = new FirnClient({ endpoints: [`dns:///firn.test:${port}`], lookup: () => held, health: false });
+    const seqs = new FirnClient({ endpoints: [`dns:///firn.test:${port}`], generator: "chats", lookup: () => held, health: false });
+    try {
+      // No deadline: only close ends them while the lookup is under way.
+      const p = within(c.nextRange(1_000_000), 10_000);
+      const q = within(seqs.nextSeq("chat:1"), 10_000);
+      await c.close();
+      await seqs.close();
+      for (const [name, call] of [["nextRange", p], ["nextSeq", q]] as [string, Promise<unknown>][]) {
+        const got = await call;
+        assert.ok(got instanceof FirnError, `${name} after close: ${String(got)} (the first resolution is still under way)`);
+        assert.equal(got.reason, "CLOSED", `${name} after close: ${got.message}`);
+      }
+    } finally {
+      release(["127.0.0.1"]);
+      await c.close();
+      await seqs.close();
+    }
+  });
+});
+
+// As the Go client's TestCloseCountsARefillInFlight: a refill whose answer
+// arrives as close runs is never handed out; its IDs are counted dropped, as
+// the buffered ones are (every ID fetched is handed out once or counted).
+test("a refill answered as close runs is counted dropped", async () => {
+  await withNodes(2, async ([a, b]) => {
+    let c!: FirnClient;
+    // close() begins after the refill's answer came back, before the client
+    // delivers it: here from the log line the fetch writes as it switches
+    // to b, between the two.
+    c = new FirnClient({
+      endpoints: [a.addr, b.addr], health: false, maxAgeMs: 60000,
+      log: (m) => { if (m.startsWith("serving from")) void c.close(); },
+    });
+    try {
+      const ids = await c.nextN(1000, { deadlineMs: 5000 }); // fetched directly from a: a is the active endpoint
+      a.handlers.NextRange = () => { throw firnError(grpc.status.UNAVAILABLE, "not serving", "LEASE_LOST"); };
+      const e = await rejects(c.next({ deadlineMs: 5000 })); // the refill fails over to b, whose answer meets close
+      assert.equal(e.reason, "CLOSED");
+      const st = c.stats();
+      assert.ok(st.fetchedIds > BigInt(ids.length), `the refill fetched nothing (fetched ${st.fetchedIds})`);
+      assert.equal(BigInt(ids.length + st.dropped), st.fetchedIds,
+        `after close: fetched ${st.fetchedIds}, handed out ${ids.length}, dropped ${st.dropped}: ${st.fetchedIds - BigInt(ids.length + st.dropped)} IDs lost uncounted`);
+    } finally {
+      await c.close();
+    }
+  });
+});
+
+// As the Java and Python clients, and as the ID calls here (stopError): a
+// sequence call whose owner refused with its reason as the caller's deadline
+// ran out reports that refusal, not DEADLINE (README: DEADLINE is the
+// deadline running out "with no node's answer in hand"). The client's
+// clock is moved an hour ahead as the node refuses (the call's gRPC
+// deadline, on the real clock, is a minute away): the refusal arrives after
+// the caller's deadline, deterministically.
+test("a sequence refusal that arrives after the caller's deadline keeps the node's reason", async () => {
+  await withNodes(1, async ([a]) => {
+    a.generators = [{ name: "chats", kind: "seq", sections: 1, section_owners: [{ section: 0, address: a.addr, serving: true }] }];
+    const realNow = performance.now.bind(performance);
+    let ahead = 0;
+    performance.now = () => realNow() + ahead;
+    const c = new FirnClient({ endpoints: [a.addr], generator: "chats", health: false, callTimeoutMs: 60_000 });
+    try {
+      assert.equal((await c.nextSeq("chat:1", 1, { deadlineMs: 60_000 })).first, 1n); // the map is read, the owner answered
+      const refusals: [string, () => grpc.ServiceError][] = [
+        ["PERMISSION_DENIED", () => firnError(grpc.status.PERMISSION_DENIED, "generator chats serves named callers only", "PERMISSION_DENIED")],
+        ["SECTION_MOVING", () => firnError(grpc.status.UNAVAILABLE, "section 0 moving", "SECTION_MOVING", 200)],
+      ];
+      for (const [reason, refusal] of refusals) {
+        a.handlers.NextSeq = () => { ahead += 3_600_000; throw refusal(); };
+        const e = await rejects(c.nextSeq("chat:1", 1, { deadlineMs: 60_000 }));
+        assert.equal(e.reason, reason, `a ${reason} refusal that arrived after the deadline: ${e.reason}: ${e.message}`);
+      }
+    } finally {
+      performance.now = realNow;
+      await c.close();
+    }
+  });
+});
+
+// A node that refuses without RetryInfo (LEASE_LOST): the refiller backs
+// off after each failed round (50 ms, doubling to 1 s). A caller whose
+// deadline ends before the next round may start gets no IDs in its time:
+// it is refused at once with the last round's refusal, the node's reason,
+// not left to its deadline to fail DEADLINE with no cause.
+test("a caller whose deadline ends within the refiller's backoff gets the last refusal at once", async () => {
+  await withNodes(1, async ([a]) => {
+    a.handlers.NextRange = () => { throw firnError(grpc.status.UNAVAILABLE, "generator default not serving: lease lost", "LEASE_LOST"); };
+    const c = new FirnClient({ endpoints: [a.addr], health: false });
+    try {
+      // Connected: the first round's refusal, with a patient deadline.
+      assert.equal((await rejects(c.next({ deadlineMs: 10_000 }))).reason, "LEASE_LOST");
+      const got: string[] = [];
+      for (let i = 0; i < 10; i++) {
+        const e = await rejects(c.next({ deadlineMs: 300 }));
+        got.push(e.reason);
+      }
+      assert.deepEqual(got, Array(10).fill("LEASE_LOST"), `the reasons of 10 calls in a row: ${got.join(" ")}`);
+    } finally {
+      await c.close();
+    }
+  });
+});
