@@ -68,10 +68,15 @@ type Client struct {
 	notify  chan struct{} // closed when a batch arrives or a round fails
 	failGen uint64        // counts failed rounds
 	lastErr error         // the last failed round's error
-	retired int64         // IDs served from retired batches
-	waiters int           // callers waiting in the slow path
-	starved int64         // times a caller found the buffer empty
-	closed  bool
+	// nextRound is the refiller's backoff after a failed round, mirrored
+	// (mono; 0 after a round that delivered): no fetch starts before it.
+	// fetching is the number of fetches in flight.
+	nextRound time.Duration
+	fetching  int
+	retired   int64 // IDs served from retired batches
+	waiters   int   // callers waiting in the slow path
+	starved   int64 // times a caller found the buffer empty
+	closed    bool
 	// attempts are the refill's attempts in flight, which waiting
 	// callers may cut short; waitDeadlines the deadlines of the waiting
 	// callers that have one (kept only with more than one endpoint).
@@ -474,6 +479,17 @@ func (c *Client) waitBatch(ctx context.Context) error {
 		mono := time.Duration(c.now())
 		if ep, until, ok := c.heldUntil(mono); ok && until-mono > time.Until(deadline) {
 			err := c.heldError(ep, len(c.endpointList()), mono)
+			c.mu.Unlock()
+			return err
+		}
+		// The refiller backs off after a failed round (no RetryInfo came:
+		// 50 ms, doubling to 1 s). With no fetch in flight, a caller whose
+		// deadline ends before the next round gets no refill in its time
+		// either: refused at once with that round's refusal, the node's
+		// reason in it, not left to a bare deadline.
+		if left := c.nextRound - mono; c.lastErr != nil && c.fetching == 0 && left > time.Until(deadline) {
+			err := fmt.Errorf("client: no refill before the caller's deadline (the next round in %v, after a failed one): %w",
+				left.Round(time.Millisecond), c.lastErr)
 			c.mu.Unlock()
 			return err
 		}

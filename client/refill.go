@@ -173,6 +173,9 @@ func (c *Client) launch(r *refiller, mono time.Duration, buffered int64, waiters
 		}
 		r.inFlight++
 		r.inFlightIDs += r.batch
+		c.mu.Lock()
+		c.fetching = r.inFlight
+		c.mu.Unlock()
 		count, born := r.batch, r.delivered
 		c.wg.Add(1)
 		go func() {
@@ -189,6 +192,7 @@ func (c *Client) deliver(r *refiller, res fetchResult) {
 	mono := time.Duration(c.now())
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.fetching = r.inFlight
 	if c.closed {
 		if res.err == nil { // arrived after Close dropped the buffer
 			c.stats.dropped.Add(countOf(res.runs))
@@ -208,8 +212,10 @@ func (c *Client) deliver(r *refiller, res fetchResult) {
 		}
 		c.failGen++
 		c.lastErr = res.err
+		c.nextRound = r.retryAt
 	} else {
 		r.backoff = 0
+		c.nextRound = 0
 		r.delivered++
 		// The taker of the answer's middle ID wakes the refiller, as
 		// with one batch per answer, however many runs it came in.
