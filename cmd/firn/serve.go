@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -62,6 +63,9 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 
 	dd, err := datadir.Open(sc.dataDir)
 	if err != nil {
+		return fail(stderr, exitFailure, "serve: --data-dir: %v", err)
+	}
+	if err := lockDataDir(sc.dataDir, sc.coord.embedded()); err != nil {
 		return fail(stderr, exitFailure, "serve: --data-dir: %v", err)
 	}
 	name := sc.nodeName
@@ -145,11 +149,18 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-// defaultNodeName is the hostname plus a short hash of the data dir path.
+// defaultNodeName is the hostname plus a short hash of the data dir's
+// absolute path: a relative one (the default firn-data) names another
+// directory from each working directory, and two nodes of one machine on
+// two data dirs must not share a name (the coordinator refuses a name
+// another instance holds).
 func defaultNodeName(dataDir string) string {
 	h, err := os.Hostname()
 	if err != nil || h == "" {
 		h = "node"
+	}
+	if abs, err := filepath.Abs(dataDir); err == nil {
+		dataDir = abs
 	}
 	sum := sha256.Sum256([]byte(dataDir))
 	return h + "-" + hex.EncodeToString(sum[:])[:6]

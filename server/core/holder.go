@@ -181,18 +181,29 @@ func (hd *holder) noteAcquireError(err error) {
 	var nameErr *coordinator.NameInUseError
 	var restored *coordinator.RestoredError
 	var rolled *coordinator.RolledBackError
+	// The lease's hold ("acquiring a worker ID", held since the start)
+	// is the oldest cause and so decides the code a call is refused with:
+	// it takes the code of what refuses the acquisition, so that a restore
+	// marker or a name held elsewhere is not reported as STARTING.
+	refused := func(code clockguard.Code) {
+		hd.ls.SetCause(clockguard.SourceLease, "acquiring a worker ID", clockguard.Detail{Code: code})
+	}
 	switch {
 	case errors.As(err, &restored):
 		rt.state.Set(clockguard.SourceCoordinator, hd.restoreReason(restored.Evidence))
+		refused(clockguard.CodeRestoreDetected)
 	case errors.As(err, &rolled):
 		// The data dir remembers more than the coordinator shows: a
 		// restore. The marker stops every node, not only this one.
 		hd.markRestored(rolled)
+		refused(clockguard.CodeRestoreDetected)
 	case errors.As(err, &nameErr):
 		rt.state.Set(clockguard.SourceInstance, err.Error())
+		refused(clockguard.CodeInstanceConflict)
 	case errors.Is(err, coordinator.ErrRecreated),
 		errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, coordinator.ErrSchemaTooNew):
 		rt.state.Set(clockguard.SourceCoordinator, err.Error())
+		refused(clockguard.CodeRestoreDetected)
 	default:
 		hd.ls.SetCause(clockguard.SourceLease, "acquiring a worker ID: "+err.Error(), clockguard.Detail{Code: clockguard.CodeCoordinatorUnavailable})
 	}
