@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,10 +17,24 @@ import (
 // deadline ends before that next round gets no refill in its time: it is
 // refused at once with the last round's refusal, the node's reason in it,
 // not left to end in a bare deadline.
+//
+// With a long max age the refiller's tick is long too (max age / 8): the
+// round after the backoff must start when the backoff ends, not at the
+// next tick, or a caller whose deadline falls between the two waits it out.
 func TestRefusedAtOnceWithinTheRefillBackoff(t *testing.T) {
+	for _, maxAge := range []time.Duration{0, 4 * time.Second} {
+		t.Run(fmt.Sprintf("maxAge=%v", maxAge), func(t *testing.T) { refusedWithinBackoff(t, maxAge) })
+	}
+}
+
+func refusedWithinBackoff(t *testing.T, maxAge time.Duration) {
 	svc := clienttest.NewService(1)
 	svc.Refuse(firnv1.ErrorReason_LEASE_LOST, "lease lost (clienttest)", 0)
-	c, err := New([]string{serveIDs(t, svc, nil)}, WithLogger(quiet), WithoutHealthCheck())
+	opts := []Option{WithLogger(quiet), WithoutHealthCheck()}
+	if maxAge > 0 {
+		opts = append(opts, WithMaxAge(maxAge))
+	}
+	c, err := New([]string{serveIDs(t, svc, nil)}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,10 @@ type refiller struct {
 	retryAt       time.Duration // mono; no fetch before it after a failed round
 	ticker        *time.Ticker
 	ticking       bool
+	// wake ends the backoff: after a failed round the next one starts
+	// when retryAt comes, not at the tick after it (max age / 8 may be
+	// far longer than the backoff).
+	wake *time.Timer
 }
 
 // refill is the refill goroutine: it advances the tick, measures the
@@ -65,6 +69,9 @@ func (c *Client) refill() {
 		ticking: true,
 	}
 	defer r.ticker.Stop()
+	r.wake = time.NewTimer(time.Hour)
+	r.wake.Stop()
+	defer r.wake.Stop()
 	r.lastMono = time.Duration(c.now())
 	for {
 		select {
@@ -73,10 +80,16 @@ func (c *Client) refill() {
 		case <-c.kickC:
 		case <-r.ticker.C:
 			c.stats.ticks.Add(1)
+		case <-r.wake.C:
 		case res := <-r.results:
 			r.inFlight--
 			r.inFlightIDs -= res.count
 			c.deliver(r, res)
+			if res.err != nil {
+				if d := r.retryAt - time.Duration(c.now()); d > 0 {
+					r.wake.Reset(d)
+				}
+			}
 		}
 		mono := time.Duration(c.now())
 		buffered, waiters := c.measure(r, mono)

@@ -1148,7 +1148,14 @@ class FirnClient:
         last_overloads = 0
         ticking = True
         while True:
-            self._kick_ev.wait(self._tick if ticking else None)
+            wait = self._tick if ticking else None
+            # After a failed round the next is due at _retry_at: wake then,
+            # not at the tick after it (max_age / 8, up to minutes), so the
+            # round runs when _wait_batch expects it to.
+            retry_in = self._retry_at - _mono()
+            if retry_in > 0 and (wait is None or retry_in < wait):
+                wait = retry_in
+            self._kick_ev.wait(wait)
             self._kick_ev.clear()
             if self._closed:
                 return

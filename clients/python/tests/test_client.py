@@ -672,6 +672,32 @@ class NodeTest(unittest.TestCase):
             self.assertEqual(cm.exception.reason, "LEASE_LOST")
             self.assertEqual(c.stats()["dropped"], 1 << 20)
 
+    def test_refused_at_once_within_the_refill_backoff(self):
+        # After a failed refill round the refiller waits before the next
+        # (50 ms, doubling to 1 s) when the node sent no RetryInfo
+        # (LEASE_LOST). A caller whose deadline ends before that next round
+        # gets no refill in its time: it is refused at once with the last
+        # round's refusal, the node's reason in it, not left to end DEADLINE.
+        # With a max_age of 4 s the refiller's tick is 500 ms: the round
+        # after the backoff must still run when the backoff ends, not at the
+        # next tick, past the caller's deadline.
+        n = self.node()
+        n.refuse = lambda name, req: (Refuse(grpc.StatusCode.UNAVAILABLE, "lease lost (fake)", "LEASE_LOST")
+                                      if name in ("NextRange", "NextIDs") else None)
+        for max_age in (None, 4.0):
+            with FirnClient([n.addr], health=False, max_age=max_age) as c:
+                # The first round's refusal, with a patient deadline.
+                with self.assertRaises(FirnError) as cm:
+                    c.next(10)
+                self.assertEqual(cm.exception.reason, "LEASE_LOST")
+                got = []
+                for _ in range(10):
+                    with self.assertRaises(FirnError) as cm:
+                        c.next(0.3)
+                    got.append(cm.exception.reason)
+                self.assertEqual(got, ["LEASE_LOST"] * 10,
+                                 "max_age %s: the reasons of 10 calls in a row: %s" % (max_age, " ".join(got)))
+
     def test_overloaded_halves_batch(self):
         n = self.node()
         with FirnClient([n.addr]) as c:

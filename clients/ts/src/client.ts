@@ -344,6 +344,8 @@ export class FirnClient {
   private lastOverloads = 0;
   private backoff = 0;
   private retryAt = 0;
+  /** Ends the backoff: the round after a failed one starts at retryAt, not at the tick after it (maxAge / 8 may be far longer). */
+  private wake: NodeJS.Timeout | undefined;
   private ticker: NodeJS.Timeout | undefined;
   private directAbove: number;
 
@@ -816,6 +818,11 @@ export class FirnClient {
       this.retryAt = t + this.backoff;
       const held = this.heldUntil(t);
       if (held !== undefined) this.retryAt = Math.max(this.retryAt, held);
+      if (this.wake) clearTimeout(this.wake);
+      // A millisecond late at most: a timer may fire up to one early
+      // by performance.now(), and launch starts nothing before retryAt.
+      this.wake = setTimeout(() => { this.wake = undefined; this.pump(); }, Math.max(0, Math.ceil(this.retryAt - t)) + 1);
+      this.wake.unref();
       this.lastErr = err;
       for (const w of [...this.waiters]) {
         if (this.install()) w.resolve();
@@ -1666,6 +1673,7 @@ export class FirnClient {
     for (const a of [...this.attempts, ...this.directAttempts]) a.abort("closed");
     for (const s of [...this.seqSleepers]) s();
     if (this.ticker) clearInterval(this.ticker);
+    if (this.wake) clearTimeout(this.wake);
     if (this.resolveTimer) clearInterval(this.resolveTimer);
     if (this.seqTimer) clearInterval(this.seqTimer);
     if (this.seqKickTimer) clearTimeout(this.seqKickTimer);

@@ -598,10 +598,13 @@ test("a sequence refusal that arrives after the caller's deadline keeps the node
 // deadline ends before the next round may start gets no IDs in its time:
 // it is refused at once with the last round's refusal, the node's reason,
 // not left to its deadline to fail DEADLINE with no cause.
-test("a caller whose deadline ends within the refiller's backoff gets the last refusal at once", async () => {
+// With a long maxAge the refiller's tick is long too (maxAge / 8): the
+// round after the backoff must start when the backoff ends, not at the
+// next tick, or a caller whose deadline falls between the two waits it out.
+for (const maxAgeMs of [undefined, 4000]) test(`a caller whose deadline ends within the refiller's backoff gets the last refusal at once (maxAgeMs ${maxAgeMs})`, async () => {
   await withNodes(1, async ([a]) => {
     a.handlers.NextRange = () => { throw firnError(grpc.status.UNAVAILABLE, "generator default not serving: lease lost", "LEASE_LOST"); };
-    const c = new FirnClient({ endpoints: [a.addr], health: false });
+    const c = new FirnClient({ endpoints: [a.addr], health: false, maxAgeMs });
     try {
       // Connected: the first round's refusal, with a patient deadline.
       assert.equal((await rejects(c.next({ deadlineMs: 10_000 }))).reason, "LEASE_LOST");

@@ -195,6 +195,11 @@ public final class FirnClient implements AutoCloseable {
   private long notifyGen;
   private long failGen;
   private FirnException lastErr;
+  // nextRound is the refiller's retryAt after a failed round, mirrored
+  // (mono; MIN_VALUE after a round that delivered): no fetch starts before
+  // it. fetching is the number of refill fetches in flight.
+  private long nextRound = Long.MIN_VALUE;
+  private int fetching;
   private long retired;
   private int waiters;
   private long starved;
@@ -557,6 +562,14 @@ public final class FirnClient implements AutoCloseable {
         if (first != null && first.retryUntil.get() > deadline) {
           throw heldError(first, eps.size(), m);
         }
+        // The refiller backs off after a failed round (no RetryInfo came:
+        // 50 ms, doubling to 1 s). With no fetch in flight, a caller whose
+        // deadline ends before the next round gets no refill in its time
+        // either: refused at once with that round's refusal, the node's
+        // reason in it, not left to a bare DEADLINE.
+        if (lastErr != null && nextRound != Long.MIN_VALUE && fetching == 0 && nextRound > deadline) {
+          throw backoffError(lastErr, nextRound - m);
+        }
       }
       long gen = notifyGen;
       long fgen = failGen;
@@ -611,6 +624,14 @@ public final class FirnClient implements AutoCloseable {
         throw deadlineError();
       }
     }
+  }
+
+  /** The last failed round's refusal, for a caller whose deadline ends before the next round (in {@code left}). */
+  private static FirnException backoffError(FirnException e, long left) {
+    Duration retry = e.retryAfter().isPresent() ? Duration.ofNanos(Math.max(left, 10 * MS)) : null;
+    return new FirnException(e.reason(), e.code().orElse(null), retry, e.metadata(),
+        "client: no refill before the caller's deadline (the next round in " + Math.max(left, 0) / MS
+            + "ms, after a failed one): " + e.getMessage(), e);
   }
 
   /** Makes cur a batch with fresh IDs if the buffer has one; reports whether it now holds fresh IDs. */
@@ -739,10 +760,15 @@ public final class FirnClient implements AutoCloseable {
     while (!closing) {
       Object ev;
       try {
-        if (ticking) {
-          long wait = nextTick - mono();
+        // After a failed round the next is due at retryAt: the loop wakes
+        // then, not at the tick after it (maxAge / 8, up to minutes), so
+        // the round runs when waitBatch expects it to.
+        long m0 = mono();
+        boolean round = retryAt > m0 && (!ticking || retryAt < nextTick);
+        if (ticking || round) {
+          long wait = (round ? retryAt : nextTick) - m0;
           ev = wait > 0 ? events.poll(wait, TimeUnit.NANOSECONDS) : events.poll();
-          if (ev == null) {
+          if (ev == null && ticking && mono() >= nextTick) {
             nextTick = Math.max(nextTick + tickLen, mono());
           }
         } else {
@@ -834,6 +860,9 @@ public final class FirnClient implements AutoCloseable {
   private void deliverNow(FetchResult res) {
     inFlight--;
     inFlightIds -= res.count;
+    synchronized (mu) {
+      fetching = inFlight;
+    }
     deliver(res);
   }
 
@@ -849,6 +878,9 @@ public final class FirnClient implements AutoCloseable {
       }
       inFlight++;
       inFlightIds += rBatch;
+      synchronized (mu) {
+        fetching = inFlight;
+      }
       final long count = rBatch;
       final long born = delivered;
       try {
@@ -888,8 +920,10 @@ public final class FirnClient implements AutoCloseable {
         }
         failGen++;
         lastErr = res.err;
+        nextRound = retryAt;
       } else {
         backoff = 0;
+        nextRound = Long.MIN_VALUE;
         delivered++;
         long total = 0;
         for (Run r : res.f.runs) {

@@ -744,6 +744,36 @@ public class FirnClientTest {
     }
   }
 
+  // After a failed refill round the refiller waits before the next (50 ms,
+  // doubling to 1 s) when the node sent no RetryInfo (LEASE_LOST). A caller
+  // whose deadline ends before that next round gets no refill in its time:
+  // it is refused at once with the last round's refusal, the node's reason
+  // in it, not left to end DEADLINE with no cause (as the Go client's
+  // TestRefusedAtOnceWithinTheRefillBackoff). With a maxAge of 4 s the
+  // refiller's tick is 500 ms: the round after the backoff must still run
+  // when the backoff ends, not at the next tick, past the caller's deadline.
+  @Test
+  public void aCallerWhoseDeadlineEndsWithinTheRefillBackoffGetsTheLastRefusalAtOnce() throws Exception {
+    try (FakeNode node = new FakeNode(1)) {
+      node.refuseReason = "LEASE_LOST";
+      for (Duration maxAge : List.of(Duration.ofMillis(100), Duration.ofSeconds(4))) {
+        try (FirnClient c = FirnClient.builder().endpoints(node.addr()).healthCheck(false).maxAge(maxAge).build()) {
+          // The first round's refusal, with a patient deadline.
+          expect(Reason.LEASE_LOST, () -> c.next(Duration.ofSeconds(10)));
+          List<String> got = new ArrayList<>();
+          for (int i = 0; i < 10; i++) {
+            got.add(expect(null, () -> c.next(Duration.ofMillis(300))).reason().name());
+          }
+          List<String> want = new ArrayList<>();
+          for (int i = 0; i < 10; i++) {
+            want.add("LEASE_LOST");
+          }
+          assertEquals("maxAge " + maxAge + ": the reasons of 10 calls in a row: " + String.join(" ", got), want, got);
+        }
+      }
+    }
+  }
+
   // A next whose deadline ends before the one endpoint, which asked the
   // client to wait, is free again is refused at once with that endpoint's
   // refusal and the time left, not with the error of an older failed refill
