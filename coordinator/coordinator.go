@@ -143,6 +143,27 @@ func (e *RolledBackError) Error() string {
 
 func (e *RolledBackError) Is(target error) bool { return target == ErrRolledBack }
 
+// RecreatedError says that a generator's pin has another incarnation
+// than the one a node's data dir knows: the coordinator's data was lost
+// (and the pin made again), or the node points at another cluster than
+// before. It matches ErrRecreated. Top is the highest reservation the node
+// reserved or saw acknowledged under the incarnation it knew (-1: none):
+// a node takes the new incarnation once a bump's generator floor lies
+// above it.
+type RecreatedError struct {
+	Generator string
+	Known     string // the incarnation the data dir knows
+	Pin       string // the pin's
+	Top       int64
+}
+
+func (e *RecreatedError) Error() string {
+	return fmt.Sprintf("coordinator state recreated: generator %q: pin incarnation is %s, this data dir knows %s (the highest reservation this node reserved or saw acknowledged: %d)",
+		e.Generator, e.Pin, e.Known, e.Top)
+}
+
+func (e *RecreatedError) Is(target error) bool { return target == ErrRecreated }
+
 // RestoreEvidence is what a node found: the coordinator showed a
 // reservation below one it had acknowledged (a restore from an older
 // snapshot, or a write behind its back). MarkRestored stores it as the

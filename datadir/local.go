@@ -180,8 +180,18 @@ func (g *Gen) Check(l coordinator.Lease) error {
 
 func (g *Gen) check(l coordinator.Lease) (undo func(), err error) {
 	if g.f.Incarnation != "" && g.f.Incarnation != l.Incarnation() {
-		return nil, fmt.Errorf("%w: generator %q: pin incarnation is %s, this data dir knows %s",
-			coordinator.ErrRecreated, g.name, l.Incarnation(), g.f.Incarnation)
+		// Everything this node reserved or saw acknowledged under the
+		// incarnation it knew is unknown to the new pin. Refused until a
+		// bump's generator floor lies above it (the operator's answer to
+		// lost coordinator data: coordinator bump); then the new
+		// incarnation is taken, below.
+		top := g.f.LastReservation
+		for _, v := range g.f.Acked {
+			top = max(top, v)
+		}
+		if top >= 0 && behind(l.GeneratorFloor(), top) {
+			return nil, &coordinator.RecreatedError{Generator: g.name, Known: g.f.Incarnation, Pin: l.Incarnation(), Top: top}
+		}
 	}
 	// What the coordinator vouches for the slot is its reservation or,
 	// when a bump set one above it, the generator floor: after a bump that

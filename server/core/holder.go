@@ -181,6 +181,7 @@ func (hd *holder) noteAcquireError(err error) {
 	var nameErr *coordinator.NameInUseError
 	var restored *coordinator.RestoredError
 	var rolled *coordinator.RolledBackError
+	var recreated *coordinator.RecreatedError
 	// The lease's hold ("acquiring a worker ID", held since the start)
 	// is the oldest cause and so decides the code a call is refused with:
 	// it takes the code of what refuses the acquisition, so that a restore
@@ -200,6 +201,9 @@ func (hd *holder) noteAcquireError(err error) {
 	case errors.As(err, &nameErr):
 		rt.state.Set(clockguard.SourceInstance, err.Error())
 		refused(clockguard.CodeInstanceConflict)
+	case errors.As(err, &recreated):
+		rt.state.Set(clockguard.SourceCoordinator, hd.recreatedReason(recreated))
+		refused(clockguard.CodeRestoreDetected)
 	case errors.Is(err, coordinator.ErrRecreated),
 		errors.Is(err, coordinator.ErrLayoutMismatch), errors.Is(err, coordinator.ErrSchemaTooNew):
 		rt.state.Set(clockguard.SourceCoordinator, err.Error())
@@ -233,6 +237,18 @@ func (hd *holder) markRestored(rb *coordinator.RolledBackError) {
 		hd.log.Warn("cannot write the restore marker yet", "generator", rt.cfg.Name, "err", err)
 		sleepCtx(context.Background(), 200*time.Millisecond)
 	}
+}
+
+// recreatedReason is the serving-state reason of a pin this node's data
+// dir does not know: what happened, and the bump that lets it serve again
+// when the coordinator's data was lost (a floor above everything it
+// reserved or saw acknowledged; the other nodes' writes since the last
+// backup are the operator's to add, as after a restore).
+func (hd *holder) recreatedReason(e *coordinator.RecreatedError) string {
+	wall, _ := hd.clock.Now()
+	gap := time.Duration(max(e.Top-hd.rt.cfg.Layout.Units(wall), 0)) * hd.rt.cfg.Layout.Unit
+	return fmt.Sprintf("%v; if the coordinator's data was lost, `firn coordinator bump --generator %s --by D` with D at least %v plus --reservation-window %v lets this node serve again (a generator floor above reservation %d) — every node's writes since are lost too, so size D as after a restore (docs/coordination.md); if this node points at another cluster than before, correct its flags",
+		e, e.Generator, gap.Round(time.Millisecond), hd.cfg.ReservationWindow, e.Top)
 }
 
 // restoreReason is the serving-state reason while a restore marker stands:
