@@ -10,8 +10,10 @@
 //     time the node may have used, whichever worker it gets; it is lowered
 //     only by a release, to the highest time actually produced;
 //   - Check refuses a lease whose pin incarnation differs from the one
-//     remembered (coordinator.ErrRecreated, "coordinator state recreated")
-//     or whose reservation read at acquisition is below the R last
+//     remembered (coordinator.RecreatedError, "coordinator state
+//     recreated") until a bump's generator floor lies above everything
+//     the node reserved or saw acknowledged, and then takes the new one;
+//     and one whose reservation read at acquisition is below the R last
 //     acknowledged for that slot (coordinator.ErrRolledBack, "coordinator
 //     state rolled back");
 //   - the instance file is replaced atomically (a temporary file, fsynced,
