@@ -24,10 +24,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 
+	"github.com/firnid/firn/seq"
 	"github.com/firnid/firn/server/admission"
 	"github.com/firnid/firn/server/core"
 )
@@ -228,9 +230,11 @@ func writeErr(w http.ResponseWriter, err error) {
 	writeJSON(w, httpStatus(code(err)), body)
 }
 
-// writeDenied answers 403 PERMISSION_DENIED with msg.
+// writeDenied answers 403 PERMISSION_DENIED with msg, and the reason
+// PERMISSION_DENIED: every refusal carries its cause (docs/design.md,
+// Errors), this one too.
 func writeDenied(w http.ResponseWriter, msg string) {
-	writeJSON(w, 403, httpError{Error: httpErrorBody{Code: codeName(codes.PermissionDenied), Message: msg}})
+	writeJSON(w, 403, httpError{Error: httpErrorBody{Code: codeName(codes.PermissionDenied), Reason: string(reasonDenied), Message: msg}})
 }
 
 // handleIDs: GET /v1/ids?generator=&count= → {"ids":["…"]}, IDs as
@@ -648,6 +652,18 @@ func decodeSeqJSON(body io.Reader) (seqJSON, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
+		// A field of the wrong JSON type (a negative, fractional or
+		// too large count, a number for a string) is refused naming the
+		// field and its bound, as gRPC's count out of bounds is.
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && slices.Contains(seqJSONFields, te.Field) {
+			limit, want := "a string", "a string"
+			if te.Field == "count" {
+				limit = "1.." + strconv.Itoa(seq.MaxCount)
+				want = "an integer in " + limit
+			}
+			return req, core.BadField(te.Field, core.Echo(te.Value), limit, "%s is a JSON %s: give %s", te.Field, core.Echo(te.Value), want)
+		}
 		return req, core.BadField("body", "", seqJSONShape, "the body is not a sequence request: %v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -677,8 +693,62 @@ func decodeSeqJSON(body io.Reader) (seqJSON, error) {
 		if err := dec.Decode(&skip); err != nil {
 			break
 		}
+		if field == "key" && !exactJSONString(skip) {
+			// encoding/json reads a lone surrogate or a byte that is not
+			// UTF-8 as U+FFFD: two keys of the caller's would share one
+			// sequence.
+			return req, core.BadField("key", "", "a string of Unicode characters (bytes: key_base64)",
+				"key holds a lone UTF-16 surrogate or bytes that are not UTF-8, which JSON cannot carry: send the bytes as key_base64")
+		}
 	}
 	return req, nil
+}
+
+// exactJSONString reports whether raw, a JSON value, is a string that
+// decodes without replacement: valid UTF-8, and every \u escape of a
+// surrogate one of a pair.
+func exactJSONString(raw []byte) bool {
+	if len(raw) < 2 || raw[0] != '"' {
+		return true // not a string: the decode refuses it
+	}
+	b := raw[1 : len(raw)-1]
+	hex4 := func(i int) (rune, bool) {
+		if i+6 > len(b) || b[i] != '\\' || b[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(b[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(b); {
+		if b[i] != '\\' {
+			r, size := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && size == 1 {
+				return false
+			}
+			i += size
+			continue
+		}
+		if i+1 < len(b) && b[i+1] != 'u' {
+			i += 2
+			continue
+		}
+		r, ok := hex4(i)
+		if !ok {
+			return true // the decode refuses it
+		}
+		i += 6
+		switch {
+		case r >= 0xDC00 && r <= 0xDFFF:
+			return false
+		case r >= 0xD800 && r <= 0xDBFF:
+			lo, ok := hex4(i)
+			if !ok || lo < 0xDC00 || lo > 0xDFFF {
+				return false
+			}
+			i += 6
+		}
+	}
+	return true
 }
 
 // handleSeq serves POST /v1/seq: {"generator", "key" | "key_base64",

@@ -497,21 +497,34 @@ func (c *Config) workersFlag() string {
 
 // MaxRangeFor is the largest NextRange count for a generator: what its
 // workers produce within max-lead (sequence per unit × units in max-lead ×
-// WorkersFor), at most 2^40.
+// WorkersFor), at most 2^40; for a layout whose sequence lies above the
+// node fields (runs of one ID each), at most MaxRangeRuns, so that the
+// largest range fits in one response.
 func (c *Config) MaxRangeFor(g GeneratorConfig) uint64 {
 	if g.Segment != nil {
 		return SegmentMaxRange
 	}
+	most := uint64(1 << 40)
+	if g.Layout.Order == generator.SeqNode && g.Layout.DatacenterBits+g.Layout.WorkerBits > 0 {
+		most = MaxRangeRuns
+	}
 	n, ok := perLead(g)
 	if !ok {
-		return 1 << 40
+		return most
 	}
 	hi, lo := bits.Mul64(n, uint64(c.WorkersFor()))
 	if hi != 0 {
-		return 1 << 40
+		return most
 	}
-	return min(lo, 1<<40)
+	return min(lo, most)
 }
+
+// MaxRangeRuns is the most runs one NextRange response holds: a run is at
+// most 15 bytes on the wire (a 10-byte first, a count of 1, their tags and
+// the run's own), so that many fit in grpcopt.MaxSendMsgSize (9 MiB), which
+// gRPC itself refuses beyond, without firn's ErrorInfo and after the IDs
+// were issued.
+const MaxRangeRuns = (9 << 20) / 16
 
 // MaxBatchFor is the largest NextIDs count for a generator: min(--max-batch,
 // sequence per unit × units in max-lead). Finish refuses a generator whose

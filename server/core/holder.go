@@ -126,6 +126,11 @@ type holding struct {
 	// it short (with the clock in doubt it was held at the old value).
 	grace   time.Duration
 	lastErr atomic.Pointer[string] // the last failed write's error, for the expiry reason
+	// failing: a write failed since the last acknowledged one. asked is
+	// r+1 for the reservation r that a burst used up with no write
+	// failing, for which a write was asked at once (expired).
+	failing atomic.Bool
+	asked   atomic.Int64
 }
 
 // stopExpiry disarms the expiry timer for good (the holding ended).
@@ -613,6 +618,7 @@ func (hd *holder) afterStep(h *holding, err error, took time.Duration) {
 		hd.m.errors.WithLabelValues("reserve").Inc()
 		msg := err.Error()
 		h.lastErr.Store(&msg)
+		h.failing.Store(true)
 		// Not extended: the generator stops at the old reservation (the
 		// expiry timer takes it out shortly before).
 		wall, _ := hd.clock.Now()
@@ -628,6 +634,7 @@ func (hd *holder) afterStep(h *holding, err error, took time.Duration) {
 		return
 	}
 	h.noteWriteLatency(took)
+	h.failing.Store(false)
 	hd.armExpiry(h)
 	hd.ls.Clear(clockguard.SourceReservation)
 }
@@ -781,6 +788,25 @@ func (hd *holder) expired(h *holding, r int64) {
 		h.expMu.Lock()
 		if !h.closed && h.reserved.Load() == r {
 			h.expiry = time.AfterFunc(min(rem, expiryPoll), func() { hd.expired(h, r) })
+		}
+		h.expMu.Unlock()
+		return
+	}
+	if !h.failing.Load() && h.asked.Load() != r+1 {
+		// Used up by a burst (a range, a flood) while the coordinator
+		// confirms every write: a write is asked for now and given one
+		// margin to land — a call meanwhile waits one reservation write,
+		// which ready allows — before the generator is taken out. A write
+		// that failed since the last acknowledged one takes it out at once.
+		h.asked.Store(r + 1)
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+		m := hd.expiryMargin(h)
+		h.expMu.Lock()
+		if !h.closed && h.reserved.Load() == r {
+			h.expiry = time.AfterFunc(m, func() { hd.expired(h, r) })
 		}
 		h.expMu.Unlock()
 		return
