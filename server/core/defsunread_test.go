@@ -3,7 +3,6 @@ package core_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -27,9 +26,7 @@ import (
 // the generator is found.
 func TestUndefinedNameBeforeDefinitionsReadNamesTheRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet := slog.New(slog.DiscardHandler)
-		store := memory.New(memory.Config{TTL: 5 * time.Second, Timeout: time.Second, Logger: quiet})
-		clock := clockguard.NewOffset(clockguard.NewSystem(), time.Until(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+		quiet, store, clock := memBubble()
 		wall, _ := clock.Now()
 		admin := store.Connect(clock)
 		defer admin.Close()

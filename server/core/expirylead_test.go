@@ -3,12 +3,10 @@ package core_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator/memory"
 	"github.com/firnid/firn/server/core"
 )
@@ -24,9 +22,7 @@ import (
 // RESERVATION_EXHAUSTED. In virtual time (testing/synctest).
 func TestExpiryFollowsTheLead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet := slog.New(slog.DiscardHandler)
-		store := memory.New(memory.Config{TTL: 5 * time.Second, Timeout: time.Second, Logger: quiet})
-		clock := clockguard.NewOffset(clockguard.NewSystem(), time.Until(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+		quiet, store, clock := memBubble()
 		// 4 IDs per 10 ms unit: max-lead (1 s) holds 400 IDs, one batch.
 		gc, err := core.ParseGeneratorDefinition("g", "time=41,dc=0,worker=10,seq=2,unit=10ms,epoch=2020-01-01T00:00:00Z")
 		if err != nil {

@@ -3,7 +3,6 @@ package core_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -23,11 +22,8 @@ import (
 // does.
 func TestFirstReservationUnconfirmedRefusalCarriesRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet := slog.New(slog.DiscardHandler)
-		store := memory.New(memory.Config{TTL: 5 * time.Second, Timeout: time.Second, Logger: quiet})
+		quiet, store, clock := memBubble()
 		store.Faults().SetAvailability(memory.OpReserve, memory.Refusing)
-		// The bubble starts in 2000, before the layout's epoch.
-		clock := clockguard.NewOffset(clockguard.NewSystem(), time.Until(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
 		layout, _ := generator.Preset("snowflake")
 		cfg := core.DefaultConfig()
 		cfg.Cluster = "first"

@@ -2,13 +2,10 @@ package core_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator/memory"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/server/core"
 )
@@ -23,10 +20,7 @@ import (
 // while the node said it served and the policy was never told.
 func TestForwardStepAcceptedAfterRingIDsServes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet := slog.New(slog.DiscardHandler)
-		store := memory.New(memory.Config{TTL: 5 * time.Second, Timeout: time.Second, Logger: quiet})
-		// The bubble starts in 2000, before the layout's epoch.
-		clock := clockguard.NewOffset(clockguard.NewSystem(), time.Until(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+		quiet, store, clock := memBubble()
 		layout, _ := generator.Preset("snowflake")
 		cfg := core.DefaultConfig()
 		cfg.Cluster = "fwd"

@@ -1,7 +1,9 @@
 package core_test
 
 import (
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
@@ -35,4 +37,14 @@ func startMemNode(t *testing.T, cfg core.Config, store *memory.Store, clock cloc
 		t.Fatal(err)
 	}
 	return nc
+}
+
+// memBubble is what the in-process tests in a synctest bubble start
+// from: a quiet logger, a memory store (TTL 5 s) and a clock at
+// 2026-01-01 (the bubble starts in 2000, before the layouts' epochs).
+func memBubble() (*slog.Logger, *memory.Store, *clockguard.Offset) {
+	quiet := slog.New(slog.DiscardHandler)
+	store := memory.New(memory.Config{TTL: 5 * time.Second, Timeout: time.Second, Logger: quiet})
+	clock := clockguard.NewOffset(clockguard.NewSystem(), time.Until(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+	return quiet, store, clock
 }

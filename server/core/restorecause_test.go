@@ -3,7 +3,6 @@ package core_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/firnid/firn/clockguard"
 	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/memory"
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/server/core"
 )
@@ -24,9 +22,7 @@ import (
 // passed"), which tells a caller to wait rather than an operator to bump.
 func TestRestoreMarkerRefusedAsRestoreDetected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet := slog.New(slog.DiscardHandler)
-		store := memory.New(memory.Config{TTL: 5 * time.Second, Timeout: time.Second, Logger: quiet})
-		clock := clockguard.NewOffset(clockguard.NewSystem(), time.Until(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+		quiet, store, clock := memBubble()
 		wall, _ := clock.Now()
 		other := store.Connect(clock)
 		defer other.Close()

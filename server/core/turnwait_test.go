@@ -3,14 +3,11 @@ package core_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/http"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator/memory"
 	"github.com/firnid/firn/server/admission"
 	"github.com/firnid/firn/server/core"
 )
@@ -26,9 +23,7 @@ import (
 // RetryInfo. In virtual time (testing/synctest).
 func TestTurnWaitRefusedBeforeDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet := slog.New(slog.DiscardHandler)
-		store := memory.New(memory.Config{TTL: 5 * time.Second, Timeout: time.Second, Logger: quiet})
-		clock := clockguard.NewOffset(clockguard.NewSystem(), time.Until(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+		quiet, store, clock := memBubble()
 		gc, err := core.ParseGeneratorDefinition("g", "time=41,dc=0,worker=10,seq=2,unit=1s,epoch=2020-01-01T00:00:00Z")
 		if err != nil {
 			t.Fatal(err)
