@@ -126,11 +126,6 @@ type holding struct {
 	// it short (with the clock in doubt it was held at the old value).
 	grace   time.Duration
 	lastErr atomic.Pointer[string] // the last failed write's error, for the expiry reason
-	// failing: a write failed since the last acknowledged one. asked is
-	// r+1 for the reservation r that a burst used up with no write
-	// failing, for which a write was asked at once (expired).
-	failing atomic.Bool
-	asked   atomic.Int64
 }
 
 // stopExpiry disarms the expiry timer for good (the holding ended).
@@ -618,7 +613,6 @@ func (hd *holder) afterStep(h *holding, err error, took time.Duration) {
 		hd.m.errors.WithLabelValues("reserve").Inc()
 		msg := err.Error()
 		h.lastErr.Store(&msg)
-		h.failing.Store(true)
 		// Not extended: the generator stops at the old reservation (the
 		// expiry timer takes it out shortly before).
 		wall, _ := hd.clock.Now()
@@ -634,7 +628,6 @@ func (hd *holder) afterStep(h *holding, err error, took time.Duration) {
 		return
 	}
 	h.noteWriteLatency(took)
-	h.failing.Store(false)
 	hd.armExpiry(h)
 	hd.ls.Clear(clockguard.SourceReservation)
 }
@@ -710,10 +703,6 @@ func (hd *holder) expiryMargin(h *holding) time.Duration {
 // acknowledged write, a window ahead.
 const minExpiryMargin = 300 * time.Millisecond
 
-// expiryPoll is how often the expiry timer reads the lead again once a
-// lead of max-lead would have used the reservation up.
-const expiryPoll = 50 * time.Millisecond
-
 // noteWriteLatency records how long an acknowledged write took; the
 // record decays so that one slow write is forgotten in a minute.
 func (h *holding) noteWriteLatency(d time.Duration) {
@@ -740,11 +729,7 @@ func (hd *holder) armExpiry(h *holding) {
 		atLeast = hd.expiryMargin(h)
 	}
 	wall, mono := hd.clock.Now()
-	// The lead may grow to max-lead at any moment (a flood), and the
-	// reservation runs out that much sooner for it: the timer first fires
-	// where it would at that lead, then follows the lead it finds
-	// (expired).
-	left := rt.cfg.Layout.UnitStart(r+1).Sub(wall) - max(h.gen.Lead(wall), rt.cfg.MaxLead, 0) - hd.expiryMargin(h)
+	left := rt.cfg.Layout.UnitStart(r+1).Sub(wall) - max(h.gen.Lead(wall), 0) - hd.expiryMargin(h)
 	left = max(left, atLeast)
 	h.expMu.Lock()
 	defer h.expMu.Unlock()
@@ -780,37 +765,6 @@ func (hd *holder) expired(h *holding, r int64) {
 		return
 	}
 	until := rt.cfg.Layout.UnitStart(r + 1)
-	wall, _ := hd.clock.Now()
-	lead := max(h.gen.Lead(wall), rt.wide.Lead(wall), 0)
-	if rem := until.Sub(wall) - lead - hd.expiryMargin(h); rem > 0 {
-		// At the lead it has now it still produces: look again soon, as
-		// the lead may grow meanwhile.
-		h.expMu.Lock()
-		if !h.closed && h.reserved.Load() == r {
-			h.expiry = time.AfterFunc(min(rem, expiryPoll), func() { hd.expired(h, r) })
-		}
-		h.expMu.Unlock()
-		return
-	}
-	if !h.failing.Load() && h.asked.Load() != r+1 {
-		// Used up by a burst (a range, a flood) while the coordinator
-		// confirms every write: a write is asked for now and given one
-		// margin to land — a call meanwhile waits one reservation write,
-		// which ready allows — before the generator is taken out. A write
-		// that failed since the last acknowledged one takes it out at once.
-		h.asked.Store(r + 1)
-		select {
-		case h.wake <- struct{}{}:
-		default:
-		}
-		m := hd.expiryMargin(h)
-		h.expMu.Lock()
-		if !h.closed && h.reserved.Load() == r {
-			h.expiry = time.AfterFunc(m, func() { hd.expired(h, r) })
-		}
-		h.expMu.Unlock()
-		return
-	}
 	reason := fmt.Sprintf("reservation runs out at %s and the coordinator has not confirmed a new one", until.UTC().Format(time.RFC3339Nano))
 	if e := h.lastErr.Load(); e != nil {
 		reason += " (" + *e + ")"
