@@ -6,17 +6,17 @@ thread keeps filled from the endpoints, and fails over across them.
 Thread safety: every public method of FirnClient may be called from any
 number of threads at once. No ID reaches two callers: a buffered batch is
 one run of consecutive IDs (first, size) and a claim counter
-(itertools.count); a take claims indexes of the counter and checks them
-against the batch's end, under one lock (the take lock), and an index below
-the batch's end belongs to its taker alone. A batch is retired (gone
-stale, used up, or cut at close) under the same lock, so a claimed index is
-handed out or counted dropped, once: never lost between the two, nor both.
+(itertools.count); a take is one call of the counter's __next__, which the
+interpreter runs whole under the GIL, and an index below the batch's size
+belongs to its taker alone. On an interpreter without a GIL the takes go
+under a lock instead.
 """
 
 import ipaddress
 import itertools
 import random
 import socket
+import sys
 import threading
 import time
 from collections import namedtuple
@@ -74,6 +74,8 @@ _MAX_SEQ_HOPS = 3
 _MAX_RECV = 16 << 20
 
 _HEALTH_UNKNOWN, _HEALTH_SERVING, _HEALTH_NOT_SERVING = 0, 1, 2
+
+_GIL = getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 class TLS:
@@ -386,10 +388,7 @@ class FirnClient:
         self._mu = threading.Lock()
         self._cond = threading.Condition(self._mu)  # waiting callers
         self._alock = threading.Lock()  # attempts' futures
-        # Claims and their check against the batch's end; a retire (close
-        # cuts the end) counts what was served under it (order: _mu, then
-        # _take_lock).
-        self._take_lock = threading.Lock()
+        self._take_lock = None if _GIL else threading.Lock()
         self._empty = _empty_batch()
         self._cur = self._empty
         self._queue = []
@@ -467,9 +466,8 @@ class FirnClient:
                 return
             self._closed = True
             cur = self._cur
-            # Its IDs not yet taken: dropped, and no take after this one
-            # succeeds (the cut and the count under one take lock).
-            self._retire_locked(cur, cut=True)
+            cur.n = 0  # no take after this one succeeds
+            self._retire_locked(cur)  # its IDs not yet taken: dropped
             self._cur = self._empty
             self._stats["dropped"] += sum(b.size for b in self._queue)
             self._queue = []
@@ -986,30 +984,36 @@ class FirnClient:
 
     def next(self, timeout=None):
         """Returns one ID (an int). While the buffer holds fresh IDs it takes
-        one at once (under a short lock); otherwise it waits for a refill, up to timeout seconds
+        no lock; otherwise it waits for a refill, up to timeout seconds
         (None: until a whole failover round failed, or close). The IDs one
         thread gets increase while one endpoint serves. Raises FirnError:
         DEADLINE, CLOSED, or the failed round's error."""
-        v = self._claim_one()
-        if v is not None:
-            return v
+        if self._take_lock is None:
+            b = self._cur
+            # Fresh first, then the claim: an index claimed is handed out
+            # or counted served (it is never claimed from a stale batch).
+            if _mono() <= b.expire:
+                i = next(b.it)
+                if i < b.n:
+                    if i == b.half:
+                        self._kick_ev.set()
+                    return b.first + i
         return self._next_slow(timeout)
 
     def _claim_one(self):
-        # Fresh first, then the claim and its check, under the take lock:
-        # an index claimed is handed out or counted served (it is never
-        # claimed from a stale batch), and close cannot cut the batch
-        # between the claim and the check.
-        with self._take_lock:
-            b = self._cur
-            if _mono() > b.expire:
-                return None
+        b = self._cur
+        if _mono() > b.expire:
+            return None
+        if self._take_lock is None:
             i = next(b.it)
-            if i >= b.n:
-                return None
-        if i == b.half:
-            self._kick_ev.set()
-        return b.first + i
+        else:
+            with self._take_lock:
+                i = next(b.it)
+        if i < b.n:
+            if i == b.half:
+                self._kick_ev.set()
+            return b.first + i
+        return None
 
     def _next_slow(self, timeout):
         deadline = None if timeout is None else _mono() + timeout
@@ -1022,22 +1026,24 @@ class FirnClient:
     def _take(self, need):
         """Claims up to need IDs of the current batch: (runs, the monotonic
         reading at which the batch expires), or ([], None)."""
-        with self._take_lock:  # the claim and its check, as _claim_one's
-            b = self._cur
-            if _mono() > b.expire:
-                return [], None
-            # Never claim more indexes than the batch has left: a claim is
-            # a list of them.
-            need = min(need, b.n - b.claimed())
-            if need <= 0:
-                return [], None
+        b = self._cur
+        if _mono() > b.expire:
+            return [], None
+        # Never claim more indexes than the batch has left: a claim is a
+        # list of them, built holding the GIL.
+        need = min(need, b.n - b.claimed())
+        if need <= 0:
+            return [], None
+        if self._take_lock is None:
             idx = list(itertools.islice(b.it, need))
-            if not idx or idx[0] >= b.n:
-                return [], None
-            runs = _runs_of_indexes(b, idx)
+        else:
+            with self._take_lock:
+                idx = list(itertools.islice(b.it, need))
+        if not idx or idx[0] >= b.n:
+            return [], None
         if idx[0] <= b.half <= idx[-1]:
             self._kick_ev.set()
-        return runs, b.expire
+        return _runs_of_indexes(b, idx), b.expire
 
     def _install_locked(self):
         now = _mono()
@@ -1064,17 +1070,11 @@ class FirnClient:
         with self._mu:
             self._stats["dropped"] += n
 
-    def _retire_locked(self, b, cut=False):
-        # Under the take lock: a take in progress ends first (its indexes
-        # handed out, counted served), and a later one finds the batch
-        # stale or cut (none claimed then is handed out).
-        with self._take_lock:
-            if cut:
-                b.n = 0
-            if b.retired:
-                return
-            b.retired = True
-            served = b.served()
+    def _retire_locked(self, b):
+        if b.retired:
+            return
+        b.retired = True
+        served = b.served()
         self._retired += served
         self._stats["dropped"] += b.size - served
 
