@@ -101,12 +101,14 @@ class TLS:
 
 
 class _Batch:
-    __slots__ = ("first", "n", "size", "half", "expire", "it", "ep", "born", "dseq", "retired")
+    __slots__ = ("first", "n", "size", "half", "expire", "it", "ep", "born", "dseq", "retired", "snap")
 
     def __init__(self, first, n, half, expire, ep=None, born=0, dseq=0):
         self.first, self.n, self.size, self.half, self.expire = first, n, n, half, expire
         self.it = itertools.count(0)
         self.ep, self.born, self.dseq, self.retired = ep, born, dseq, False
+        # At retirement: the indexes claimed by then, counted served.
+        self.snap = 0
 
     def claimed(self):
         """How many indexes takers claimed so far (read by the refiller)."""
@@ -260,12 +262,13 @@ def _sort_runs(runs):
     return out
 
 
-def _runs_of_indexes(b, idx):
-    """The runs of IDs of batch b at the claimed indexes idx (increasing)."""
+def _runs_of_indexes(b, idx, n):
+    """The runs of IDs of batch b at the claimed indexes idx (increasing)
+    below n, its end as the take read it."""
     runs = []
     start = prev = None
     for i in idx:
-        if i >= b.n:
+        if i >= n:
             break
         if prev is not None and i == prev + 1:
             prev = i
@@ -466,8 +469,7 @@ class FirnClient:
                 return
             self._closed = True
             cur = self._cur
-            cur.n = 0  # no take after this one succeeds
-            self._retire_locked(cur)  # its IDs not yet taken: dropped
+            self._retire_locked(cur)  # cut: its IDs not yet taken dropped
             self._cur = self._empty
             self._stats["dropped"] += sum(b.size for b in self._queue)
             self._queue = []
@@ -998,6 +1000,8 @@ class FirnClient:
                     if i == b.half:
                         self._kick_ev.set()
                     return b.first + i
+                if i < b.size:
+                    self._lost(b, (i,))
         return self._next_slow(timeout)
 
     def _claim_one(self):
@@ -1013,7 +1017,21 @@ class FirnClient:
             if i == b.half:
                 self._kick_ev.set()
             return b.first + i
+        if i < b.size:
+            self._lost(b, (i,))
         return None
+
+    def _lost(self, b, idx):
+        """Indexes a take claimed of batch b and did not hand out: its end
+        was cut between the claim and the check (close, or the batch
+        retired stale). Those its retirement counted served (claimed before
+        it) are counted dropped instead; the others it counted dropped
+        already. So every index is handed out or counted dropped, once,
+        with no lock on the take."""
+        with self._mu:
+            k = sum(1 for i in idx if i < b.snap)
+            self._retired -= k
+            self._stats["dropped"] += k
 
     def _next_slow(self, timeout):
         deadline = None if timeout is None else _mono() + timeout
@@ -1039,11 +1057,15 @@ class FirnClient:
         else:
             with self._take_lock:
                 idx = list(itertools.islice(b.it, need))
-        if not idx or idx[0] >= b.n:
+        n = b.n
+        lost = [i for i in idx if n <= i < b.size]
+        if lost:
+            self._lost(b, lost)
+        if not idx or idx[0] >= n:
             return [], None
         if idx[0] <= b.half <= idx[-1]:
             self._kick_ev.set()
-        return _runs_of_indexes(b, idx), b.expire
+        return _runs_of_indexes(b, idx, n), b.expire
 
     def _install_locked(self):
         now = _mono()
@@ -1071,10 +1093,17 @@ class FirnClient:
             self._stats["dropped"] += n
 
     def _retire_locked(self, b):
+        # The end is cut first: a take claiming after it hands nothing out
+        # (no take of a stale or closed batch succeeds after), and the
+        # snapshot after it counts every index claimed before it served —
+        # a take that claimed one of those but checks the end after the
+        # cut moves it to dropped (_lost).
+        b.n = 0
         if b.retired:
             return
         b.retired = True
         served = b.served()
+        b.snap = served
         self._retired += served
         self._stats["dropped"] += b.size - served
 
@@ -1498,6 +1527,7 @@ class FirnClient:
         else:
             self._seq_maybe_refresh()
         hint, hops, backoff, any_n = "", 0, 0.0, 0
+        refused = None  # the last refusal a node answered this call with
         while True:
             addr = self._seq_route(key, hint, any_n)
             err = None
@@ -1519,7 +1549,13 @@ class FirnClient:
             if self._closed:
                 raise E.closed_error()
             if deadline is not None and _mono() >= deadline and err.code in (_SC.DEADLINE_EXCEEDED, _SC.CANCELLED):
+                if refused is not None:
+                    # The last attempt ran out with the caller's time; the
+                    # node had answered the call before with its reason.
+                    raise refused.with_(message="the caller's deadline ran out retrying: %s" % refused.message)
                 raise E.deadline_error("the caller's deadline ran out (last: %s)" % err)
+            if err.reason not in (E.UNSPECIFIED, "WRONG_NODE") and err.code not in (_SC.DEADLINE_EXCEEDED, _SC.CANCELLED):
+                refused = err
             if err.reason == "WRONG_NODE":
                 with self._mu:
                     self._stats["seq_redirects"] += 1

@@ -105,7 +105,7 @@ class RunsTest(unittest.TestCase):
         self.assertEqual(_runs_of([5, 6, 7, 10, 11]), [Run(5, 3), Run(10, 2)])
         self.assertEqual(_sort_runs([Run(10, 2), Run(5, 5)]), [Run(5, 7)])
         b = _Batch(100, 10, -1, 1e18)
-        self.assertEqual(_runs_of_indexes(b, [0, 1, 2, 5, 9, 10, 11]), [Run(100, 3), Run(105, 1), Run(109, 1)])
+        self.assertEqual(_runs_of_indexes(b, [0, 1, 2, 5, 9, 10, 11], b.n), [Run(100, 3), Run(105, 1), Run(109, 1)])
 
 
 class ClaimTest(unittest.TestCase):
@@ -170,6 +170,90 @@ class ClaimTest(unittest.TestCase):
         self.assertEqual(c.next(0.1), 1 << 62)
         c.close()
         self.assertEqual(c.stats()["dropped"], 9)
+
+    def _paused_claim(self, before):
+        # A batch of 10 as the client's current one, whose counter pauses
+        # the first claim once: before it takes the index (before=True:
+        # after the freshness check) or after (before the check against
+        # the batch's end). Returns the client, and the events claimed and
+        # release.
+        c = FirnClient(["127.0.0.1:1"], call_timeout=0.05)
+        b = _Batch(1 << 62, 10, -1, time.monotonic() + 60)
+        claimed, release = threading.Event(), threading.Event()
+
+        class PausingCount:
+            def __init__(self, inner):
+                self.inner = inner
+
+            def __iter__(self):
+                return self
+
+            def __next__(self):
+                if before and not claimed.is_set():
+                    claimed.set()
+                    release.wait()
+                i = next(self.inner)
+                if not before and not claimed.is_set():
+                    claimed.set()
+                    release.wait()
+                return i
+
+            def __repr__(self):
+                return repr(self.inner)  # claimed() reads it
+
+        b.it = PausingCount(b.it)
+        with c._mu:
+            c._enqueue_locked(b)
+            c._install_locked()
+        return c, b, claimed, release
+
+    def _taker(self, c, out):
+        def take():
+            try:
+                out.append(c.next(5))
+            except FirnError as e:
+                out.append(e)
+        t = threading.Thread(target=take)
+        t.start()
+        return t
+
+    def test_close_during_a_claim_loses_no_id(self):
+        # A next() whose claim of a buffered index lands as close() cuts the
+        # batch: the ID is handed out, or counted dropped, never lost
+        # between the two (close counted it served, the take did not hand
+        # it out). The claim pauses between taking the index and checking
+        # it against the batch's end; close runs to its end meanwhile.
+        c, b, claimed, release = self._paused_claim(before=False)
+        out = []
+        t = self._taker(c, out)
+        claimed.wait()
+        c.close()
+        release.set()
+        t.join()
+        handed = sum(1 for v in out if not isinstance(v, BaseException))
+        self.assertEqual(handed + c.stats()["dropped"], 10,
+                         "handed out %r, dropped %d" % (out, c.stats()["dropped"]))
+
+    def test_stale_retire_during_a_claim_counts_each_id_once(self):
+        # A next() that found the batch fresh and claims an index as the
+        # batch goes stale and is retired: the ID is not handed out and
+        # also counted dropped. The claim pauses after the freshness check,
+        # before it takes the index; the retire runs meanwhile.
+        c, b, claimed, release = self._paused_claim(before=True)
+        try:
+            out = []
+            t = self._taker(c, out)
+            claimed.wait()
+            b.expire = time.monotonic() - 1  # stale now: the next install retires it
+            with c._mu:
+                c._install_locked()
+            release.set()
+            t.join()
+            handed = sum(1 for v in out if not isinstance(v, BaseException))
+            self.assertEqual(handed + c.stats()["dropped"], 10,
+                             "handed out %r, dropped %d" % (out, c.stats()["dropped"]))
+        finally:
+            c.close()
 
     def test_stale_take_counts_dropped(self):
         # A take from a batch that went stale claims nothing: its IDs not
