@@ -65,9 +65,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, exitFailure, "serve: --data-dir: %v", err)
 	}
-	if err := lockDataDir(sc.dataDir, sc.coord.embedded()); err != nil {
+	lock, err := lockDataDir(sc.dataDir, sc.coord.embedded())
+	if err != nil {
 		return fail(stderr, exitFailure, "serve: --data-dir: %v", err)
 	}
+	defer lock.Close()
 	name := sc.nodeName
 	if name == "" {
 		name = defaultNodeName(dd.Dir())
