@@ -69,6 +69,15 @@ var ShedReasons = [NumShed]string{ShedQueueFull: "queue_full", ShedDeadline: "de
 // ErrInterrupted ends a wait for a turn when the generator leaves serving.
 var ErrInterrupted = errors.New("wait for a turn interrupted")
 
+// ErrTurnLate ends a wait for a turn that has not come TurnMargin before
+// the caller's deadline: the caller is refused with the cause while it
+// still listens, not left to end at its deadline without one.
+var ErrTurnLate = errors.New("the turn did not come within the caller's deadline")
+
+// TurnMargin is the caller's time a wait for a turn that ends late leaves
+// it (the same margin the paced refusals keep).
+const TurnMargin = 20 * time.Millisecond
+
 // quantumTime is the longest turn, in the layout's output: a single ID
 // waits about this long per Flow served before it.
 const quantumTime = 250 * time.Microsecond
@@ -181,7 +190,9 @@ const maxSpare = 64
 
 // Acquire waits for f's turn and returns its size (at most want). The
 // caller generates that many IDs and calls release. It ends early with
-// ctx's error, or ErrInterrupted when interrupt is called.
+// ctx's error, ErrTurnLate TurnMargin before ctx's deadline, or
+// ErrInterrupted when interrupt is called. A turn free at once costs no
+// timer.
 func (fs *FairShare) Acquire(ctx context.Context, f *Flow, want int) (int, error) {
 	fs.mu.Lock()
 	if !fs.busy { // no turn out, so no Flow waits
@@ -200,12 +211,20 @@ func (fs *FairShare) Acquire(ctx context.Context, f *Flow, want int) (int, error
 	wake := fs.wake
 	fs.mu.Unlock()
 
+	var late <-chan time.Time
+	if dl, ok := ctx.Deadline(); ok {
+		t := time.NewTimer(time.Until(dl) - TurnMargin)
+		defer t.Stop()
+		late = t.C
+	}
 	var err error
 	select {
 	case g := <-w.grant:
 		return g, nil
 	case <-ctx.Done():
 		err = ctx.Err()
+	case <-late:
+		err = ErrTurnLate
 	case <-wake:
 		err = ErrInterrupted
 	}

@@ -402,22 +402,15 @@ func (rt *Generator) generateFair(ctx context.Context, f *admission.Flow, dst []
 	return nil
 }
 
-// acquireTurn is the fair share's Acquire, ended turnMargin before the
-// caller's deadline: a turn that does not come by then (the turn in
-// progress waits for the clock, a coarse layout at its lead limit) is
-// refused OVERLOADED, bound deadline, while the caller still listens, as
-// a clock wait past the deadline is refused at once and a paced refusal
-// comes no later than the deadline less the same margin — not the bare
-// deadline, without a cause.
+// acquireTurn is the fair share's Acquire. A turn that has not come
+// admission.TurnMargin before the caller's deadline (the turn in progress
+// waits for the clock, a coarse layout at its lead limit) is refused
+// OVERLOADED, bound deadline, while the caller still listens, as a clock
+// wait past the deadline is refused at once — not the bare deadline,
+// without a cause.
 func (rt *Generator) acquireTurn(ctx context.Context, f *admission.Flow, want int) (int, error) {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return rt.fair.Acquire(ctx, f, want)
-	}
-	wctx, cancel := context.WithDeadline(ctx, dl.Add(-turnMargin))
-	defer cancel()
-	g, err := rt.fair.Acquire(wctx, f, want)
-	if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+	g, err := rt.fair.Acquire(ctx, f, want)
+	if errors.Is(err, admission.ErrTurnLate) {
 		rt.fair.NoteShed(admission.ShedDeadline)
 		return 0, &admission.OverloadedError{Generator: rt.cfg.Name, Asked: want, Deadline: true,
 			RetryAfter: max(time.Duration(float64(rt.fair.Queued())/rt.Capacity()*float64(time.Second)), rt.cfg.Layout.Unit, time.Millisecond),
@@ -425,9 +418,6 @@ func (rt *Generator) acquireTurn(ctx context.Context, f *admission.Flow, want in
 	}
 	return g, err
 }
-
-// turnMargin is the caller's time a refused wait for a turn leaves it.
-const turnMargin = 20 * time.Millisecond
 
 // generate is the ring's Generate for what the ring could not give
 // (docs/design.md, Liveness rules). A call waiting in it (for the filler's
