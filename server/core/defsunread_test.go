@@ -26,7 +26,7 @@ import (
 // the generator is found.
 func TestUndefinedNameBeforeDefinitionsReadNamesTheRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet, store, clock := memBubble()
+		quiet, store, clock := core.MemBubble()
 		wall, _ := clock.Now()
 		admin := store.Connect(clock)
 		defer admin.Close()
@@ -38,7 +38,7 @@ func TestUndefinedNameBeforeDefinitionsReadNamesTheRead(t *testing.T) {
 		cfg := core.DefaultConfig()
 		cfg.Cluster = "unread"
 		cfg.Generators = []core.GeneratorConfig{{Name: "default", Layout: layout}}
-		nc := startMemNode(t, cfg, store, clock, core.WithLogger(quiet))
+		nc := core.StartMemNode(t, cfg, store, clock, core.WithLogger(quiet))
 		defer nc.Stop()
 		time.Sleep(3 * time.Second) // the start's read and one more, both failed
 

@@ -52,7 +52,7 @@ func releasedTogether(t *testing.T, def segment.Definition, what, kind string, a
 			d := def
 			cfg.Generators = append(cfg.Generators, core.GeneratorConfig{Name: fmt.Sprintf("s%d", i), Segment: &d})
 		}
-		nc := startMemNode(t, cfg, store, clock, core.WithLogger(quiet))
+		nc := core.StartMemNode(t, cfg, store, clock, core.WithLogger(quiet))
 		defer nc.Stop()
 		for i, rt := range nc.Generators() {
 			for start := time.Now(); !rt.State().Serving(); time.Sleep(10 * time.Millisecond) {

@@ -22,13 +22,13 @@ import (
 // does.
 func TestFirstReservationUnconfirmedRefusalCarriesRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet, store, clock := memBubble()
+		quiet, store, clock := core.MemBubble()
 		store.Faults().SetAvailability(memory.OpReserve, memory.Refusing)
 		layout, _ := generator.Preset("snowflake")
 		cfg := core.DefaultConfig()
 		cfg.Cluster = "first"
 		cfg.Generators = []core.GeneratorConfig{{Name: "g", Layout: layout}}
-		nc := startMemNode(t, cfg, store, clock, core.WithLogger(quiet))
+		nc := core.StartMemNode(t, cfg, store, clock, core.WithLogger(quiet))
 		defer nc.Stop()
 		rt := nc.Generators()[0]
 		for start := time.Now(); !strings.Contains(rt.State().Reason(), "first reservation not confirmed"); time.Sleep(10 * time.Millisecond) {

@@ -20,13 +20,13 @@ import (
 // while the node said it served and the policy was never told.
 func TestForwardStepAcceptedAfterRingIDsServes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet, store, clock := memBubble()
+		quiet, store, clock := core.MemBubble()
 		layout, _ := generator.Preset("snowflake")
 		cfg := core.DefaultConfig()
 		cfg.Cluster = "fwd"
 		cfg.RingSize = 128
 		cfg.Generators = []core.GeneratorConfig{{Name: "g", Layout: layout}}
-		nc := startMemNode(t, cfg, store, clock, core.WithLogger(quiet))
+		nc := core.StartMemNode(t, cfg, store, clock, core.WithLogger(quiet))
 		defer nc.Stop()
 		rt := nc.Generators()[0]
 		// Demand sizes the ring's target: take IDs until it holds some.

@@ -22,7 +22,7 @@ import (
 // passed"), which tells a caller to wait rather than an operator to bump.
 func TestRestoreMarkerRefusedAsRestoreDetected(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet, store, clock := memBubble()
+		quiet, store, clock := core.MemBubble()
 		wall, _ := clock.Now()
 		other := store.Connect(clock)
 		defer other.Close()
@@ -34,7 +34,7 @@ func TestRestoreMarkerRefusedAsRestoreDetected(t *testing.T) {
 		layout, _ := generator.Preset("snowflake")
 		cfg := core.DefaultConfig()
 		cfg.Generators = []core.GeneratorConfig{{Name: "g", Layout: layout}}
-		nc := startMemNode(t, cfg, store, clock, core.WithLogger(quiet))
+		nc := core.StartMemNode(t, cfg, store, clock, core.WithLogger(quiet))
 		defer nc.Stop()
 		rt := nc.Generators()[0]
 		for start := time.Now(); !strings.Contains(rt.State().Reason(), "restored from an older snapshot"); time.Sleep(10 * time.Millisecond) {

@@ -23,7 +23,7 @@ import (
 // RetryInfo. In virtual time (testing/synctest).
 func TestTurnWaitRefusedBeforeDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet, store, clock := memBubble()
+		quiet, store, clock := core.MemBubble()
 		gc, err := core.ParseGeneratorDefinition("g", "time=41,dc=0,worker=10,seq=2,unit=1s,epoch=2020-01-01T00:00:00Z")
 		if err != nil {
 			t.Fatal(err)
@@ -31,7 +31,7 @@ func TestTurnWaitRefusedBeforeDeadline(t *testing.T) {
 		cfg := core.DefaultConfig()
 		cfg.Cluster = "turn"
 		cfg.Generators = []core.GeneratorConfig{gc}
-		nc := startMemNode(t, cfg, store, clock, core.WithLogger(quiet))
+		nc := core.StartMemNode(t, cfg, store, clock, core.WithLogger(quiet))
 		defer nc.Stop()
 		rt := nc.Generators()[0]
 		for !rt.State().Serving() {

@@ -3,15 +3,10 @@ package core
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/firnid/firn/clockguard"
-	"github.com/firnid/firn/coordinator"
-	"github.com/firnid/firn/coordinator/memory"
-	"github.com/firnid/firn/datadir"
 	"github.com/firnid/firn/generator"
 )
 
@@ -26,32 +21,13 @@ import (
 // longer. In virtual time (testing/synctest).
 func TestWideRefusalRetriesWhenTheFirstWorkerServes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		quiet := slog.New(slog.DiscardHandler)
-		store := memory.New(memory.Config{TTL: 5 * time.Second, Timeout: time.Second, Logger: quiet})
-		clock := clockguard.NewOffset(clockguard.NewSystem(), time.Until(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)))
+		quiet, store, clock := MemBubble()
 		layout, _ := generator.Preset("snowflake")
 		cfg := DefaultConfig()
 		cfg.Cluster = "wide"
 		cfg.Workers = 2
-		cfg.PrivateCoordinator = true
 		cfg.Generators = []GeneratorConfig{{Name: "g", Layout: layout}}
-		wall, _ := clock.Now()
-		if err := cfg.Finish(wall); err != nil {
-			t.Fatal(err)
-		}
-		st, err := datadir.Open(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		client := store.Connect(clock)
-		defer client.Close()
-		nc, err := New(cfg, client, st, clock, coordinator.NodeInfo{Name: "n1", InstanceID: st.InstanceID(), StartTime: wall}, WithLogger(quiet))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := nc.Start(); err != nil {
-			t.Fatal(err)
-		}
+		nc := StartMemNode(t, cfg, store, clock, WithLogger(quiet))
 		defer nc.Stop()
 		rt := nc.Generators()[0]
 		for len(rt.liveHoldings()) < 2 {
@@ -72,7 +48,7 @@ func TestWideRefusalRetriesWhenTheFirstWorkerServes(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		expire(0)
 		time.Sleep(100 * time.Millisecond)
-		_, err = nc.NextID(context.Background(), "g")
+		_, err := nc.NextID(context.Background(), "g")
 		var ns *NotServingError
 		if !errors.As(err, &ns) {
 			t.Fatalf("NextID with no worker serving: %v, want not serving", err)
