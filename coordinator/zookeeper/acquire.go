@@ -257,9 +257,9 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 		return nil, unavailable("acquire", errors.New("no session"))
 	}
 	now, _ := c.clock.Now()
-	var retake []coordinator.Slot
+	var retake, waiting []coordinator.Slot
 	if s.marker == nil {
-		retake = c.retakeSlots(spec, s, node, sid)
+		retake, waiting = c.retakeSlots(spec, s, node, sid)
 	}
 	scan := s.plan(sid, retake)
 	cands, err := coordinator.Plan(spec, node, scan, now)
@@ -275,6 +275,14 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	rec := encodeOwner(coordinator.Heartbeat{Node: node, Wall: now})
 	tooFar := 0
 	for _, pc := range cands {
+		if len(waiting) > 0 && pc.Kind == coordinator.Free {
+			// A free worker would serve at once and leave the ended
+			// session's slot, and the comparison a restore shows in,
+			// untaken: wait for that session's owner node to go (or to
+			// age into a take-back) instead.
+			return nil, unavailable("acquire", fmt.Errorf("%s of an ended session of this node is still held by that session's owner node: "+
+				"waiting for the servers to expire it, to take the worker again before any other", waiting[0]))
+		}
 		if pc.Kind == coordinator.Free {
 			if err := ctx.Err(); err != nil {
 				return nil, unavailable("acquire", err)
@@ -310,16 +318,18 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	return nil, ex
 }
 
-// retakeSlots are the slots this coordinator held in a session it gave up
-// (redial: the servers kept refusing its client, as a server restored from
-// an older copy of its data does) that are free now, for the plan to take
-// again first, so that the reservation the restored data shows for them is
-// compared with what the node acknowledged. Their owner nodes, if the
-// restored data still has them, are ours and stale: the plan's take-backs.
-// Slots outside the spec, or owned by another instance or by this session,
-// are forgotten.
-func (c *Coordinator) retakeSlots(spec coordinator.Spec, s *scanned, node coordinator.NodeInfo, sid int64) []coordinator.Slot {
-	var out []coordinator.Slot
+// retakeSlots sorts the slots this coordinator held in a session that
+// ended (an expiry, or redial: the servers kept refusing its client, as a
+// server restored from an older copy of its data does). Those free now
+// are for the plan to take again first (retake), so that the reservation
+// the servers show for them is compared with what the node acknowledged.
+// Those whose owner node of the ended session is still there (the servers
+// have not expired that session yet, or a restored server brought it
+// back) are waiting: the plan may take such a node back as ours and
+// stale, and until one of the two happens acquireOnce takes no other
+// worker. Slots outside the spec, or owned by another instance or by this
+// session, are forgotten.
+func (c *Coordinator) retakeSlots(spec coordinator.Spec, s *scanned, node coordinator.NodeInfo, sid int64) (retake, waiting []coordinator.Slot) {
 	for _, slot := range c.lostSlots(spec.Generator) {
 		if !spec.Contains(slot) {
 			c.forgetLost(spec.Generator, slot)
@@ -328,12 +338,14 @@ func (c *Coordinator) retakeSlots(spec coordinator.Spec, s *scanned, node coordi
 		if o, owned := s.owners[slot.Key()]; owned {
 			if o.rec.Instance != node.InstanceID || o.stat.EphemeralOwner == sid {
 				c.forgetLost(spec.Generator, slot) // someone else's now
+				continue
 			}
-			continue // or our old session's, not yet stale: next scan
+			waiting = append(waiting, slot)
+			continue
 		}
-		out = append(out, slot)
+		retake = append(retake, slot)
 	}
-	return out
+	return retake, waiting
 }
 
 // take acquires one candidate in one multi: the pin's version unchanged,

@@ -15,3 +15,15 @@ var (
 	ParseValue  = parseValue
 	EncodeValue = encodeValue
 )
+
+// GiveUpClient gives the current client and its session up as redial does
+// once the servers have refused the client for a session timeout: no
+// close reaches the servers, which keep the session (and its owner nodes)
+// until it times out there. It returns once the new client has a session.
+func GiveUpClient(c *Coordinator) {
+	c.mu.Lock()
+	g := c.gate
+	c.redialing = true
+	c.mu.Unlock()
+	c.redial(g, 2, c.SessionTimeout())
+}

@@ -3,10 +3,12 @@ package zookeeper_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,7 +168,24 @@ func TestRestoredServerBehindClient(t *testing.T) {
 
 	// A new acquisition on the same coordinator, in a new session. The
 	// old session's owner node came back with the copy; it goes when the
-	// restored server expires that session (or is taken back as ours).
+	// restored server expires that session, or is taken back as ours.
+	// The hook makes the two race: a take-back's multi is sent only once
+	// the server has expired the old session, so that it fails. Either
+	// way the old slot is what the coordinator takes, not the free one
+	// the copy's cursor points at: a node on the free one would never
+	// compare what it acknowledged with what the copy shows.
+	ownerPath := fmt.Sprintf("%s/%s/owner/%d-%d", cl.Base(), spec.Generator, l.Slot().Datacenter, l.Slot().Worker)
+	var raced atomic.Bool
+	zookeeper.SetAfterRead(c, func(slot coordinator.Slot) {
+		if slot != l.Slot() || raced.Swap(true) {
+			return
+		}
+		for end := time.Now().Add(bound); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if there, _, err := cl.Admin().Exists(ownerPath); err == nil && !there {
+				return
+			}
+		}
+	})
 	var l2 coordinator.Lease
 	ctx, cancel := context.WithTimeout(context.Background(), bound+10*time.Second)
 	defer cancel()
@@ -193,29 +212,11 @@ func TestRestoredServerBehindClient(t *testing.T) {
 	if got, _ := zookeeper.SessionOf(l2); got != c.SessionID() {
 		t.Fatalf("new lease in session %#x, coordinator's session %#x", got, c.SessionID())
 	}
-	// The old slot is taken back while the restored server still keeps
-	// the old session's owner node; once it expired that session (its
-	// timeout runs from the server's start: a loaded machine can reach it
-	// first), the slot is free and the copy's cursor, past it, picks the
-	// other. Either way the copy's reservation shows, below what was
+	// The old slot, showing the copy's reservation, below what was
 	// acknowledged.
-	restoredRes := l2.ReadReserved()
-	if l2.Slot() != l.Slot() {
-		slots, err := c.Workers(ctxT(t, 5*time.Second), spec.Generator)
-		if err != nil {
-			t.Fatal(err)
-		}
-		restoredRes = -1
-		for _, st := range slots {
-			if st.Slot == l.Slot() && !st.Live {
-				restoredRes = st.Reserved
-			}
-		}
-		t.Logf("the old session expired first: new lease on %s, the old slot %s free with reservation %d", l2.Slot(), l.Slot(), restoredRes)
-	}
-	if restoredRes != 1000 || restoredRes >= acked {
-		t.Fatalf("new lease on %s reads reservation %d, the old slot %s %d; want the old slot showing the copy's 1000, below the acknowledged %d",
-			l2.Slot(), l2.ReadReserved(), l.Slot(), restoredRes, acked)
+	if l2.Slot() != l.Slot() || l2.ReadReserved() != 1000 || l2.ReadReserved() >= acked {
+		t.Fatalf("new lease on %s reads reservation %d; want the old slot %s showing the copy's 1000, below the acknowledged %d (a take-back raced with the expiry: %v)",
+			l2.Slot(), l2.ReadReserved(), l.Slot(), acked, raced.Load())
 	}
 	reserve(t, l2, acked+1000, n)
 
@@ -240,6 +241,73 @@ func TestRestoredServerBehindClient(t *testing.T) {
 	goleak.VerifyNone(t, before,
 		// The restarted server's process waiter.
 		goleak.IgnoreAnyFunction("github.com/firnid/firn/internal/testing/zktest.(*Server).launch.func1"))
+}
+
+// TestExpiredSessionTakesItsWorkerBack: after its session expired, a
+// coordinator's next acquisition takes the worker of the ended session
+// again, not the free one the cursor points at: its reservation is what
+// the node compares with what it acknowledged, and after a restore that
+// comparison is what shows it.
+func TestExpiredSessionTakesItsWorkerBack(t *testing.T) {
+	cl := newCluster(t, standalone(t))
+	c := cl.ConnectWith(t, sysClock, nil)
+	n := coordtest.Node("expired")
+	spec := coordtest.Spec("expired", 2)
+	l := acquire(t, c, spec, n)
+	reserve(t, l, 1000, n)
+	cl.Expire(t, l)
+	select {
+	case <-l.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("lease not done 15s after its session was expired")
+	}
+	var l2 coordinator.Lease
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var err error
+		if l2, err = c.Acquire(ctxT(t, 10*time.Second), spec, n); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no acquisition after the expiry: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if l2.Slot() != l.Slot() || l2.ReadReserved() != 1000 {
+		t.Fatalf("after the expiry the coordinator took %s reading reservation %d; want its old %s reading 1000",
+			l2.Slot(), l2.ReadReserved(), l.Slot())
+	}
+}
+
+// TestGivenUpSessionWorkerTakenAgain: a client given up (redial) leaves
+// its session's owner nodes on the servers until they expire that
+// session. Meanwhile the coordinator takes no free worker: its next
+// acquisition waits for the owner node to go and takes the old worker
+// again, reading the reservation the node compares with what it
+// acknowledged.
+func TestGivenUpSessionWorkerTakenAgain(t *testing.T) {
+	cl := newCluster(t, standalone(t))
+	c := cl.ConnectWith(t, sysClock, nil)
+	n := coordtest.Node("givenup")
+	spec := coordtest.Spec("givenup", 2)
+	l := acquire(t, c, spec, n)
+	reserve(t, l, 1000, n)
+	old := c.SessionID()
+	zookeeper.GiveUpClient(c)
+	if !isDone(l) {
+		t.Fatal("lease of the given-up session not done")
+	}
+	ownerPath := fmt.Sprintf("%s/%s/owner/%d-%d", cl.Base(), spec.Generator, l.Slot().Datacenter, l.Slot().Worker)
+	if there, _, err := cl.Admin().Exists(ownerPath); err != nil || !there {
+		t.Fatalf("owner node of the given-up session %#x: exists %v (%v), want it kept by the server until the session expires", old, there, err)
+	}
+	start := time.Now()
+	l2 := acquire(t, c, spec, n)
+	t.Logf("acquired %s %v after the client was given up (session %#x -> %#x)", l2.Slot(), time.Since(start).Round(time.Millisecond), old, c.SessionID())
+	if l2.Slot() != l.Slot() || l2.ReadReserved() != 1000 {
+		t.Fatalf("after the client was given up the coordinator took %s reading reservation %d; want its old %s reading 1000",
+			l2.Slot(), l2.ReadReserved(), l.Slot())
+	}
 }
 
 // TestFrozenServerKeepsClient: a frozen server (SIGSTOP: the kernel still

@@ -63,7 +63,7 @@ type Coordinator struct {
 	closed    bool
 	ensured   map[string]bool                      // generator paths known to exist
 	orphans   map[string][]byte                    // see addOrphan
-	lost      map[string]map[coordinator.Slot]bool // generator: slots of given-up sessions, see redial
+	lost      map[string]map[coordinator.Slot]bool // generator: slots of ended sessions, see sessionEnded
 
 	peersOnce sync.Once
 	peers     *peerWatch
@@ -364,20 +364,6 @@ func (c *Coordinator) redial(old *gate, rounds int, refusedFor time.Duration) {
 		"session", fmt.Sprintf("%#x", sid), "rounds", rounds, "for", refusedFor.Round(time.Millisecond),
 		"session_timeout", c.SessionTimeout())
 	if sid != 0 {
-		c.mu.Lock()
-		for l := range c.leases {
-			if l.session != sid {
-				continue
-			}
-			if c.lost == nil {
-				c.lost = map[string]map[coordinator.Slot]bool{}
-			}
-			if c.lost[l.Spec().Generator] == nil {
-				c.lost[l.Spec().Generator] = map[coordinator.Slot]bool{}
-			}
-			c.lost[l.Spec().Generator][l.Slot()] = true
-		}
-		c.mu.Unlock()
 		c.sessionEnded(sid, "zookeeper session given up: the servers keep refusing it")
 	}
 	c.client().Close() // still the old client: only redial replaces it
@@ -485,14 +471,26 @@ func (c *Coordinator) awaitConnection(ctx context.Context, next <-chan struct{},
 	return ctx.Err() == nil
 }
 
-// sessionEnded ends every lease taken in session id.
+// sessionEnded ends every lease taken in session id and remembers their
+// slots as lost: the next acquisition of their generator takes them again
+// first (Retake), so that what the servers show for each is compared with
+// what this node acknowledged — after a restore the servers may show less,
+// and a node that took another worker instead would never see it.
 func (c *Coordinator) sessionEnded(id int64, why string) {
 	c.mu.Lock()
 	var ls []*lease
 	for l := range c.leases {
-		if l.session == id {
-			ls = append(ls, l)
+		if l.session != id {
+			continue
 		}
+		ls = append(ls, l)
+		if c.lost == nil {
+			c.lost = map[string]map[coordinator.Slot]bool{}
+		}
+		if c.lost[l.Spec().Generator] == nil {
+			c.lost[l.Spec().Generator] = map[coordinator.Slot]bool{}
+		}
+		c.lost[l.Spec().Generator][l.Slot()] = true
 	}
 	c.mu.Unlock()
 	for _, l := range ls {
