@@ -37,9 +37,9 @@ type Scan struct {
 	// did not read (ZooKeeper reads it in the take). Plan does not judge
 	// them against a candidate's limit; the take must (Candidate.TooFar).
 	Unread map[Slot]bool
-	// Retake lists slots this client held in a session it gave up and has
-	// not taken again since (ZooKeeper, after it redials), in the order to
-	// try them. Plan offers the free ones before the walk, so that the
+	// Retake lists slots this client held in a session that ended (a
+	// ZooKeeper session expired or given up, an etcd lease lost) and has
+	// not taken again since, in the order to try them. Plan offers the free ones before the walk, so that the
 	// reservation a restored server shows for them is compared with what
 	// the node acknowledged.
 	Retake []Slot
@@ -79,7 +79,7 @@ const (
 	// ownership token: the old holder's fence must fail). It leaves the
 	// cursor alone.
 	TakeBack CandidateKind = iota + 1
-	// Retake is a free slot of a session this client gave up
+	// Retake is a free slot of a session of this client that ended
 	// (Scan.Retake). It leaves the cursor alone.
 	Retake
 	// Free is a free slot in cursor order; the take raises the cursor

@@ -40,6 +40,9 @@ func newLease(c *Coordinator, spec coordinator.Spec, k keys, slot coordinator.Sl
 		defer c.wg.Done()
 		select {
 		case <-sess.done:
+			if !l.IsDone() {
+				c.markLost(spec.Generator, slot)
+			}
 			l.Finish("etcd lease ended")
 		case <-c.bg.Done():
 			l.Finish("coordinator closed")
