@@ -16,6 +16,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
@@ -751,6 +752,14 @@ func exactJSONString(raw []byte) bool {
 	return true
 }
 
+// isJSON reports whether a Content-Type names application/json exactly
+// (in any case, parameters such as charset allowed): not a type that only
+// begins so, such as application/jsonp.
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
 // handleSeq serves POST /v1/seq: {"generator", "key" | "key_base64",
 // "count"} → {"first": "N", "last": "M", "count": C} (values as decimal
 // strings, exact in any JSON reader). The body must be JSON
@@ -761,7 +770,7 @@ func exactJSONString(raw []byte) bool {
 // anything after the body's object is refused naming it — never dropped,
 // which would serve another generator or another count.
 func (n *Node) handleSeq(w http.ResponseWriter, r *http.Request) {
-	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+	if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
 		writeErr(w, core.BadField("Content-Type", core.Echo(ct), "application/json", "POST /v1/seq takes a JSON body (Content-Type: application/json), not %q", core.Echo(ct)))
 		return
 	}

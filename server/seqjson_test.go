@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -36,5 +38,41 @@ func TestHTTPSeqBadCountNamesField(t *testing.T) {
 			eb.Error.Metadata["field"] != "count" || eb.Error.Metadata["limit"] != "1..10000" {
 			t.Errorf("count %s: %d %+v %v; want 400 BAD_REQUEST naming field count, limit 1..10000", count, resp.StatusCode, eb.Error, err)
 		}
+	}
+}
+
+// POST /v1/seq takes application/json alone (any case, with a charset):
+// a type that only begins so is refused naming Content-Type, and nothing
+// is drawn from the sequence for it.
+func TestHTTPSeqContentTypeExact(t *testing.T) {
+	e := etcdtest.StartEmbedded(t)
+	n := startNode(t, e.Endpoints, t.TempDir(), seqGen("chats", "seq,sections=2"))
+	waitServing(t, n.ids, "chats", 10*time.Second)
+	post := func(ct string) (int, string) {
+		t.Helper()
+		resp, err := n.httpc.Post(n.base+"/v1/seq", ct, strings.NewReader(`{"generator":"chats","key":"k"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	want := 1
+	for _, ct := range []string{"application/json", "application/json; charset=utf-8", "Application/JSON"} {
+		code, body := post(ct)
+		if w := fmt.Sprintf(`"last":"%d"`, want); code != 200 || !strings.Contains(body, w) {
+			t.Fatalf("Content-Type %q: %d %s, want 200 with %s", ct, code, body, w)
+		}
+		want++
+	}
+	for _, ct := range []string{"application/jsonp", "application/json-seq", "application/json5; charset=utf-8", "text/plain"} {
+		code, body := post(ct)
+		if code != http.StatusBadRequest || !strings.Contains(body, `"field":"Content-Type"`) {
+			t.Errorf("Content-Type %q: %d %s, want 400 naming Content-Type", ct, code, body)
+		}
+	}
+	if code, body := post("application/json"); code != 200 || !strings.Contains(body, fmt.Sprintf(`"last":"%d"`, want)) {
+		t.Fatalf("after the refusals: %d %s, want last %d (a refused call draws nothing)", code, body, want)
 	}
 }
