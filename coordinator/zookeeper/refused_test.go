@@ -243,42 +243,6 @@ func TestRestoredServerBehindClient(t *testing.T) {
 		goleak.IgnoreAnyFunction("github.com/firnid/firn/internal/testing/zktest.(*Server).launch.func1"))
 }
 
-// TestExpiredSessionTakesItsWorkerBack: after its session expired, a
-// coordinator's next acquisition takes the worker of the ended session
-// again, not the free one the cursor points at: its reservation is what
-// the node compares with what it acknowledged, and after a restore that
-// comparison is what shows it.
-func TestExpiredSessionTakesItsWorkerBack(t *testing.T) {
-	cl := newCluster(t, standalone(t))
-	c := cl.ConnectWith(t, sysClock, nil)
-	n := coordtest.Node("expired")
-	spec := coordtest.Spec("expired", 2)
-	l := acquire(t, c, spec, n)
-	reserve(t, l, 1000, n)
-	cl.Expire(t, l)
-	select {
-	case <-l.Done():
-	case <-time.After(15 * time.Second):
-		t.Fatal("lease not done 15s after its session was expired")
-	}
-	var l2 coordinator.Lease
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var err error
-		if l2, err = c.Acquire(ctxT(t, 10*time.Second), spec, n); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no acquisition after the expiry: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if l2.Slot() != l.Slot() || l2.ReadReserved() != 1000 {
-		t.Fatalf("after the expiry the coordinator took %s reading reservation %d; want its old %s reading 1000",
-			l2.Slot(), l2.ReadReserved(), l.Slot())
-	}
-}
-
 // TestGivenUpSessionWorkerTakenAgain: a client given up (redial) leaves
 // its session's owner nodes on the servers until they expire that
 // session. Meanwhile the coordinator takes no free worker: its next

@@ -35,6 +35,7 @@ func Cases() []Case {
 		{"InvalidSpec", InvalidSpec},
 		{"NameInUse", NameInUse},
 		{"ReserveAfterLeaseLoss", ReserveAfterLeaseLoss},
+		{"EndedSessionWorkerTakenAgain", EndedSessionWorkerTakenAgain},
 		{"ReserveNeverLowers", ReserveNeverLowers},
 		{"ReleaseLowersAndRestartServes", ReleaseLowersAndRestartServes},
 		{"TakeBackOwnStaleWorker", TakeBackOwnStaleWorker},
@@ -467,6 +468,27 @@ func ReserveAfterLeaseLoss(t *testing.T, b Backend) {
 		t.Fatalf("new Floor %d < 700", l2.Floor())
 	}
 	mustReserve(t, l2, 900, n)
+}
+
+// EndedSessionWorkerTakenAgain: after the liveness behind a lease ended
+// (Expire), the coordinator's next acquisition takes that worker again —
+// not the free one the cursor points at — and reads its reservation: a
+// node compares it with what it acknowledged for that worker, which is how
+// a restore of the coordinator shows.
+func EndedSessionWorkerTakenAgain(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	c := cl.Connect(t, sysClock)
+	n := Node("a")
+	spec := Spec("ended", 3)
+	l := mustAcquire(t, c, spec, n)
+	mustReserve(t, l, 1000, n)
+	cl.Expire(t, l)
+	waitDone(t, l, 3*cl.TTL())
+	l2 := mustAcquire(t, c, spec, n)
+	if l2.Slot() != l.Slot() || l2.ReadReserved() != 1000 {
+		t.Fatalf("after the expiry the coordinator took %s reading reservation %d; want its old %s reading 1000",
+			l2.Slot(), l2.ReadReserved(), l.Slot())
+	}
 }
 
 // ReserveNeverLowers: a smaller until keeps the reservation.
