@@ -568,7 +568,10 @@ func (c *Client) fetch(ctx context.Context, count int, refill bool) (fetched, er
 		c.stats.fetchErrors.Add(1)
 		var stop bool
 		if stop, last = c.failed(ctx, ep, err, ran, missed, cut, &notFound); stop {
-			if err := callerDone(ctx); err != nil {
+			// The caller's deadline ended the round: its error, unless the
+			// node answered with its reason, if only as the deadline
+			// passed (the answer is there, and it says why).
+			if err := callerDone(ctx); err != nil && Reason(last) == firnv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
 				return fetched{}, err
 			}
 			return fetched{}, last

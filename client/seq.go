@@ -526,6 +526,29 @@ type seqTry struct {
 	anyN    int           // endpoints asked for a key without a known owner
 	at      time.Time     // not asked again before
 	last    error         // the last refusal
+	// reasoned is the last refusal that named its reason: it wins over
+	// an attempt the caller's own deadline cut short (that says nothing
+	// new).
+	reasoned error
+}
+
+// lastRefusal is what a call (or item) the caller's context ended is
+// told besides: the owner's last refusal that named its reason, else the
+// last refusal (nil: none).
+func (t *seqTry) lastRefusal() error {
+	if t.reasoned != nil {
+		return t.reasoned
+	}
+	return t.last
+}
+
+// seqCallerDone is the error of a call whose context ended (done, as
+// callerDone says): with the owner's last refusal when there was one.
+func seqCallerDone(done error, t *seqTry) error {
+	if last := t.lastRefusal(); last != nil {
+		return fmt.Errorf("%w (last refusal: %w)", done, last)
+	}
+	return done
 }
 
 // seqAfter decides what follows err, the refusal at addr (of class
@@ -534,6 +557,9 @@ type seqTry struct {
 // (err itself, or why a redirect cannot be followed).
 func (c *Client) seqAfter(t *seqTry, key []byte, addr string, err error, next seqNext) (wait time.Duration, stop error) {
 	t.last = err
+	if Reason(err) != firnv1.ErrorReason_ERROR_REASON_UNSPECIFIED && next != seqRedirect {
+		t.reasoned = err
+	}
 	if next == seqRedirect {
 		c.seq.redirects.Add(1)
 		c.seqKick()
@@ -640,8 +666,14 @@ func (c *Client) seqDo(ctx context.Context, key []byte, call func(ctx context.Co
 		if c.closing() {
 			return ErrClosed
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if done := callerDone(ctx); done != nil {
+			// The caller's deadline ended the attempt (or passed as it
+			// failed): the owner's last refusal (this attempt's, when the
+			// node answered with its reason) says why.
+			if Reason(err) != firnv1.ErrorReason_ERROR_REASON_UNSPECIFIED {
+				t.reasoned = &EndpointError{Endpoint: addr, Err: err}
+			}
+			return seqCallerDone(done, &t)
 		}
 		next := seqClassify(ctx, err)
 		err = &EndpointError{Endpoint: addr, Err: err}
@@ -659,7 +691,7 @@ func (c *Client) seqDo(ctx context.Context, key []byte, call func(ctx context.Co
 			if c.closing() {
 				return ErrClosed
 			}
-			return ctx.Err()
+			return seqCallerDone(ctx.Err(), &t)
 		}
 	}
 }
@@ -883,11 +915,15 @@ func (c *Client) NextSeqs(ctx context.Context, items []SeqItem) ([]SeqResult, er
 					err, next := errs[k], seqFinal
 					if err != nil {
 						next = seqClassify(ctx, err)
-						if next != seqRetry && ctx.Err() != nil {
+						reasoned := Reason(err) != firnv1.ErrorReason_ERROR_REASON_UNSPECIFIED
+						if callerDone(ctx) != nil && (next != seqRetry || !reasoned) {
 							// The caller's deadline ended this chunk: its
 							// items carry it (below), the other chunks'
 							// served items stay the caller's.
 							tries[i].last = &EndpointError{Endpoint: ch.addr, Err: err}
+							if reasoned {
+								tries[i].reasoned = tries[i].last
+							}
 							out[i] = SeqResult{}
 							later = append(later, i)
 							continue
@@ -922,7 +958,7 @@ func (c *Client) NextSeqs(ctx context.Context, items []SeqItem) ([]SeqResult, er
 		if len(pending) == 0 {
 			break
 		}
-		if ctx.Err() != nil {
+		if callerDone(ctx) != nil {
 			break
 		}
 		first := tries[pending[0]].at
@@ -939,11 +975,11 @@ func (c *Client) NextSeqs(ctx context.Context, items []SeqItem) ([]SeqResult, er
 		}
 	}
 	for _, i := range pending { // the caller's context ended
-		err := ctx.Err()
-		if last := tries[i].last; last != nil {
-			err = fmt.Errorf("%w (last refusal: %w)", err, last)
+		done := callerDone(ctx)
+		if done == nil {
+			done = ctx.Err()
 		}
-		out[i] = SeqResult{Err: err}
+		out[i] = SeqResult{Err: seqCallerDone(done, &tries[i])}
 	}
 	return out, nil
 }

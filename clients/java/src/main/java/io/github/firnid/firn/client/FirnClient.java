@@ -753,6 +753,29 @@ public final class FirnClient implements AutoCloseable {
   private long retryAt = Long.MIN_VALUE;
 
   private void refillLoop() {
+    try {
+      refill();
+    } finally {
+      // A refill answered as close ran, which the refiller did not take:
+      // its IDs are never handed out.
+      for (Object ev; (ev = events.poll()) != null; ) {
+        if (ev instanceof FetchResult res) {
+          dropUnserved(res);
+        }
+      }
+    }
+  }
+
+  /** Counts the IDs of a refill that is never delivered (the client closed) dropped. */
+  private void dropUnserved(FetchResult res) {
+    if (res.err == null && res.f != null) {
+      for (Run r : res.f.runs) {
+        dropped.addAndGet(r.count());
+      }
+    }
+  }
+
+  private void refill() {
     rBatch = minBatch;
     lastMono = mono();
     long nextTick = mono() + tickLen;
@@ -778,6 +801,9 @@ public final class FirnClient implements AutoCloseable {
         return;
       }
       if (ev == STOP || closing) {
+        if (ev instanceof FetchResult res) {
+          dropUnserved(res);
+        }
         return;
       }
       if (ev == KICK) {
@@ -895,6 +921,9 @@ public final class FirnClient implements AutoCloseable {
             res = new FetchResult(null, FirnException.local(Reason.ERROR_REASON_UNSPECIFIED, "client: " + e), born, count);
           }
           events.offer(res);
+          if (closing && events.remove(res)) {
+            dropUnserved(res); // the refiller may have ended: no one else takes it
+          }
         });
       } catch (java.util.concurrent.RejectedExecutionException e) {
         return; // closing
@@ -906,6 +935,7 @@ public final class FirnClient implements AutoCloseable {
     long m = mono();
     synchronized (mu) {
       if (closedLocked) {
+        dropUnserved(res); // arrived after close dropped the buffer
         return;
       }
       if (res.err != null) {

@@ -911,6 +911,63 @@ public class FirnClientTest {
     }
   }
 
+  // A refill whose answer reached the client as close runs, before the
+  // refiller delivered it, is never handed out: its IDs are counted
+  // dropped, as the buffered ones are (every ID fetched is handed out once
+  // or counted), as the Go client does.
+  @Test
+  public void refillAnsweredAsCloseRunsIsCountedDropped() throws Exception {
+    try (FakeNode node = new FakeNode(1000)) {
+      node.delayMs = 300; // the refill is in flight a while
+      FirnClient c = FirnClient.builder().endpoints(node.addr()).healthCheck(false)
+          .maxAge(Duration.ofMinutes(1)).build();
+      java.lang.reflect.Field muF = FirnClient.class.getDeclaredField("mu");
+      java.lang.reflect.Field execF = FirnClient.class.getDeclaredField("exec");
+      java.lang.reflect.Field refillF = FirnClient.class.getDeclaredField("refillThread");
+      muF.setAccessible(true);
+      execF.setAccessible(true);
+      refillF.setAccessible(true);
+      Object mu = muF.get(c);
+      AtomicLong handedOut = new AtomicLong();
+      Thread caller = new Thread(() -> {
+        try {
+          c.next(Duration.ofSeconds(30));
+          handedOut.incrementAndGet();
+        } catch (FirnException e) {
+          // closed
+        }
+      });
+      caller.start();
+      while (node.rangeCalls.get() == 0) { // the refill's attempt has started
+        Thread.sleep(1);
+      }
+      synchronized (mu) {
+        // The answer arrives; the fetch thread then waits for the lock to
+        // end its attempt, and close runs before the refiller delivers.
+        for (;;) {
+          boolean blocked = false;
+          for (Thread t : Thread.getAllStackTraces().keySet()) {
+            if (t.getName().startsWith("firn-client-fetch-") && t.getState() == Thread.State.BLOCKED) {
+              blocked = true;
+            }
+          }
+          if (blocked) {
+            break;
+          }
+          Thread.sleep(1);
+        }
+        c.close();
+      }
+      caller.join();
+      ((Thread) refillF.get(c)).join();
+      assertTrue(((java.util.concurrent.ExecutorService) execF.get(c)).awaitTermination(30, TimeUnit.SECONDS));
+      long fetched = node.counter.get() - 1000;
+      assertTrue("the refill fetched nothing", fetched > 0);
+      assertEquals("after close: fetched " + fetched + ", handed out " + handedOut.get() + ": " + c.stats(),
+          fetched, handedOut.get() + (Long) c.stats().get("dropped"));
+    }
+  }
+
   private static FirnException expect(Reason want, Runnable r) {
     try {
       r.run();
