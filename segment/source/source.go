@@ -622,7 +622,7 @@ func (s *Source) poll(ctx context.Context) {
 	if s.known.Seq <= rec.State.Seq { // a claim may have written since the read began
 		s.known, s.last = rec.State.Mark(), rec.State
 	}
-	confirmed := false
+	confirmed, dropped := false, false
 	for len(s.pending) > 0 && s.pending[0].at <= began {
 		p := s.pending[0]
 		s.pending = s.pending[1:]
@@ -635,6 +635,7 @@ func (s *Source) poll(ctx context.Context) {
 		if !rec.State.Holds(p.mark) {
 			s.lost += p.r.Len()
 			s.stats.Dropped += p.r.Len()
+			dropped = true
 			s.cfg.Log.Warn("segment claim not confirmed: the counter's history no longer shows it (a bump, or many writes since); its IDs are skipped",
 				"generator", s.cfg.Spec.Generator, "range", p.r.String(), "seq", p.mark.Seq)
 			continue
@@ -653,6 +654,11 @@ func (s *Source) poll(ctx context.Context) {
 		// The definition used up, and the last settling claim dropped.
 		s.signalLocked()
 		s.told, tell = true, u
+	} else if dropped {
+		// A take waiting for the dropped claim looks again: with the
+		// definition used up no claim brings more, and it is refused
+		// with that cause now, not at its deadline.
+		s.signalLocked()
 	}
 	s.mu.Unlock()
 	if s.cfg.Notify != nil && (confirmed || tell != nil) {
@@ -873,6 +879,49 @@ func (s *Source) raiseMarkerLocked(ctx context.Context, err error) {
 	}()
 }
 
+// markAtStop answers a hand-back refused for a restore (err) as a read
+// of the claim loop would: a counter whose history lacks this node's
+// write is written as the restore marker, and a standing marker that
+// records a lower next than this node saw is raised to it
+// (raiseMarkerLocked). A stopping node reads no more: without this, the
+// restore it found, or what it saw, is lost with it, and the bump the
+// marker asks for (or no marker at all) lets the counter give out again
+// IDs this node handed out. It reports whether err was such a refusal.
+func (s *Source) markAtStop(ctx context.Context, err error) bool {
+	var rb *coordinator.CounterRolledBackError
+	var re *coordinator.RestoredError
+	isRB, isRE := errors.As(err, &rb), errors.As(err, &re) && re.Evidence.Counter
+	if !isRB && !isRE {
+		return false
+	}
+	if s.cfg.Mark == nil {
+		return true
+	}
+	s.mu.Lock()
+	// The hand-backs before may have lowered the counter's next below
+	// IDs this node handed out: what it claimed counts too.
+	seen := int64(min(max(s.known.Next, s.above), math.MaxInt64))
+	s.mu.Unlock()
+	wall, _ := s.cfg.Clock.Now()
+	var ev coordinator.RestoreEvidence
+	if isRB {
+		ev = rb.Evidence(s.cfg.Node, wall)
+		ev.Acked = max(ev.Acked, seen)
+	} else {
+		if seen <= re.Evidence.Acked {
+			return true
+		}
+		ev = coordinator.RestoreEvidence{Generator: s.cfg.Spec.Generator, Acked: seen, Shown: re.Evidence.Shown, At: wall, Node: s.cfg.Node, Counter: true}
+	}
+	if merr := s.cfg.Mark(ctx, ev); merr != nil {
+		s.cfg.Log.Error("restore marker not written at stop", "generator", s.cfg.Spec.Generator, "next", ev.Acked, "err", merr)
+	} else {
+		s.cfg.Log.Error("segment counter restore found at stop: the restore marker is written; no node claims until `firn coordinator bump`",
+			"generator", s.cfg.Spec.Generator, "err", err)
+	}
+	return true
+}
+
 // sizeLocked is the next claim's size: the IDs the measured rate takes in
 // Interval, within [MinStep, MaxStep]. The rate is smoothed over windows
 // of at least a tenth of Interval.
@@ -999,6 +1048,7 @@ func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
 		failed = doubt.Range.Len() // its reply was lost: if it landed, it is lost
 	}
 	var errs []error
+	marked := false // a restore this stop found is marked once
 	for i := len(segs) - 1; i >= 0; i-- {
 		r := segs[i].r
 		var dropped uint64
@@ -1025,6 +1075,9 @@ func (s *Source) Stop(ctx context.Context, handBack bool) (uint64, error) {
 		if err != nil {
 			failed += r.Len()
 			errs = append(errs, fmt.Errorf("hand-back of %v: %w", r, err))
+			if !marked {
+				marked = s.markAtStop(ctx, err)
+			}
 			continue
 		}
 		known = rec.State.Mark()

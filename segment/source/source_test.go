@@ -812,3 +812,167 @@ func TestServesAgainAfterFailedClaimsWithNoTakes(t *testing.T) {
 		}
 	})
 }
+
+// TestUsedUpTakeRefusedWhenSettlingClaimDropped: the definition is used
+// up (max 200) while the source holds 99 confirmed IDs and its last claim
+// [101, 200] settles; a take of 150 waits for that claim. A bump before
+// the claim's confirming read starts the counter's history again, so the
+// read drops the claim (skipped): no claim can bring more, and the
+// waiting take must be refused then with the cause (used up), not left
+// waiting until its deadline and refused as a deadline.
+func TestUsedUpTakeRefusedWhenSettlingClaimDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		c := store.Connect(clockguard.NewSystem())
+		defer c.Close()
+		small := coordinator.CounterSpec{Generator: "small", Definition: segment.Definition{Start: 1, Max: 200}}
+		s := newSource(t, c, func(cfg *source.Config) {
+			cfg.Spec = small
+			cfg.PollEvery, cfg.Settle, cfg.FirstStep = time.Second, 2*time.Second, 100
+		})
+		take(t, s, 1) // t = 2 s: [1, 100] confirmed, 99 held
+		type result struct {
+			err error
+			at  time.Time
+		}
+		waiting := make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := s.Take(ctx, 150, nil) // a claim [101, 200] covers it
+			waiting <- result{err, time.Now()}
+		}()
+		time.Sleep(500 * time.Millisecond) // t = 2.5 s: the take's claim made
+		if st := s.Stats(); st.Settling != 100 || st.Available != 99 {
+			t.Fatalf("stats %+v: want 99 held and [101, 200] settling", st)
+		}
+		if _, err := s.Take(context.Background(), 250, nil); !errors.Is(err, segment.ErrExhausted) {
+			t.Fatalf("take of 250: %v, want used up", err) // the claim that found the definition used up
+		}
+		synctest.Wait()
+		if st := s.Stats(); st.Settling != 100 || st.Available != 99 {
+			t.Fatalf("stats %+v: want 99 held and [101, 200] settling", st)
+		}
+		if _, err := c.BumpCounter(context.Background(), small, 1); err != nil {
+			t.Fatal(err)
+		}
+		bumped := time.Now()
+		time.Sleep(5 * time.Second) // the settling claim's read, and more
+		synctest.Wait()
+		if st := s.Stats(); st.Settling != 0 || st.Dropped != 100 {
+			t.Fatalf("stats %+v: want the settling claim dropped", st)
+		}
+		select {
+		case r := <-waiting:
+			if !errors.Is(r.err, segment.ErrExhausted) {
+				t.Fatalf("take of 150 refused %v after the bump: %v; want used up", r.at.Sub(bumped), r.err)
+			}
+		default:
+			r := <-waiting
+			t.Fatalf("take of 150 still waiting 5 s after its claim was dropped (no claim can come: used up); refused %v after the bump: %v",
+				r.at.Sub(bumped), r.err)
+		}
+	})
+}
+
+// TestStopWritesTheMarkerOfARestoreItFinds: node A claims and hands out
+// IDs 1..10; the coordinator is restored to a snapshot from before, and
+// A is stopped gracefully before its next read. Its hand-back reads the
+// counter and finds the restore (the history lacks A's write): A must
+// write the restore marker as any read that finds one does, or fresh
+// node B claims from the restored counter, finds no marker when its claim
+// settles, and hands out A's IDs again.
+func TestStopWritesTheMarkerOfARestoreItFinds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		snap := store.Snapshot()
+		shared := func(cfg *source.Config) { cfg.PollEvery, cfg.Settle = time.Second, 2*time.Second }
+		ca, cb := store.Connect(clockguard.NewSystem()), store.Connect(clockguard.NewSystem())
+		defer ca.Close()
+		defer cb.Close()
+		a := newSource(t, ca, func(cfg *source.Config) { shared(cfg); cfg.Node.Name, cfg.Mark = "a", ca.MarkRestored })
+		issuedA := take(t, a, 10) // t = 2 s: the first claim settled
+		polls := a.Stats().Polls
+		store.Restore(snap)
+		_, err := a.Stop(context.Background(), true)
+		if a.Stats().Polls != polls {
+			t.Fatalf("A read the counter between the restore and its stop")
+		}
+		if !errors.Is(err, coordinator.ErrRolledBack) {
+			t.Fatalf("A's stop: %v, want the hand-back refused as a restore", err)
+		}
+		synctest.Wait()
+		b := newSource(t, cb, func(cfg *source.Config) { shared(cfg); cfg.Node.Name, cfg.Mark = "b", cb.MarkRestored })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		runs, err := b.Take(ctx, 10, nil)
+		for _, r := range runs {
+			for _, q := range issuedA {
+				if r.First <= q.Last && q.First <= r.Last {
+					t.Errorf("B handed out %v, overlapping %v that A handed out before the restore A's stop found", r, q)
+				}
+			}
+		}
+		if err == nil || !errors.Is(err, coordinator.ErrRestored) {
+			t.Fatalf("B's take after A's stop found the restore: %v, want RESTORE (the marker A writes)", err)
+		}
+	})
+}
+
+// TestStopRaisesTheMarkerOfANodeThatSawMore: as
+// TestMarkerRaisedByANodeThatSawMore, but B is stopped gracefully after A
+// wrote the marker (recording the lower next A saw) and before B's next
+// read: B's hand-back is refused by the marker, and B must raise it to
+// what it saw, or the bump the marker asks for lies below IDs B handed out
+// and a fresh node hands them out again.
+func TestStopRaisesTheMarkerOfANodeThatSawMore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New(memory.Config{})
+		ca, cb, cd, cop := store.Connect(clockguard.NewSystem()), store.Connect(clockguard.NewSystem()), store.Connect(clockguard.NewSystem()), store.Connect(clockguard.NewSystem())
+		defer ca.Close()
+		defer cb.Close()
+		defer cd.Close()
+		defer cop.Close()
+		shared := func(cfg *source.Config) { cfg.PollEvery, cfg.Settle = time.Second, 2*time.Second }
+		a := newSource(t, ca, func(cfg *source.Config) { shared(cfg); cfg.Node.Name, cfg.Mark = "a", ca.MarkRestored })
+		take(t, a, 1) // t = 2 s: A's first claim settled
+		snap := store.Snapshot()
+		take(t, a, 600) // A claims again: writes the snapshot lacks
+		synctest.Wait()
+		ca.Faults().SetAvailability(memory.OpAll, memory.Refusing) // A cannot read for a while
+		b := newSource(t, cb, func(cfg *source.Config) { shared(cfg); cfg.Node.Name, cfg.Mark = "b", cb.MarkRestored })
+		issuedB := take(t, b, 10) // B's claim, above A's, settled
+		polls := b.Stats().Polls
+		store.Restore(snap)
+		ca.Faults().SetAvailability(memory.OpAll, memory.Available)
+		time.Sleep(300 * time.Millisecond) // A has read and written the marker; B has not read
+		synctest.Wait()
+		var re *coordinator.RestoredError
+		if _, err := cop.ReadCounter(context.Background(), spec); !errors.As(err, &re) || re.Evidence.Node.Name != "a" {
+			t.Fatalf("read after the restore: %v, want A's restore marker", err)
+		}
+		if b.Stats().Polls != polls {
+			t.Fatalf("B read the counter after the restore")
+		}
+		if _, err := b.Stop(context.Background(), true); !errors.Is(err, coordinator.ErrRestored) {
+			t.Fatalf("B's stop: %v, want its hand-back refused by the marker", err)
+		}
+		if _, err := cop.ReadCounter(context.Background(), spec); !errors.As(err, &re) {
+			t.Fatalf("read after B's stop: %v, want the restore marker", err)
+		}
+		// The operator bumps by what the marker asks for.
+		by := coordinator.CounterMinBump(spec, segment.Counter{Next: uint64(re.Evidence.Shown)}, &re.Evidence)
+		if res, err := cop.BumpCounter(context.Background(), spec, by); err != nil || res.Cleared == nil {
+			t.Fatalf("bump by %d: %+v %v", by, res, err)
+		}
+		d := newSource(t, cd, func(cfg *source.Config) { shared(cfg); cfg.Node.Name, cfg.Mark = "d", cd.MarkRestored })
+		for _, r := range take(t, d, 2000) {
+			for _, q := range issuedB {
+				if r.First <= q.Last && q.First <= r.Last {
+					t.Errorf("D handed out %v after the bump by %d (marker: node %q saw next %d), overlapping %v that B handed out before the restore",
+						r, by, re.Evidence.Node.Name, re.Evidence.Acked, q)
+				}
+			}
+		}
+	})
+}
