@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -182,7 +181,11 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	sc := s.plan()
 	var waiting []coordinator.Slot
 	if s.marker == nil {
-		sc.Retake, waiting = c.retakeSlots(spec, s, node)
+		cur := c.currentLease()
+		sc.Retake, waiting = c.ended.Sort(spec, node, func(slot coordinator.Slot) coordinator.EndedOwner {
+			o, owned := s.owners[slot.Key()]
+			return coordinator.EndedOwner{Owned: owned, Instance: o.rec.Instance, Current: owned && cur != 0 && o.lease == cur}
+		})
 	}
 	cands, err := coordinator.Plan(spec, node, sc, now)
 	if err != nil {
@@ -199,8 +202,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 			// lease's worker, and the comparison a restore shows in,
 			// untaken: wait for its owner key to go (or to age into a
 			// take-back) instead.
-			return nil, unavailable("acquire", fmt.Errorf("%s of an ended etcd lease of this node is still held by that lease's owner key: "+
-				"waiting for etcd to expire the lease, to take the worker again before any other", waiting[0]))
+			return nil, unavailable("acquire", coordinator.WaitingErr(waiting[0]))
 		}
 		l, err := c.take(ctx, k, s, spec, sess, cand, hb)
 		if err == nil {
@@ -318,7 +320,7 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 	}
 	c.endTake(ownerKey, rev) // held from here on, before the lease can end
 	registered = true
-	c.forgetLost(spec.Generator, cand.slot)
+	c.ended.Forget(spec.Generator, cand.slot)
 	l := newLease(c, spec, k, cand.slot, sess, guardLease, rev, res, s.floor.value, s.pin.Incarnation)
 	c.log.Info("worker acquired", "generator", spec.Generator, "slot", cand.slot.String(),
 		"reserved", res.value, "floor", l.Floor(), "revision", rev, "take_back", cand.takeBack != nil, "again", pc.Kind == coordinator.Retake)
@@ -505,70 +507,18 @@ func (c *Coordinator) deleteOwner(ctx context.Context, ownerKey string, rev int6
 	_, _ = c.cli.Txn(cctx).If(ownerGuard(ownerKey, rev, lease)...).Then(clientv3.OpDelete(ownerKey)).Commit()
 }
 
-// markLost remembers slot of generator as held by a lease whose etcd lease
-// ended: the comparison a restore shows in is made on the worker the node
-// acknowledged, so the node takes it again before any other.
-func (c *Coordinator) markLost(generator string, slot coordinator.Slot) {
+// currentLease is the ID of the etcd lease this coordinator holds now (0:
+// none, or it ended), without granting one.
+func (c *Coordinator) currentLease() clientv3.LeaseID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.lost == nil {
-		c.lost = map[string]map[coordinator.Slot]bool{}
+	if c.sess == nil {
+		return 0
 	}
-	if c.lost[generator] == nil {
-		c.lost[generator] = map[coordinator.Slot]bool{}
+	select {
+	case <-c.sess.done:
+		return 0
+	default:
+		return c.sess.id
 	}
-	c.lost[generator][slot] = true
-}
-
-func (c *Coordinator) forgetLost(generator string, slot coordinator.Slot) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if m := c.lost[generator]; m != nil {
-		delete(m, slot)
-		if len(m) == 0 {
-			delete(c.lost, generator)
-		}
-	}
-}
-
-// retakeSlots sorts the lost slots of spec's generator (markLost) by the
-// scan: those free are for the plan to take again first (Retake); those
-// whose owner key of an ended etcd lease of this instance is still there
-// (etcd has not expired that lease yet, or a restored etcd brought it
-// back) are waiting: the plan may take such a key back as ours and stale,
-// and until one of the two happens acquireOnce takes no free worker.
-// Slots outside the spec, owned by another instance, or by the current
-// etcd lease, are forgotten.
-func (c *Coordinator) retakeSlots(spec coordinator.Spec, s *scanned, node coordinator.NodeInfo) (retake, waiting []coordinator.Slot) {
-	c.mu.Lock()
-	var slots []coordinator.Slot
-	for slot := range c.lost[spec.Generator] {
-		slots = append(slots, slot)
-	}
-	var cur clientv3.LeaseID
-	if c.sess != nil {
-		select {
-		case <-c.sess.done:
-		default:
-			cur = c.sess.id
-		}
-	}
-	c.mu.Unlock()
-	sort.Slice(slots, func(i, j int) bool { return spec.Index(slots[i]) < spec.Index(slots[j]) })
-	for _, slot := range slots {
-		if !spec.Contains(slot) {
-			c.forgetLost(spec.Generator, slot)
-			continue
-		}
-		if o, owned := s.owners[slot.Key()]; owned {
-			if o.rec.Instance != node.InstanceID || (cur != 0 && o.lease == cur) {
-				c.forgetLost(spec.Generator, slot) // someone else's now, or this lease's
-				continue
-			}
-			waiting = append(waiting, slot)
-			continue
-		}
-		retake = append(retake, slot)
-	}
-	return retake, waiting
 }

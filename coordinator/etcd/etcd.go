@@ -46,9 +46,8 @@ type Coordinator struct {
 	// lost) and is deleted by the next Acquire.
 	held    map[string]int64
 	pending map[string]int
-	// lost: per generator, the slots of leases whose etcd lease ended
-	// (see newLease); the next acquisition takes them again first.
-	lost map[string]map[coordinator.Slot]bool
+	// ended: the slots of leases whose etcd lease ended (see newLease).
+	ended coordinator.EndedSlots
 
 	peersOnce  sync.Once
 	peersReady chan struct{}

@@ -41,7 +41,7 @@ func newLease(c *Coordinator, spec coordinator.Spec, k keys, slot coordinator.Sl
 		select {
 		case <-sess.done:
 			if !l.IsDone() {
-				c.markLost(spec.Generator, slot)
+				c.ended.Add(spec.Generator, slot)
 			}
 			l.Finish("etcd lease ended")
 		case <-c.bg.Done():

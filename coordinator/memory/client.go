@@ -44,7 +44,7 @@ type Client struct {
 	mu     sync.Mutex // never held across a wait, nor while taking s.mu
 	sess   *session
 	held   map[heldKey]*lease
-	ended  map[string]map[coordinator.Slot]bool // generator: slots of leases whose session ended, taken again first
+	ended  coordinator.EndedSlots // slots of leases whose session ended
 	closed bool
 	thaw   chan struct{} // non-nil while frozen; closed by Thaw
 	wg     sync.WaitGroup
@@ -341,13 +341,7 @@ func (c *Client) sessionLost(s *session, why string) {
 		if l.sess == s {
 			ls = append(ls, l)
 			if !l.IsDone() {
-				if c.ended == nil {
-					c.ended = map[string]map[coordinator.Slot]bool{}
-				}
-				if c.ended[l.Spec().Generator] == nil {
-					c.ended[l.Spec().Generator] = map[coordinator.Slot]bool{}
-				}
-				c.ended[l.Spec().Generator][l.Slot()] = true
+				c.ended.Add(l.Spec().Generator, l.Slot())
 			}
 		}
 	}
@@ -540,7 +534,10 @@ func (c *Client) acquireOnce(ctx context.Context, spec coordinator.Spec, node co
 		sc := g.scan()
 		var waiting []coordinator.Slot
 		if g.marker == nil {
-			sc.Retake, waiting = c.retakeSlotsLocked(spec, g, sess.id, node)
+			sc.Retake, waiting = c.ended.Sort(spec, node, func(slot coordinator.Slot) coordinator.EndedOwner {
+				o, owned := g.owners[slot]
+				return coordinator.EndedOwner{Owned: owned, Instance: o.rec.Instance, Current: owned && o.session == sess.id}
+			})
 		}
 		cands, err := coordinator.Plan(spec, node, sc, wall)
 		if err != nil {
@@ -549,15 +546,14 @@ func (c *Client) acquireOnce(ctx context.Context, spec coordinator.Spec, node co
 		if len(waiting) > 0 && cands[0].Kind == coordinator.Free {
 			// As on etcd and ZooKeeper: the comparison a restore shows
 			// in is made on the worker the node acknowledged.
-			return unavailable("acquire", fmt.Errorf("%s of an ended session of this client is still held by that session's owner record: "+
-				"waiting for it to expire, to take the worker again before any other", waiting[0]))
+			return unavailable("acquire", coordinator.WaitingErr(waiting[0]))
 		}
 		l = c.takeLocked(spec, g, sess, cands[0], coordinator.Heartbeat{Node: node, Wall: wall})
 		if c.lost(OpAcquire) {
 			return unavailable("acquire", errReplyLost) // taken, but no lease knows it: a stray
 		}
 		c.register(l)
-		c.forgetEnded(spec.Generator, l.Slot())
+		c.ended.Forget(spec.Generator, l.Slot())
 		return nil
 	})
 	if errors.Is(err, errSessionGone) {
@@ -570,48 +566,6 @@ func (c *Client) acquireOnce(ctx context.Context, spec coordinator.Spec, node co
 	c.log.Info("worker acquired", "generator", spec.Generator, "slot", l.Slot().String(),
 		"reserved", l.ReadReserved(), "floor", l.Floor(), "token", l.token)
 	return l, nil
-}
-
-// retakeSlotsLocked sorts the slots of leases of this client whose
-// session ended: free ones are for the plan to take again first; those
-// whose owner record of the ended session (and this instance) is still
-// there are waiting. Slots outside the spec, or owned by another instance
-// or by session sess, are forgotten. The store's lock is held.
-func (c *Client) retakeSlotsLocked(spec coordinator.Spec, g *genState, sess int64, node coordinator.NodeInfo) (retake, waiting []coordinator.Slot) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	lost := c.ended[spec.Generator]
-	keys := make([]coordinator.Slot, 0, len(lost))
-	for slot := range lost {
-		keys = append(keys, slot)
-	}
-	sort.Slice(keys, func(i, j int) bool { return spec.Index(keys[i]) < spec.Index(keys[j]) })
-	for _, slot := range keys {
-		o, owned := g.owners[slot]
-		switch {
-		case !spec.Contains(slot), owned && (o.rec.Instance != node.InstanceID || o.session == sess):
-			delete(lost, slot)
-		case owned:
-			waiting = append(waiting, slot)
-		default:
-			retake = append(retake, slot)
-		}
-	}
-	if len(lost) == 0 {
-		delete(c.ended, spec.Generator)
-	}
-	return retake, waiting
-}
-
-func (c *Client) forgetEnded(generator string, slot coordinator.Slot) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if m := c.ended[generator]; m != nil {
-		delete(m, slot)
-		if len(m) == 0 {
-			delete(c.ended, generator)
-		}
-	}
 }
 
 // takeLocked takes one candidate: a new owner record bound to sess,

@@ -241,8 +241,8 @@ type candidate struct {
 	pos      uint64 // cursor position; take-backs leave the cursor alone
 	limit    int64  // largest R accepted
 	takeBack *ownerState
-	// again: a slot held in a session this coordinator gave up (see
-	// redial), taken again; it leaves the cursor alone.
+	// again: a slot held in a session of this coordinator that ended
+	// (see sessionEnded), taken again; it leaves the cursor alone.
 	again bool
 }
 
@@ -259,7 +259,10 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	now, _ := c.clock.Now()
 	var retake, waiting []coordinator.Slot
 	if s.marker == nil {
-		retake, waiting = c.retakeSlots(spec, s, node, sid)
+		retake, waiting = c.ended.Sort(spec, node, func(slot coordinator.Slot) coordinator.EndedOwner {
+			o, owned := s.owners[slot.Key()]
+			return coordinator.EndedOwner{Owned: owned, Instance: o.rec.Instance, Current: owned && o.stat.EphemeralOwner == sid}
+		})
 	}
 	scan := s.plan(sid, retake)
 	cands, err := coordinator.Plan(spec, node, scan, now)
@@ -280,8 +283,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 			// session's slot, and the comparison a restore shows in,
 			// untaken: wait for that session's owner node to go (or to
 			// age into a take-back) instead.
-			return nil, unavailable("acquire", fmt.Errorf("%s of an ended session of this node is still held by that session's owner node: "+
-				"waiting for the servers to expire it, to take the worker again before any other", waiting[0]))
+			return nil, unavailable("acquire", coordinator.WaitingErr(waiting[0]))
 		}
 		if pc.Kind == coordinator.Free {
 			if err := ctx.Err(); err != nil {
@@ -302,7 +304,7 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 			return l, nil
 		case errors.Is(err, errLostRace), errors.Is(err, errTooFar):
 			if pc.Kind == coordinator.Retake {
-				c.forgetLost(spec.Generator, pc.Slot)
+				c.ended.Forget(spec.Generator, pc.Slot)
 			}
 			if pc.Kind == coordinator.Free && errors.Is(err, errTooFar) {
 				tooFar++
@@ -316,36 +318,6 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 		return nil, err
 	}
 	return nil, ex
-}
-
-// retakeSlots sorts the slots this coordinator held in a session that
-// ended (an expiry, or redial: the servers kept refusing its client, as a
-// server restored from an older copy of its data does). Those free now
-// are for the plan to take again first (retake), so that the reservation
-// the servers show for them is compared with what the node acknowledged.
-// Those whose owner node of the ended session is still there (the servers
-// have not expired that session yet, or a restored server brought it
-// back) are waiting: the plan may take such a node back as ours and
-// stale, and until one of the two happens acquireOnce takes no other
-// worker. Slots outside the spec, or owned by another instance or by this
-// session, are forgotten.
-func (c *Coordinator) retakeSlots(spec coordinator.Spec, s *scanned, node coordinator.NodeInfo, sid int64) (retake, waiting []coordinator.Slot) {
-	for _, slot := range c.lostSlots(spec.Generator) {
-		if !spec.Contains(slot) {
-			c.forgetLost(spec.Generator, slot)
-			continue
-		}
-		if o, owned := s.owners[slot.Key()]; owned {
-			if o.rec.Instance != node.InstanceID || o.stat.EphemeralOwner == sid {
-				c.forgetLost(spec.Generator, slot) // someone else's now
-				continue
-			}
-			waiting = append(waiting, slot)
-			continue
-		}
-		retake = append(retake, slot)
-	}
-	return retake, waiting
 }
 
 // take acquires one candidate in one multi: the pin's version unchanged,
@@ -527,38 +499,11 @@ func (c *Coordinator) adoptOwner(ctx context.Context, p paths, spec coordinator.
 
 func (c *Coordinator) started(l *lease, cand candidate) *lease {
 	c.register(l)
-	c.forgetLost(l.Spec().Generator, l.Slot())
+	c.ended.Forget(l.Spec().Generator, l.Slot())
 	c.log.Info("worker acquired", "generator", l.Spec().Generator, "slot", l.Slot().String(),
 		"reserved", l.ReadReserved(), "floor", l.Floor(), "session", fmt.Sprintf("%#x", l.session),
 		"take_back", cand.takeBack != nil, "again", cand.again)
 	return l
-}
-
-// lostSlots are the slots of generator held in sessions this coordinator
-// gave up and not taken again since, in (datacenter, worker) order.
-func (c *Coordinator) lostSlots(generator string) []coordinator.Slot {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]coordinator.Slot, 0, len(c.lost[generator]))
-	for s := range c.lost[generator] {
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		return a.Datacenter < b.Datacenter || (a.Datacenter == b.Datacenter && a.Worker < b.Worker)
-	})
-	return out
-}
-
-func (c *Coordinator) forgetLost(generator string, slot coordinator.Slot) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if m := c.lost[generator]; m != nil {
-		delete(m, slot)
-		if len(m) == 0 {
-			delete(c.lost, generator)
-		}
-	}
 }
 
 // addOrphan remembers an owner node an unanswered acquisition may have

@@ -61,9 +61,9 @@ type Coordinator struct {
 	redialing bool  // a new client is being set up
 	leases    map[*lease]struct{}
 	closed    bool
-	ensured   map[string]bool                      // generator paths known to exist
-	orphans   map[string][]byte                    // see addOrphan
-	lost      map[string]map[coordinator.Slot]bool // generator: slots of ended sessions, see sessionEnded
+	ensured   map[string]bool        // generator paths known to exist
+	orphans   map[string][]byte      // see addOrphan
+	ended     coordinator.EndedSlots // slots of leases whose session ended, see sessionEnded
 
 	peersOnce sync.Once
 	peers     *peerWatch
@@ -472,10 +472,8 @@ func (c *Coordinator) awaitConnection(ctx context.Context, next <-chan struct{},
 }
 
 // sessionEnded ends every lease taken in session id and remembers their
-// slots as lost: the next acquisition of their generator takes them again
-// first (Retake), so that what the servers show for each is compared with
-// what this node acknowledged — after a restore the servers may show less,
-// and a node that took another worker instead would never see it.
+// slots (coordinator.EndedSlots): the next acquisition of their generator
+// takes them again first.
 func (c *Coordinator) sessionEnded(id int64, why string) {
 	c.mu.Lock()
 	var ls []*lease
@@ -484,13 +482,7 @@ func (c *Coordinator) sessionEnded(id int64, why string) {
 			continue
 		}
 		ls = append(ls, l)
-		if c.lost == nil {
-			c.lost = map[string]map[coordinator.Slot]bool{}
-		}
-		if c.lost[l.Spec().Generator] == nil {
-			c.lost[l.Spec().Generator] = map[coordinator.Slot]bool{}
-		}
-		c.lost[l.Spec().Generator][l.Slot()] = true
+		c.ended.Add(l.Spec().Generator, l.Slot())
 	}
 	c.mu.Unlock()
 	for _, l := range ls {
