@@ -50,6 +50,15 @@ const (
 	// MaxMembers is how many nodes may serve one sequence generator: the
 	// member slots follow the sections' in the generator's slot space.
 	MaxMembers = 256
+	// benchAfter is how many rounds in a row a node's takes may fail (not
+	// for the coordinator's unavailability: for its own reasons, say its
+	// data dir refusing the takes' marks) while it answers for none of
+	// its sections before it leaves the members
+	// for benchRounds rounds, so that the live members own its share
+	// meanwhile (its keys would otherwise be refused everywhere for as
+	// long as its takes fail); then it joins again and tries.
+	benchAfter  = 5
+	benchRounds = 25
 )
 
 // Config is what a Manager needs.
@@ -253,6 +262,12 @@ type Manager struct {
 	orphans  map[int]coordinator.Lease // leases whose release failed, by section
 	notified string
 	takeErr  error // why the last round's take failed (nil: it did not)
+	// failRounds counts the rounds in a row whose take failed while the
+	// node answered for none of its sections; past benchAfter it leaves
+	// the members until benchUntil (mono), still told benchErr.
+	failRounds int
+	benchUntil time.Duration
+	benchErr   error
 
 	// recMu serialises noteWrite (takes and raises run in two goroutines);
 	// recorded is the highest mark it handed to Record.
@@ -695,6 +710,14 @@ func (m *Manager) tick() {
 			return
 		}
 		m.notify(err)
+		if errors.Is(err, segment.ErrCounter) || errors.Is(err, coordinator.ErrSchemaTooNew) || errors.Is(err, coordinator.ErrLayoutMismatch) {
+			// A record this node cannot read (a newer binary's, say) is
+			// not a coordinator that does not answer: it can raise no
+			// maximum, so its sections and its place among the members
+			// go to the nodes that can; it joins again once it reads it.
+			m.dropAll("the counter does not read here: " + err.Error())
+			m.leave(ctx)
+		}
 		return
 	}
 	m.mu.Lock()
@@ -703,9 +726,13 @@ func (m *Manager) tick() {
 	}
 	m.mu.Unlock()
 	m.confirm(rec.State, readAt)
+	m.mu.Lock()
+	benched := m.mono() < m.benchUntil
+	benchErr := m.benchErr
+	m.mu.Unlock()
 	// The counter is read (and so created, with the pin) before the first
 	// acquisition, which would create the pin alone.
-	if err := m.membership(ctx); err != nil {
+	if err := m.membership(ctx, benched); err != nil {
 		m.notify(err)
 		if errors.Is(err, coordinator.ErrRestored) || errors.Is(err, coordinator.ErrLayoutMismatch) {
 			m.dropAll("restore or pin: " + err.Error())
@@ -731,7 +758,9 @@ func (m *Manager) tick() {
 			nodes[sl.Heartbeat.Node.InstanceID] = sl.Heartbeat.Node
 		}
 	}
-	nodes[m.cfg.Node.InstanceID] = m.cfg.Node
+	if !benched {
+		nodes[m.cfg.Node.InstanceID] = m.cfg.Node
+	}
 	members := make([]string, 0, len(nodes))
 	for id := range nodes {
 		members = append(members, id)
@@ -787,6 +816,25 @@ func (m *Manager) tick() {
 	if errors.Is(terr, coordinator.ErrRolledBack) || errors.Is(terr, coordinator.ErrRestored) {
 		return // restored: notified
 	}
+	if benched {
+		// Out of the members while its takes fail: not ready, naming why.
+		m.notify(&StartingError{Generator: m.cfg.Generator, Err: benchErr})
+		return
+	}
+	m.mu.Lock()
+	// A coordinator that does not answer (or waits, as for an ended
+	// lease's owner record to go) passes: not this node's own failure.
+	if terr != nil && !errors.Is(terr, coordinator.ErrUnavailable) && m.servesNone(assigned) {
+		if m.failRounds++; m.failRounds >= benchAfter {
+			m.failRounds = 0
+			m.benchUntil, m.benchErr = m.mono()+benchRounds*m.cfg.PollEvery,
+				fmt.Errorf("%w (so it left the members for %v, the others serving its share, and joins again then)", terr, benchRounds*m.cfg.PollEvery)
+			m.log.Warn("sequence sections' takes keep failing; leaving the members for a while", "err", terr, "for", benchRounds*m.cfg.PollEvery)
+		}
+	} else {
+		m.failRounds = 0
+	}
+	m.mu.Unlock()
 	m.readyCheck(assigned, owners, terr)
 }
 
@@ -855,8 +903,33 @@ func (m *Manager) ownProcess(n coordinator.NodeInfo) bool {
 	return n.InstanceID == m.cfg.Node.InstanceID && n.StartTime.Equal(m.cfg.Node.StartTime)
 }
 
-// membership holds a member slot and beats it once a second.
-func (m *Manager) membership(ctx context.Context) error {
+// leave gives up the member slot, if held.
+func (m *Manager) leave(ctx context.Context) {
+	m.mu.Lock()
+	l := m.member
+	m.mu.Unlock()
+	if l == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	err := l.Release(rctx, 0)
+	cancel()
+	if err == nil || ended(l) {
+		m.mu.Lock()
+		if m.member == l {
+			m.member = nil
+		}
+		m.mu.Unlock()
+	}
+}
+
+// membership holds a member slot and beats it once a second; benched,
+// it gives the slot up.
+func (m *Manager) membership(ctx context.Context, benched bool) error {
+	if benched {
+		m.leave(ctx)
+		return nil
+	}
 	m.mu.Lock()
 	l := m.member
 	m.mu.Unlock()
