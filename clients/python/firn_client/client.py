@@ -1290,6 +1290,10 @@ class FirnClient:
         self._in_flight -= 1
         self._in_flight_ids -= count
         if self._closed:
+            # A refill answered as close ran is never handed out: counted
+            # dropped, as the buffered IDs are at close.
+            if res is not None:
+                self._stats["dropped"] += sum(r.count for r in res[0])
             return
         if err is not None:
             self._backoff = min(max(2 * self._backoff, _MIN_BACKOFF), _MAX_BACKOFF)
@@ -1454,10 +1458,19 @@ class FirnClient:
                 if o.section < g.sections and _dialable(o.address):
                     owners[o.section] = o.address
             m = (g.sections, owners)
+        gone = []
         with self._seq_lock:
             self._seq_map = _keeping_known(m, self._seq_map)
             self._seq_loaded = True
             self._seq_loaded_at = _mono()
+            # Owners the map no longer names: their connections go (as the
+            # Go and TypeScript clients); a call in flight on one is
+            # retried, routed by the map.
+            named = set(self._seq_map[1]) if self._seq_map is not None else set()
+            for addr in [a for a in self._seq_conns if a not in named]:
+                gone.append(self._seq_conns.pop(addr))
+        for oc in gone:
+            oc.channel.close()
         return True
 
     def _seq_refresh_bg(self):

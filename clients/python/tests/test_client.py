@@ -6,6 +6,7 @@ import grpc
 
 from firn_client import FirnClient, FirnError, Run, fnv1a64
 from firn_client import errors as E
+from firn_client._proto import firn_pb2 as pb
 from firn_client.client import _Batch, _dialable, _keeping_known, _runs_of, _runs_of_indexes, _sort_runs
 
 from .fake import FakeNode, Refuse, status_details
@@ -577,6 +578,118 @@ class NodeTest(unittest.TestCase):
                 await c.close()
         asyncio.run(main())
 
+    def test_refill_answered_as_close_runs_counted_dropped(self):
+        # As the Go, TypeScript and Java clients: a refill whose answer came
+        # back as close() runs is never handed out; its IDs are counted
+        # dropped, as the buffered ones are (every ID fetched is handed out
+        # once or counted). close() runs here after the refill's fetch
+        # returned, before the client delivers its answer.
+        n = self.node()
+        c = FirnClient([n.addr], health=False, max_age=60)
+        try:
+            handed = len(c.next_n(10, 5))  # connected; the buffer filled
+            orig = c._fetch
+
+            def fetch(count, deadline, refill):
+                res = orig(count, deadline, refill)
+                if refill:
+                    c.close()
+                return res
+            c._fetch = fetch
+            delivered = threading.Event()
+            orig_refill = c._refill_fetch
+
+            def refill_fetch(*args):
+                orig_refill(*args)
+                delivered.set()
+            c._refill_fetch = refill_fetch
+            with c._mu:  # the buffer used up: the next call waits for a refill
+                c._retire_locked(c._cur)
+                for q in c._queue:
+                    c._stats["dropped"] += q.size
+                c._queue = []
+            with self.assertRaises(FirnError) as cm:
+                c.next(5)
+            self.assertEqual(cm.exception.reason, "CLOSED")
+            self.assertTrue(delivered.wait(10), "the refill never delivered its answer")
+            st = c.stats()
+            self.assertGreater(st["fetched_ids"], handed)
+            self.assertEqual(st["fetched_ids"], handed + st["dropped"],
+                             "fetched %d, handed out %d, dropped %d: IDs lost uncounted"
+                             % (st["fetched_ids"], handed, st["dropped"]))
+        finally:
+            c.close()
+
+    def test_asyncio_deadline_counts_from_the_call(self):
+        # An awaited call runs in the event loop's executor: one queued
+        # behind calls that hold its threads (here the one thread, held by
+        # a sequence call at a hung owner) ends at its own deadline with
+        # DEADLINE, not its timeout counted from when a thread took it.
+        import asyncio
+        from concurrent.futures import ThreadPoolExecutor
+        from firn_client.aio import AsyncFirnClient
+        n = self.node()
+        n.owners = [n.addr] * 4
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            ex = ThreadPoolExecutor(max_workers=1)
+            loop.set_default_executor(ex)
+            c = AsyncFirnClient([n.addr], generator="chats", health=False)
+            try:
+                self.assertEqual((await c.next_seq("k", 1, 30)).first, 1)  # the map is read
+                n.hang.set()
+                held = asyncio.ensure_future(c.next_seq("k", 1, 30))
+                await asyncio.sleep(0.1)  # the sequence call holds the executor's thread
+                for call in (lambda: c.next_seq("j", 1, 0.2), lambda: c.next(0.2),
+                             lambda: c.next_n(5, 0.2), lambda: c.current_seq("j", 0.2)):
+                    t = asyncio.ensure_future(call())
+                    done, _ = await asyncio.wait({t}, timeout=10)
+                    self.assertIn(t, done, "a call with a 0.2 s timeout still waits after 10 s: "
+                                  "its timeout did not start until a thread took it")
+                    self.assertFalse(held.done())
+                    with self.assertRaises(FirnError) as cm:
+                        t.result()
+                    self.assertEqual(cm.exception.reason, "DEADLINE")
+                n.hang.clear()
+                self.assertEqual((await held).first, 2)
+            finally:
+                n.hang.clear()
+                await c.close()
+                ex.shutdown(wait=False)
+        asyncio.run(main())
+
+    def test_asyncio_close_ends_calls_holding_the_executor(self):
+        # close() ends the calls in flight (CLOSED) also when they hold every
+        # thread of the event loop's executor: it does not queue behind them.
+        import asyncio
+        from concurrent.futures import ThreadPoolExecutor
+        from firn_client.aio import AsyncFirnClient
+        n = self.node()
+        n.owners = [n.addr] * 4
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            ex = ThreadPoolExecutor(max_workers=1)
+            loop.set_default_executor(ex)
+            c = AsyncFirnClient([n.addr], generator="chats", health=False)
+            try:
+                self.assertEqual((await c.next_seq("k", 1, 30)).first, 1)  # the map is read
+                n.hang.set()
+                held = asyncio.ensure_future(c.next_seq("k", 1, 30))
+                await asyncio.sleep(0.1)  # the sequence call holds the executor's thread
+                closing = asyncio.ensure_future(c.close())
+                done, _ = await asyncio.wait({closing}, timeout=10)
+                self.assertIn(closing, done, "close() still waits after 10 s, queued behind the call it should end")
+                with self.assertRaises(FirnError) as cm:
+                    await held
+                self.assertEqual(cm.exception.reason, "CLOSED")
+            finally:
+                n.hang.clear()
+                await c.close()
+                ex.shutdown(wait=False)
+        asyncio.run(main())
+
     def test_split_call_takes_again_what_went_stale(self):
         # next_n takes the buffer's IDs first, then fetches the rest
         # directly; when that fetch outlasts max_age, what it took from the
@@ -759,6 +872,24 @@ class NodeTest(unittest.TestCase):
             for k in keys:
                 self.assertEqual(c.next_seq(k, 1, 5).first, 4)
             self.assertGreater(c.stats()["seq_redirects"], 0)
+
+    def test_seq_map_read_again_closes_connections_to_owners_it_no_longer_names(self):
+        # As the Go and TypeScript clients: an owner that is not an endpoint
+        # gets a connection of its own; once a read of the section map no
+        # longer names it (its sections moved: a pod gone), that connection
+        # is closed, not kept open for the client's life.
+        a, b = self.node(), self.node()
+        a.owners = [b.addr] * 4
+        with FirnClient([a.addr], generator="chats", health=False) as c:
+            self.assertEqual(c.next_seq("k", 1, 5).first, 1)  # routed to b
+            self.assertIn(b.addr, c._seq_conns)
+            conn = c._seq_conns[b.addr]
+            a.owners = [a.addr] * 4  # the sections moved to a
+            self.assertTrue(c._seq_load(time.monotonic() + 5))
+            self.assertEqual(c._seq_map, (4, [a.addr] * 4))
+            self.assertNotIn(b.addr, c._seq_conns, "a connection to an owner the map no longer names kept")
+            with self.assertRaises(ValueError):  # closed
+                conn.stub.Info(pb.InfoRequest(), timeout=5)
 
     def test_seq_moving_retried(self):
         n = self.node()

@@ -1418,6 +1418,7 @@ export class FirnClient {
     await this.seqEnsureMap(b);
     const end = b.deadline ?? now() + SEQ_RETRY_FOR;
     let hint = "", hops = 0, backoff = 0, anyN = 0;
+    let refused: FirnError | undefined; // the last refusal a node answered this call with, its reason named
     for (;;) {
       if (this.closed) throw closedError();
       const addr = this.seqRoute(key, hint, anyN);
@@ -1443,7 +1444,14 @@ export class FirnClient {
       // The deadline ran out: DEADLINE when no answer came; the owner's own
       // refusal when it answered with its reason, if only as the deadline
       // passed (as the ID calls: stopError); a WRONG_NODE answers nothing.
-      if (boundDone(b)) throw err.reason === "WRONG_NODE" ? deadlineError(err) : stopError(b, err);
+      if (boundDone(b)) {
+        const stop = err.reason === "WRONG_NODE" ? deadlineError(err) : stopError(b, err);
+        // The attempt the deadline cut says nothing new: the owner's last
+        // refusal, when it named its reason, says why (as the Go client).
+        if (stop.reason === "DEADLINE" && refused) throw unavailable("the caller's deadline ran out retrying", refused);
+        throw stop;
+      }
+      if (err.reason !== "ERROR_REASON_UNSPECIFIED" && err.reason !== "WRONG_NODE") refused = err;
       const next = seqClassify(err, b);
       if (next === "redirect") {
         this.st.seqRedirects++;
@@ -1477,7 +1485,11 @@ export class FirnClient {
         backoff = Math.min(2 * backoff, SEQ_BACKOFF_MAX);
       }
       if (now() + wait > end) {
-        throw unavailable(`the section's owner cannot answer now, and the wait it asks (${Math.round(wait)}ms) would pass the deadline`, err);
+        // An attempt that ended unanswered (grpc-js may end one a few ms
+        // before the deadline it was sent) says nothing new: the owner's
+        // last refusal that named its reason, if any, says why.
+        const why = err.reason === "ERROR_REASON_UNSPECIFIED" && refused ? refused : err;
+        throw unavailable(`the section's owner cannot answer now, and the wait it asks (${Math.round(wait)}ms) would pass the deadline`, why);
       }
       await this.seqSleep(wait, b);
     }

@@ -619,3 +619,27 @@ for (const maxAgeMs of [undefined, 4000]) test(`a caller whose deadline ends wit
     }
   });
 });
+
+// As the Go client (TestSeqDeadlineKeepsLastRefusal) and the Python one: the
+// owner refused SECTION_MOVING with a short RetryInfo, then did not answer
+// the retry before the caller's deadline. The caller is told the owner's
+// last refusal, not a bare DEADLINE: every refusal says why.
+test("a sequence call whose retry the deadline cuts keeps the owner's last refusal", async () => {
+  await withNodes(1, async ([a]) => {
+    a.generators = [{ name: "chats", kind: "seq", sections: 1, section_owners: [{ section: 0, address: a.addr, serving: true }] }];
+    let calls = 0;
+    a.handlers.NextSeq = () => {
+      calls++;
+      if (calls === 1) throw firnError(grpc.status.UNAVAILABLE, "section 0 moves", "SECTION_MOVING", 20);
+      return new Promise(() => {}); // no answer: the caller's deadline ends the attempt
+    };
+    const c = new FirnClient({ endpoints: [a.addr], generator: "chats", health: false, callTimeoutMs: 5000 });
+    try {
+      const e = await rejects(c.nextSeq("chat:42", 1, { deadlineMs: 500 }));
+      assert.ok(calls >= 2, `owner asked ${calls} times, want the refusal retried`);
+      assert.equal(e.reason, "SECTION_MOVING", `want the owner's last refusal, got ${e.reason}: ${e.message}`);
+    } finally {
+      await c.close();
+    }
+  });
+});
