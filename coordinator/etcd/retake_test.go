@@ -1,6 +1,7 @@
 package etcd_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -49,6 +50,51 @@ func TestEndedLeaseWorkerTakenAgain(t *testing.T) {
 	t.Logf("acquired %s %v after the session ended", l2.Slot(), time.Since(start).Round(time.Millisecond))
 	if l2.Slot() != l.Slot() || l2.ReadReserved() != 1000 {
 		t.Fatalf("after the session ended the coordinator took %s reading reservation %d; want its old %s reading 1000",
+			l2.Slot(), l2.ReadReserved(), l.Slot())
+	}
+}
+
+// TestLeaseEndedNoticedByAWriteTakenAgain: etcd ends the lease behind a
+// holding (expired while the process was paused; here revoked), and the
+// holder's next write notices it first — its fence fails — before the
+// coordinator's keepalive learns the lease is gone. The worker is still
+// the one the node acknowledged: the next acquisition takes it again,
+// reading the reservation the node compares with what it acknowledged,
+// as when the keepalive notices first (TestEndedLeaseWorkerTakenAgain),
+// not the free worker the cursor points at.
+func TestLeaseEndedNoticedByAWriteTakenAgain(t *testing.T) {
+	srv := etcdtest.StartEmbedded(t)
+	cfg := quietConfig(srv.Endpoints, "endedwrite")
+	cfg.Timing.LeaseTTL = testTTL
+	c := newCoord(t, cfg)
+	n := coordtest.Node("endedwrite")
+	spec := coordtest.Spec("endedwrite", 2) // the cursor points at worker 1 after the first take
+	l, err := c.Acquire(ctxFor(t, 20*time.Second), spec, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reserve(ctxFor(t, 10*time.Second), 1000, coordtest.Beat(n)); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := etcd.LeaseID(l)
+	if _, err := c.Client().Revoke(ctxFor(t, 5*time.Second), id); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Reserve(ctxFor(t, 10*time.Second), 2000, coordtest.Beat(n)); !errors.Is(err, coordinator.ErrLeaseLost) {
+		t.Fatalf("Reserve after the etcd lease ended: %v, want ErrLeaseLost", err)
+	}
+	start := time.Now()
+	var l2 coordinator.Lease
+	for deadline := start.Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if l2, err = c.Acquire(ctxFor(t, 10*time.Second), spec, n); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no acquisition after the lease ended: %v", err)
+		}
+	}
+	if l2.Slot() != l.Slot() || l2.ReadReserved() != 1000 {
+		t.Fatalf("after the etcd lease ended (noticed by a write) the coordinator took %s reading reservation %d; want its old %s reading 1000",
 			l2.Slot(), l2.ReadReserved(), l.Slot())
 	}
 }

@@ -392,6 +392,15 @@ func (c *Coordinator) take(ctx context.Context, p paths, s *scanned, spec coordi
 		}
 		next := c.nextHandshake()
 		res, err := c.multi(ctx, ops)
+		if err == nil && c.sid.Load() != sid {
+			// Applied, but on the client of a later session (the one
+			// planned in was given up or expired meanwhile): the owner
+			// node belongs to the current session, and no lease would
+			// hold it. The next scan deletes it; the slot, if lost,
+			// stays to be taken again.
+			c.addOrphan(ownerPath, rec)
+			return nil, coordinator.ErrRescan
+		}
 		if err == nil && resIdx >= 0 {
 			// All ops of a multi share one zxid: the owner node's
 			// creation zxid is the reservation's new Mzxid.
@@ -468,6 +477,9 @@ func (c *Coordinator) confirmTake(ctx context.Context, p paths, spec coordinator
 	if rerr != nil || (oerr != nil && !errors.Is(oerr, zk.ErrNoNode)) {
 		c.addOrphan(ownerPath, rec)
 		return nil, unavailable("acquire: outcome unknown", errors.Join(rerr, oerr))
+	}
+	if oerr == nil && ost.EphemeralOwner != sid && bytes.Equal(odata, rec) {
+		c.addOrphan(ownerPath, rec) // applied in a later session: no lease holds it
 	}
 	if oerr != nil || ost.EphemeralOwner != sid || !bytes.Equal(odata, rec) {
 		return nil, coordinator.ErrRescan // not applied (or applied and already gone)
