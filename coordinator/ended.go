@@ -16,20 +16,22 @@ import (
 // concurrent use.
 type EndedSlots struct {
 	mu sync.Mutex
-	m  map[string]map[Slot]bool
+	m  map[string]map[Slot]int64 // generator: slot: the session it ended in
 }
 
-// Add remembers slot of generator as held by a lease whose session ended.
-func (e *EndedSlots) Add(generator string, slot Slot) {
+// Add remembers slot of generator as held by a lease whose session (the
+// backend's own identity of it: a ZooKeeper session ID, an etcd lease ID)
+// ended.
+func (e *EndedSlots) Add(generator string, slot Slot, session int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.m == nil {
-		e.m = map[string]map[Slot]bool{}
+		e.m = map[string]map[Slot]int64{}
 	}
 	if e.m[generator] == nil {
-		e.m[generator] = map[Slot]bool{}
+		e.m[generator] = map[Slot]int64{}
 	}
-	e.m[generator][slot] = true
+	e.m[generator][slot] = session
 }
 
 // Forget drops slot of generator: taken again, or someone else's now.
@@ -44,26 +46,30 @@ func (e *EndedSlots) Forget(generator string, slot Slot) {
 	}
 }
 
-// EndedOwner is what an acquisition's scan shows of an ended slot's owner.
+// EndedOwner is what an acquisition's scan shows of an ended slot's owner
+// record.
 type EndedOwner struct {
-	Owned    bool   // a live owner record exists
-	Instance string // its instance ID
-	Current  bool   // it belongs to the client's current session
+	Owned   bool  // a live owner record exists
+	Session int64 // the session it is bound to
 }
 
 // Sort sorts the ended slots of spec's generator by what the scan shows
 // of each (owner): free ones are to be taken again first (retake, in
-// spec's slot order); those whose owner record of the ended session
-// carries node's instance ID are waiting — the servers have not expired
-// that session yet, or a restored coordinator brought it back — and until
-// the record goes (or ages into a take-back, which Plan offers) the
-// acquisition takes no free worker. Slots outside spec, owned by another
-// instance or by the current session, are forgotten.
-func (e *EndedSlots) Sort(spec Spec, node NodeInfo, owner func(Slot) EndedOwner) (retake, waiting []Slot) {
+// spec's slot order); those whose owner record is still bound to the very
+// session that ended are waiting — the servers have not expired that
+// session yet, or a restored coordinator brought it back — and until the
+// record goes (or ages into a take-back, which Plan offers) the
+// acquisition takes no free worker. Slots outside spec, or owned in any
+// other session (another node's, this client's current one, or another
+// process of the same instance: a replacement beside the zombie it
+// replaced), are forgotten.
+func (e *EndedSlots) Sort(spec Spec, owner func(Slot) EndedOwner) (retake, waiting []Slot) {
 	e.mu.Lock()
+	ended := make(map[Slot]int64, len(e.m[spec.Generator]))
 	slots := make([]Slot, 0, len(e.m[spec.Generator]))
-	for s := range e.m[spec.Generator] {
+	for s, sess := range e.m[spec.Generator] {
 		slots = append(slots, s)
+		ended[s] = sess
 	}
 	e.mu.Unlock()
 	sort.Slice(slots, func(i, j int) bool { return spec.Index(slots[i]) < spec.Index(slots[j]) })
@@ -75,10 +81,10 @@ func (e *EndedSlots) Sort(spec Spec, node NodeInfo, owner func(Slot) EndedOwner)
 		switch o := owner(s); {
 		case !o.Owned:
 			retake = append(retake, s)
-		case o.Instance != node.InstanceID || o.Current:
-			e.Forget(spec.Generator, s) // someone else's now, or this session's
-		default:
+		case o.Session == ended[s]:
 			waiting = append(waiting, s)
+		default:
+			e.Forget(spec.Generator, s) // someone else's now, or this session's
 		}
 	}
 	return retake, waiting

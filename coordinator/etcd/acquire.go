@@ -181,10 +181,12 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	sc := s.plan()
 	var waiting []coordinator.Slot
 	if s.marker == nil {
-		cur := c.currentLease()
-		sc.Retake, waiting = c.ended.Sort(spec, node, func(slot coordinator.Slot) coordinator.EndedOwner {
+		sc.Retake, waiting = c.ended.Sort(spec, func(slot coordinator.Slot) coordinator.EndedOwner {
 			o, owned := s.owners[slot.Key()]
-			return coordinator.EndedOwner{Owned: owned, Instance: o.rec.Instance, Current: owned && cur != 0 && o.lease == cur}
+			if !owned {
+				return coordinator.EndedOwner{}
+			}
+			return coordinator.EndedOwner{Owned: true, Session: int64(o.lease)}
 		})
 	}
 	cands, err := coordinator.Plan(spec, node, sc, now)
@@ -505,20 +507,4 @@ func (c *Coordinator) deleteOwner(ctx context.Context, ownerKey string, rev int6
 	cctx, cancel := c.call(ctx)
 	defer cancel()
 	_, _ = c.cli.Txn(cctx).If(ownerGuard(ownerKey, rev, lease)...).Then(clientv3.OpDelete(ownerKey)).Commit()
-}
-
-// currentLease is the ID of the etcd lease this coordinator holds now (0:
-// none, or it ended), without granting one.
-func (c *Coordinator) currentLease() clientv3.LeaseID {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.sess == nil {
-		return 0
-	}
-	select {
-	case <-c.sess.done:
-		return 0
-	default:
-		return c.sess.id
-	}
 }

@@ -41,7 +41,7 @@ func newLease(c *Coordinator, spec coordinator.Spec, k keys, slot coordinator.Sl
 		select {
 		case <-sess.done:
 			if !l.IsDone() {
-				c.ended.Add(spec.Generator, slot)
+				c.ended.Add(spec.Generator, slot, int64(guardLease))
 			}
 			l.Finish("etcd lease ended")
 		case <-c.bg.Done():
@@ -148,7 +148,7 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 				// that does not show the take) and this write noticed
 				// before the keepalive did: the worker is taken again
 				// first, as after a lease the keepalive saw end.
-				l.c.ended.Add(l.Spec().Generator, l.Slot())
+				l.c.ended.Add(l.Spec().Generator, l.Slot(), int64(l.guardLease))
 			}
 			return l.Lost("owner key is gone, was re-created or is bound to another etcd lease (fence failed)")
 		}

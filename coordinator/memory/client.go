@@ -341,7 +341,7 @@ func (c *Client) sessionLost(s *session, why string) {
 		if l.sess == s {
 			ls = append(ls, l)
 			if !l.IsDone() {
-				c.ended.Add(l.Spec().Generator, l.Slot())
+				c.ended.Add(l.Spec().Generator, l.Slot(), l.guardSession)
 			}
 		}
 	}
@@ -534,9 +534,9 @@ func (c *Client) acquireOnce(ctx context.Context, spec coordinator.Spec, node co
 		sc := g.scan()
 		var waiting []coordinator.Slot
 		if g.marker == nil {
-			sc.Retake, waiting = c.ended.Sort(spec, node, func(slot coordinator.Slot) coordinator.EndedOwner {
+			sc.Retake, waiting = c.ended.Sort(spec, func(slot coordinator.Slot) coordinator.EndedOwner {
 				o, owned := g.owners[slot]
-				return coordinator.EndedOwner{Owned: owned, Instance: o.rec.Instance, Current: owned && o.session == sess.id}
+				return coordinator.EndedOwner{Owned: owned, Session: o.session}
 			})
 		}
 		cands, err := coordinator.Plan(spec, node, sc, wall)

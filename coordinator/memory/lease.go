@@ -115,7 +115,7 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 			// The session ended on the store and this write noticed
 			// before the renewal did: the worker is taken again first,
 			// as after a session the renewal saw end.
-			l.c.ended.Add(l.Spec().Generator, l.Slot())
+			l.c.ended.Add(l.Spec().Generator, l.Slot(), l.guardSession)
 		}
 		return l.Lost(fenceFailed)
 	case err != nil:

@@ -259,9 +259,12 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	now, _ := c.clock.Now()
 	var retake, waiting []coordinator.Slot
 	if s.marker == nil {
-		retake, waiting = c.ended.Sort(spec, node, func(slot coordinator.Slot) coordinator.EndedOwner {
+		retake, waiting = c.ended.Sort(spec, func(slot coordinator.Slot) coordinator.EndedOwner {
 			o, owned := s.owners[slot.Key()]
-			return coordinator.EndedOwner{Owned: owned, Instance: o.rec.Instance, Current: owned && o.stat.EphemeralOwner == sid}
+			if !owned {
+				return coordinator.EndedOwner{}
+			}
+			return coordinator.EndedOwner{Owned: true, Session: o.stat.EphemeralOwner}
 		})
 	}
 	scan := s.plan(sid, retake)

@@ -482,7 +482,7 @@ func (c *Coordinator) sessionEnded(id int64, why string) {
 			continue
 		}
 		ls = append(ls, l)
-		c.ended.Add(l.Spec().Generator, l.Slot())
+		c.ended.Add(l.Spec().Generator, l.Slot(), id)
 	}
 	c.mu.Unlock()
 	for _, l := range ls {

@@ -36,6 +36,7 @@ func Cases() []Case {
 		{"NameInUse", NameInUse},
 		{"ReserveAfterLeaseLoss", ReserveAfterLeaseLoss},
 		{"EndedSessionWorkerTakenAgain", EndedSessionWorkerTakenAgain},
+		{"EndedSlotTakenBySameInstance", EndedSlotTakenBySameInstance},
 		{"ReserveNeverLowers", ReserveNeverLowers},
 		{"ReleaseLowersAndRestartServes", ReleaseLowersAndRestartServes},
 		{"TakeBackOwnStaleWorker", TakeBackOwnStaleWorker},
@@ -488,6 +489,34 @@ func EndedSessionWorkerTakenAgain(t *testing.T, b Backend) {
 	if l2.Slot() != l.Slot() || l2.ReadReserved() != 1000 {
 		t.Fatalf("after the expiry the coordinator took %s reading reservation %d; want its old %s reading 1000",
 			l2.Slot(), l2.ReadReserved(), l.Slot())
+	}
+}
+
+// EndedSlotTakenBySameInstance: a process whose session ended does not
+// wait for a worker that another process of the same instance (a
+// replacement on its data dir, beside the zombie it replaced) took in a
+// session of its own: only an owner record of the very session that ended
+// is waited for. It takes a free worker at once.
+func EndedSlotTakenBySameInstance(t *testing.T, b Backend) {
+	cl := b.NewCluster(t)
+	zombie, replacement := cl.Connect(t, sysClock), cl.Connect(t, sysClock)
+	n := Node("a")
+	spec := Spec("replaced", 2)
+	l := mustAcquire(t, zombie, spec, n)
+	cl.Expire(t, l)
+	waitDone(t, l, 3*cl.TTL())
+	other := Spec("replaced", 2)
+	other.Held = map[coordinator.Slot]bool{{Worker: 1}: true} // the replacement takes worker 0
+	lr := mustAcquire(t, replacement, other, n)
+	if lr.Slot() != l.Slot() {
+		t.Fatalf("replacement took %s, want %s", lr.Slot(), l.Slot())
+	}
+	l2, err := zombie.Acquire(ctxT(t, 3*cl.TTL()), spec, n)
+	if err != nil {
+		t.Fatalf("the process whose session ended, its worker held by another process of its instance: %v; want a free worker at once", err)
+	}
+	if l2.Slot() == l.Slot() {
+		t.Fatalf("took %s, held by the replacement", l2.Slot())
 	}
 }
 
