@@ -33,7 +33,7 @@ func RetryAcquire(ctx context.Context, backend string, attempt func(context.Cont
 			return l, nil
 		case errors.Is(err, ErrRescan):
 			continue
-		case !errors.Is(err, ErrUnavailable) || stop(err):
+		case !errors.Is(err, ErrUnavailable) || stop(err) || errors.Is(err, ErrEndedWaiting):
 			return nil, err
 		}
 		last = err

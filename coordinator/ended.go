@@ -1,14 +1,15 @@
 package coordinator
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
 )
 
 // EndedSlots remembers, per generator, the slots of a client's leases
-// whose session ended (a ZooKeeper session expired or given up, an etcd
-// lease lost) until the client takes them again. The next acquisition of
+// whose session ended (a ZooKeeper session expired or given up; the
+// ZooKeeper backend uses it) until the client takes them again. The next acquisition of
 // the generator offers them first (Scan.Retake): the comparison with what
 // the node acknowledged, which is how a restore of the coordinator shows,
 // is made on the worker the node held, and a node on another worker would
@@ -90,9 +91,15 @@ func (e *EndedSlots) Sort(spec Spec, owner func(Slot) EndedOwner) (retake, waiti
 	return retake, waiting
 }
 
+// ErrEndedWaiting matches WaitingErr's errors.
+var ErrEndedWaiting = errors.New("an ended session's owner record stands")
+
 // WaitingErr is the cause an acquisition gives while slot of an ended
 // session is waiting (Sort): the backend wraps it as unavailable.
+// RetryAcquire returns it at once rather than scan again: the caller
+// tries again later with a fresh Spec (its Held slots may have changed
+// meanwhile: a wide generator's other holders take workers).
 func WaitingErr(slot Slot) error {
-	return fmt.Errorf("%s of an ended session of this node is still held by that session's owner record: "+
-		"waiting for the coordinator to expire it, to take the worker again before any other", slot)
+	return fmt.Errorf("%w: %s of an ended session of this node is still held by that session's owner record: "+
+		"waiting for the coordinator to expire it, to take the worker again before any other", ErrEndedWaiting, slot)
 }

@@ -265,8 +265,19 @@ func TestGivenUpSessionWorkerTakenAgain(t *testing.T) {
 	if there, _, err := cl.Admin().Exists(ownerPath); err != nil || !there {
 		t.Fatalf("owner node of the given-up session %#x: exists %v (%v), want it kept by the server until the session expires", old, there, err)
 	}
+	// Each attempt meanwhile is refused at once, naming the wait (the
+	// holder's loop tries again); none takes the free worker.
 	start := time.Now()
-	l2 := acquire(t, c, spec, n)
+	var l2 coordinator.Lease
+	for deadline := start.Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var err error
+		if l2, err = c.Acquire(ctxT(t, 10*time.Second), spec, n); err == nil {
+			break
+		}
+		if !errors.Is(err, coordinator.ErrEndedWaiting) || time.Now().After(deadline) {
+			t.Fatalf("acquisition while the given-up session's owner node stands: %v, want ErrEndedWaiting until it goes", err)
+		}
+	}
 	t.Logf("acquired %s %v after the client was given up (session %#x -> %#x)", l2.Slot(), time.Since(start).Round(time.Millisecond), old, c.SessionID())
 	if l2.Slot() != l.Slot() || l2.ReadReserved() != 1000 {
 		t.Fatalf("after the client was given up the coordinator took %s reading reservation %d; want its old %s reading 1000",

@@ -402,10 +402,14 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 		h.stopExpiry()
 		hd.ls.leave(h)
 		hd.cur.Store(nil)
-		rt.holdSlot(lease.Slot(), false)
 		hd.log.Info("holder interval closed", "event", "holder_close", "generator", rt.cfg.Name,
 			"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", g.Floor(),
 			"reserved", h.reserved.Load(), "highest", g.Highest(), "released", h.released.Load(), "node", hd.node.Name)
+		// Given up only after the close is told: another holder of this
+		// node may take the worker again at once (an ended session's
+		// workers are taken again first), and its interval opens after
+		// this one closed.
+		rt.holdSlot(lease.Slot(), false)
 	}()
 
 	// The acquisition went through: no restore marker stands, the pin
