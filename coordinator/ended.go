@@ -8,8 +8,8 @@ import (
 )
 
 // EndedSlots remembers, per generator, the slots of a client's leases
-// whose session ended (a ZooKeeper session expired or given up; the
-// ZooKeeper backend uses it) until the client takes them again. The next acquisition of
+// whose session ended (the ZooKeeper backend's: a session expired or
+// given up) until the client takes them again. The next acquisition of
 // the generator offers them first (Scan.Retake): the comparison with what
 // the node acknowledged, which is how a restore of the coordinator shows,
 // is made on the worker the node held, and a node on another worker would
@@ -21,8 +21,7 @@ type EndedSlots struct {
 }
 
 // Add remembers slot of generator as held by a lease whose session (the
-// backend's own identity of it: a ZooKeeper session ID, an etcd lease ID)
-// ended.
+// backend's own identity of it, as owner records carry it) ended.
 func (e *EndedSlots) Add(generator string, slot Slot, session int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -281,14 +281,14 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	rec := encodeOwner(coordinator.Heartbeat{Node: node, Wall: now})
 	tooFar := 0
 	for _, pc := range cands {
-		if len(waiting) > 0 && pc.Kind == coordinator.Free {
-			// A free worker would serve at once and leave the ended
-			// session's slot, and the comparison a restore shows in,
-			// untaken: wait for that session's owner node to go (or to
-			// age into a take-back) instead.
-			return nil, unavailable("acquire", coordinator.WaitingErr(waiting[0]))
-		}
 		if pc.Kind == coordinator.Free {
+			if len(waiting) > 0 {
+				// A free worker would serve at once and leave the ended
+				// session's slot, and the comparison a restore shows in,
+				// untaken: wait for that session's owner node to go (or
+				// to age into a take-back) instead.
+				return nil, unavailable("acquire", coordinator.WaitingErr(waiting[0]))
+			}
 			if err := ctx.Err(); err != nil {
 				return nil, unavailable("acquire", err)
 			}
