@@ -27,6 +27,7 @@ import (
 
 	"github.com/firnid/firn/generator"
 	"github.com/firnid/firn/internal/devpki"
+	"github.com/firnid/firn/internal/testing/freeport"
 )
 
 // The client conformance suite (test/conformance/README.md): every
@@ -330,13 +331,12 @@ type portHold struct {
 	held map[int][]net.Listener // node index → its ports
 }
 
-// take holds a free port on host for node i and returns it.
+// take holds a free port on host for node i and returns it. The port lies
+// outside the ephemeral range: one from it could be taken, between release
+// and the node's listen, as the local port of some outgoing connection.
 func (p *portHold) take(i int, host string) string {
 	p.t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		p.t.Fatal(err)
-	}
+	l := freeport.Listen(p.t, host)
 	p.held[i] = append(p.held[i], l)
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }

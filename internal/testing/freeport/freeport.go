@@ -30,6 +30,18 @@ var (
 // process.
 func Port(t testing.TB) int {
 	t.Helper()
+	l := Listen(t, "127.0.0.1")
+	l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Listen returns a listener on host at a port that lies outside the
+// ephemeral range and was not handed out before by this process. A test
+// that keeps it open until the server meant to use the port starts holds
+// the port against other listeners too; closing it just before the
+// server listens leaves only the moment in between.
+func Listen(t testing.TB, host string) net.Listener {
+	t.Helper()
 	lo, hi := span()
 	mu.Lock()
 	defer mu.Unlock()
@@ -38,16 +50,15 @@ func Port(t testing.TB) int {
 		if handedOut[p] {
 			continue
 		}
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
 		if err != nil {
 			continue
 		}
-		l.Close()
 		handedOut[p] = true
-		return p
+		return l
 	}
-	t.Fatalf("freeport: no free port in %d–%d after 1000 probes", lo, hi-1)
-	return 0
+	t.Fatalf("freeport: no free port in %d–%d on %s after 1000 probes", lo, hi-1, host)
+	return nil
 }
 
 // Addr is Port as "127.0.0.1:PORT".
