@@ -8,8 +8,8 @@ import (
 )
 
 // EndedSlots remembers, per generator, the slots of a client's leases
-// whose session ended (the ZooKeeper backend's: a session expired or
-// given up) until the client takes them again. The next acquisition of
+// whose session ended (a ZooKeeper session expired or given up, an etcd
+// lease lost, a memory session ended) until the client takes them again. The next acquisition of
 // the generator offers them first (Scan.Retake): the comparison with what
 // the node acknowledged, which is how a restore of the coordinator shows,
 // is made on the worker the node held, and a node on another worker would

@@ -38,11 +38,10 @@ type Scan struct {
 	// them against a candidate's limit; the take must (Candidate.TooFar).
 	Unread map[Slot]bool
 	// Retake lists slots this client held in a session that ended (a
-	// ZooKeeper session expired or given up) and has not taken again
-	// since, in the order to try them. Plan offers the free ones before
-	// the walk, so that the
-	// reservation a restored server shows for them is compared with what
-	// the node acknowledged.
+	// ZooKeeper session expired or given up, an etcd lease lost) and has
+	// not taken again since, in the order to try them. Plan offers the
+	// free ones before the walk, so that the reservation a restored
+	// server shows for them is compared with what the node acknowledged.
 	Retake []Slot
 }
 

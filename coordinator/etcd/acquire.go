@@ -178,7 +178,18 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	if err := c.dropStrays(ctx, k, s, node); err != nil {
 		return nil, err
 	}
-	cands, err := coordinator.Plan(spec, node, s.plan(), now)
+	sc := s.plan()
+	var waiting []coordinator.Slot
+	if s.marker == nil {
+		sc.Retake, waiting = c.ended.Sort(spec, func(slot coordinator.Slot) coordinator.EndedOwner {
+			o, owned := s.owners[slot.Key()]
+			if !owned {
+				return coordinator.EndedOwner{}
+			}
+			return coordinator.EndedOwner{Owned: true, Session: int64(o.lease)}
+		})
+	}
+	cands, err := coordinator.Plan(spec, node, sc, now)
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +199,13 @@ func (c *Coordinator) acquireOnce(ctx context.Context, spec coordinator.Spec, no
 	}
 	hb := coordinator.Heartbeat{Node: node, Wall: now}
 	for _, cand := range cands {
+		if len(waiting) > 0 && cand.Kind == coordinator.Free {
+			// A free worker would serve at once and leave the ended
+			// lease's worker, and the comparison a restore shows in,
+			// untaken: wait for its owner key to go (or to age into a
+			// take-back) instead.
+			return nil, unavailable("acquire", coordinator.WaitingErr(waiting[0]))
+		}
 		l, err := c.take(ctx, k, s, spec, sess, cand, hb)
 		if err == nil {
 			return l, nil
@@ -238,7 +256,7 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 		clientv3.OpPut(ownerKey, newOwnerRecord(hb), putOpt),
 		clientv3.OpGet(resKey),
 	}
-	if cand.takeBack == nil {
+	if cand.takeBack == nil && pc.Kind != coordinator.Retake { // a take-back or a retake leaves the cursor alone
 		then = append(then, raiseCursor(k.cursor(), int64(cand.pos+1)))
 	}
 	c.beginTake(ownerKey)
@@ -304,9 +322,10 @@ func (c *Coordinator) take(ctx context.Context, k keys, s *scanned, spec coordin
 	}
 	c.endTake(ownerKey, rev) // held from here on, before the lease can end
 	registered = true
+	c.ended.Forget(spec.Generator, cand.slot)
 	l := newLease(c, spec, k, cand.slot, sess, guardLease, rev, res, s.floor.value, s.pin.Incarnation)
 	c.log.Info("worker acquired", "generator", spec.Generator, "slot", cand.slot.String(),
-		"reserved", res.value, "floor", l.Floor(), "revision", rev, "take_back", cand.takeBack != nil)
+		"reserved", res.value, "floor", l.Floor(), "revision", rev, "take_back", cand.takeBack != nil, "again", pc.Kind == coordinator.Retake)
 	return l, nil
 }
 

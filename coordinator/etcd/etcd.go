@@ -46,6 +46,8 @@ type Coordinator struct {
 	// lost) and is deleted by the next Acquire.
 	held    map[string]int64
 	pending map[string]int
+	// ended: the slots of leases whose etcd lease ended (see newLease).
+	ended coordinator.EndedSlots
 
 	peersOnce  sync.Once
 	peersReady chan struct{}

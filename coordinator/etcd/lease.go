@@ -40,6 +40,9 @@ func newLease(c *Coordinator, spec coordinator.Spec, k keys, slot coordinator.Sl
 		defer c.wg.Done()
 		select {
 		case <-sess.done:
+			if !l.IsDone() {
+				c.ended.Add(spec.Generator, slot, int64(guardLease))
+			}
 			l.Finish("etcd lease ended")
 		case <-c.bg.Done():
 			l.Finish("coordinator closed")
@@ -67,7 +70,7 @@ const maxWriteRounds = 5
 func (l *lease) commit(ctx context.Context, op string, inner clientv3.Op) (resp *clientv3.TxnResponse, retried bool, err error) {
 	for attempt := 0; attempt < 2; attempt++ {
 		cctx, cancel := l.c.call(ctx)
-		resp, err = l.c.cli.Txn(cctx).If(ownerGuard(l.ownerKey, l.rev, l.guardLease)...).Then(inner).Commit()
+		resp, err = l.c.cli.Txn(cctx).If(ownerGuard(l.ownerKey, l.rev, l.guardLease)...).Then(inner).Else(clientv3.OpGet(l.ownerKey)).Commit()
 		cancel()
 		if err == nil || ctx.Err() != nil || l.IsDone() || isPermanent(err) {
 			break
@@ -140,6 +143,13 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 			return err
 		}
 		if !resp.Succeeded {
+			if ownerGone(resp) {
+				// The etcd lease ended (expired, revoked, or a restore
+				// that does not show the take) and this write noticed
+				// before the keepalive did: the worker is taken again
+				// first, as after a lease the keepalive saw end.
+				l.c.ended.Add(l.Spec().Generator, l.Slot(), int64(l.guardLease))
+			}
 			return l.Lost("owner key is gone, was re-created or is bound to another etcd lease (fence failed)")
 		}
 		applied, cur, err := l.resAfter(resp)
@@ -251,6 +261,12 @@ func (l *lease) releasedBefore(ctx context.Context, v int64, set bool) (released
 		return true, false // a later holder's since
 	}
 	return false, false
+}
+
+// ownerGone reports whether a holder txn whose owner guard failed found
+// the owner key absent (its Else branch reads it).
+func ownerGone(resp *clientv3.TxnResponse) bool {
+	return len(resp.Responses) == 1 && len(resp.Responses[0].GetResponseRange().Kvs) == 0
 }
 
 // LeaseID returns the etcd lease behind a lease from this backend (for

@@ -44,6 +44,7 @@ type Client struct {
 	mu     sync.Mutex // never held across a wait, nor while taking s.mu
 	sess   *session
 	held   map[heldKey]*lease
+	ended  coordinator.EndedSlots // slots of leases whose session ended
 	closed bool
 	thaw   chan struct{} // non-nil while frozen; closed by Thaw
 	wg     sync.WaitGroup
@@ -339,6 +340,9 @@ func (c *Client) sessionLost(s *session, why string) {
 	for _, l := range c.held {
 		if l.sess == s {
 			ls = append(ls, l)
+			if !l.IsDone() {
+				c.ended.Add(l.Spec().Generator, l.Slot(), l.guardSession)
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -527,15 +531,29 @@ func (c *Client) acquireOnce(ctx context.Context, spec coordinator.Spec, node co
 		}
 		wall, _ := c.clock.Now()
 		c.dropStraysLocked(spec.Generator, g, sess.id, node)
-		cands, err := coordinator.Plan(spec, node, g.scan(), wall)
+		sc := g.scan()
+		var waiting []coordinator.Slot
+		if g.marker == nil {
+			sc.Retake, waiting = c.ended.Sort(spec, func(slot coordinator.Slot) coordinator.EndedOwner {
+				o, owned := g.owners[slot]
+				return coordinator.EndedOwner{Owned: owned, Session: o.session}
+			})
+		}
+		cands, err := coordinator.Plan(spec, node, sc, wall)
 		if err != nil {
 			return err
+		}
+		if len(waiting) > 0 && cands[0].Kind == coordinator.Free {
+			// As on etcd and ZooKeeper: the comparison a restore shows
+			// in is made on the worker the node acknowledged.
+			return unavailable("acquire", coordinator.WaitingErr(waiting[0]))
 		}
 		l = c.takeLocked(spec, g, sess, cands[0], coordinator.Heartbeat{Node: node, Wall: wall})
 		if c.lost(OpAcquire) {
 			return unavailable("acquire", errReplyLost) // taken, but no lease knows it: a stray
 		}
 		c.register(l)
+		c.ended.Forget(spec.Generator, l.Slot())
 		return nil
 	})
 	if errors.Is(err, errSessionGone) {

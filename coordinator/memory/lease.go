@@ -80,9 +80,16 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 	acked := l.Reserved()
 	v := max(until, acked)
 	var rolled *coordinator.RolledBackError
+	gone := false
 	err := l.c.call(ctx, OpReserve, "reserve", func(time.Time) error {
 		g, ok := l.fencedLocked()
 		if !ok {
+			if g == nil {
+				gone = true
+			} else {
+				_, owned := g.owners[l.Slot()]
+				gone = !owned
+			}
 			return errFence
 		}
 		st := l.c.s.st
@@ -104,6 +111,12 @@ func (l *lease) Reserve(ctx context.Context, until int64, hb coordinator.Heartbe
 	})
 	switch {
 	case err == errFence:
+		if gone {
+			// The session ended on the store and this write noticed
+			// before the renewal did: the worker is taken again first,
+			// as after a session the renewal saw end.
+			l.c.ended.Add(l.Spec().Generator, l.Slot(), l.guardSession)
+		}
 		return l.Lost(fenceFailed)
 	case err != nil:
 		if l.IsDone() {

@@ -62,14 +62,3 @@ func TestDecisiveEnsemble(t *testing.T) {
 	b, _ := ensemble(t)
 	coordtest.Decisive(t, b, coordtest.DecisiveOptions{})
 }
-
-// A node whose session ended takes its worker again first (etcd and the
-// memory coordinator do not: see docs/design.md, Restarts, shutdown,
-// restores).
-func TestEndedSessionWorkerTakenAgain(t *testing.T) {
-	coordtest.EndedSessionWorkerTakenAgain(t, standalone(t))
-}
-
-func TestEndedSlotTakenBySameInstance(t *testing.T) {
-	coordtest.EndedSlotTakenBySameInstance(t, standalone(t))
-}

@@ -98,8 +98,16 @@ func (m holderMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.latency, m.errors, m.restores}
 }
 
+// holdingIDs numbers the process's holdings (holding.id).
+var holdingIDs atomic.Uint64
+
 // holding is one lease and the generator built for it, for life.
 type holding struct {
+	// id tells this holding's interval from any other of the process in
+	// the "holder interval" events: two holdings of one node on one
+	// worker may stand at once for a moment (one whose lease ended, not
+	// yet noticed, beside the one that took the worker again).
+	id    uint64
 	gen   *generator.Generator
 	lease coordinator.Lease
 	rs    *coordinator.Reserver
@@ -336,9 +344,9 @@ func (hd *holder) acquire(ctx context.Context) (*holding, error) {
 	if err != nil {
 		return fail(err, lease.Floor())
 	}
-	h := &holding{gen: g, lease: lease, started: wall, wake: make(chan struct{}, 1), guarded: guard >= floor && guard > lease.Floor()}
+	h := &holding{id: holdingIDs.Add(1), gen: g, lease: lease, started: wall, wake: make(chan struct{}, 1), guarded: guard >= floor && guard > lease.Floor()}
 	h.reserved.Store(-1)
-	hd.log.Info("holder interval opened", "event", "holder_open", "generator", rt.cfg.Name,
+	hd.log.Info("holder interval opened", "event", "holder_open", "generator", rt.cfg.Name, "holding", h.id,
 		"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", floor, "coordinator_floor", lease.Floor(),
 		"incarnation", lease.Incarnation(), "node", hd.node.Name, "instance", hd.node.InstanceID)
 	return h, nil
@@ -402,7 +410,7 @@ func (hd *holder) serve(ctx context.Context, h *holding) {
 		h.stopExpiry()
 		hd.ls.leave(h)
 		hd.cur.Store(nil)
-		hd.log.Info("holder interval closed", "event", "holder_close", "generator", rt.cfg.Name,
+		hd.log.Info("holder interval closed", "event", "holder_close", "generator", rt.cfg.Name, "holding", h.id,
 			"worker", lease.WorkerID(), "datacenter", lease.Datacenter(), "floor", g.Floor(),
 			"reserved", h.reserved.Load(), "highest", g.Highest(), "released", h.released.Load(), "node", hd.node.Name)
 		// Given up only after the close is told: another holder of this
@@ -557,7 +565,7 @@ func (hd *holder) newReserver(h *holding, after func(error, time.Duration)) (*co
 			h.reserved.Store(r)
 			h.gen.SetReserved(r)
 			hd.armExpiry(h)
-			hd.log.Debug("reservation acknowledged", "event", "holder_reserve", "generator", rt.cfg.Name,
+			hd.log.Debug("reservation acknowledged", "event", "holder_reserve", "generator", rt.cfg.Name, "holding", h.id,
 				"worker", h.lease.WorkerID(), "datacenter", h.lease.Datacenter(), "reserved", r)
 		},
 		Window:        max(int64(hd.cfg.ReservationWindow/l.Unit), 1),

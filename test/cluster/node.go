@@ -399,12 +399,14 @@ func (h *Interval) Upper() int64 {
 
 // Intervals parses the node's holder_open / holder_reserve / holder_close
 // lines. A node holds one interval per generator and worker at a time (a
-// wide generator several at once, one per worker).
+// wide generator several at once, one per worker), but for a moment: a
+// holding whose lease ended, not yet closed, beside another of the node
+// that took its worker again. The lines name their holding apart.
 func (n *Node) Intervals() []*Interval {
 	var out []*Interval
 	type key struct {
-		gen    string
-		dc, wk int64
+		gen             string
+		dc, wk, holding int64
 	}
 	cur := map[key]*Interval{}
 	num := func(m map[string]any, k string) int64 {
@@ -423,7 +425,7 @@ func (n *Node) Intervals() []*Interval {
 			continue
 		}
 		gen, _ := m["generator"].(string)
-		k := key{gen, num(m, "datacenter"), num(m, "worker")}
+		k := key{gen, num(m, "datacenter"), num(m, "worker"), num(m, "holding")}
 		switch m["event"] {
 		case "holder_open":
 			h := &Interval{Node: n.Name, Generator: gen, Worker: uint64(num(m, "worker")), Datacenter: uint64(num(m, "datacenter")),

@@ -20,6 +20,7 @@ import (
 // interval is one holder's span of one worker's time field.
 type interval struct {
 	node            string
+	holding         uint64 // the holding's number in its node's events
 	floor           int64
 	reserved        int64 // -1 while open: what it acknowledged is read at close
 	highest         int64
@@ -27,23 +28,38 @@ type interval struct {
 	openAt, closeAt time.Duration // virtual times since the run began
 }
 
-// holderKey names one node's holder of one worker.
+// holderKey names one node's holders of one worker.
 type holderKey struct {
 	node string
 	slot coordinator.Slot
 }
 
-// holderEvent records an opened or closed interval and checks it.
-func (w *world) holderEvent(node, event string, slot coordinator.Slot, floor, reserved, highest int64) {
+// holderEvent records an opened or closed interval and checks it. A
+// node's holders of one worker are its open intervals, or its latest
+// closed one when none is open: two may stand open at once for a moment,
+// a holding whose lease ended not yet closed beside one that took the
+// worker again (their events name their holdings apart).
+func (w *world) holderEvent(node, event string, holding uint64, slot coordinator.Slot, floor, reserved, highest int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	k := holderKey{node, slot}
 	switch event {
 	case "holder_open":
-		w.holders[k] = &interval{node: node, floor: floor, reserved: -1, highest: floor, open: true, openAt: w.since()}
+		var open []*interval
+		for _, iv := range w.holders[k] {
+			if iv.open {
+				open = append(open, iv)
+			}
+		}
+		w.holders[k] = append(open, &interval{node: node, holding: holding, floor: floor, reserved: -1, highest: floor, open: true, openAt: w.since()})
 	case "holder_close":
-		iv := w.holders[k]
-		if iv == nil || !iv.open {
+		var iv *interval
+		for _, o := range w.holders[k] {
+			if o.open && o.holding == holding {
+				iv = o
+			}
+		}
+		if iv == nil {
 			w.violations = append(w.violations, fmt.Sprintf("%9v  %s: closed a holder interval of %s it never opened", w.since(), node, slot))
 			return
 		}
@@ -68,19 +84,43 @@ func (w *world) holderEvent(node, event string, slot coordinator.Slot, floor, re
 	}
 }
 
-// checkHolder checks an ID's time against the interval of the holder that
-// issued it, the latest of its node for its worker (held w.mu).
+// checkHolderLocked checks an ID's time against the intervals of its
+// node's holders of its worker (held w.mu): some interval must take it,
+// above its floor and, once closed, at or below what it acknowledged. The
+// one interval that takes it counts it in its highest; an ID two open
+// intervals both take counts in neither (each holder's own highest,
+// logged at its close, still does).
 func (w *world) checkHolderLocked(node, who string, slot coordinator.Slot, t int64, id uint64) {
-	iv := w.holders[holderKey{node, slot}]
-	switch {
-	case iv == nil:
+	ivs := w.holders[holderKey{node, slot}]
+	if len(ivs) == 0 {
 		w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d of %s from a node that never held it", w.since(), who, id, slot))
-	case t <= iv.floor:
-		w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d has time %d at or below its holder's floor %d (%s)", w.since(), who, id, t, iv.floor, slot))
-	case !iv.open && t > iv.reserved:
-		w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d has time %d above its closed holder's acknowledged %d (%s)", w.since(), who, id, t, iv.reserved, slot))
-	default:
-		iv.highest = max(iv.highest, t)
+		return
+	}
+	var fit *interval
+	fits := 0
+	for _, iv := range ivs {
+		if t > iv.floor && (iv.open || t <= iv.reserved) {
+			fit, fits = iv, fits+1
+		}
+	}
+	if fits == 1 {
+		fit.highest = max(fit.highest, t)
+	}
+	if fits > 0 {
+		return
+	}
+	// Told against the closed interval above whose floor it lies that
+	// acknowledged the most, else against the latest's floor.
+	var above *interval
+	for _, iv := range ivs {
+		if t > iv.floor && (above == nil || iv.reserved > above.reserved) {
+			above = iv
+		}
+	}
+	if above == nil {
+		w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d has time %d at or below its holder's floor %d (%s)", w.since(), who, id, t, ivs[len(ivs)-1].floor, slot))
+	} else {
+		w.violations = append(w.violations, fmt.Sprintf("%9v  %s: ID %d has time %d above its closed holder's acknowledged %d (%s)", w.since(), who, id, t, above.reserved, slot))
 	}
 }
 
@@ -106,12 +146,15 @@ func (h *holderLog) Handle(ctx context.Context, r slog.Record) error {
 	}
 	if r.Message == "holder interval opened" || r.Message == "holder interval closed" {
 		var event string
+		var holding uint64
 		var slot coordinator.Slot
 		floor, reserved, highest := int64(-1), int64(-1), int64(-1)
 		r.Attrs(func(a slog.Attr) bool {
 			switch a.Key {
 			case "event":
 				event = a.Value.String()
+			case "holding":
+				holding = uint64(number(a.Value))
 			case "worker":
 				slot.Worker = uint64(number(a.Value))
 			case "datacenter":
@@ -125,7 +168,7 @@ func (h *holderLog) Handle(ctx context.Context, r slog.Record) error {
 			}
 			return true
 		})
-		h.w.holderEvent(h.node, event, slot, floor, reserved, highest)
+		h.w.holderEvent(h.node, event, holding, slot, floor, reserved, highest)
 	}
 	if !h.next.Enabled(ctx, r.Level) {
 		return nil

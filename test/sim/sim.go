@@ -290,7 +290,7 @@ type world struct {
 	restores    int                              // bumps the epoch of the reservation check
 	restoredAt  time.Time                        // the last restore: holders run above the store's values until they notice
 	bumpedTo    time.Time                        // nodes may wait until about here for a bump's floor
-	holders     map[holderKey]*interval          // each node's latest holder interval per worker
+	holders     map[holderKey][]*interval        // each node's holder intervals per worker (holderEvent)
 	closed      map[coordinator.Slot][]*interval // every closed interval, per worker
 	unconfirmed time.Duration                    // the largest clock lead a node started with and could not check
 	ntpOffset   time.Duration
@@ -321,7 +321,7 @@ func Run(o Options) (*Result, error) {
 		o.Virtual = 10 * time.Minute
 	}
 	w := &world{o: o, rng: rand.New(rand.NewSource(o.Seed)), issued: map[coordinator.Slot][]keyRun{}, start: time.Now(),
-		holders: map[holderKey]*interval{}, closed: map[coordinator.Slot][]*interval{}, segWarned: map[string]int{},
+		holders: map[holderKey][]*interval{}, closed: map[coordinator.Slot][]*interval{}, segWarned: map[string]int{},
 		byName: map[string]*node{}}
 	w.base = newSimClock(era, o.Stall)
 	w.log = slog.New(slog.DiscardHandler)

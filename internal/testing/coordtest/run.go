@@ -35,6 +35,8 @@ func Cases() []Case {
 		{"InvalidSpec", InvalidSpec},
 		{"NameInUse", NameInUse},
 		{"ReserveAfterLeaseLoss", ReserveAfterLeaseLoss},
+		{"EndedSessionWorkerTakenAgain", EndedSessionWorkerTakenAgain},
+		{"EndedSlotTakenBySameInstance", EndedSlotTakenBySameInstance},
 		{"ReserveNeverLowers", ReserveNeverLowers},
 		{"ReleaseLowersAndRestartServes", ReleaseLowersAndRestartServes},
 		{"TakeBackOwnStaleWorker", TakeBackOwnStaleWorker},
@@ -469,8 +471,7 @@ func ReserveAfterLeaseLoss(t *testing.T, b Backend) {
 	mustReserve(t, l2, 900, n)
 }
 
-// EndedSessionWorkerTakenAgain (ZooKeeper's, not in Cases: etcd and the
-// memory coordinator take the cursor's free worker): after the liveness behind a lease ended
+// EndedSessionWorkerTakenAgain: after the liveness behind a lease ended
 // (Expire), the coordinator's next acquisition takes that worker again —
 // not the free one the cursor points at — and reads its reservation: a
 // node compares it with what it acknowledged for that worker, which is how
@@ -491,7 +492,7 @@ func EndedSessionWorkerTakenAgain(t *testing.T, b Backend) {
 	}
 }
 
-// EndedSlotTakenBySameInstance (ZooKeeper's, not in Cases): a process whose session ended does not
+// EndedSlotTakenBySameInstance: a process whose session ended does not
 // wait for a worker that another process of the same instance (a
 // replacement on its data dir, beside the zombie it replaced) took in a
 // session of its own: only an owner record of the very session that ended
