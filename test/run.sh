@@ -213,6 +213,57 @@ FuzzDecode ./generator 300000
 FuzzRoundTrip ./generator 250000
 FUZZ
 }
+# --- fence step (started after the chaos suite, reported near the end) ---
+# Each TestFence test in ./coordinator/... runs alone against a build whose
+# fence is deliberately weakened; the script fails if any of them passes
+# (a fence test that cannot fail proves nothing). The TestFenceLease tests
+# run under -tags firn_weakfence_lease (the etcd guard without its lease
+# compare), every other TestFence test under -tags firn_weakfence (the
+# guard without its create-revision compare, and a Put-based take-back).
+# A build failure is an error too, not a pass.
+# Each package's test binary is built once per tag and run once per test
+# (building it for every test took about a minute of the step).
+# The step mostly waits on the etcd and ZooKeeper processes its tests
+# start: it runs beside the simulator, which runs in virtual time, and
+# its output is printed near the end (about 90 s saved).
+fence_step() {
+	fences=0; lease_fences=0; weak_passed=()
+	fence_bins=$(mktemp -d)
+	for pkg in $(go list ./coordinator/...); do
+		dir=$(go list -f '{{.Dir}}' "$pkg")
+		for tag in firn_weakfence firn_weakfence_lease; do
+			bin="$fence_bins/$(basename "$pkg")-$tag.test"
+			go test -c -race -tags "$tag" -o "$bin" "$pkg"
+			[ -x "$bin" ] || continue # no test files
+			list=$(cd "$dir" && "$bin" -test.list '^TestFence')
+			for t in $(printf '%s\n' "$list" | grep '^TestFence' || true); do
+				case "$tag:$t" in
+				firn_weakfence:TestFenceLease*) continue ;;
+				firn_weakfence_lease:TestFenceLease*) lease_fences=$((lease_fences + 1)) ;;
+				firn_weakfence_lease:*) continue ;;
+				esac
+				fences=$((fences + 1))
+				# test2json: the test's own fail event, which output of the
+				# processes it starts cannot split or prefix.
+				out=$(cd "$dir" && go tool test2json -t -p "$pkg" "$bin" -test.v=test2json -test.count=1 -test.run "^${t}\$" 2>&1 || true)
+				if grep -q -E '"Action":"fail".*"Test":"'"${t}"'"' <<<"$out"; then
+					echo "ok: $pkg $t fails under -tags $tag"
+				else
+					printf '%s\n' "$out" | sed -n 's/.*"Output":"\(.*\)\\n".*/\1/p' | tail -40
+					weak_passed+=("$pkg $t (-tags $tag)")
+				fi
+			done
+		done
+	done
+	rm -rf "$fence_bins"
+	if [ "$fences" -eq 0 ] || [ "$lease_fences" -eq 0 ]; then
+		echo "fence step: no TestFence (or no TestFenceLease) tests found under ./coordinator/..."; return 1
+	fi
+	if [ ${#weak_passed[@]} -gt 0 ]; then
+		echo "fence step: these fence tests did not fail under their weakened fence:"
+		printf '  %s\n' "${weak_passed[@]}"; return 1
+	fi
+}
 step "go test -race ./test/cluster (chaos)"
 # The simulator step (below) starts now, beside it, at the lowest CPU
 # priority: SCHED_IDLE where chrt can set it, else nice 19.
@@ -224,6 +275,16 @@ trap 'kill -- -"$warm_pid" -"$sim_pid" 2>/dev/null || true' EXIT
 rm -f test/artifacts/chaos-time.txt
 go test -race -timeout 20m ./test/cluster/
 cat test/artifacts/chaos-time.txt 2>/dev/null || true
+# The fence step (above) starts now, beside the steps that follow: it
+# mostly waits on the etcd and ZooKeeper processes its tests start, and
+# it was the suite's last step to end (about 125 s after the simulator's
+# budget, in a fresh-clone run). Its binaries were compiled by the
+# warm-up, done long before (the go test and chaos steps take about 20
+# minutes).
+wait "$warm_pid" 2>/dev/null || true
+fence_log=$(mktemp)
+setsid bash -c "set -euo pipefail; $(declare -f fence_step); fence_step" >"$fence_log" 2>&1 & fence_pid=$!
+trap 'kill -- -"$fence_pid" -"$sim_pid" 2>/dev/null || true' EXIT
 
 step "a chaos scenario against nodes with weakened fences must go red, for its reason"
 # The zombie scenario (a node frozen while a replacement on its data dir
@@ -292,57 +353,6 @@ firn_weakheld ./coordinator/ TestPlanSkipsHeldSlots
 firn_weakseq ./seq/sections/ TestMovesKeepOrder
 TAGS
 
-# --- fence step (run beside the simulator, reported near the end) ---
-# Each TestFence test in ./coordinator/... runs alone against a build whose
-# fence is deliberately weakened; the script fails if any of them passes
-# (a fence test that cannot fail proves nothing). The TestFenceLease tests
-# run under -tags firn_weakfence_lease (the etcd guard without its lease
-# compare), every other TestFence test under -tags firn_weakfence (the
-# guard without its create-revision compare, and a Put-based take-back).
-# A build failure is an error too, not a pass.
-# Each package's test binary is built once per tag and run once per test
-# (building it for every test took about a minute of the step).
-# The step mostly waits on the etcd and ZooKeeper processes its tests
-# start: it runs beside the simulator, which runs in virtual time, and
-# its output is printed near the end (about 90 s saved).
-fence_step() {
-	fences=0; lease_fences=0; weak_passed=()
-	fence_bins=$(mktemp -d)
-	for pkg in $(go list ./coordinator/...); do
-		dir=$(go list -f '{{.Dir}}' "$pkg")
-		for tag in firn_weakfence firn_weakfence_lease; do
-			bin="$fence_bins/$(basename "$pkg")-$tag.test"
-			go test -c -race -tags "$tag" -o "$bin" "$pkg"
-			[ -x "$bin" ] || continue # no test files
-			list=$(cd "$dir" && "$bin" -test.list '^TestFence')
-			for t in $(printf '%s\n' "$list" | grep '^TestFence' || true); do
-				case "$tag:$t" in
-				firn_weakfence:TestFenceLease*) continue ;;
-				firn_weakfence_lease:TestFenceLease*) lease_fences=$((lease_fences + 1)) ;;
-				firn_weakfence_lease:*) continue ;;
-				esac
-				fences=$((fences + 1))
-				# test2json: the test's own fail event, which output of the
-				# processes it starts cannot split or prefix.
-				out=$(cd "$dir" && go tool test2json -t -p "$pkg" "$bin" -test.v=test2json -test.count=1 -test.run "^${t}\$" 2>&1 || true)
-				if grep -q -E '"Action":"fail".*"Test":"'"${t}"'"' <<<"$out"; then
-					echo "ok: $pkg $t fails under -tags $tag"
-				else
-					printf '%s\n' "$out" | sed -n 's/.*"Output":"\(.*\)\\n".*/\1/p' | tail -40
-					weak_passed+=("$pkg $t (-tags $tag)")
-				fi
-			done
-		done
-	done
-	rm -rf "$fence_bins"
-	if [ "$fences" -eq 0 ] || [ "$lease_fences" -eq 0 ]; then
-		echo "fence step: no TestFence (or no TestFenceLease) tests found under ./coordinator/..."; return 1
-	fi
-	if [ ${#weak_passed[@]} -gt 0 ]; then
-		echo "fence step: these fence tests did not fail under their weakened fence:"
-		printf '  %s\n' "${weak_passed[@]}"; return 1
-	fi
-}
 # --- benchmark step (run beside the simulator, reported near the end) ---
 # Speed is measured by benchmarks, not asserted by tests; these two
 # benchmarks carry the targets docs/performance.md states that a brief run can judge,
@@ -369,14 +379,8 @@ bench_step() {
 		fi
 	done
 }
-# The warm-up is done long before (the go test and chaos steps take about
-# 20 minutes); should it not be, the steps below would compile the same
-# packages beside it.
-wait "$warm_pid" 2>/dev/null || true
 bench_log=$(mktemp)
 setsid bash -c "set -euo pipefail; $(declare -f bench_step); bench_step" >"$bench_log" 2>&1 & bench_pid=$!
-fence_log=$(mktemp)
-setsid bash -c "set -euo pipefail; $(declare -f fence_step); fence_step" >"$fence_log" 2>&1 & fence_pid=$!
 
 # The deploy module's tests (its own go.mod) mostly wait on the nodes and
 # the Prometheus they start; they run beside the simulator, which runs in
@@ -398,7 +402,7 @@ bench_ok=0
 wait "$bench_pid" || bench_ok=$?
 cat "$bench_log"
 [ "$bench_ok" -eq 0 ] || { echo "benchmark step: failed"; exit 1; }
-step "fence tests must fail under the weakened fences (run beside the simulator, above)"
+step "fence tests must fail under the weakened fences (started after the chaos suite, above)"
 fence_ok=0
 wait "$fence_pid" || fence_ok=$?
 cat "$fence_log"
