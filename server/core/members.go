@@ -408,6 +408,13 @@ func (rt *Generator) workersStatus() WorkersStatus {
 // acquisition to the end of the holding: an acquisition never takes one
 // (coordinator.Spec.Held), so two holders of one node never hold one
 // worker, even while one of them has not yet noticed its lease ended.
+// Held is read before an acquisition and a slot recorded after, so one
+// window remains: a holder whose take went through in a session that
+// then ended records its slot after a sibling read Held, and the sibling
+// takes the worker again in the next session. Both hold it for a moment;
+// the first's writes are fenced, and the second starts above the
+// reservation it read (docs/design.md, Restarts, shutdown, restores).
+// The slots are counted, so the first's end leaves the second's held.
 func (rt *Generator) heldSlots() map[coordinator.Slot]bool {
 	rt.wmu.Lock()
 	defer rt.wmu.Unlock()
@@ -427,9 +434,11 @@ func (rt *Generator) holdSlot(s coordinator.Slot, on bool) {
 	defer rt.wmu.Unlock()
 	if on {
 		if rt.slots == nil {
-			rt.slots = map[coordinator.Slot]bool{}
+			rt.slots = map[coordinator.Slot]int{}
 		}
-		rt.slots[s] = true
+		rt.slots[s]++
+	} else if rt.slots[s] > 1 {
+		rt.slots[s]--
 	} else {
 		delete(rt.slots, s)
 	}

@@ -63,9 +63,9 @@ type Generator struct {
 	wantW      atomic.Int64
 	wmu        sync.Mutex
 	members    []*member
-	degraded   string                    // which workers do not serve, while others do
-	slots      map[coordinator.Slot]bool // heldSlots
-	ringWide   bool                      // the ring's source is wide (set once)
+	degraded   string                   // which workers do not serve, while others do
+	slots      map[coordinator.Slot]int // heldSlots: holdings per slot
+	ringWide   bool                     // the ring's source is wide (set once)
 	// inUse is the number of live owners in the cluster, as last listed.
 	inUse atomic.Int64
 	// datacenterFixed: the datacenter comes from --datacenter, so the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/firnid/firn/clockguard"
+	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/ringbuffer"
 	"github.com/firnid/firn/server/admission"
 )
@@ -137,5 +138,24 @@ func TestPacedRefusalWithinDeadline(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestHeldSlotCounted: two holdings of one slot stand for a moment (one
+// whose take went through in a session that then ended, beside a
+// sibling that took the worker again); the first's end leaves the slot
+// held for the second, so that no third holder is offered it.
+func TestHeldSlotCounted(t *testing.T) {
+	rt := &Generator{}
+	s := coordinator.Slot{Worker: 16}
+	rt.holdSlot(s, true)
+	rt.holdSlot(s, true)
+	rt.holdSlot(s, false)
+	if !rt.heldSlots()[s] {
+		t.Fatalf("held slots %v after one of two holdings of %s ended; want it held", rt.heldSlots(), s)
+	}
+	rt.holdSlot(s, false)
+	if h := rt.heldSlots(); len(h) != 0 {
+		t.Fatalf("held slots %v after both holdings ended; want none", h)
 	}
 }
