@@ -47,7 +47,10 @@ type Client struct {
 	ended  coordinator.EndedSlots // slots of leases whose session ended
 	closed bool
 	thaw   chan struct{} // non-nil while frozen; closed by Thaw
-	wg     sync.WaitGroup
+	// afterTake, when set (tests only), runs in Acquire after the take
+	// and before the lease is tracked.
+	afterTake func()
+	wg        sync.WaitGroup
 
 	pmu      sync.Mutex // the heartbeats seen (lock order: s.mu, then pmu)
 	frozen   bool
@@ -352,10 +355,20 @@ func (c *Client) sessionLost(s *session, why string) {
 	c.log.Info("session given up", "session", s.id, "reason", why)
 }
 
+// register tracks a new lease, its slot no longer one of an ended session
+// to take again. A lease whose session the client gave up meanwhile ends
+// at once, its slot remembered as sessionLost would have: sessionLost
+// ends the session before it looks for its leases, so either it finds
+// this one or the check here finds the session ended.
 func (c *Client) register(l *lease) {
 	c.mu.Lock()
+	c.ended.Forget(l.Spec().Generator, l.Slot())
 	c.held[heldKey{l.Spec().Generator, l.Slot(), l.token}] = l
 	c.mu.Unlock()
+	if l.sess.isDone() {
+		c.ended.Add(l.Spec().Generator, l.Slot(), l.guardSession)
+		l.Finish("session ended during acquisition")
+	}
 }
 
 func (c *Client) unregister(l *lease) {
@@ -549,11 +562,13 @@ func (c *Client) acquireOnce(ctx context.Context, spec coordinator.Spec, node co
 			return unavailable("acquire", coordinator.WaitingErr(waiting[0]))
 		}
 		l = c.takeLocked(spec, g, sess, cands[0], coordinator.Heartbeat{Node: node, Wall: wall})
+		if c.afterTake != nil {
+			c.afterTake()
+		}
 		if c.lost(OpAcquire) {
 			return unavailable("acquire", errReplyLost) // taken, but no lease knows it: a stray
 		}
 		c.register(l)
-		c.ended.Forget(spec.Generator, l.Slot())
 		return nil
 	})
 	if errors.Is(err, errSessionGone) {

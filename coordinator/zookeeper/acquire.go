@@ -513,8 +513,10 @@ func (c *Coordinator) adoptOwner(ctx context.Context, p paths, spec coordinator.
 }
 
 func (c *Coordinator) started(l *lease, cand candidate) *lease {
+	if c.afterTake != nil {
+		c.afterTake(l.Slot())
+	}
 	c.register(l)
-	c.ended.Forget(l.Spec().Generator, l.Slot())
 	c.log.Info("worker acquired", "generator", l.Spec().Generator, "slot", l.Slot().String(),
 		"reserved", l.ReadReserved(), "floor", l.Floor(), "session", fmt.Sprintf("%#x", l.session),
 		"take_back", cand.takeBack != nil, "again", cand.again)

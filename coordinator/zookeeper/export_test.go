@@ -6,6 +6,10 @@ import "github.com/firnid/firn/coordinator"
 // reservation was read and before the acquiring multi is sent.
 func SetAfterRead(c *Coordinator, f func(coordinator.Slot)) { c.afterRead = f }
 
+// SetAfterTake installs a hook that runs in Acquire after the acquiring
+// multi went through and before the lease is tracked.
+func SetAfterTake(c *Coordinator, f func(coordinator.Slot)) { c.afterTake = f }
+
 // SetAfterNoNode installs a hook that runs in Peers' watches after a
 // listing found path absent and before the watch for its creation is set.
 func SetAfterNoNode(c *Coordinator, f func(path string)) { c.afterNoNode = f }

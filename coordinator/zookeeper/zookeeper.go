@@ -72,6 +72,9 @@ type Coordinator struct {
 	// Acquire after a candidate's reservation was read and before the
 	// acquiring multi is sent.
 	afterRead func(coordinator.Slot)
+	// afterTake, when set (tests only), runs in Acquire after the
+	// acquiring multi went through and before the lease is tracked.
+	afterTake func(coordinator.Slot)
 	// afterNoNode, when set (tests only), runs in Peers' watches after a
 	// listing found path absent and before the watch for its creation
 	// is set.
@@ -500,13 +503,20 @@ func (c *Coordinator) onEvent(ev zk.Event) {
 	}
 }
 
-// register tracks a new lease; it ends at once if its session is already
-// gone (an expiry raced with the acquisition).
+// register tracks a new lease, its slot no longer one of an ended session
+// to take again; it ends at once if its session is already gone (an
+// expiry raced with the acquisition), its slot then remembered as
+// sessionEnded would have. Either sessionEnded sees the lease (the
+// session's end came after it was tracked) or the session had been
+// swapped out before (sessionEnded runs after the swap), which the check
+// here sees.
 func (c *Coordinator) register(l *lease) {
 	c.mu.Lock()
+	c.ended.Forget(l.Spec().Generator, l.Slot())
 	c.leases[l] = struct{}{}
 	c.mu.Unlock()
 	if c.sid.Load() != l.session {
+		c.ended.Add(l.Spec().Generator, l.Slot(), l.session)
 		l.Finish("zookeeper session ended during acquisition")
 	}
 }
