@@ -18,40 +18,14 @@ import (
 // old worker again, reading the reservation the node compares with what
 // it acknowledged.
 func TestEndedLeaseWorkerTakenAgain(t *testing.T) {
-	srv := etcdtest.StartEmbedded(t)
-	cfg := quietConfig(srv.Endpoints, "ended")
-	cfg.Timing.LeaseTTL = testTTL
-	c := newCoord(t, cfg)
-	n := coordtest.Node("ended")
-	spec := coordtest.Spec("ended", 2) // the cursor points at worker 1 after the first take
-	l, err := c.Acquire(ctxFor(t, 20*time.Second), spec, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reserve(ctxFor(t, 10*time.Second), 1000, coordtest.Beat(n)); err != nil {
-		t.Fatal(err)
-	}
-	etcd.EndSession(c)
+	r := startRetake(t, "ended")
+	etcd.EndSession(r.c)
 	select {
-	case <-l.Done():
+	case <-r.l.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("lease not done after its session ended")
 	}
-	start := time.Now()
-	var l2 coordinator.Lease
-	for deadline := start.Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if l2, err = c.Acquire(ctxFor(t, 10*time.Second), spec, n); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no acquisition after the session ended: %v", err)
-		}
-	}
-	t.Logf("acquired %s %v after the session ended", l2.Slot(), time.Since(start).Round(time.Millisecond))
-	if l2.Slot() != l.Slot() || l2.ReadReserved() != 1000 {
-		t.Fatalf("after the session ended the coordinator took %s reading reservation %d; want its old %s reading 1000",
-			l2.Slot(), l2.ReadReserved(), l.Slot())
-	}
+	r.takenAgain(t, "the session ended")
 }
 
 // TestLeaseEndedNoticedByAWriteTakenAgain: etcd ends the lease behind a
@@ -63,38 +37,60 @@ func TestEndedLeaseWorkerTakenAgain(t *testing.T) {
 // as when the keepalive notices first (TestEndedLeaseWorkerTakenAgain),
 // not the free worker the cursor points at.
 func TestLeaseEndedNoticedByAWriteTakenAgain(t *testing.T) {
-	srv := etcdtest.StartEmbedded(t)
-	cfg := quietConfig(srv.Endpoints, "endedwrite")
-	cfg.Timing.LeaseTTL = testTTL
-	c := newCoord(t, cfg)
-	n := coordtest.Node("endedwrite")
-	spec := coordtest.Spec("endedwrite", 2) // the cursor points at worker 1 after the first take
-	l, err := c.Acquire(ctxFor(t, 20*time.Second), spec, n)
-	if err != nil {
+	r := startRetake(t, "endedwrite")
+	id, _ := etcd.LeaseID(r.l)
+	if _, err := r.c.Client().Revoke(ctxFor(t, 5*time.Second), id); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Reserve(ctxFor(t, 10*time.Second), 1000, coordtest.Beat(n)); err != nil {
-		t.Fatal(err)
-	}
-	id, _ := etcd.LeaseID(l)
-	if _, err := c.Client().Revoke(ctxFor(t, 5*time.Second), id); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Reserve(ctxFor(t, 10*time.Second), 2000, coordtest.Beat(n)); !errors.Is(err, coordinator.ErrLeaseLost) {
+	if err := r.l.Reserve(ctxFor(t, 10*time.Second), 2000, coordtest.Beat(r.n)); !errors.Is(err, coordinator.ErrLeaseLost) {
 		t.Fatalf("Reserve after the etcd lease ended: %v, want ErrLeaseLost", err)
 	}
+	r.takenAgain(t, "the etcd lease ended (noticed by a write)")
+}
+
+// retake is a coordinator holding worker 0 of a two-worker generator
+// (the cursor then points at worker 1), its reservation 1000 acknowledged.
+type retake struct {
+	c    *etcd.Coordinator
+	n    coordinator.NodeInfo
+	spec coordinator.Spec
+	l    coordinator.Lease
+}
+
+func startRetake(t *testing.T, name string) retake {
+	t.Helper()
+	srv := etcdtest.StartEmbedded(t)
+	cfg := quietConfig(srv.Endpoints, name)
+	cfg.Timing.LeaseTTL = testTTL
+	r := retake{c: newCoord(t, cfg), n: coordtest.Node(name), spec: coordtest.Spec(name, 2)}
+	var err error
+	if r.l, err = r.c.Acquire(ctxFor(t, 20*time.Second), r.spec, r.n); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.l.Reserve(ctxFor(t, 10*time.Second), 1000, coordtest.Beat(r.n)); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// takenAgain acquires until an acquisition goes through (20 s at most)
+// and checks it took the old worker again, reading 1000.
+func (r retake) takenAgain(t *testing.T, after string) {
+	t.Helper()
 	start := time.Now()
 	var l2 coordinator.Lease
+	var err error
 	for deadline := start.Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if l2, err = c.Acquire(ctxFor(t, 10*time.Second), spec, n); err == nil {
+		if l2, err = r.c.Acquire(ctxFor(t, 10*time.Second), r.spec, r.n); err == nil {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no acquisition after the lease ended: %v", err)
+			t.Fatalf("no acquisition after %s: %v", after, err)
 		}
 	}
-	if l2.Slot() != l.Slot() || l2.ReadReserved() != 1000 {
-		t.Fatalf("after the etcd lease ended (noticed by a write) the coordinator took %s reading reservation %d; want its old %s reading 1000",
-			l2.Slot(), l2.ReadReserved(), l.Slot())
+	t.Logf("acquired %s %v after %s", l2.Slot(), time.Since(start).Round(time.Millisecond), after)
+	if l2.Slot() != r.l.Slot() || l2.ReadReserved() != 1000 {
+		t.Fatalf("after %s the coordinator took %s reading reservation %d; want its old %s reading 1000",
+			after, l2.Slot(), l2.ReadReserved(), r.l.Slot())
 	}
 }
