@@ -581,7 +581,7 @@ func callOn[T any](c *Coordinator, ctx context.Context, own bool, f func() (T, e
 		if own && answered(r.err) && sid != 0 && c.sid.Load() == sid {
 			c.okMu.Lock()
 			switch {
-			case c.okSid == sid && sent.Sub(c.okSent) >= c.SessionTimeout():
+			case c.okSid == sid && sent.Sub(c.okSent) >= c.assuredSpan():
 				// Answered, but sent a session timeout after the last
 				// answered request: the session may have expired in
 				// between (and been brought back by a restore).
@@ -606,8 +606,25 @@ func answered(err error) bool {
 		errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNotEmpty)
 }
 
+// assuredSpan is how long after an answered request of the session was
+// sent the servers keep the session at least: the session timeout, less
+// the leader's lag in hearing of it. A follower answers the request (a
+// sync or a write goes through the leader, which does not count it for
+// the session) and tells the leader of the session's activity only in its
+// reply to the leader's next ping, sent every half tick: cut off from the
+// leader before that reply, the session expires on the leader up to half
+// a tick earlier than the request's send time says
+// (TestAssuredEndsWithTheSessionOnACutOffFollower found it 38 ms early).
+// The tick is unknown here; ZooKeeper's minimum session timeout is two
+// ticks unless an operator lowers it, so half a tick is at most a quarter
+// of the timeout.
+func (c *Coordinator) assuredSpan() time.Duration {
+	t := c.SessionTimeout()
+	return t - t/4
+}
+
 // assured is how long the server keeps session sid at least, from now,
-// for a lease taken at since: its timeout after the latest answered
+// for a lease taken at since: assuredSpan after the latest answered
 // request of it was sent. Once it has run out for a lease it stays 0: the
 // session may have expired meanwhile, and a server restored from an older
 // copy may take it back.
@@ -620,7 +637,7 @@ func (c *Coordinator) assured(sid int64, since time.Time) time.Duration {
 	if c.lapsedSid == sid && !since.After(c.lapsedAt) {
 		return 0
 	}
-	a := time.Until(c.okSent.Add(c.SessionTimeout()))
+	a := time.Until(c.okSent.Add(c.assuredSpan()))
 	if a <= 0 {
 		c.lapsedSid, c.lapsedAt = sid, time.Now()
 		return 0
