@@ -391,6 +391,14 @@ func (e *AheadError) Is(target error) bool { return target == ErrAhead }
 // it before they write anything.
 func (b BumpSpec) BumpFloor(top int64, marker *RestoreEvidence) (int64, error) {
 	top = max(top, b.Now)
+	if marker != nil && marker.Counter {
+		// Raising reservations and the floor leaves a segment
+		// generator's counter where the restore left it: clearing its
+		// marker here would let the next claim hand out again what
+		// nodes handed out before the restore.
+		return 0, fmt.Errorf("%w: generator %q has a restore marker of a segment generator's counter (node %q saw next %d, the coordinator showed %d): bump the counter (BumpCounter: firn coordinator bump picks it by the generator's pin); nothing was written",
+			ErrInvalidSpec, b.Generator, marker.Node.Name, marker.Acked, marker.Shown)
+	}
 	if marker != nil && b.By < marker.MinBump(top) {
 		return 0, fmt.Errorf("%w: generator %q has a restore marker with a gap of %d time units (node %q saw %d acknowledged, the coordinator showed %d): a bump by %d does not cover it (at least %d)",
 			ErrInvalidSpec, b.Generator, marker.Gap(), marker.Node.Name, marker.Acked, marker.Shown, b.By, marker.MinBump(top))

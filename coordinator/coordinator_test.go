@@ -251,6 +251,15 @@ func TestRestoreEvidence(t *testing.T) {
 	if got := zero.MinBump(6000); got != 1 {
 		t.Fatalf("MinBump once the clock passed what was acknowledged = %d, want 1", got)
 	}
+	// A segment generator's counter marker: raising reservations and the
+	// floor leaves the counter where the restore left it, so the bump
+	// that would clear the marker is refused, by any margin.
+	counter := ev
+	counter.Counter, counter.Acked, counter.Shown = true, 9000, 4000
+	wide := BumpSpec{Generator: "orders", By: 1 << 20, Now: 50, MaxTime: 1 << 40}
+	if _, err := wide.BumpFloor(0, &counter); !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "counter") {
+		t.Fatalf("a reservation bump over a counter's marker: %v, want ErrInvalidSpec naming the counter", err)
+	}
 	for _, bad := range []BumpSpec{{Generator: "g", By: 0, MaxTime: 1}, {Generator: "g", By: 1, Now: -1, MaxTime: 1},
 		{Generator: "g", By: 1, MaxTime: 0}, {Generator: "a/b", By: 1, MaxTime: 1}} {
 		if err := bad.Validate(); !errors.Is(err, ErrInvalidSpec) {

@@ -13,6 +13,7 @@ import (
 	"github.com/firnid/firn/coordinator"
 	"github.com/firnid/firn/coordinator/memory"
 	"github.com/firnid/firn/generator"
+	"github.com/firnid/firn/segment"
 )
 
 // action is one moment of the schedule.
@@ -237,9 +238,14 @@ func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 			w.seqAfterRestore(leased)
 			w.seqRestored()
 		}
+		var segAt *segment.Counter
+		if csnap != nil {
+			segAt = w.segCounterNow()
+		}
 		w.mu.Lock()
 		if csnap != nil {
 			w.segRestored++
+			w.segAtRestore = segAt
 		}
 		w.restores++
 		w.restoredAt = time.Now()

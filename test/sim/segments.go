@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math"
 	"math/rand"
 	"slices"
 	"strings"
@@ -652,10 +651,25 @@ func (w *world) bumpCounterMarker() {
 	}
 }
 
+// segCounterNow reads the segment generator's counter (nil: it cannot
+// be read, a restore marker standing or the store refusing).
+func (w *world) segCounterNow() *segment.Counter {
+	admin := w.cstore.Connect(w.base)
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec, err := admin.ReadCounter(ctx, w.segSpec())
+	if err != nil {
+		w.note("%s: counter read: %v", segName, err)
+		return nil
+	}
+	return &rec.State
+}
+
 // bumpCounter is the operator's bump of the segment generator after a
-// restore: its marker cleared (when one stands), then the counter's
-// record raised by D in next and seq with its free ranges dropped
-// (segment.Counter.Bump), D covering every ID and every write any node
+// restore, as the CLI makes it (BumpCounter: the counter's record raised
+// by D in next and seq with its free ranges dropped, and its marker
+// cleared, in one write), D covering every ID and every write any node
 // asked for (the ledger: what the operator must cover, as the snowflake
 // bump covers the time since the snapshot).
 func (w *world) bumpCounter() {
@@ -663,52 +677,39 @@ func (w *world) bumpCounter() {
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	gens, err := admin.Generators(ctx)
+	// The counter as it stands, or (a marker keeps it from being read)
+	// as the restore left it: it can only have moved up since, and a
+	// bump raises whatever it finds, so D sized from either covers it.
+	base := w.segCounterNow()
+	w.mu.Lock()
+	if base == nil {
+		base = w.segAtRestore
+	}
+	if base == nil {
+		c := segment.NewCounter(w.segDef)
+		base = &c
+	}
+	var by uint64
+	for _, s := range w.swaps {
+		if s.state.Next > base.Next {
+			by = max(by, s.state.Next-base.Next)
+		}
+		if s.state.Seq > base.Seq {
+			by = max(by, s.state.Seq-base.Seq)
+		}
+	}
+	w.mu.Unlock()
+	by += 1000
+	res, err := admin.BumpCounter(ctx, w.segSpec(), by)
 	if err != nil {
-		w.note("%s: generators: %v", segName, err)
+		w.note("%s: counter bump by %d: %v", segName, by, err)
 		return
 	}
-	for _, g := range gens {
-		if g.Name == segName && g.Restore != nil {
-			res, err := admin.Bump(ctx, coordinator.BumpSpec{Generator: segName, By: g.Restore.Acked + 1, MaxTime: math.MaxInt64 / 2})
-			if err != nil {
-				w.note("%s: bump: %v", segName, err)
-				return
-			}
-			w.note("%s: marker cleared (acknowledged seq %d, shown %d, by %s)", segName, res.Cleared.Acked, res.Cleared.Shown, res.Cleared.Node.Name)
-		}
+	w.ledger("operator", coordinator.CounterRecord{State: res.Before, Raw: res.Before.Encode()}, res.After, nil)
+	cleared := "no marker stood"
+	if ev := res.Cleared; ev != nil {
+		cleared = fmt.Sprintf("marker cleared (acknowledged next %d, shown %d, by %s)", ev.Acked, ev.Shown, ev.Node.Name)
 	}
-	for range 5 {
-		rec, err := admin.ReadCounter(ctx, w.segSpec())
-		if err != nil {
-			w.note("%s: counter bump: %v", segName, err)
-			return
-		}
-		w.mu.Lock()
-		var by uint64
-		for _, s := range w.swaps {
-			if s.state.Next > rec.State.Next {
-				by = max(by, s.state.Next-rec.State.Next)
-			}
-			if s.state.Seq > rec.State.Seq {
-				by = max(by, s.state.Seq-rec.State.Seq)
-			}
-		}
-		w.mu.Unlock()
-		by += 1000
-		next, dropped := rec.State.Bump(w.segDef, by)
-		_, err = admin.SwapCounter(ctx, w.segSpec(), rec, next)
-		if errors.Is(err, coordinator.ErrCounterMoved) {
-			continue
-		}
-		w.ledger("operator", rec, next, err)
-		if err != nil {
-			w.note("%s: counter bump: %v", segName, err)
-			return
-		}
-		w.note("%s: counter bumped by %d: next %d → %d, seq %d → %d, %d free IDs dropped", segName, by,
-			rec.State.Next, next.Next, rec.State.Seq, next.Seq, dropped)
-		return
-	}
-	w.note("%s: counter bump: the counter kept moving", segName)
+	w.note("%s: counter bumped by %d: next %d → %d, seq %d → %d, %d free IDs dropped; %s", segName, by,
+		res.Before.Next, res.After.Next, res.Before.Seq, res.After.Seq, res.Dropped, cleared)
 }

@@ -307,7 +307,11 @@ type world struct {
 	swaps       []swapRec
 	segLives    []*segLife
 	segRestored int
-	segWarned   map[string]int // per node name: hand-backs it said failed
+	// segAtRestore: the counter as the last restore left it (nil: it
+	// could not be read), what the operator's bump is sized from while
+	// a marker keeps the counter from being read.
+	segAtRestore *segment.Counter
+	segWarned    map[string]int // per node name: hand-backs it said failed
 	// The sequence generator (seqs.go): the node processes by name (a
 	// refusal names the owner to call), and what its checks keep.
 	byName map[string]*node
