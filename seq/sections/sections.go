@@ -504,6 +504,16 @@ func (m *Manager) notServed(s int, st *section) error {
 		return &MovingError{Generator: m.cfg.Generator, Section: s, RetryAfter: time.Second, Why: "this node stopped serving the generator"}
 	}
 	if owner.InstanceID != "" && owner.InstanceID != m.cfg.Node.InstanceID {
+		if mine {
+			// The section moves here: its holder gives it up once it sees
+			// this node among the members, and then names this node.
+			// Named back to it, a call would go between the two until
+			// this node's next read of the owners (a round can take
+			// seconds on a loaded machine), and fail at its deadline
+			// with nothing but redirects.
+			return &MovingError{Generator: m.cfg.Generator, Section: s, RetryAfter: m.cfg.PollEvery * 2,
+				Why: fmt.Sprintf("it moves to this node: node %q (%s) holds its lease until it gives it up", owner.Name, owner.Address)}
+		}
 		return &WrongNodeError{Generator: m.cfg.Generator, Section: s, Owner: owner}
 	}
 	if terr != nil && mine {

@@ -210,6 +210,57 @@ func TestUnassuredRefuses(t *testing.T) {
 	t.Logf("refused %v after the freeze: %v", time.Since(frozen).Round(time.Millisecond), mv)
 }
 
+// TestNodeJoiningSaysItsSectionsMove: b joined while a, which holds
+// every section, cannot give any up yet (frozen, its lease still
+// running). For a section that moves to b, b answers SECTION_MOVING,
+// naming a: named back to a, which names b once it gave the section up,
+// a call would go between the two until b reads the owners again (a
+// round can take seconds on a loaded machine) and fail with nothing but
+// redirects. For a section that stays with a, b names a (WRONG_NODE).
+func TestNodeJoiningSaysItsSectionsMove(t *testing.T) {
+	st := memory.New(memory.Config{TTL: 2 * time.Second})
+	a, ca := start(t, st, "a", 4, 0, 0)
+	waitServing(t, a, 4)
+	ca.Freeze()
+	frozen := time.Now()
+	defer ca.Thaw()
+	b, _ := start(t, st, "b", 4, 0, 0)
+	for end := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+		read := true
+		for _, o := range b.Owners() {
+			read = read && o.Node.Name == "a"
+		}
+		if read && b.Stats().Members == 2 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("b has not read a as every section's owner after 1 s: %+v", b.Owners())
+		}
+	}
+	assigned := seq.Assign(4, []string{"inst-a", "inst-b"})
+	moving := 0
+	for s := range 4 {
+		_, err := b.Next(context.Background(), keyOf(b, s), 1)
+		var mv *MovingError
+		var wn *WrongNodeError
+		switch {
+		case assigned[s] == "inst-b":
+			moving++
+			if !errors.As(err, &mv) || !strings.Contains(mv.Why, `node "a"`) {
+				t.Errorf("section %d, moving to b: b answered %v; want SECTION_MOVING naming a", s, err)
+			}
+		case !errors.As(err, &wn) || wn.Owner.Name != "a":
+			t.Errorf("section %d, a's: b answered %v; want WRONG_NODE naming a", s, err)
+		}
+	}
+	if moving == 0 || moving == 4 {
+		t.Fatalf("b is assigned %d sections of 4: the test needs both kinds", moving)
+	}
+	if since := time.Since(frozen); since > 2*time.Second-DefaultMargin {
+		t.Fatalf("checked %v after a froze: its lease may have ended, and b's map with it", since)
+	}
+}
+
 // TestBudgetForgets: past its budget a node forgets keys, and a
 // forgotten key starts again above everything its section handed out.
 func TestBudgetForgets(t *testing.T) {
