@@ -259,7 +259,13 @@ func TestRestoreFoundByPoll(t *testing.T) {
 					t.Fatalf("B issued %d IDs", st.Issued)
 				}
 				// A bump clears it: both read on, and claim again above
-				// everything, without a restart.
+				// everything, without a restart. B raised the marker to
+				// what it saw (raiseMarkerLocked, a write of its own
+				// goroutine): the bump waits for it. A raise that lands
+				// after a bump writes the marker anew, and the generator
+				// stops until the next bump (fail closed: the raise was
+				// read before the bump, which may not cover it).
+				synctest.Wait()
 				res, err := ca.BumpCounter(ctx, spec, 1000)
 				if err != nil || res.Cleared == nil {
 					t.Fatalf("bump: %+v %v", res, err)
