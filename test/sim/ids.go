@@ -199,12 +199,13 @@ func insertKeyRun(runs []keyRun, r keyRun) ([]keyRun, keyRun, bool) {
 
 // received checks and records one call's IDs, as pieces: unique, and
 // within the reservation the coordinator holds for their worker (unless a
-// restore happened during the call), each within the interval of the
-// holder that issued it.
-func (w *world) received(who string, pieces []piece, restored bool) {
+// restore began since epoch, w.restores when the call began, or less
+// than 5 s ago), each within the interval of the holder that issued it.
+func (w *world) received(who string, pieces []piece, epoch int) {
 	node, _, _ := strings.Cut(who, "/")
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	restored := w.restoredSinceLocked(epoch)
 	type top struct {
 		units int64
 		id    uint64

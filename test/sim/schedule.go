@@ -225,6 +225,13 @@ func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 	// issued (docs/design.md, Restarts, shutdown, restores).
 	fresh := w.freshNode()
 	s.add(at+gap, fmt.Sprintf("coordinator restored to the snapshot of %v ago; %s starts with an empty data dir", gap, fresh.name), func(w *world) {
+		// Counted before the store is restored: a call's check reads the
+		// store's reservations under w.mu (world.received), and must see
+		// either the store before the restore or the restore counted.
+		w.mu.Lock()
+		w.restores++
+		w.restoredAt = time.Now()
+		w.mu.Unlock()
 		w.store.Restore(snap)
 		if csnap != nil {
 			w.cstore.Restore(csnap)
@@ -247,7 +254,6 @@ func (s *schedule) restore(w *world, at time.Duration) time.Duration {
 			w.segRestored++
 			w.segAtRestore = segAt
 		}
-		w.restores++
 		w.restoredAt = time.Now()
 		w.mu.Unlock()
 		w.nodes = append(w.nodes, fresh)

@@ -692,7 +692,7 @@ func (n *node) caller(id string, nc *core.Core, hist *stateLog, stop <-chan stru
 		took := time.Since(began)
 		cancel()
 		idle, frozenNow, upNow := n.callEnds(others, starts)
-		restored := w.callDone(epoch)
+		w.callDone()
 		if err != nil {
 			n.checkRefusal(refusal{who: id, what: what, err: err, took: took, frozen: frozenNow || frozen, up: upNow,
 				bound: bound, idle: idle, core: nc, hist: hist, pre: entryOf(pre), mark: mark})
@@ -709,7 +709,7 @@ func (n *node) caller(id string, nc *core.Core, hist *stateLog, stop <-chan stru
 			last = w.checkIDs(id, what, last, dst)
 			pieces = w.shape.idPieces(&cut, pieces, dst)
 		}
-		w.received(id, pieces, restored)
+		w.received(id, pieces, epoch)
 	}
 }
 
@@ -734,15 +734,21 @@ func (n *node) callEnds(others int, starts uint64) (idle, frozen, up bool) {
 	return others == 0 && n.starts == starts+1, n.frozen, n.up
 }
 
-// callDone counts a call answered; restored is whether a restore of the
-// coordinator happened since epoch (w.restores when the call began) or
-// less than 5 s ago: a holder's reservation acknowledged before it stands
-// above what the restored coordinator shows until the holder's next write
-// (a second) finds it out.
-func (w *world) callDone(epoch int) (restored bool) {
+// callDone counts a call answered.
+func (w *world) callDone() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.calls++
+}
+
+// restoredSinceLocked is whether a restore of the coordinator began
+// since epoch (w.restores when the call began) or less than 5 s ago
+// (w.mu held): a holder's reservation acknowledged before it stands
+// above what the restored coordinator shows until the holder's next
+// write (a second) finds it out. A restore counts from before the store
+// is restored (schedule.go), so that a check that reads the store under
+// w.mu sees either the store before the restore or the restore counted.
+func (w *world) restoredSinceLocked(epoch int) bool {
 	return w.restores != epoch || (!w.restoredAt.IsZero() && time.Since(w.restoredAt) < 5*time.Second)
 }
 
